@@ -1,0 +1,16 @@
+"""quart-mesh: a self-hostable chat and agent-coordination server.
+
+The public API::
+
+    from quart_mesh import Settings, create_app, serve, Node
+
+See ``docs/embedding.md`` for running a node inside your own Trio program.
+"""
+
+from ._version import __version__
+from .app import MeshApp, create_app
+from .config import Limits, Settings
+from .node import Node
+from .server import serve
+
+__all__ = ["Limits", "MeshApp", "Node", "Settings", "__version__", "create_app", "serve"]

@@ -1,0 +1,21 @@
+"""HTTP transport: one Quart blueprint per resource group of spec §4.
+
+Handlers parse and type-check input, call one service function, and render
+its result. They never touch SQL and never decide access.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint
+
+from . import auth, dms, health, participants, rooms
+
+__all__ = ["BLUEPRINTS"]
+
+BLUEPRINTS: tuple[Blueprint, ...] = (
+    health.bp,
+    auth.bp,
+    rooms.bp,
+    dms.bp,
+    participants.bp,
+)

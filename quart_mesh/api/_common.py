@@ -1,0 +1,64 @@
+"""Helpers every blueprint uses: the node, the caller, the JSON body, replies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from quart import current_app, g, request
+
+from ..errors import BadRequest
+from ..services.authz import Actor
+from ..wire import Fields, parse_json_object
+
+if TYPE_CHECKING:
+    from ..app import MeshApp
+    from ..node import Node
+
+__all__ = ["body", "caller", "node", "query_int", "reply"]
+
+
+def node() -> Node:
+    return cast("MeshApp", current_app).node
+
+
+async def caller() -> Actor:
+    """The authenticated participant making this request (checked every request).
+
+    Raises:
+        Unauthorized: missing, malformed, expired or revoked token.
+    """
+    actor: Actor | None = g.get("actor")
+    if actor is None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            token = ""
+        actor = await node().accounts.authenticate(token.strip())
+        g.actor = actor
+    return actor
+
+
+async def body() -> Fields:
+    """The request's JSON object body; an empty body counts as ``{}``.
+
+    Raises:
+        BadRequest: malformed JSON or not an object.
+        RequestEntityTooLarge: over ``max_body_bytes`` (rendered as 413).
+    """
+    raw = await request.get_data(cache=False)
+    if not raw.strip():
+        return Fields({})
+    return Fields(parse_json_object(raw))
+
+
+def query_int(name: str) -> int | None:
+    value = request.args.get(name)
+    if value is None or value == "":
+        return None
+    if not value.isascii() or not value.lstrip("-").isdigit() or len(value) > 12:
+        raise BadRequest(f"{name} must be a whole number", "invalid_query")
+    return int(value)
+
+
+def reply(data: Any, status: int = 200) -> tuple[Any, int]:
+    return data, status

@@ -1,0 +1,152 @@
+"""Settings for one mesh node.
+
+Every value has a documented default (``docs/configuration.md``) and can be set
+by environment variable (``MESH_*``) or by the CLI, which wins over the
+environment. Every bound the node enforces has a name here: nothing is
+unbounded by accident.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["Limits", "Settings"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Size and count limits; all configurable, all enforced by the node."""
+
+    #: Largest request body accepted on JSON endpoints (bytes).
+    max_body_bytes: int = 64 * 1024
+    #: Largest message ``content`` (UTF-8 bytes). Larger is answered with 413.
+    max_message_bytes: int = 16 * 1024
+    #: Longest participant name (characters).
+    max_name_chars: int = 64
+    #: Longest room name (characters).
+    max_room_name_chars: int = 100
+    #: Longest room or mesh description (characters).
+    max_description_chars: int = 2000
+    #: Shortest acceptable password (characters).
+    min_password_chars: int = 8
+    #: Longest acceptable password (characters); argon2 on megabytes is a DoS.
+    max_password_chars: int = 256
+    #: Default and largest page size of ``GET /api/rooms/:id/messages``.
+    default_page_size: int = 50
+    max_page_size: int = 200
+    #: Longest emoji name accepted for a reaction (characters).
+    max_emoji_chars: int = 64
+    #: Distinct emoji per message.
+    max_reactions_per_message: int = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    """Configuration of a node. Build with :meth:`from_env` or directly.
+
+    ``database_url`` defaults to SQLite in ``data_dir``; ``public_url``
+    defaults to the address the server actually binds.
+    """
+
+    data_dir: Path = Path("mesh-data")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    public_url: str | None = None
+    database_url: str | None = None
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    #: Lifetime of tokens issued to humans (login, register, setup), seconds.
+    token_ttl_seconds: int = 30 * 24 * 3600
+    #: Lifetime of guest tokens, seconds.
+    guest_token_ttl_seconds: int = 24 * 3600
+    #: Threads that may read the store at once (SQLite WAL allows concurrent readers).
+    db_reader_threads: int = 4
+    #: Concurrent argon2 computations (each uses ~64 MiB and a core for ~50 ms).
+    password_hash_threads: int = 2
+    #: How long a graceful shutdown waits for open requests, seconds.
+    graceful_timeout: float = 5.0
+    #: How often ``lastSeen`` may be written for one participant, seconds.
+    last_seen_interval: float = 60.0
+    #: Log level name for the ``quart_mesh`` loggers.
+    log_level: str = "INFO"
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'mesh.db').resolve()}"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """Return a copy with the given non-``None`` fields replaced."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``MESH_*`` variables; unset ones keep their defaults.
+
+        Raises:
+            ConfigError: a variable is set to a value that cannot be used.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        if v := env.get("MESH_DATA_DIR"):
+            values["data_dir"] = Path(v)
+        if v := env.get("MESH_HOST"):
+            values["host"] = v
+        if v := env.get("MESH_PORT"):
+            values["port"] = _port(v, "MESH_PORT")
+        if v := env.get("MESH_PUBLIC_URL"):
+            values["public_url"] = _url(v, "MESH_PUBLIC_URL")
+        if v := env.get("MESH_DATABASE_URL"):
+            values["database_url"] = v
+        if v := env.get("MESH_LOG_LEVEL"):
+            values["log_level"] = v.upper()
+        limits: dict[str, Any] = {}
+        for field in dataclasses.fields(Limits):
+            key = "MESH_" + field.name.upper()
+            if key in env:
+                limits[field.name] = _positive_int(env[key], key)
+        if limits:
+            values["limits"] = Limits(**limits)
+        return cls(**values)
+
+
+def _positive_int(value: str, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{name} must be at least 1, not {number}")
+    return number
+
+
+def _port(value: str | int, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a port number, not {value!r}") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{name} must be between 0 and 65535, not {number}")
+    return number
+
+
+def _url(value: str, name: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must start with http:// or https://, not {value!r}")
+    return value.rstrip("/")
+
+
+def parse_port(value: str) -> int:
+    """Validate a port given on the command line."""
+    return _port(value, "--port")
+
+
+def parse_public_url(value: str) -> str:
+    """Validate a public URL given on the command line."""
+    return _url(value, "--public-url")

@@ -1,0 +1,106 @@
+"""Errors of quart-mesh, and the one place they become HTTP responses.
+
+The tree::
+
+    MeshError(status, code, message)      anything a client may be told
+    ├── BadRequest           400  bad_request, invalid_json, invalid_field, ...
+    ├── Unauthorized         401  unauthorized, invalid_token, invalid_credentials
+    ├── Forbidden            403  forbidden, registration_closed, not_member, ...
+    ├── NotFound             404  not_found, room_not_found, ...
+    ├── Conflict             409  conflict, name_taken, already_initialized
+    ├── PayloadTooLarge      413  too_large, content_too_large
+    ├── RateLimited          429  rate_limited (carries retry_after)
+    └── Unavailable          503  storage_unavailable
+    ConfigError                   bad settings at start-up; never reaches a client
+
+Domain services raise these; transports render them with :func:`error_body`
+(REST: JSON body and status; WebSocket: an ``error`` frame). Anything else
+that escapes a handler is a bug: it is logged with a request id and the client
+gets a 500 without internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "BadRequest",
+    "ConfigError",
+    "Conflict",
+    "Forbidden",
+    "MeshError",
+    "NotFound",
+    "PayloadTooLarge",
+    "RateLimited",
+    "Unauthorized",
+    "Unavailable",
+    "error_body",
+]
+
+
+class ConfigError(Exception):
+    """Settings that cannot be used; reported at start-up."""
+
+
+class MeshError(Exception):
+    """An error a client may see: an HTTP status, a machine code, a message."""
+
+    status: ClassVar[int] = 400
+    default_code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+
+    def to_json(self) -> dict[str, Any]:
+        return error_body(self.message, self.code)
+
+
+class BadRequest(MeshError):
+    status = 400
+    default_code = "bad_request"
+
+
+class Unauthorized(MeshError):
+    status = 401
+    default_code = "unauthorized"
+
+
+class Forbidden(MeshError):
+    status = 403
+    default_code = "forbidden"
+
+
+class NotFound(MeshError):
+    status = 404
+    default_code = "not_found"
+
+
+class Conflict(MeshError):
+    status = 409
+    default_code = "conflict"
+
+
+class PayloadTooLarge(MeshError):
+    status = 413
+    default_code = "too_large"
+
+
+class RateLimited(MeshError):
+    status = 429
+    default_code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float, code: str | None = None) -> None:
+        super().__init__(message, code)
+        self.retry_after = retry_after
+
+
+class Unavailable(MeshError):
+    status = 503
+    default_code = "unavailable"
+
+
+def error_body(message: str, code: str) -> dict[str, Any]:
+    """The JSON body of every REST error: ``{"error": ..., "code": ...}``."""
+    return {"error": message, "code": code}

@@ -1,0 +1,144 @@
+"""Domain records returned by services, each with one ``to_json()``.
+
+Field names in ``to_json()`` are the API's (spec §2): camelCase, ids as
+strings, times as ISO 8601 UTC with milliseconds and a ``Z``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "MeshConfig",
+    "Message",
+    "Participant",
+    "Reaction",
+    "Room",
+    "iso",
+    "now_ms",
+]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def iso(ms: int | None) -> str | None:
+    """Render epoch milliseconds as ISO 8601 UTC (``2026-11-21T21:04:36.123Z``)."""
+    if ms is None:
+        return None
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class MeshConfig:
+    name: str
+    description: str
+    visibility: str  # public | private
+    registration_mode: str  # open | closed
+    guests_can_send: bool
+    owner_id: str
+    created_at: int
+
+    def public_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "visibility": self.visibility,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Participant:
+    participant_id: str
+    name: str
+    kind: str  # human | guest | bot
+    type: str
+    role: str
+    created_at: int
+    last_seen_at: int | None = None
+    online: bool = False
+    description: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "participantId": self.participant_id,
+            "name": self.name,
+            "type": self.type,
+            "role": self.role,
+            "online": self.online,
+            "lastSeen": iso(self.last_seen_at),
+            "createdAt": iso(self.created_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    room_id: str
+    kind: str  # room | dm
+    name: str
+    description: str
+    created_by: str | None
+    created_at: int
+    member_count: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "name": self.name,
+            "description": self.description,
+            "createdAt": iso(self.created_at),
+            "createdBy": self.created_by,
+            "memberCount": self.member_count,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    emoji: str
+    participant_ids: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "emoji": self.emoji,
+            "count": len(self.participant_ids),
+            "participantIds": list(self.participant_ids),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    seq: int
+    message_id: str
+    room_id: str
+    sender_id: str
+    sender_name: str
+    content: str
+    created_at: int
+    to_id: str | None = None
+    thread_id: str | None = None
+    edited_at: int | None = None
+    reactions: tuple[Reaction, ...] = field(default=())
+
+    @property
+    def cursor(self) -> str:
+        return str(self.seq)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "messageId": self.message_id,
+            "senderId": self.sender_id,
+            "senderName": self.sender_name,
+            "content": self.content,
+            "timestamp": iso(self.created_at),
+            "to": self.to_id,
+            "threadId": self.thread_id,
+            "editedAt": iso(self.edited_at),
+            "reactions": [r.to_json() for r in self.reactions],
+            "cursor": self.cursor,
+        }

@@ -1,0 +1,99 @@
+"""The Node: one per process, owning the store and every domain service.
+
+Handlers reach services through the node (``current_node()`` in ``api/``),
+never through module globals. A developer embedding quart-mesh in a Trio
+program may also call the services directly once :meth:`Node.run` has
+started (see ``docs/embedding.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from ._version import __version__
+from .config import Settings
+from .security import Passwords, Tokens, load_or_create_secret
+from .services.accounts import Accounts
+from .services.dms import DirectMessages
+from .services.messages import Messages
+from .services.rooms import Rooms
+from .store import Database
+
+__all__ = ["Node"]
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    """Owns the store and the services; lives for the life of the server.
+
+    Lifecycle: construct (cheap, no I/O), then ``await nursery.start(node.run)``.
+    ``run`` opens the store and applies migrations, reports started, then
+    keeps running until cancelled; on cancellation it closes the store.
+    Services may be used only while ``run`` is running (``node.ready``).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db = Database(
+            settings.resolved_database_url, reader_threads=settings.db_reader_threads
+        )
+        self.passwords = Passwords(settings.password_hash_threads)
+        self._tokens: Tokens | None = None
+        self.started_at: float | None = None
+        self._accounts: Accounts | None = None
+        self.rooms = Rooms(self.db, settings.limits)
+        self.messages = Messages(self.db, settings.limits)
+        self.dms = DirectMessages(self.db)
+        #: the address clients use; set from settings or, when serving, the bound address
+        self.public_url: str | None = settings.public_url
+
+    @property
+    def ready(self) -> bool:
+        return self.started_at is not None
+
+    @property
+    def accounts(self) -> Accounts:
+        if self._accounts is None:
+            raise RuntimeError("the node is not running: start Node.run first")
+        return self._accounts
+
+    @property
+    def tokens(self) -> Tokens:
+        if self._tokens is None:
+            raise RuntimeError("the node is not running: start Node.run first")
+        return self._tokens
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the store, start the node's components, and run until cancelled."""
+        data_dir = self.settings.data_dir
+        secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
+        self._tokens = Tokens(secret)
+        await self.db.open()
+        try:
+            accounts = Accounts(self.settings, self.db, self.passwords, self._tokens)
+            await accounts.load()
+            self._accounts = accounts
+            self.started_at = time.monotonic()
+            log.debug("node started (data in %s, store %s)", data_dir, self.db.backend)
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            self.started_at = None
+            with trio.CancelScope(shield=True):
+                await self.db.close()
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /api/health``: ok, version, uptime, storage."""
+        reachable = await self.db.ping()
+        uptime = 0.0 if self.started_at is None else time.monotonic() - self.started_at
+        return {
+            "ok": reachable and self.ready,
+            "version": __version__,
+            "uptime": round(uptime, 3),
+            "storage": {"ok": reachable, "backend": self.db.backend},
+        }

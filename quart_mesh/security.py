@@ -1,0 +1,129 @@
+"""Secrets, password hashing and access tokens.
+
+- The node's JWT signing secret is 32 random bytes in ``<data_dir>/secret.key``,
+  created on first start with mode 0600 and reused afterwards.
+- Passwords are hashed with argon2id (argon2-cffi's defaults: RFC 9106 low
+  memory profile) in worker threads, bounded by a capacity limiter.
+- Tokens are HS256 JWTs with claims ``sub`` (participant id), ``kind``
+  (human | guest | bot), ``iat``, ``exp`` and ``jti``. A token is only as good
+  as its participant: every request looks the participant up, so a deleted
+  participant's tokens stop working at once.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+import trio
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from .errors import Unauthorized
+
+__all__ = ["Passwords", "TokenClaims", "Tokens", "load_or_create_secret"]
+
+_SECRET_FILE = "secret.key"
+
+
+def load_or_create_secret(data_dir: Path) -> bytes:
+    """Return the node's signing secret, creating it (mode 0600) if missing."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = data_dir / _SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        secret = bytes.fromhex(path.read_text().strip())
+        if len(secret) < 32:
+            raise ValueError(f"{path} holds a secret shorter than 32 bytes") from None
+        return secret
+    secret = secrets.token_bytes(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret.hex())
+    return secret
+
+
+class Passwords:
+    """argon2id hashing off the event loop."""
+
+    def __init__(self, threads: int = 2) -> None:
+        self._hasher = PasswordHasher()  # argon2id
+        self._limiter = trio.CapacityLimiter(threads)
+        self._dummy_hash: str | None = None
+
+    async def hash(self, password: str) -> str:
+        return await trio.to_thread.run_sync(self._hasher.hash, password, limiter=self._limiter)
+
+    async def verify(self, password_hash: str | None, password: str) -> bool:
+        """True if *password* matches. With no hash, spends the same time and says no."""
+        if password_hash is None:
+            if self._dummy_hash is None:
+                self._dummy_hash = await self.hash(secrets.token_hex(16))
+            password_hash = self._dummy_hash
+            await trio.to_thread.run_sync(
+                self._check, password_hash, password, limiter=self._limiter
+            )
+            return False
+        return await trio.to_thread.run_sync(
+            self._check, password_hash, password, limiter=self._limiter
+        )
+
+    def _check(self, password_hash: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(password_hash, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    participant_id: str
+    kind: str
+    token_id: str
+    expires_at: int
+
+
+class Tokens:
+    """Issues and checks the node's JWTs."""
+
+    algorithm = "HS256"
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def issue(self, participant_id: str, kind: str, ttl_seconds: int) -> str:
+        now = int(time.time())
+        claims = {
+            "sub": participant_id,
+            "kind": kind,
+            "iat": now,
+            "exp": now + ttl_seconds,
+            "jti": secrets.token_urlsafe(12),
+        }
+        return jwt.encode(claims, self._secret, algorithm=self.algorithm)
+
+    def check(self, token: str) -> TokenClaims:
+        """Decode and verify *token*.
+
+        Raises:
+            Unauthorized: bad signature, expired, or malformed.
+        """
+        try:
+            claims = jwt.decode(
+                token,
+                self._secret,
+                algorithms=[self.algorithm],
+                options={"require": ["sub", "exp", "iat", "jti"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("the token has expired", "token_expired") from None
+        except jwt.PyJWTError:
+            raise Unauthorized("the token is not valid", "invalid_token") from None
+        sub, kind = claims.get("sub"), claims.get("kind")
+        if not isinstance(sub, str) or not isinstance(kind, str):
+            raise Unauthorized("the token is not valid", "invalid_token")
+        return TokenClaims(sub, kind, str(claims["jti"]), int(claims["exp"]))

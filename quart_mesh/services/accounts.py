@@ -1,0 +1,235 @@
+"""Accounts: first-run setup, registration, login, guests, token checks."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..config import Settings
+from ..errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
+from ..ids import is_ulid, new_id
+from ..models import MeshConfig, Participant, now_ms
+from ..security import Passwords, Tokens
+from ..store import Database
+from ..store import accounts as repo
+from .authz import Actor, authorize
+from .validation import check_description, check_name, check_password
+
+__all__ = ["Accounts", "Session"]
+
+VISIBILITIES = ("public", "private")
+REGISTRATION_MODES = ("open", "closed")
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A participant and a fresh token for it."""
+
+    participant: Participant
+    token: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "participantId": self.participant.participant_id,
+            "token": self.token,
+            "name": self.participant.name,
+        }
+
+
+class Accounts:
+    """Owns the mesh configuration (cached) and participants' credentials."""
+
+    def __init__(
+        self, settings: Settings, db: Database, passwords: Passwords, tokens: Tokens
+    ) -> None:
+        self._settings = settings
+        self._limits = settings.limits
+        self._db = db
+        self._passwords = passwords
+        self._tokens = tokens
+        self._mesh: MeshConfig | None = None
+
+    async def load(self) -> None:
+        """Read the mesh configuration; called once the store is open."""
+        self._mesh = await self._db.read(repo.get_mesh_config)
+
+    @property
+    def mesh(self) -> MeshConfig | None:
+        return self._mesh
+
+    def setup_status(self) -> dict[str, object]:
+        mesh = self._mesh
+        return {
+            "initialized": mesh is not None,
+            "registrationMode": mesh.registration_mode if mesh else "closed",
+            "visibility": mesh.visibility if mesh else "private",
+            "meshName": mesh.name if mesh else None,
+        }
+
+    async def init_setup(
+        self,
+        *,
+        name: str,
+        password: str,
+        mesh_name: str,
+        description: str = "",
+        visibility: str = "public",
+        registration_mode: str = "open",
+    ) -> Session:
+        """Create the owner and the mesh configuration. Allowed once.
+
+        Raises:
+            Conflict: the mesh is already initialized (``already_initialized``).
+            BadRequest: a value is invalid.
+        """
+        if self._mesh is not None:
+            raise Conflict("the mesh is already initialized", "already_initialized")
+        check_name(name, self._limits)
+        check_password(password, name, self._limits)
+        mesh_name = mesh_name.strip()
+        if not mesh_name or len(mesh_name) > 200:
+            raise BadRequest("meshName must be 1 to 200 characters", "invalid_mesh_name")
+        check_description(description, self._limits)
+        if visibility not in VISIBILITIES:
+            raise BadRequest("visibility must be 'public' or 'private'", "invalid_visibility")
+        if registration_mode not in REGISTRATION_MODES:
+            raise BadRequest(
+                "registrationMode must be 'open' or 'closed'", "invalid_registration_mode"
+            )
+        password_hash = await self._passwords.hash(password)
+        now = now_ms()
+        owner = Participant(new_id(), name, "human", "human", "owner", now)
+        mesh = MeshConfig(
+            name=mesh_name,
+            description=description,
+            visibility=visibility,
+            registration_mode=registration_mode,
+            guests_can_send=False,
+            owner_id=owner.participant_id,
+            created_at=now,
+        )
+
+        def write(conn: Connection) -> None:
+            if repo.get_mesh_config(conn) is not None:
+                raise Conflict("the mesh is already initialized", "already_initialized")
+            self._insert(conn, owner, password_hash)
+            repo.insert_mesh_config(conn, mesh)
+
+        await self._db.write(write)
+        self._mesh = mesh
+        return self._session(owner)
+
+    async def register(self, name: str, password: str) -> Session:
+        """Register a human participant with role ``member``.
+
+        Raises:
+            Forbidden: before setup, or registration is closed.
+            Conflict: the name is taken.
+            BadRequest: invalid name or weak password.
+        """
+        mesh = self._mesh
+        if mesh is None:
+            raise Forbidden("the mesh is not set up yet", "not_initialized")
+        if mesh.registration_mode != "open":
+            raise Forbidden("registration is closed on this mesh", "registration_closed")
+        check_name(name, self._limits)
+        check_password(password, name, self._limits)
+        if await self._db.read(lambda conn: repo.name_taken(conn, name)):
+            raise Conflict("that name is taken", "name_taken")
+        password_hash = await self._passwords.hash(password)
+        participant = Participant(new_id(), name, "human", "human", "member", now_ms())
+        await self._db.write(lambda conn: self._insert(conn, participant, password_hash))
+        return self._session(participant)
+
+    async def login(self, name: str, password: str) -> Session:
+        """Raises Unauthorized with one message for unknown names and wrong passwords."""
+        found = await self._db.read(lambda conn: repo.get_participant_by_name(conn, name))
+        participant, password_hash = found if found is not None else (None, None)
+        ok = await self._passwords.verify(password_hash, password)
+        if participant is None or not ok:
+            raise Unauthorized("wrong name or password", "invalid_credentials")
+        return self._session(participant)
+
+    async def guest(self, name: str | None = None) -> Session:
+        """A guest (role ``spectator``) on a public mesh.
+
+        Raises:
+            Forbidden: the mesh is private or not set up.
+            Conflict: the requested name is taken.
+        """
+        mesh = self._mesh
+        if mesh is None or mesh.visibility != "public":
+            raise Forbidden("guest access is only allowed on public meshes", "guests_not_allowed")
+        if name is None:
+            name = f"guest-{secrets.token_hex(4)}"
+        check_name(name, self._limits)
+        participant = Participant(new_id(), name, "guest", "guest", "spectator", now_ms())
+        await self._db.write(lambda conn: self._insert(conn, participant, None))
+        return self._session(participant, ttl=self._settings.guest_token_ttl_seconds)
+
+    async def authenticate(self, token: str | None) -> Actor:
+        """Resolve a bearer token to the acting participant.
+
+        Raises:
+            Unauthorized: no token, a bad or expired token, or a token whose
+                participant no longer exists.
+        """
+        if not token:
+            raise Unauthorized("a bearer token is required", "unauthorized")
+        claims = self._tokens.check(token)
+        if not is_ulid(claims.participant_id):
+            raise Unauthorized("the token is not valid", "invalid_token")
+        participant = await self._db.read(
+            lambda conn: repo.get_participant(conn, claims.participant_id)
+        )
+        if participant is None:
+            raise Unauthorized("the token's participant no longer exists", "invalid_token")
+        now = now_ms()
+        last = participant.last_seen_at
+        if last is None or now - last > self._settings.last_seen_interval * 1000:
+            await self._db.write(
+                lambda conn: repo.set_last_seen(conn, {participant.participant_id: now})
+            )
+        return self.actor_for(participant)
+
+    def actor_for(self, participant: Participant) -> Actor:
+        mesh = self._mesh
+        return Actor(
+            participant_id=participant.participant_id,
+            name=participant.name,
+            kind=participant.kind,
+            type=participant.type,
+            role=participant.role,
+            guests_can_send=mesh.guests_can_send if mesh else False,
+        )
+
+    async def get(self, actor: Actor, participant_id: str) -> Participant:
+        authorize(actor, "participants.read")
+        participant = await self._db.read(lambda conn: repo.get_participant(conn, participant_id))
+        if participant is None:
+            raise NotFound("no such participant", "participant_not_found")
+        return participant
+
+    async def list_participants(self, actor: Actor) -> list[Participant]:
+        authorize(actor, "participants.read")
+        return list(await self._db.read(repo.list_participants))
+
+    def _insert(
+        self, conn: Connection, participant: Participant, password_hash: str | None
+    ) -> None:
+        try:
+            with conn.begin_nested():
+                repo.insert_participant(conn, participant, password_hash)
+        except IntegrityError:
+            raise Conflict("that name is taken", "name_taken") from None
+
+    def _session(self, participant: Participant, ttl: int | None = None) -> Session:
+        token = self._tokens.issue(
+            participant.participant_id,
+            participant.kind,
+            self._settings.token_ttl_seconds if ttl is None else ttl,
+        )
+        return Session(participant, token)

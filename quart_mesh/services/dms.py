@@ -1,0 +1,92 @@
+"""Direct messages: one DM room per pair of participants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..errors import BadRequest, NotFound
+from ..ids import new_id
+from ..models import Participant, Room, iso, now_ms
+from ..store import Database
+from ..store import accounts as accounts_repo
+from ..store import rooms as repo
+from .authz import Actor, authorize
+from .rooms import require_room
+from .validation import check_id
+
+__all__ = ["DirectMessages", "Dm"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dm:
+    room: Room
+    other: Participant
+    last_message_at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room.room_id,
+            "participant": self.other.to_json(),
+            "createdAt": iso(self.room.created_at),
+            "lastMessageAt": iso(self.last_message_at),
+        }
+
+
+class DirectMessages:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def open(self, actor: Actor, participant_id: str) -> tuple[Dm, bool]:
+        """Create or find the DM room of the actor and *participant_id*.
+
+        Returns the DM and whether it was created now. Opening a hidden DM
+        shows it again.
+
+        Raises:
+            BadRequest: a DM with oneself, or a malformed id.
+            NotFound: no such participant.
+        """
+        authorize(actor, "dms.create")
+        check_id(participant_id, "participantId")
+        if participant_id == actor.participant_id:
+            raise BadRequest("you cannot open a DM with yourself", "dm_self")
+
+        def write(conn: Connection) -> tuple[Dm, bool]:
+            other = accounts_repo.get_participant(conn, participant_id)
+            if other is None:
+                raise NotFound("no such participant", "participant_not_found")
+            key = repo.dm_key(actor.participant_id, participant_id)
+            room = repo.get_dm_by_key(conn, key)
+            created = room is None
+            if room is None:
+                now = now_ms()
+                room = Room(new_id(), "dm", "dm", "", actor.participant_id, now)
+                repo.insert_room(conn, room, dm_pair=(actor.participant_id, participant_id))
+                repo.add_member(conn, room.room_id, actor.participant_id, now)
+                repo.add_member(conn, room.room_id, participant_id, now)
+                room = repo.get_room(conn, room.room_id)
+                assert room is not None
+            else:
+                repo.set_hidden(conn, room.room_id, actor.participant_id, False)
+            return Dm(room, other), created
+
+        return await self._db.write(write)
+
+    async def list_dms(self, actor: Actor) -> list[Dm]:
+        authorize(actor, "rooms.read")
+        rows = await self._db.read(lambda conn: repo.list_dms(conn, actor.participant_id))
+        return [Dm(room, other, last) for room, other, last in rows]
+
+    async def hide(self, actor: Actor, room_id: str) -> None:
+        """Remove a DM from the actor's list until a new message arrives."""
+
+        def write(conn: Connection) -> None:
+            room = require_room(conn, actor, room_id)
+            if room.kind != "dm":
+                raise NotFound("no such DM", "dm_not_found")
+            repo.set_hidden(conn, room_id, actor.participant_id, True)
+
+        await self._db.write(write)

@@ -1,0 +1,214 @@
+"""Messages: send, page through, edit, delete, react.
+
+:meth:`Messages.send` is the one way a message enters the node: REST,
+WebSocket, polling bots, managed bots and federation all call it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from ..config import Limits
+from ..errors import BadRequest, NotFound
+from ..ids import is_ulid, new_id
+from ..models import Message, now_ms
+from ..store import Database
+from ..store import accounts as accounts_repo
+from ..store import messages as repo
+from ..store import rooms as rooms_repo
+from .authz import Actor, RoomRef, authorize
+from .rooms import require_member
+from .validation import check_content, check_emoji, check_id
+
+__all__ = ["Messages", "parse_cursor"]
+
+_MAX_SEQ = 2**63 - 1
+
+
+def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
+    """A ``before``/``since`` value: a cursor (decimal) or a message id in this room.
+
+    Raises:
+        BadRequest: neither a cursor nor a message id of this room (``invalid_cursor``).
+    """
+    if value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= _MAX_SEQ:
+        return int(value)
+    if is_ulid(value):
+        seq = repo.seq_of(conn, room_id, value)
+        if seq is not None:
+            return seq
+    raise BadRequest(
+        f"{field} must be a cursor or the id of a message in this room", "invalid_cursor"
+    )
+
+
+class Messages:
+    def __init__(self, db: Database, limits: Limits) -> None:
+        self._db = db
+        self._limits = limits
+
+    async def send(
+        self,
+        actor: Actor,
+        room_id: str,
+        content: str,
+        *,
+        to: str | None = None,
+        thread_id: str | None = None,
+    ) -> Message:
+        """Store a message from *actor* in *room_id* and return it.
+
+        Raises:
+            NotFound: unknown room.
+            Forbidden: not a member, or the role may not send.
+            BadRequest: empty content, unknown ``to`` or ``threadId``.
+            PayloadTooLarge: content over the limit.
+        """
+        authorize(actor, "messages.send")
+        check_content(content, self._limits)
+        if to is not None:
+            check_id(to, "to")
+        if thread_id is not None:
+            check_id(thread_id, "threadId")
+        message = Message(
+            seq=0,
+            message_id=new_id(),
+            room_id=room_id,
+            sender_id=actor.participant_id,
+            sender_name=actor.name,
+            content=content,
+            created_at=now_ms(),
+            to_id=to,
+            thread_id=thread_id,
+        )
+
+        def write(conn: Connection) -> Message:
+            room = require_member(conn, actor, room_id)
+            if to is not None and accounts_repo.get_participant(conn, to) is None:
+                raise BadRequest("to names no participant", "unknown_participant")
+            if thread_id is not None:
+                parent = repo.get_message(conn, thread_id)
+                if parent is None or parent.room_id != room_id:
+                    raise BadRequest("threadId names no message in this room", "unknown_thread")
+            stored = repo.insert_message(conn, message)
+            if room.kind == "dm":
+                rooms_repo.unhide_all(conn, room_id)
+            return stored
+
+        return await self._db.write(write)
+
+    async def list_messages(
+        self,
+        actor: Actor,
+        room_id: str,
+        *,
+        before: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        """A page of messages, oldest first (see ``docs/rest.md``).
+
+        Raises:
+            BadRequest: a bad ``before``/``since``/``limit``.
+        """
+        authorize(actor, "rooms.read")
+        if limit is None:
+            limit = self._limits.default_page_size
+        if not 1 <= limit <= self._limits.max_page_size:
+            raise BadRequest(
+                f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
+            )
+
+        def read(conn: Connection) -> list[Message]:
+            require_member(conn, actor, room_id)
+            before_seq = None if before is None else parse_cursor(conn, room_id, before, "before")
+            since_seq = None if since is None else parse_cursor(conn, room_id, since, "since")
+            return repo.list_messages(
+                conn, room_id, before=before_seq, since=since_seq, limit=limit
+            )
+
+        return await self._db.read(read)
+
+    def _load(
+        self, conn: Connection, actor: Actor, message_id: str, room_id: str | None = None
+    ) -> Message:
+        """The message, if the actor may see it (and it is in *room_id*, if given)."""
+        message = repo.get_message(conn, message_id) if is_ulid(message_id) else None
+        if message is None or (room_id is not None and message.room_id != room_id):
+            raise NotFound("no such message", "message_not_found")
+        require_member(conn, actor, message.room_id)
+        return message
+
+    async def get(self, actor: Actor, message_id: str, *, room_id: str | None = None) -> Message:
+        return await self._db.read(lambda conn: self._load(conn, actor, message_id, room_id))
+
+    async def edit(
+        self, actor: Actor, message_id: str, content: str, *, room_id: str | None = None
+    ) -> Message:
+        """Replace a message's content: its author, or moderator and above."""
+        check_content(content, self._limits)
+
+        def write(conn: Connection) -> Message:
+            message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.edit", self._ref(conn, message))
+            repo.update_content(conn, message_id, content, now_ms())
+            edited = repo.get_message(conn, message_id)
+            assert edited is not None
+            return edited
+
+        return await self._db.write(write)
+
+    async def delete(self, actor: Actor, message_id: str, *, room_id: str | None = None) -> Message:
+        """Delete a message (and its reactions): its author, or moderator and above.
+
+        Returns the message as it was.
+        """
+
+        def write(conn: Connection) -> Message:
+            message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.delete", self._ref(conn, message))
+            repo.delete_message(conn, message_id)
+            return message
+
+        return await self._db.write(write)
+
+    async def add_reaction(
+        self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
+    ) -> Message:
+        """React with *emoji* (idempotent per participant and emoji)."""
+        authorize(actor, "messages.react")
+        check_emoji(emoji, self._limits)
+
+        def write(conn: Connection) -> Message:
+            self._load(conn, actor, message_id, room_id)
+            if repo.count_emoji(conn, message_id) >= self._limits.max_reactions_per_message:
+                existing = {r.emoji for r in self._load(conn, actor, message_id).reactions}
+                if emoji not in existing:
+                    raise BadRequest(
+                        "this message has as many different reactions as allowed",
+                        "too_many_reactions",
+                    )
+            repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
+            return self._load(conn, actor, message_id)
+
+        return await self._db.write(write)
+
+    async def remove_reaction(
+        self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
+    ) -> Message:
+        """Withdraw the actor's *emoji* reaction (idempotent)."""
+        authorize(actor, "messages.react")
+        check_emoji(emoji, self._limits)
+
+        def write(conn: Connection) -> Message:
+            self._load(conn, actor, message_id, room_id)
+            repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
+            return self._load(conn, actor, message_id)
+
+        return await self._db.write(write)
+
+    @staticmethod
+    def _ref(conn: Connection, message: Message) -> RoomRef:
+        room = rooms_repo.get_room(conn, message.room_id)
+        kind = room.kind if room else "room"
+        return RoomRef(message.room_id, kind, owner_id=message.sender_id)

@@ -1,0 +1,155 @@
+"""Rooms: list, create, details, delete, join, leave."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..config import Limits
+from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..ids import is_ulid, new_id
+from ..models import Participant, Room, now_ms
+from ..store import Database
+from ..store import rooms as repo
+from .authz import Actor, RoomRef, authorize
+from .validation import check_description, check_room_name
+
+__all__ = ["RoomDetails", "Rooms", "require_member", "require_room"]
+
+
+def require_room(conn: Connection, actor: Actor, room_id: str) -> Room:
+    """The room *room_id*, as far as *actor* may know it exists.
+
+    DM rooms of other participants are reported as unknown, not forbidden,
+    so their existence does not leak.
+
+    Raises:
+        NotFound: no such room (or a DM the actor is not in).
+    """
+    room = repo.get_room(conn, room_id) if is_ulid(room_id) else None
+    if room is None or (
+        room.kind == "dm" and not repo.is_member(conn, room_id, actor.participant_id)
+    ):
+        raise NotFound("no such room", "room_not_found")
+    return room
+
+
+def require_member(conn: Connection, actor: Actor, room_id: str) -> Room:
+    """The room, if *actor* is a member.
+
+    Raises:
+        NotFound: no such room.
+        Forbidden: the actor is not a member (``not_member``).
+    """
+    room = require_room(conn, actor, room_id)
+    if not repo.is_member(conn, room_id, actor.participant_id):
+        raise Forbidden("you are not a member of this room", "not_member")
+    return room
+
+
+@dataclass(frozen=True, slots=True)
+class RoomDetails:
+    room: Room
+    members: list[Participant]
+    joined: bool
+
+
+class Rooms:
+    def __init__(self, db: Database, limits: Limits) -> None:
+        self._db = db
+        self._limits = limits
+
+    async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
+        """All ordinary rooms (never DMs), each with whether the actor is in it."""
+        authorize(actor, "rooms.read")
+
+        def read(conn: Connection) -> list[tuple[Room, bool]]:
+            mine = repo.member_room_ids(conn, actor.participant_id)
+            return [(room, room.room_id in mine) for room in repo.list_rooms(conn)]
+
+        return await self._db.read(read)
+
+    async def create(self, actor: Actor, name: str, description: str = "") -> Room:
+        """Create a room; the creator joins it.
+
+        Raises:
+            Conflict: a room with that name exists (``room_name_taken``).
+        """
+        authorize(actor, "rooms.create")
+        name = check_room_name(name, self._limits)
+        check_description(description, self._limits)
+        now = now_ms()
+        room = Room(new_id(), "room", name, description, actor.participant_id, now)
+
+        def write(conn: Connection) -> Room:
+            try:
+                with conn.begin_nested():
+                    repo.insert_room(conn, room)
+            except IntegrityError:
+                raise Conflict("a room with that name exists", "room_name_taken") from None
+            repo.add_member(conn, room.room_id, actor.participant_id, now)
+            created = repo.get_room(conn, room.room_id)
+            assert created is not None
+            return created
+
+        return await self._db.write(write)
+
+    async def get(self, actor: Actor, room_id: str) -> RoomDetails:
+        authorize(actor, "rooms.read")
+
+        def read(conn: Connection) -> RoomDetails:
+            room = require_room(conn, actor, room_id)
+            members = list(repo.list_members(conn, room_id))
+            joined = any(m.participant_id == actor.participant_id for m in members)
+            return RoomDetails(room, members, joined)
+
+        return await self._db.read(read)
+
+    async def delete(self, actor: Actor, room_id: str) -> None:
+        """Delete a room and its messages: its creator, or admin and above.
+
+        DMs are not deleted this way (each side hides its DM instead).
+        """
+
+        def write(conn: Connection) -> None:
+            room = require_room(conn, actor, room_id)
+            if room.kind == "dm":
+                raise BadRequest(
+                    "direct-message rooms are removed with DELETE /api/dms/:roomId", "is_dm"
+                )
+            authorize(actor, "rooms.delete", RoomRef(room.room_id, room.kind, room.created_by))
+            repo.delete_room(conn, room_id)
+
+        await self._db.write(write)
+
+    async def join(self, actor: Actor, room_id: str) -> Room:
+        """Join a room (idempotent). DMs cannot be joined."""
+        authorize(actor, "rooms.join")
+
+        def write(conn: Connection) -> Room:
+            room = require_room(conn, actor, room_id)
+            if room.kind == "dm":
+                raise Forbidden("direct-message rooms cannot be joined", "is_dm")
+            if repo.add_member(conn, room_id, actor.participant_id, now_ms()):
+                room = repo.get_room(conn, room_id) or room
+            return room
+
+        return await self._db.write(write)
+
+    async def leave(self, actor: Actor, room_id: str) -> Room:
+        """Leave a room (idempotent). DMs are hidden, not left."""
+        authorize(actor, "rooms.join")
+
+        def write(conn: Connection) -> Room:
+            room = require_room(conn, actor, room_id)
+            if room.kind == "dm":
+                raise BadRequest(
+                    "direct-message rooms are removed with DELETE /api/dms/:roomId", "is_dm"
+                )
+            if repo.remove_member(conn, room_id, actor.participant_id):
+                room = repo.get_room(conn, room_id) or room
+            return room
+
+        return await self._db.write(write)

@@ -1,0 +1,150 @@
+"""Checks on domain values, shared by every transport.
+
+Transports check JSON *types*; these check *values* (lengths, shapes,
+characters) so that REST, WebSocket and bots are held to the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..config import Limits
+from ..errors import BadRequest, PayloadTooLarge
+from ..ids import is_ulid
+
+__all__ = [
+    "check_content",
+    "check_description",
+    "check_emoji",
+    "check_id",
+    "check_name",
+    "check_password",
+    "check_room_name",
+]
+
+_NAME_RE = re.compile(r"^\w[\w.-]*$")
+_COMMON_PASSWORDS = frozenset(
+    {
+        "password",
+        "password1",
+        "password123",
+        "passw0rd",
+        "12345678",
+        "123456789",
+        "1234567890",
+        "11111111",
+        "00000000",
+        "qwertyui",
+        "qwerty123",
+        "qwertyuiop",
+        "iloveyou",
+        "letmein1",
+        "abc12345",
+        "abcdefgh",
+        "sunshine",
+        "princess",
+        "football",
+        "baseball",
+        "welcome1",
+        "admin123",
+        "changeme",
+        "trustno1",
+    }
+)
+
+
+def check_name(name: str, limits: Limits) -> str:
+    """A participant name: 1..max chars of letters, digits, ``_``, ``.``, ``-``.
+
+    ``@`` is excluded: ``name@peer`` is how federated participants are shown,
+    and ``@name`` is a mention.
+    """
+    if not name or not name.strip():
+        raise BadRequest("name must not be empty", "invalid_name")
+    if len(name) > limits.max_name_chars:
+        raise BadRequest(f"name must be at most {limits.max_name_chars} characters", "invalid_name")
+    if not _NAME_RE.match(name):
+        raise BadRequest(
+            "name may contain only letters, digits, '_', '.' and '-', "
+            "and must start with a letter, digit or '_'",
+            "invalid_name",
+        )
+    return name
+
+
+def check_password(password: str, name: str, limits: Limits) -> str:
+    if len(password) < limits.min_password_chars:
+        raise BadRequest(
+            f"password must be at least {limits.min_password_chars} characters",
+            "weak_password",
+        )
+    if len(password) > limits.max_password_chars:
+        raise BadRequest(
+            f"password must be at most {limits.max_password_chars} characters",
+            "invalid_password",
+        )
+    folded = password.casefold()
+    if folded in _COMMON_PASSWORDS or folded == name.casefold() or len(set(password)) < 3:
+        raise BadRequest("password is too easy to guess", "weak_password")
+    return password
+
+
+def check_room_name(name: str, limits: Limits) -> str:
+    name = name.strip()
+    if not name:
+        raise BadRequest("name must not be empty", "invalid_name")
+    if len(name) > limits.max_room_name_chars:
+        raise BadRequest(
+            f"name must be at most {limits.max_room_name_chars} characters", "invalid_name"
+        )
+    if any(ord(ch) < 32 for ch in name):
+        raise BadRequest("name must not contain control characters", "invalid_name")
+    return name
+
+
+def check_description(description: str, limits: Limits) -> str:
+    if len(description) > limits.max_description_chars:
+        raise BadRequest(
+            f"description must be at most {limits.max_description_chars} characters",
+            "invalid_description",
+        )
+    if "\x00" in description:
+        raise BadRequest("description must not contain NUL characters", "invalid_description")
+    return description
+
+
+def check_content(content: str, limits: Limits) -> str:
+    """Message content: non-blank, no NUL, at most ``max_message_bytes`` UTF-8 bytes.
+
+    Raises:
+        BadRequest: empty or blank content, or NUL characters.
+        PayloadTooLarge: over the limit (413, code ``content_too_large``).
+    """
+    if not content.strip():
+        raise BadRequest("content must not be empty", "empty_content")
+    if "\x00" in content:
+        raise BadRequest("content must not contain NUL characters", "invalid_content")
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadRequest("content is not valid Unicode text", "invalid_content") from None
+    if size > limits.max_message_bytes:
+        raise PayloadTooLarge(
+            f"content is {size} bytes; the limit is {limits.max_message_bytes}",
+            "content_too_large",
+        )
+    return content
+
+
+def check_emoji(emoji: str, limits: Limits) -> str:
+    if not emoji.strip() or len(emoji) > limits.max_emoji_chars:
+        raise BadRequest(f"emoji must be 1 to {limits.max_emoji_chars} characters", "invalid_emoji")
+    if any(ord(ch) < 32 for ch in emoji) or any(ch.isspace() for ch in emoji):
+        raise BadRequest("emoji must not contain spaces or control characters", "invalid_emoji")
+    return emoji
+
+
+def check_id(value: str, field: str) -> str:
+    if not is_ulid(value):
+        raise BadRequest(f"{field} is not a valid id", "invalid_id")
+    return value

@@ -1,0 +1,130 @@
+"""Repository: the mesh configuration row and participants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..models import MeshConfig, Participant
+from .schema import mesh_config, participants
+
+__all__ = [
+    "delete_participant",
+    "get_mesh_config",
+    "get_participant",
+    "get_participant_by_name",
+    "insert_mesh_config",
+    "insert_participant",
+    "list_participants",
+    "name_taken",
+    "set_last_seen",
+]
+
+
+def get_mesh_config(conn: Connection) -> MeshConfig | None:
+    row = conn.execute(sa.select(mesh_config).where(mesh_config.c.id == 1)).first()
+    if row is None:
+        return None
+    return MeshConfig(
+        name=row.name,
+        description=row.description,
+        visibility=row.visibility,
+        registration_mode=row.registration_mode,
+        guests_can_send=bool(row.guests_can_send),
+        owner_id=row.owner_id,
+        created_at=row.created_at,
+    )
+
+
+def insert_mesh_config(conn: Connection, config: MeshConfig) -> None:
+    conn.execute(
+        mesh_config.insert().values(
+            id=1,
+            name=config.name,
+            description=config.description,
+            visibility=config.visibility,
+            registration_mode=config.registration_mode,
+            guests_can_send=config.guests_can_send,
+            owner_id=config.owner_id,
+            created_at=config.created_at,
+        )
+    )
+
+
+def _participant(row: Any) -> Participant:
+    return Participant(
+        participant_id=row.participant_id,
+        name=row.name,
+        kind=row.kind,
+        type=row.type,
+        role=row.role,
+        created_at=row.created_at,
+        last_seen_at=row.last_seen_at,
+        description=row.description,
+    )
+
+
+def name_taken(conn: Connection, name: str) -> bool:
+    query = sa.select(participants.c.participant_id).where(
+        participants.c.name_key == name.casefold()
+    )
+    return conn.execute(query).first() is not None
+
+
+def insert_participant(
+    conn: Connection, participant: Participant, password_hash: str | None
+) -> None:
+    """Insert a participant. Raises ``IntegrityError`` if the name is taken."""
+    conn.execute(
+        participants.insert().values(
+            participant_id=participant.participant_id,
+            name=participant.name,
+            name_key=participant.name.casefold(),
+            kind=participant.kind,
+            type=participant.type,
+            role=participant.role,
+            password_hash=password_hash,
+            description=participant.description,
+            created_at=participant.created_at,
+            last_seen_at=participant.last_seen_at,
+        )
+    )
+
+
+def get_participant(conn: Connection, participant_id: str) -> Participant | None:
+    row = conn.execute(
+        sa.select(participants).where(participants.c.participant_id == participant_id)
+    ).first()
+    return None if row is None else _participant(row)
+
+
+def get_participant_by_name(conn: Connection, name: str) -> tuple[Participant, str | None] | None:
+    """The participant named *name* (case-insensitive) and its password hash."""
+    row = conn.execute(
+        sa.select(participants).where(participants.c.name_key == name.casefold())
+    ).first()
+    return None if row is None else (_participant(row), row.password_hash)
+
+
+def list_participants(conn: Connection) -> Sequence[Participant]:
+    rows = conn.execute(sa.select(participants).order_by(participants.c.name_key))
+    return [_participant(row) for row in rows]
+
+
+def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:
+    for participant_id, at in seen.items():
+        conn.execute(
+            participants.update()
+            .where(participants.c.participant_id == participant_id)
+            .values(last_seen_at=at)
+        )
+
+
+def delete_participant(conn: Connection, participant_id: str) -> bool:
+    result = conn.execute(
+        participants.delete().where(participants.c.participant_id == participant_id)
+    )
+    return result.rowcount > 0

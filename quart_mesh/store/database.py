@@ -1,0 +1,138 @@
+"""The store's engine: synchronous SQLAlchemy Core, run off the event loop.
+
+Why not an async driver: the ``databases`` package and every asyncio-only
+driver fail under Trio (DESIGN.md §4). Instead each unit of work is a plain
+function ``fn(conn) -> T`` run in a worker thread:
+
+- :meth:`Database.write` runs it in a transaction, one writer at a time
+  (SQLite allows one writer; serializing here avoids ``database is locked``).
+- :meth:`Database.read` runs it on a pooled connection; several readers may
+  run at once (SQLite in WAL mode lets readers proceed during a write).
+
+Cancellation: a unit of work that has started in its thread always runs to
+completion (commit or rollback); the awaiting task sees ``Cancelled`` only
+after that. So a cancelled request never leaves half a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+import trio
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from ..errors import Unavailable
+
+__all__ = ["Database"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class Database:
+    """Owns the engine and the thread limiters. Open with :meth:`open`."""
+
+    def __init__(self, url: str, *, reader_threads: int = 4) -> None:
+        self.url = url
+        self.backend = sa.make_url(url).get_backend_name()
+        self._engine: Engine | None = None
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._read_limiter = trio.CapacityLimiter(reader_threads)
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("Database is not open")
+        return self._engine
+
+    async def open(self) -> None:
+        """Create the engine and apply migrations up to head (in a thread)."""
+        await trio.to_thread.run_sync(self._open_sync, limiter=self._write_limiter)
+
+    def _open_sync(self) -> None:
+        url = sa.make_url(self.url)
+        kwargs: dict[str, Any] = {}
+        if self.backend == "sqlite":
+            if url.database and url.database != ":memory:":
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            # connections move between worker threads; the limiters serialize use
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        engine = sa.create_engine(url, **kwargs)
+        if self.backend == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+            # pysqlite's own transaction handling is broken for BEGIN; take it over
+            sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+        self._engine = engine
+        with engine.begin() as conn:
+            cfg = AlembicConfig()
+            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+        log.debug("store open at %s", engine.url.render_as_string(hide_password=True))
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            await trio.to_thread.run_sync(engine.dispose)
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one transaction, serialized with other writes.
+
+        Raises:
+            Unavailable: the database could not be reached or is locked.
+        """
+        return await trio.to_thread.run_sync(self._run_write, fn, limiter=self._write_limiter)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` on a read connection, concurrently with other reads."""
+        return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
+
+    def _run_write(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            with self.engine.begin() as conn:
+                return fn(conn)
+        except OperationalError as exc:
+            raise _unavailable(exc) from exc
+
+    def _run_read(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            with self.engine.connect() as conn:
+                try:
+                    return fn(conn)
+                finally:
+                    conn.rollback()
+        except OperationalError as exc:
+            raise _unavailable(exc) from exc
+
+    async def ping(self) -> bool:
+        """True if a trivial query succeeds."""
+        try:
+            await self.read(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
+        except (Unavailable, DBAPIError, RuntimeError):
+            return False
+        return True
+
+
+def _unavailable(exc: OperationalError) -> Unavailable:
+    log.error("storage error: %s", exc.orig)
+    return Unavailable("the storage backend is unavailable", "storage_unavailable")
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # autocommit at the driver level; SQLAlchemy's "begin" listener issues BEGIN
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()

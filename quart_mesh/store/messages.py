@@ -1,0 +1,171 @@
+"""Repository: messages and reactions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..models import Message, Reaction
+from .schema import messages, reactions
+
+__all__ = [
+    "add_reaction",
+    "count_emoji",
+    "delete_message",
+    "get_message",
+    "insert_message",
+    "list_messages",
+    "remove_reaction",
+    "seq_of",
+    "update_content",
+]
+
+
+def _message(row: Any, reacts: Sequence[Reaction] = ()) -> Message:
+    return Message(
+        seq=row.seq,
+        message_id=row.message_id,
+        room_id=row.room_id,
+        sender_id=row.sender_id,
+        sender_name=row.sender_name,
+        content=row.content,
+        created_at=row.created_at,
+        to_id=row.to_id,
+        thread_id=row.thread_id,
+        edited_at=row.edited_at,
+        reactions=tuple(reacts),
+    )
+
+
+def _reactions_for(conn: Connection, message_ids: list[str]) -> dict[str, list[Reaction]]:
+    if not message_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(reactions)
+        .where(reactions.c.message_id.in_(message_ids))
+        .order_by(reactions.c.created_at, reactions.c.participant_id)
+    )
+    grouped: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for row in rows:
+        grouped[row.message_id].setdefault(row.emoji, []).append(row.participant_id)
+    return {
+        mid: [Reaction(emoji, tuple(pids)) for emoji, pids in by_emoji.items()]
+        for mid, by_emoji in grouped.items()
+    }
+
+
+def insert_message(conn: Connection, message: Message) -> Message:
+    """Insert *message* (its ``seq`` is ignored) and return it with its new ``seq``."""
+    result = conn.execute(
+        messages.insert().values(
+            message_id=message.message_id,
+            room_id=message.room_id,
+            sender_id=message.sender_id,
+            sender_name=message.sender_name,
+            content=message.content,
+            to_id=message.to_id,
+            thread_id=message.thread_id,
+            created_at=message.created_at,
+        )
+    )
+    (seq,) = result.inserted_primary_key or (None,)
+    row = conn.execute(sa.select(messages).where(messages.c.seq == seq)).one()
+    return _message(row)
+
+
+def get_message(conn: Connection, message_id: str) -> Message | None:
+    row = conn.execute(sa.select(messages).where(messages.c.message_id == message_id)).first()
+    if row is None:
+        return None
+    return _message(row, _reactions_for(conn, [message_id]).get(message_id, ()))
+
+
+def seq_of(conn: Connection, room_id: str, message_id: str) -> int | None:
+    return conn.execute(
+        sa.select(messages.c.seq).where(
+            messages.c.message_id == message_id, messages.c.room_id == room_id
+        )
+    ).scalar_one_or_none()
+
+
+def list_messages(
+    conn: Connection,
+    room_id: str,
+    *,
+    before: int | None,
+    since: int | None,
+    limit: int,
+) -> list[Message]:
+    """A page of a room's messages, oldest first.
+
+    With *since*: the first *limit* messages after it. Otherwise the last
+    *limit* messages (before *before*, if given).
+    """
+    query = sa.select(messages).where(messages.c.room_id == room_id)
+    if before is not None:
+        query = query.where(messages.c.seq < before)
+    if since is not None:
+        query = query.where(messages.c.seq > since).order_by(messages.c.seq).limit(limit)
+        rows = list(conn.execute(query))
+    else:
+        query = query.order_by(messages.c.seq.desc()).limit(limit)
+        rows = list(conn.execute(query))[::-1]
+    reacts = _reactions_for(conn, [row.message_id for row in rows])
+    return [_message(row, reacts.get(row.message_id, ())) for row in rows]
+
+
+def update_content(conn: Connection, message_id: str, content: str, at: int) -> None:
+    conn.execute(
+        messages.update()
+        .where(messages.c.message_id == message_id)
+        .values(content=content, edited_at=at)
+    )
+
+
+def delete_message(conn: Connection, message_id: str) -> bool:
+    # reactions go with it (ON DELETE CASCADE)
+    return conn.execute(messages.delete().where(messages.c.message_id == message_id)).rowcount > 0
+
+
+def count_emoji(conn: Connection, message_id: str) -> int:
+    return conn.execute(
+        sa.select(sa.func.count(sa.distinct(reactions.c.emoji))).where(
+            reactions.c.message_id == message_id
+        )
+    ).scalar_one()
+
+
+def add_reaction(
+    conn: Connection, message_id: str, participant_id: str, emoji: str, at: int
+) -> bool:
+    """Add a reaction; False if this participant already reacted with this emoji."""
+    exists = conn.execute(
+        sa.select(reactions.c.emoji).where(
+            reactions.c.message_id == message_id,
+            reactions.c.participant_id == participant_id,
+            reactions.c.emoji == emoji,
+        )
+    ).first()
+    if exists is not None:
+        return False
+    conn.execute(
+        reactions.insert().values(
+            message_id=message_id, participant_id=participant_id, emoji=emoji, created_at=at
+        )
+    )
+    return True
+
+
+def remove_reaction(conn: Connection, message_id: str, participant_id: str, emoji: str) -> bool:
+    result = conn.execute(
+        reactions.delete().where(
+            reactions.c.message_id == message_id,
+            reactions.c.participant_id == participant_id,
+            reactions.c.emoji == emoji,
+        )
+    )
+    return result.rowcount > 0

@@ -1,0 +1,196 @@
+"""Repository: rooms, DM rooms and memberships."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..models import Participant, Room
+from .accounts import _participant
+from .schema import messages, participants, room_members, rooms
+
+__all__ = [
+    "add_member",
+    "delete_room",
+    "dm_key",
+    "get_dm_by_key",
+    "get_room",
+    "insert_room",
+    "is_member",
+    "list_dms",
+    "list_members",
+    "list_rooms",
+    "member_room_ids",
+    "remove_member",
+    "set_hidden",
+    "unhide_all",
+]
+
+_member_count = (
+    sa.select(sa.func.count())
+    .where(room_members.c.room_id == rooms.c.room_id)
+    .correlate(rooms)
+    .scalar_subquery()
+    .label("member_count")
+)
+
+
+def _room(row: Any) -> Room:
+    return Room(
+        room_id=row.room_id,
+        kind=row.kind,
+        name=row.name,
+        description=row.description,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        member_count=row.member_count,
+    )
+
+
+def dm_key(a: str, b: str) -> str:
+    return ":".join(sorted((a, b)))
+
+
+def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None = None) -> None:
+    """Insert a room. Raises ``IntegrityError`` if the name (or DM pair) is taken."""
+    conn.execute(
+        rooms.insert().values(
+            room_id=room.room_id,
+            kind=room.kind,
+            name=room.name,
+            name_key=None if room.kind == "dm" else room.name.casefold(),
+            dm_key=None if dm_pair is None else dm_key(*dm_pair),
+            description=room.description,
+            created_by=room.created_by,
+            created_at=room.created_at,
+        )
+    )
+
+
+def get_room(conn: Connection, room_id: str) -> Room | None:
+    row = conn.execute(sa.select(rooms, _member_count).where(rooms.c.room_id == room_id)).first()
+    return None if row is None else _room(row)
+
+
+def get_dm_by_key(conn: Connection, key: str) -> Room | None:
+    row = conn.execute(sa.select(rooms, _member_count).where(rooms.c.dm_key == key)).first()
+    return None if row is None else _room(row)
+
+
+def list_rooms(conn: Connection) -> Sequence[Room]:
+    rows = conn.execute(
+        sa.select(rooms, _member_count).where(rooms.c.kind == "room").order_by(rooms.c.name_key)
+    )
+    return [_room(row) for row in rows]
+
+
+def member_room_ids(conn: Connection, participant_id: str) -> set[str]:
+    rows = conn.execute(
+        sa.select(room_members.c.room_id).where(room_members.c.participant_id == participant_id)
+    )
+    return {row.room_id for row in rows}
+
+
+def delete_room(conn: Connection, room_id: str) -> bool:
+    return conn.execute(rooms.delete().where(rooms.c.room_id == room_id)).rowcount > 0
+
+
+def is_member(conn: Connection, room_id: str, participant_id: str) -> bool:
+    query = sa.select(room_members.c.room_id).where(
+        room_members.c.room_id == room_id, room_members.c.participant_id == participant_id
+    )
+    return conn.execute(query).first() is not None
+
+
+def add_member(conn: Connection, room_id: str, participant_id: str, at: int) -> bool:
+    """Add a member; False if already one."""
+    if is_member(conn, room_id, participant_id):
+        return False
+    conn.execute(
+        room_members.insert().values(
+            room_id=room_id, participant_id=participant_id, joined_at=at, hidden=False
+        )
+    )
+    return True
+
+
+def remove_member(conn: Connection, room_id: str, participant_id: str) -> bool:
+    result = conn.execute(
+        room_members.delete().where(
+            room_members.c.room_id == room_id, room_members.c.participant_id == participant_id
+        )
+    )
+    return result.rowcount > 0
+
+
+def list_members(conn: Connection, room_id: str) -> Sequence[Participant]:
+    rows = conn.execute(
+        sa.select(participants)
+        .join(room_members, room_members.c.participant_id == participants.c.participant_id)
+        .where(room_members.c.room_id == room_id)
+        .order_by(room_members.c.joined_at, participants.c.participant_id)
+    )
+    return [_participant(row) for row in rows]
+
+
+def set_hidden(conn: Connection, room_id: str, participant_id: str, hidden: bool) -> bool:
+    result = conn.execute(
+        room_members.update()
+        .where(room_members.c.room_id == room_id, room_members.c.participant_id == participant_id)
+        .values(hidden=hidden)
+    )
+    return result.rowcount > 0
+
+
+def unhide_all(conn: Connection, room_id: str) -> None:
+    conn.execute(
+        room_members.update()
+        .where(room_members.c.room_id == room_id, room_members.c.hidden.is_(True))
+        .values(hidden=False)
+    )
+
+
+def list_dms(
+    conn: Connection, participant_id: str
+) -> Sequence[tuple[Room, Participant, int | None]]:
+    """The caller's visible DMs, most recent first: (room, other participant, last message ms)."""
+    me = room_members.alias("me")
+    other = room_members.alias("other")
+    last_at = (
+        sa.select(sa.func.max(messages.c.created_at))
+        .where(messages.c.room_id == rooms.c.room_id)
+        .correlate(rooms)
+        .scalar_subquery()
+        .label("last_message_at")
+    )
+    query = (
+        sa.select(rooms, _member_count, last_at, other.c.participant_id.label("other_id"))
+        .select_from(rooms)
+        .join(me, sa.and_(me.c.room_id == rooms.c.room_id, me.c.participant_id == participant_id))
+        .join(
+            other,
+            sa.and_(other.c.room_id == rooms.c.room_id, other.c.participant_id != participant_id),
+        )
+        .where(rooms.c.kind == "dm", me.c.hidden.is_(False))
+        .order_by(sa.desc(sa.func.coalesce(last_at, rooms.c.created_at)), rooms.c.room_id)
+    )
+    rows = list(conn.execute(query))
+    others = {
+        p.participant_id: p
+        for p in map(
+            _participant,
+            conn.execute(
+                sa.select(participants).where(
+                    participants.c.participant_id.in_([row.other_id for row in rows])
+                )
+            ),
+        )
+    }
+    return [
+        (_room(row), others[row.other_id], row.last_message_at)
+        for row in rows
+        if row.other_id in others
+    ]

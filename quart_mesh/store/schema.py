@@ -1,0 +1,132 @@
+"""The relational schema (SQLAlchemy Core). Alembic migrations create it.
+
+Times are integer milliseconds since the Unix epoch (UTC); the API renders
+them as ISO 8601. ``messages.seq`` is the per-node cursor: with SQLite's
+AUTOINCREMENT it only ever grows, so a cursor is never reused after deletes.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+mesh_config = Table(
+    "mesh_config",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1: one mesh per node
+    Column("name", String(200), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("visibility", String(16), nullable=False),
+    Column("registration_mode", String(16), nullable=False),
+    Column("guests_can_send", Boolean, nullable=False, default=False),
+    Column("owner_id", String(26), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+participants = Table(
+    "participants",
+    metadata,
+    Column("participant_id", String(26), primary_key=True),
+    Column("name", String(200), nullable=False),
+    # casefolded name: "Alice" and "alice" are one name
+    Column("name_key", String(200), nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),  # human | guest | bot
+    Column("type", String(32), nullable=False),  # human | guest | a bot type
+    Column("role", String(64), nullable=False),
+    Column("password_hash", Text, nullable=True),
+    Column("description", Text, nullable=False, default=""),
+    Column("created_at", BigInteger, nullable=False),
+    Column("last_seen_at", BigInteger, nullable=True),
+)
+
+rooms = Table(
+    "rooms",
+    metadata,
+    Column("room_id", String(26), primary_key=True),
+    Column("kind", String(8), nullable=False),  # room | dm
+    Column("name", String(200), nullable=False),
+    # casefolded name of an ordinary room (unique); NULL for DMs
+    Column("name_key", String(200), nullable=True, unique=True),
+    # "<participantId>:<participantId>" sorted, for the one DM of a pair; NULL otherwise
+    Column("dm_key", String(64), nullable=True, unique=True),
+    Column("description", Text, nullable=False, default=""),
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+room_members = Table(
+    "room_members",
+    metadata,
+    Column(
+        "room_id",
+        String(26),
+        ForeignKey("rooms.room_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("joined_at", BigInteger, nullable=False),
+    # a DM the participant removed from its list; cleared by a new message
+    Column("hidden", Boolean, nullable=False, default=False),
+    Index("ix_room_members_participant_id", "participant_id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(26), nullable=False, unique=True),
+    Column(
+        "room_id",
+        String(26),
+        ForeignKey("rooms.room_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # no foreign key: the sender may later be deleted or live on another node
+    Column("sender_id", String(26), nullable=False),
+    Column("sender_name", String(200), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("to_id", String(26), nullable=True),
+    Column("thread_id", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("edited_at", BigInteger, nullable=True),
+    Index("ix_messages_room_id_seq", "room_id", "seq"),
+    sqlite_autoincrement=True,
+)
+
+reactions = Table(
+    "reactions",
+    metadata,
+    Column(
+        "message_id",
+        String(26),
+        ForeignKey("messages.message_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("participant_id", String(26), primary_key=True),
+    Column("emoji", String(64), primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+)
