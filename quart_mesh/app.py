@@ -98,6 +98,10 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
         }.get(status, error.description or error.name)
         response = jsonify(error_body(message, code))
         response.status_code = status
+        if status == 413:
+            # the rest of the body is still on the wire: close rather than leave the
+            # keep-alive connection stuck behind it (hypercorn would not read it)
+            response.headers["Connection"] = "close"
         if status == 405 and (allowed := getattr(error, "valid_methods", None)):
             response.headers["Allow"] = ", ".join(allowed)
         return response
