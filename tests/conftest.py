@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 import trio
-from quart.typing import TestClientProtocol
 
 from quart_mesh import MeshApp, Settings, create_app, serve
 from tests.helpers import Mesh
+
+if TYPE_CHECKING:
+    from quart.typing import TestClientProtocol
 
 
 @pytest.fixture

@@ -83,8 +83,10 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     assert response.status_code == status, (response.status_code, response.text)
     assert response.headers["content-type"].startswith("application/json"), response.headers
     body = response.json()
-    assert isinstance(body.get("error"), str) and body["error"], body
-    assert isinstance(body.get("code"), str) and body["code"], body
+    assert isinstance(body.get("error"), str), body
+    assert body["error"], body
+    assert isinstance(body.get("code"), str), body
+    assert body["code"], body
     if code is not None:
         assert body["code"] == code, body
     assert "Traceback" not in response.text

@@ -154,9 +154,7 @@ async def test_guest_on_public_mesh(http: httpx.AsyncClient, mesh: Mesh) -> None
         f"/api/rooms/{room['roomId']}/messages", json={"content": "hi"}, headers=guest.headers
     )
     assert_error(r, 403, "forbidden")
-    assert_error(
-        await http.post("/api/rooms", json={"name": "mine"}, headers=guest.headers), 403
-    )
+    assert_error(await http.post("/api/rooms", json={"name": "mine"}, headers=guest.headers), 403)
     assert_error(
         await http.post(
             "/api/dms", json={"participantId": owner.participant_id}, headers=guest.headers

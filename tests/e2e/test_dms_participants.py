@@ -11,13 +11,17 @@ async def test_dm_rooms(http: httpx.AsyncClient, mesh: Mesh) -> None:
     await mesh.setup()
     bob, carol, dave = [await mesh.register(n) for n in ("bob", "carol", "dave")]
 
-    r = await http.post("/api/dms", json={"participantId": carol.participant_id}, headers=bob.headers)
+    r = await http.post(
+        "/api/dms", json={"participantId": carol.participant_id}, headers=bob.headers
+    )
     assert r.status_code == 201
     dm = r.json()
     assert dm["participant"]["participantId"] == carol.participant_id
     room_id = dm["roomId"]
     # idempotent, from either side
-    r = await http.post("/api/dms", json={"participantId": bob.participant_id}, headers=carol.headers)
+    r = await http.post(
+        "/api/dms", json={"participantId": bob.participant_id}, headers=carol.headers
+    )
     assert r.status_code == 200
     assert r.json()["roomId"] == room_id
     assert r.json()["participant"]["name"] == "bob"
@@ -75,5 +79,6 @@ async def test_health(http: httpx.AsyncClient) -> None:
     body = r.json()
     assert body["ok"] is True
     assert body["version"] == "0.1.0"
-    assert isinstance(body["uptime"], float | int) and body["uptime"] >= 0
+    assert isinstance(body["uptime"], float | int)
+    assert body["uptime"] >= 0
     assert body["storage"] == {"ok": True, "backend": "sqlite"}

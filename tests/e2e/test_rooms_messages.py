@@ -93,12 +93,22 @@ async def test_message_fields_and_pagination(
     sent = [await mesh.send(bob, room_id, f"m{i}") for i in range(120)]
     first = sent[0]
     assert set(first) >= {
-        "roomId", "messageId", "senderId", "senderName", "content", "timestamp",
-        "to", "threadId", "editedAt", "reactions", "cursor",
+        "roomId",
+        "messageId",
+        "senderId",
+        "senderName",
+        "content",
+        "timestamp",
+        "to",
+        "threadId",
+        "editedAt",
+        "reactions",
+        "cursor",
     }
     assert first["senderId"] == bob.participant_id
     assert first["senderName"] == "bob"
-    assert first["timestamp"].endswith("Z") and "T" in first["timestamp"]
+    assert first["timestamp"].endswith("Z")
+    assert "T" in first["timestamp"]
 
     latest = await mesh.messages(carol, room_id)
     assert [m["content"] for m in latest] == [f"m{i}" for i in range(70, 120)]  # default 50

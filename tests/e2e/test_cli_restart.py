@@ -1,0 +1,154 @@
+"""The real command: ``python -m quart_mesh serve`` in a subprocess, stopped by
+SIGTERM and SIGINT, and started again on the same data folder with nothing lost."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+
+from tests.helpers import PASSWORD, Mesh
+
+_LISTENING = re.compile(rb"listening on (http://\S+)")
+
+
+class ServerProcess:
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.args = [
+            sys.executable,
+            "-m",
+            "quart_mesh",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ]
+        self.output = b""
+
+    async def start(self, nursery: trio.Nursery) -> str:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = await trio.lowlevel.open_process(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        assert self.process.stdout is not None
+        self._stdout = self.process.stdout
+        with trio.fail_after(20):
+            while not (match := _LISTENING.search(self.output)):
+                chunk = await self._stdout.receive_some(4096)
+                assert chunk, f"server exited early: {self.output.decode(errors='replace')}"
+                self.output += chunk
+        nursery.start_soon(self._drain)
+        return match.group(1).decode()
+
+    async def _drain(self) -> None:
+        while chunk := await self._stdout.receive_some(4096):
+            self.output += chunk
+
+    async def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        with trio.fail_after(15):
+            return await self.process.wait()
+
+
+async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -> None:
+    data_dir = tmp_path / "mesh-data"
+    first = ServerProcess(data_dir)
+    url = await first.start(nursery)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bob = await mesh.register("bob")
+        room_id = (await mesh.create_room(owner, "keep"))["roomId"]
+        await mesh.join(bob, room_id)
+        msg = await mesh.send(owner, room_id, "draft")
+        murl = f"/api/rooms/{room_id}/messages/{msg['messageId']}"
+        assert (await http.patch(murl, json={"content": "final"}, headers=owner.headers)).is_success
+        r = await http.post(f"{murl}/reactions", json={"emoji": "tada"}, headers=bob.headers)
+        assert r.is_success
+        dm = (
+            await http.post(
+                "/api/dms", json={"participantId": bob.participant_id}, headers=owner.headers
+            )
+        ).json()
+        await mesh.send(owner, dm["roomId"], "private note")
+        before = {
+            "participants": (await http.get("/api/participants", headers=owner.headers)).json(),
+            "rooms": (await http.get("/api/rooms", headers=owner.headers)).json(),
+            "messages": await mesh.messages(bob, room_id),
+            "dms": (await http.get("/api/dms", headers=bob.headers)).json(),
+        }
+    assert await first.stop(signal.SIGTERM) == 0
+    assert b"received SIGTERM" in first.output
+    assert b"Traceback" not in first.output
+    assert (data_dir / "mesh.db").exists()
+    assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
+
+    second = ServerProcess(data_dir)
+    url = await second.start(nursery)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        # old tokens still work: the signing secret persisted
+        assert (await http.get("/api/auth/me", headers=bob.headers)).status_code == 200
+        r = await http.post("/api/auth/login", json={"name": "bob", "password": PASSWORD})
+        assert r.status_code == 200
+        assert (await http.get("/api/setup/status")).json()["initialized"] is True
+        after = {
+            "participants": (await http.get("/api/participants", headers=owner.headers)).json(),
+            "rooms": (await http.get("/api/rooms", headers=owner.headers)).json(),
+            "messages": await Mesh(http).messages(bob, room_id),
+            "dms": (await http.get("/api/dms", headers=bob.headers)).json(),
+        }
+    for key in ("rooms", "messages", "dms"):
+        assert after[key] == before[key], key
+    assert [p["participantId"] for p in after["participants"]] == [
+        p["participantId"] for p in before["participants"]
+    ]
+    message = after["messages"][0]
+    assert message["content"] == "final"
+    assert message["editedAt"] is not None
+    assert message["reactions"][0]["emoji"] == "tada"
+    assert await second.stop(signal.SIGINT) == 0
+    assert b"Traceback" not in second.output
+
+
+async def test_cli_rejects_bad_options(tmp_path: Path) -> None:
+    for args in (["--port", "99999"], ["--public-url", "ftp://x"], ["--port", "abc"]):
+        result = await trio.run_process(
+            [sys.executable, "-m", "quart_mesh", "serve", "--data-dir", str(tmp_path), *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert result.returncode == 2
+        assert b"Traceback" not in result.stderr
+
+
+async def test_environment_configures_the_node(tmp_path: Path, nursery: trio.Nursery) -> None:
+    data_dir = tmp_path / "env-data"
+    server = ServerProcess(data_dir)
+    server.args = [sys.executable, "-m", "quart_mesh", "serve"]
+    os.environ["MESH_DATA_DIR"] = str(data_dir)
+    os.environ["MESH_PORT"] = "0"
+    os.environ["MESH_MAX_MESSAGE_BYTES"] = "10"
+    try:
+        url = await server.start(nursery)
+    finally:
+        for key in ("MESH_DATA_DIR", "MESH_PORT", "MESH_MAX_MESSAGE_BYTES"):
+            del os.environ[key]
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        room_id = (await mesh.create_room(owner, "tiny"))["roomId"]
+        r = await http.post(
+            f"/api/rooms/{room_id}/messages", json={"content": "x" * 11}, headers=owner.headers
+        )
+        assert r.status_code == 413
+    assert await server.stop() == 0
+    assert (data_dir / "mesh.db").exists()

@@ -1,0 +1,126 @@
+"""Small units: ids, settings, JSON parsing, public exports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import quart_mesh
+from quart_mesh.config import Limits, Settings
+from quart_mesh.errors import BadRequest, ConfigError
+from quart_mesh.ids import is_ulid, new_id
+from quart_mesh.models import iso
+from quart_mesh.wire import Fields, parse_json_object
+
+
+def test_public_api_exports() -> None:
+    assert set(quart_mesh.__all__) == {
+        "Limits",
+        "MeshApp",
+        "Node",
+        "Settings",
+        "__version__",
+        "create_app",
+        "serve",
+    }
+    for name in quart_mesh.__all__:
+        assert hasattr(quart_mesh, name)
+
+
+def test_ids_are_ulids_sorted_by_time() -> None:
+    a, b = new_id(1_000), new_id(2_000)
+    assert is_ulid(a)
+    assert is_ulid(b)
+    assert len(a) == 26
+    assert a < b
+    assert len({new_id() for _ in range(1000)}) == 1000
+    assert not is_ulid("01arz3ndektsv4rrffq69g5fav")  # lower case
+    assert not is_ulid("8ZZZZZZZZZZZZZZZZZZZZZZZZZ")  # overflows 128 bits
+    assert not is_ulid("01ARZ3NDEKTSV4RRFFQ69G5FAI")  # I is not Crockford
+    assert not is_ulid(None)
+
+
+def test_iso_timestamps() -> None:
+    assert iso(0) == "1970-01-01T00:00:00.000Z"
+    assert iso(1_795_295_338_123) == "2026-11-21T21:08:58.123Z"
+    assert iso(None) is None
+
+
+def test_settings_from_env(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "MESH_DATA_DIR": str(tmp_path),
+            "MESH_HOST": "0.0.0.0",
+            "MESH_PORT": "9000",
+            "MESH_PUBLIC_URL": "https://mesh.example/",
+            "MESH_MAX_MESSAGE_BYTES": "100",
+        }
+    )
+    assert settings.data_dir == tmp_path
+    assert settings.host == "0.0.0.0"
+    assert settings.port == 9000
+    assert settings.public_url == "https://mesh.example"
+    assert settings.limits.max_message_bytes == 100
+    assert settings.limits.max_page_size == Limits().max_page_size
+    assert settings.resolved_database_url == f"sqlite:///{(tmp_path / 'mesh.db').resolve()}"
+    assert (
+        Settings.from_env({"MESH_DATABASE_URL": "sqlite:///x.db"}).resolved_database_url
+        == "sqlite:///x.db"
+    )
+    assert settings.with_overrides(port=1, host=None).port == 1
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MESH_PORT": "http"},
+        {"MESH_PORT": "70000"},
+        {"MESH_PUBLIC_URL": "mesh.example"},
+        {"MESH_MAX_BODY_BYTES": "0"},
+        {"MESH_MAX_BODY_BYTES": "lots"},
+    ],
+)
+def test_settings_reject_bad_env(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b"1",
+        b'"x"',
+        b"\xff",
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": "\\udc00"}',
+        b"[" * 5000 + b"]" * 5000,
+    ],
+)
+def test_parse_json_object_rejects(raw: bytes) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_json_object(raw)
+    assert info.value.code == "invalid_json"
+
+
+def test_fields_types() -> None:
+    fields = Fields(parse_json_object(b'{"s": "x", "n": 1.5, "b": true, "z": null, "i": 3}'))
+    assert fields.req_str("s") == "x"
+    assert fields.opt_str("missing") is None
+    assert fields.opt_str("z") is None
+    assert fields.opt_bool("b") is True
+    assert fields.opt_number("n") == 1.5
+    assert fields.opt_number("i") == 3.0
+    for call in (
+        lambda: fields.req_str("n"),
+        lambda: fields.req_str("z"),
+        lambda: fields.opt_bool("s"),
+        lambda: fields.opt_number("b"),
+        lambda: fields.opt_number("s"),
+    ):
+        with pytest.raises(BadRequest):
+            call()
