@@ -45,6 +45,21 @@ class Limits:
     #: Distinct emoji per message.
     max_reactions_per_message: int = 64
 
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) < 1:
+                raise ConfigError(f"limit {field.name} must be at least 1")
+        if self.default_page_size > self.max_page_size:
+            raise ConfigError("default_page_size must not exceed max_page_size")
+        if self.max_message_bytes > self.max_body_bytes:
+            raise ConfigError("max_message_bytes must not exceed max_body_bytes")
+        # the store's columns hold at most this much
+        for name in ("max_name_chars", "max_room_name_chars"):
+            if getattr(self, name) > 200:
+                raise ConfigError(f"{name} must be at most 200")
+        if self.max_emoji_chars > 64:
+            raise ConfigError("max_emoji_chars must be at most 64")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
@@ -106,6 +121,9 @@ class Settings:
             values["database_url"] = v
         if v := env.get("MESH_LOG_LEVEL"):
             values["log_level"] = v.upper()
+        for name in ("token_ttl_seconds", "guest_token_ttl_seconds"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_int(v, "MESH_" + name.upper())
         limits: dict[str, Any] = {}
         for field in dataclasses.fields(Limits):
             key = "MESH_" + field.name.upper()

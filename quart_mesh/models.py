@@ -89,6 +89,7 @@ class Room:
     def to_json(self) -> dict[str, Any]:
         return {
             "roomId": self.room_id,
+            "kind": self.kind,
             "name": self.name,
             "description": self.description,
             "createdAt": iso(self.created_at),

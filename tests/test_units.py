@@ -124,3 +124,25 @@ def test_fields_types() -> None:
     ):
         with pytest.raises(BadRequest):
             call()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MESH_DEFAULT_PAGE_SIZE": "300"},
+        {"MESH_MAX_MESSAGE_BYTES": "100000"},
+        {"MESH_MAX_NAME_CHARS": "500"},
+        {"MESH_MAX_EMOJI_CHARS": "65"},
+        {"MESH_TOKEN_TTL_SECONDS": "-5"},
+    ],
+)
+def test_settings_reject_inconsistent_limits(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        Settings.from_env(env)
+
+
+def test_token_lifetimes_from_env() -> None:
+    settings = Settings.from_env(
+        {"MESH_TOKEN_TTL_SECONDS": "60", "MESH_GUEST_TOKEN_TTL_SECONDS": "30"}
+    )
+    assert (settings.token_ttl_seconds, settings.guest_token_ttl_seconds) == (60, 30)

@@ -29,9 +29,9 @@ async def setup_init() -> tuple[Any, int]:
         name=fields.req_str("name"),
         password=fields.req_str("password"),
         mesh_name=fields.req_str("meshName"),
-        description=fields.opt_str("description") or "",
-        visibility=fields.opt_str("visibility") or "public",
-        registration_mode=fields.opt_str("registrationMode") or "open",
+        description=_default(fields.opt_str("description"), ""),
+        visibility=_default(fields.opt_str("visibility"), "public"),
+        registration_mode=_default(fields.opt_str("registrationMode"), "open"),
     )
     return reply(session.to_json(), 201)
 
@@ -42,3 +42,7 @@ async def mesh_settings() -> tuple[Any, int]:
     if mesh is None:
         return reply({"name": None, "description": "", "visibility": "private"})
     return reply(mesh.public_json())
+
+
+def _default(value: str | None, default: str) -> str:
+    return default if value is None else value

@@ -23,7 +23,9 @@ async def create_room() -> tuple[Any, int]:
     actor = await caller()
     fields = await body()
     room = await node().rooms.create(
-        actor, fields.req_str("name"), fields.opt_str("description") or ""
+        actor,
+        fields.req_str("name"),
+        fields.opt_str("description") or "",  # null == absent
     )
     return reply({**room.to_json(), "joined": True}, 201)
 

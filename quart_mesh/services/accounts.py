@@ -146,6 +146,9 @@ class Accounts:
 
     async def login(self, name: str, password: str) -> Session:
         """Raises Unauthorized with one message for unknown names and wrong passwords."""
+        if len(password) > self._limits.max_password_chars or len(name) > 200:
+            # no account has such a password: refuse without spending argon2 on it
+            raise Unauthorized("wrong name or password", "invalid_credentials")
         found = await self._db.read(lambda conn: repo.get_participant_by_name(conn, name))
         participant, password_hash = found if found is not None else (None, None)
         ok = await self._passwords.verify(password_hash, password)

@@ -8,13 +8,12 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..errors import BadRequest, NotFound
-from ..ids import new_id
+from ..ids import is_ulid, new_id
 from ..models import Participant, Room, iso, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, authorize
-from .rooms import require_room
 from .validation import check_id
 
 __all__ = ["DirectMessages", "Dm"]
@@ -83,9 +82,15 @@ class DirectMessages:
     async def hide(self, actor: Actor, room_id: str) -> None:
         """Remove a DM from the actor's list until a new message arrives."""
 
+        authorize(actor, "rooms.read")
+
         def write(conn: Connection) -> None:
-            room = require_room(conn, actor, room_id)
-            if room.kind != "dm":
+            room = repo.get_room(conn, room_id) if is_ulid(room_id) else None
+            if (
+                room is None
+                or room.kind != "dm"
+                or not repo.is_member(conn, room_id, actor.participant_id)
+            ):
                 raise NotFound("no such DM", "dm_not_found")
             repo.set_hidden(conn, room_id, actor.participant_id, True)
 

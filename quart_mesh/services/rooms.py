@@ -131,7 +131,7 @@ class Rooms:
         def write(conn: Connection) -> Room:
             room = require_room(conn, actor, room_id)
             if room.kind == "dm":
-                raise Forbidden("direct-message rooms cannot be joined", "is_dm")
+                raise BadRequest("direct-message rooms cannot be joined", "is_dm")
             if repo.add_member(conn, room_id, actor.participant_id, now_ms()):
                 room = repo.get_room(conn, room_id) or room
             return room

@@ -22,7 +22,7 @@ __all__ = [
     "check_room_name",
 ]
 
-_NAME_RE = re.compile(r"^\w[\w.-]*$")
+_NAME_RE = re.compile(r"\w[\w.-]*")
 _COMMON_PASSWORDS = frozenset(
     {
         "password",
@@ -63,7 +63,7 @@ def check_name(name: str, limits: Limits) -> str:
         raise BadRequest("name must not be empty", "invalid_name")
     if len(name) > limits.max_name_chars:
         raise BadRequest(f"name must be at most {limits.max_name_chars} characters", "invalid_name")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise BadRequest(
             "name may contain only letters, digits, '_', '.' and '-', "
             "and must start with a letter, digit or '_'",

@@ -50,6 +50,7 @@ async def test_setup_rejects_bad_values(http: httpx.AsyncClient) -> None:
         ({"password": "short"}, "weak_password"),
         ({"name": "has space"}, "invalid_name"),
         ({"name": 12}, "invalid_field"),
+        ({"visibility": ""}, "invalid_visibility"),
     ]:
         assert_error(await http.post("/api/setup/init", json={**base, **change}), 400, code)
     assert (await http.get("/api/setup/status")).json()["initialized"] is False
@@ -109,6 +110,9 @@ async def test_register_validation(http: httpx.AsyncClient, mesh: Mesh) -> None:
         ({"name": "   ", "password": PASSWORD}, 400, "invalid_name"),
         ({"name": "x" * 65, "password": PASSWORD}, 400, "invalid_name"),
         ({"name": "a@b", "password": PASSWORD}, 400, "invalid_name"),
+        ({"name": "carol\n", "password": PASSWORD}, 400, "invalid_name"),  # regression
+        ({"name": "dave\n", "password": PASSWORD}, 400, "invalid_name"),
+        ({"name": "-dave", "password": PASSWORD}, 400, "invalid_name"),
         ({"name": "dave"}, 400, "missing_field"),
         ({"name": "dave", "password": "1234567"}, 400, "weak_password"),
         ({"name": "dave", "password": "password"}, 400, "weak_password"),
@@ -130,6 +134,8 @@ async def test_login_failures_look_the_same(http: httpx.AsyncClient, mesh: Mesh)
     assert_error(wrong, 401, "invalid_credentials")
     assert_error(unknown, 401, "invalid_credentials")
     assert wrong.json() == unknown.json()
+    huge = await http.post("/api/auth/login", json={"name": "erin", "password": "p" * 60_000})
+    assert_error(huge, 401, "invalid_credentials")
 
 
 async def test_closed_registration(http: httpx.AsyncClient, mesh: Mesh) -> None:

@@ -34,7 +34,7 @@ async def test_dm_rooms(http: httpx.AsyncClient, mesh: Mesh) -> None:
     assert_error(await http.get(f"/api/rooms/{room_id}/messages", headers=dave.headers), 404)
     assert_error(await http.get(f"/api/rooms/{room_id}", headers=dave.headers), 404)
     assert_error(await http.post(f"/api/rooms/{room_id}/join", headers=dave.headers), 404)
-    assert_error(await http.post(f"/api/rooms/{room_id}/join", headers=bob.headers), 403, "is_dm")
+    assert_error(await http.post(f"/api/rooms/{room_id}/join", headers=bob.headers), 400, "is_dm")
 
     listed = (await http.get("/api/dms", headers=carol.headers)).json()
     assert [(d["roomId"], d["participant"]["name"]) for d in listed] == [(room_id, "bob")]
@@ -47,7 +47,15 @@ async def test_dm_rooms(http: httpx.AsyncClient, mesh: Mesh) -> None:
     await mesh.send(bob, room_id, "still there?")
     assert len((await http.get("/api/dms", headers=carol.headers)).json()) == 1
 
-    assert_error(await http.delete(f"/api/dms/{room_id}", headers=dave.headers), 404)
+    assert_error(
+        await http.delete(f"/api/dms/{room_id}", headers=dave.headers), 404, "dm_not_found"
+    )
+    ordinary = await mesh.create_room(bob, "ordinary")
+    assert ordinary["kind"] == "room"
+    r = await http.delete(f"/api/dms/{ordinary['roomId']}", headers=bob.headers)
+    assert_error(r, 404, "dm_not_found")
+    r = await http.get(f"/api/rooms/{room_id}", headers=bob.headers)
+    assert r.json()["kind"] == "dm"
     for body, status, code in [
         ({"participantId": bob.participant_id}, 400, "dm_self"),
         ({"participantId": "01ARZ3NDEKTSV4RRFFQ69G5FAV"}, 404, "participant_not_found"),

@@ -1,0 +1,45 @@
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``.
+
+Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".", *session.posargs)
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typing(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.run("mypy", "quart_mesh", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run every benchmark in bench/ (each prints its figures and how to reproduce them)."""
+    session.install("-e", ".[test]")
+    scripts = sorted(Path("bench").glob("bench_*.py"))
+    if not scripts:
+        session.skip("no benchmarks yet (bench/bench_*.py)")
+    for script in scripts:
+        session.run("python", str(script), *session.posargs)
