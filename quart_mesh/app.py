@@ -18,6 +18,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from .api import BLUEPRINTS
+from .asgi import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, RateLimited, error_body
 from .node import Node
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     settings = settings or Settings.from_env()
     app = MeshApp(__name__)
     app.node = node or Node(settings)
+    app.asgi_app = drain_request_bodies(app.asgi_app, lambda: app.nursery)  # type: ignore[method-assign,assignment]
     app.config.update(
         MAX_CONTENT_LENGTH=settings.limits.max_body_bytes,
         BODY_TIMEOUT=30,

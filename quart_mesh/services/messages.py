@@ -180,14 +180,13 @@ class Messages:
         check_emoji(emoji, self._limits)
 
         def write(conn: Connection) -> Message:
-            self._load(conn, actor, message_id, room_id)
-            if repo.count_emoji(conn, message_id) >= self._limits.max_reactions_per_message:
-                existing = {r.emoji for r in self._load(conn, actor, message_id).reactions}
-                if emoji not in existing:
-                    raise BadRequest(
-                        "this message has as many different reactions as allowed",
-                        "too_many_reactions",
-                    )
+            message = self._load(conn, actor, message_id, room_id)
+            emojis = {r.emoji for r in message.reactions}
+            if emoji not in emojis and len(emojis) >= self._limits.max_reactions_per_message:
+                raise BadRequest(
+                    "this message has as many different reactions as allowed",
+                    "too_many_reactions",
+                )
             repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
             return self._load(conn, actor, message_id)
 

@@ -14,7 +14,6 @@ from .schema import messages, reactions
 
 __all__ = [
     "add_reaction",
-    "count_emoji",
     "delete_message",
     "get_message",
     "insert_message",
@@ -129,14 +128,6 @@ def update_content(conn: Connection, message_id: str, content: str, at: int) -> 
 def delete_message(conn: Connection, message_id: str) -> bool:
     # reactions go with it (ON DELETE CASCADE)
     return conn.execute(messages.delete().where(messages.c.message_id == message_id)).rowcount > 0
-
-
-def count_emoji(conn: Connection, message_id: str) -> int:
-    return conn.execute(
-        sa.select(sa.func.count(sa.distinct(reactions.c.emoji))).where(
-            reactions.c.message_id == message_id
-        )
-    ).scalar_one()
 
 
 def add_reaction(

@@ -31,9 +31,35 @@ async def test_malformed_bodies(http: httpx.AsyncClient, mesh: Mesh) -> None:
     r = await http.post(url, content=b'{"content": "' + b"a" * 70_000 + b'"}', headers=headers)
     assert_error(r, 413, "too_large")
 
-    r = await http.post(url, content=_Chunks(40, 4096), headers=headers)
-    assert_error(r, 413, "too_large")
     assert (await http.get("/api/health")).json()["ok"] is True
+
+
+async def test_oversized_chunked_body_gets_413_and_a_closed_connection(base_url: str) -> None:
+    """Regression: after an early 413 hypercorn does not read the rest of the body,
+    so a kept-alive connection used to hang; the node now closes it instead."""
+    host, port = base_url.removeprefix("http://").split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(
+        b"POST /api/auth/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    received = b""
+    with trio.fail_after(10):
+        try:
+            for _ in range(40):
+                await stream.send_all(b"1000\r\n" + b"a" * 4096 + b"\r\n")
+            await stream.send_all(b"0\r\n\r\n")
+            await stream.send_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        except trio.BrokenResourceError:
+            pass  # the server closed after answering; what it sent is still readable
+        try:
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        except trio.BrokenResourceError:
+            pass
+    await stream.aclose()
+    assert received.startswith(b"HTTP/1.1 413")
+    assert b'"code":"too_large"' in received
+    assert b"connection: close" in received.lower()
 
 
 async def test_unknown_paths_and_methods(http: httpx.AsyncClient, mesh: Mesh) -> None:
@@ -71,18 +97,69 @@ async def test_raw_socket_garbage_does_not_hurt(base_url: str, mesh: Mesh) -> No
     assert (await mesh.http.get("/api/auth/me", headers=owner.headers)).status_code == 200
 
 
-class _Chunks:
-    """A chunked request body (no Content-Length); a class, not an async
-    generator, so an early 413 leaves nothing unfinalized behind."""
+def count_tasks() -> int:
+    """Tasks alive in this process (the served node runs in it)."""
 
-    def __init__(self, count: int, size: int) -> None:
-        self.left, self.size = count, size
+    def walk(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(walk(child) for n in task.child_nurseries for child in n.child_tasks)
 
-    def __aiter__(self) -> _Chunks:
-        return self
+    return walk(trio.lowlevel.current_root_task())
 
-    async def __anext__(self) -> bytes:
-        if self.left == 0:
-            raise StopAsyncIteration
-        self.left -= 1
-        return b"a" * self.size
+
+async def settle_to(baseline: int) -> int:
+    """Wait (bounded) for the task count to come back down to *baseline*."""
+    with trio.move_on_after(5):
+        while count_tasks() > baseline:
+            await trio.sleep(0.01)
+    return count_tasks()
+
+
+async def test_early_answers_leak_no_tasks(base_url: str) -> None:
+    """Twenty abusive requests; afterwards the node holds no extra tasks."""
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        assert (await http.get("/api/health")).status_code == 200
+    baseline = count_tasks()
+    for _ in range(20):
+        await test_early_answer_then_more_body_does_not_wedge_the_connection(base_url)
+    assert await settle_to(baseline) <= baseline
+
+
+async def test_early_answer_then_more_body_does_not_wedge_the_connection(
+    base_url: str,
+) -> None:
+    """Regression: a 401 sent before the body is read used to wedge the
+    connection for ever once the client sent more than a few body chunks.
+
+    Now either the server closes the connection after answering (body still
+    arriving) or, if the whole body was in by then, keeps it alive and
+    answers the next request on it."""
+    host, port = base_url.removeprefix("http://").split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    body = b'{"name": "' + b"x" * 59_000 + b'"}'
+    await stream.send_all(
+        b"POST /api/rooms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+    received = b""
+    with trio.fail_after(10):
+        try:
+            for i in range(0, len(body), 500):
+                await stream.send_all(body[i : i + 500])
+                await trio.sleep(0.001)
+            await stream.send_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        except trio.BrokenResourceError:
+            pass  # closed after answering
+        try:
+            while not (received.count(b"HTTP/1.1 ") == 2 and received.endswith(b"}\n")):
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                received += chunk
+        except trio.BrokenResourceError:
+            pass
+    await stream.aclose()
+    responses = received.split(b"HTTP/1.1 ")[1:]
+    assert responses[0].startswith(b"401"), received[:200]
+    assert b'"code":"unauthorized"' in responses[0]
+    if len(responses) == 2:
+        assert responses[1].startswith(b"200")
