@@ -20,6 +20,7 @@ __all__ = [
     "insert_participant",
     "list_participants",
     "name_taken",
+    "participant_from_row",
     "set_last_seen",
 ]
 
@@ -54,7 +55,7 @@ def insert_mesh_config(conn: Connection, config: MeshConfig) -> None:
     )
 
 
-def _participant(row: Any) -> Participant:
+def participant_from_row(row: Any) -> Participant:
     return Participant(
         participant_id=row.participant_id,
         name=row.name,
@@ -98,7 +99,7 @@ def get_participant(conn: Connection, participant_id: str) -> Participant | None
     row = conn.execute(
         sa.select(participants).where(participants.c.participant_id == participant_id)
     ).first()
-    return None if row is None else _participant(row)
+    return None if row is None else participant_from_row(row)
 
 
 def get_participant_by_name(conn: Connection, name: str) -> tuple[Participant, str | None] | None:
@@ -106,12 +107,12 @@ def get_participant_by_name(conn: Connection, name: str) -> tuple[Participant, s
     row = conn.execute(
         sa.select(participants).where(participants.c.name_key == name.casefold())
     ).first()
-    return None if row is None else (_participant(row), row.password_hash)
+    return None if row is None else (participant_from_row(row), row.password_hash)
 
 
 def list_participants(conn: Connection) -> Sequence[Participant]:
     rows = conn.execute(sa.select(participants).order_by(participants.c.name_key))
-    return [_participant(row) for row in rows]
+    return [participant_from_row(row) for row in rows]
 
 
 def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:

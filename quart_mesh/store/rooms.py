@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..models import Participant, Room
-from .accounts import _participant
+from .accounts import participant_from_row
 from .schema import messages, participants, room_members, rooms
 
 __all__ = [
@@ -133,7 +133,7 @@ def list_members(conn: Connection, room_id: str) -> Sequence[Participant]:
         .where(room_members.c.room_id == room_id)
         .order_by(room_members.c.joined_at, participants.c.participant_id)
     )
-    return [_participant(row) for row in rows]
+    return [participant_from_row(row) for row in rows]
 
 
 def set_hidden(conn: Connection, room_id: str, participant_id: str, hidden: bool) -> bool:
@@ -181,7 +181,7 @@ def list_dms(
     others = {
         p.participant_id: p
         for p in map(
-            _participant,
+            participant_from_row,
             conn.execute(
                 sa.select(participants).where(
                     participants.c.participant_id.in_([row.other_id for row in rows])
