@@ -45,6 +45,12 @@ def drain_request_bodies(app: ASGIApp, nursery: Callable[[], trio.Nursery]) -> A
     """
 
     async def wrapped(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "websocket":
+            # WebSockets are the node's own (quart_mesh.realtime); an upgrade that
+            # reaches hypercorn (a later request on a kept-alive connection) is
+            # refused at once, so nothing waits on hypercorn's WebSocket stream.
+            await send({"type": "websocket.close", "code": 1008, "reason": None})
+            return
         if scope["type"] != "http":
             await app(scope, receive, send)
             return

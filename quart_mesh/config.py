@@ -87,6 +87,17 @@ class Settings:
     graceful_timeout: float = 5.0
     #: How often ``lastSeen`` may be written for one participant, seconds.
     last_seen_interval: float = 60.0
+    #: Events buffered per subscriber (WebSocket session, long-poll) before it
+    #: is disconnected as lagging.
+    subscriber_buffer: int = 1024
+    #: Seconds a WebSocket client has to send ``authenticate``.
+    auth_timeout: float = 10.0
+    #: Largest WebSocket message accepted from a client (bytes).
+    max_frame_bytes: int = 64 * 1024
+    #: Most missed messages replayed on resume (``since``); beyond, the client pages by REST.
+    max_replay: int = 1000
+    #: Longest long-poll wait, seconds.
+    max_poll_timeout: float = 30.0
     #: Log level name for the ``quart_mesh`` loggers.
     log_level: str = "INFO"
 

@@ -15,13 +15,18 @@ from typing import Any
 import trio
 
 from ._version import __version__
+from .broker import Broker
 from .config import Settings
+from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.dms import DirectMessages
 from .services.messages import Messages
+from .services.presence import Presence
 from .services.rooms import Rooms
+from .services.world import World
 from .store import Database
+from .store import rooms as rooms_repo
 
 __all__ = ["Node"]
 
@@ -46,9 +51,13 @@ class Node:
         self._tokens: Tokens | None = None
         self.started_at: float | None = None
         self._accounts: Accounts | None = None
-        self.rooms = Rooms(self.db, settings.limits)
-        self.messages = Messages(self.db, settings.limits)
-        self.dms = DirectMessages(self.db)
+        self.broker = Broker(settings.subscriber_buffer)
+        self.presence = Presence(self.db, self.broker)
+        self.rooms = Rooms(self.db, settings.limits, self.broker)
+        self.messages = Messages(self.db, settings.limits, self.broker)
+        self.dms = DirectMessages(self.db, self.broker)
+        self.realtime = Realtime(self)
+        self.world: World
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
 
@@ -75,8 +84,10 @@ class Node:
         self._tokens = Tokens(secret)
         await self.db.open()
         try:
-            accounts = Accounts(self.settings, self.db, self.passwords, self._tokens)
+            accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
+            self.world = World(self.db, self.broker, accounts)
+            self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()
             log.debug("node started (data in %s, store %s)", data_dir, self.db.backend)

@@ -1,17 +1,35 @@
-"""Serving a node with hypercorn's trio worker, programmatically.
+"""Serving a node: one port, HTTP by hypercorn, WebSocket by the node.
 
-Used by the CLI, by tests (port 0 on loopback) and by programs that embed a
-node in their own Trio code (``docs/embedding.md``).
+The node owns its listening sockets. For each connection it reads the first
+request head itself (bounded in size and time):
+
+- a WebSocket upgrade goes to the node's own WebSocket transport
+  (:mod:`quart_mesh.realtime`), which serves ``/ws`` and answers 404 elsewhere;
+- anything else is handed, bytes and all, to hypercorn's trio ``TCPServer``,
+  which serves the Quart app (and any further requests on that connection).
+
+Each connection runs under its own exception guard, so no single client can
+take the server down (hypercorn #225). The app's lifespan (the node's
+``run``) is driven by hypercorn's ``Lifespan``, as under ``hypercorn.trio.serve``.
+
+Shutdown: when *shutdown_trigger* returns, the listeners close, WebSocket
+sessions are told the node is going away, hypercorn closes idle keep-alive
+connections, and anything still open after ``graceful_timeout`` is cancelled.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, LifespanState
+from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .app import MeshApp
 
@@ -19,19 +37,105 @@ __all__ = ["serve"]
 
 log = logging.getLogger("quart_mesh")
 
+#: the first request head must arrive within this time and size
+HEAD_TIMEOUT = 10.0
+MAX_HEAD_BYTES = 16 * 1024
 
-def hypercorn_config(host: str, port: int, graceful_timeout: float) -> HypercornConfig:
+
+def hypercorn_config(graceful_timeout: float) -> HypercornConfig:
     config = HypercornConfig()
-    host_part = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    config.bind = [f"{host_part}:{port}"]
     config.graceful_timeout = graceful_timeout
     config.accesslog = None
-    # hypercorn's own "Running on ..." lines are replaced by one line of ours;
-    # its warnings and errors still reach the log.
+    # hypercorn's warnings and errors still reach the log, not its info chatter
     hlog = logging.getLogger("hypercorn.error")
     hlog.setLevel(max(hlog.getEffectiveLevel(), logging.WARNING))
     config.errorlog = hlog
     return config
+
+
+class PrefixedStream(trio.abc.HalfCloseableStream):
+    """A socket stream with bytes already read put back in front."""
+
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        self.socket = stream.socket  # hypercorn reads peer and local addresses here
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _is_websocket_upgrade(head: bytes) -> bool:
+    lines = head.split(b"\r\n")
+    if not lines[0].upper().startswith(b"GET "):
+        return False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes:
+    """Bytes up to the end of the first request head (possibly more), or what
+    arrived before the limit, the deadline or EOF."""
+    data = b""
+    with trio.move_on_after(HEAD_TIMEOUT):
+        while b"\r\n\r\n" not in data and len(data) < MAX_HEAD_BYTES:
+            chunk = await stream.receive_some(MAX_HEAD_BYTES)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+class _Server:
+    def __init__(self, app: MeshApp, config: HypercornConfig) -> None:
+        self.app = app
+        self.config = config
+        self.asgi: AppWrapper = wrap_app(app, config.wsgi_max_body_size, None)
+        self.context = WorkerContext(None)
+        self.state: LifespanState = {}
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        """Serve one connection; whatever happens stays inside it."""
+        try:
+            head = await _read_head(stream)
+            if not head:
+                return
+            if _is_websocket_upgrade(head):
+                await self.app.node.realtime.serve_websocket(stream, head)
+            else:
+                await TCPServer(
+                    self.asgi,
+                    self.config,
+                    self.context,
+                    self.state.copy(),
+                    PrefixedStream(stream, head),  # type: ignore[arg-type]
+                )
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        except Exception:
+            log.exception("connection failed; the server goes on")
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
 
 
 async def serve(
@@ -50,20 +154,35 @@ async def serve(
     Without ``public_url`` in the settings, the node uses that URL as its
     public address.
     """
-    config = hypercorn_config(host, port, app.node.settings.graceful_timeout)
+    config = hypercorn_config(app.node.settings.graceful_timeout)
+    server = _Server(app, config)
+    lifespan = Lifespan(server.asgi, config, server.state)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
 
-    async def run(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        await hypercorn_serve(
-            app,
-            config,
-            shutdown_trigger=shutdown_trigger,
-            task_status=task_status,
-        )
-
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(run)
-        url = binds[0]
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        sockname = listeners[0].socket.getsockname()
+        url = "http://" + repr_socket_addr(listeners[0].socket.family, sockname)
         if app.node.public_url is None:
             app.node.public_url = url
         log.info("quart-mesh listening on %s (data in %s)", url, app.node.settings.data_dir)
-        task_status.started(url)
+
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as front:
+                front.start_soon(
+                    partial(
+                        trio.serve_listeners, server.handle, listeners, handler_nursery=connections
+                    )
+                )
+                task_status.started(url)
+                if shutdown_trigger is None:
+                    await trio.sleep_forever()
+                await shutdown_trigger()
+                front.cancel_scope.cancel()  # stop accepting
+            # drain: sessions get "going away", idle keep-alives close, the rest has a deadline
+            await server.context.terminated.set()
+            app.node.realtime.shut_down()
+            connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

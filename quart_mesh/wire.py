@@ -79,3 +79,9 @@ class Fields:
         ):
             raise BadRequest(f"{name} must be a finite number", "invalid_field")
         return float(value)
+
+    def req_number(self, name: str) -> float:
+        value = self.opt_number(name)
+        if value is None:
+            raise BadRequest(f"{name} is required", "missing_field")
+        return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -16,6 +16,7 @@ from ..security import Passwords, Tokens
 from ..store import Database
 from ..store import accounts as repo
 from .authz import Actor, authorize
+from .presence import Presence
 from .validation import check_description, check_name, check_password
 
 __all__ = ["Accounts", "Session"]
@@ -43,7 +44,12 @@ class Accounts:
     """Owns the mesh configuration (cached) and participants' credentials."""
 
     def __init__(
-        self, settings: Settings, db: Database, passwords: Passwords, tokens: Tokens
+        self,
+        settings: Settings,
+        db: Database,
+        passwords: Passwords,
+        tokens: Tokens,
+        presence: Presence,
     ) -> None:
         self._settings = settings
         self._limits = settings.limits
@@ -51,6 +57,7 @@ class Accounts:
         self._passwords = passwords
         self._tokens = tokens
         self._mesh: MeshConfig | None = None
+        self._presence = presence
 
     async def load(self) -> None:
         """Read the mesh configuration; called once the store is open."""
@@ -214,11 +221,15 @@ class Accounts:
         participant = await self._db.read(lambda conn: repo.get_participant(conn, participant_id))
         if participant is None:
             raise NotFound("no such participant", "participant_not_found")
-        return participant
+        return self.with_presence(participant)
 
     async def list_participants(self, actor: Actor) -> list[Participant]:
         authorize(actor, "participants.read")
-        return list(await self._db.read(repo.list_participants))
+        return [self.with_presence(p) for p in await self._db.read(repo.list_participants)]
+
+    def with_presence(self, participant: Participant) -> Participant:
+        """The participant with its live ``online`` flag."""
+        return replace(participant, online=self._presence.is_online(participant.participant_id))
 
     def _insert(
         self, conn: Connection, participant: Participant, password_hash: str | None

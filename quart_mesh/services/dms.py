@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from ..broker import Broker
 from ..errors import BadRequest, NotFound
+from ..events import ParticipantJoined
 from ..ids import is_ulid, new_id
 from ..models import Participant, Room, iso, now_ms
 from ..store import Database
@@ -35,8 +37,9 @@ class Dm:
 
 
 class DirectMessages:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, broker: Broker) -> None:
         self._db = db
+        self._broker = broker
 
     async def open(self, actor: Actor, participant_id: str) -> tuple[Dm, bool]:
         """Create or find the DM room of the actor and *participant_id*.
@@ -53,10 +56,11 @@ class DirectMessages:
         if participant_id == actor.participant_id:
             raise BadRequest("you cannot open a DM with yourself", "dm_self")
 
-        def write(conn: Connection) -> tuple[Dm, bool]:
+        def write(conn: Connection) -> tuple[Dm, bool, Participant | None]:
             other = accounts_repo.get_participant(conn, participant_id)
             if other is None:
                 raise NotFound("no such participant", "participant_not_found")
+            me = accounts_repo.get_participant(conn, actor.participant_id)
             key = repo.dm_key(actor.participant_id, participant_id)
             room = repo.get_dm_by_key(conn, key)
             created = room is None
@@ -70,9 +74,21 @@ class DirectMessages:
                 assert room is not None
             else:
                 repo.set_hidden(conn, room.room_id, actor.participant_id, False)
-            return Dm(room, other), created
+            return Dm(room, other), created, me
 
-        return await self._db.write(write)
+        def publish(result: tuple[Dm, bool, Participant | None]) -> None:
+            dm, created, me = result
+            if created and me is not None:
+                # both members learn of the new DM room as a join of each
+                for participant in (me, dm.other):
+                    self._broker.join(dm.room.room_id, participant.participant_id)
+                for participant in (me, dm.other):
+                    self._broker.publish(
+                        ParticipantJoined(dm.room.room_id, participant=participant)
+                    )
+
+        dm, created, _ = await self._db.write(write, then=publish)
+        return dm, created
 
     async def list_dms(self, actor: Actor) -> list[Dm]:
         authorize(actor, "rooms.read")

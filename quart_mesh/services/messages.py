@@ -6,10 +6,22 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
+from math import inf
+
+import trio
 from sqlalchemy.engine import Connection
 
+from ..broker import Broker
 from ..config import Limits
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Forbidden, NotFound
+from ..events import (
+    MessageDeleted,
+    MessageEdited,
+    MessagePosted,
+    ReactionAdded,
+    ReactionRemoved,
+    Typing,
+)
 from ..ids import is_ulid, new_id
 from ..models import Message, now_ms
 from ..store import Database
@@ -23,6 +35,8 @@ from .validation import check_content, check_emoji, check_id
 __all__ = ["Messages", "parse_cursor"]
 
 _MAX_SEQ = 2**63 - 1
+#: seconds between two typing events of one participant in one room
+TYPING_INTERVAL = 1.0
 
 
 def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
@@ -43,9 +57,29 @@ def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
 
 
 class Messages:
-    def __init__(self, db: Database, limits: Limits) -> None:
+    def __init__(self, db: Database, limits: Limits, broker: Broker) -> None:
         self._db = db
         self._limits = limits
+        self._broker = broker
+        self._typing: dict[tuple[str, str], float] = {}
+
+    def typing(self, actor: Actor, room_id: str) -> None:
+        """Tell the room's other members the actor is typing (rate-limited,
+        silently: at most one event per participant and room per second)."""
+        authorize(actor, "messages.send")
+        if room_id not in self._broker.rooms_of(actor.participant_id):
+            raise Forbidden("you are not a member of this room", "not_member")
+        key = (actor.participant_id, room_id)
+        now = trio.current_time()
+        if now - self._typing.get(key, -inf) < TYPING_INTERVAL:
+            return
+        if len(self._typing) > 10_000:
+            self._typing.clear()
+        self._typing[key] = now
+        self._broker.publish(Typing(room_id, participant_id=actor.participant_id))
+
+    def _posted(self, message: Message) -> None:
+        self._broker.publish(MessagePosted(message.room_id, message=message))
 
     async def send(
         self,
@@ -95,7 +129,7 @@ class Messages:
                 rooms_repo.unhide_all(conn, room_id)
             return stored
 
-        return await self._db.write(write)
+        return await self._db.write(write, then=self._posted)
 
     async def list_messages(
         self,
@@ -156,7 +190,10 @@ class Messages:
             assert edited is not None
             return edited
 
-        return await self._db.write(write)
+        def publish(message: Message) -> None:
+            self._broker.publish(MessageEdited(message.room_id, message=message))
+
+        return await self._db.write(write, then=publish)
 
     async def delete(self, actor: Actor, message_id: str, *, room_id: str | None = None) -> Message:
         """Delete a message (and its reactions): its author, or moderator and above.
@@ -170,7 +207,10 @@ class Messages:
             repo.delete_message(conn, message_id)
             return message
 
-        return await self._db.write(write)
+        def publish(message: Message) -> None:
+            self._broker.publish(MessageDeleted(message.room_id, message_id=message.message_id))
+
+        return await self._db.write(write, then=publish)
 
     async def add_reaction(
         self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
@@ -179,7 +219,7 @@ class Messages:
         authorize(actor, "messages.react")
         check_emoji(emoji, self._limits)
 
-        def write(conn: Connection) -> Message:
+        def write(conn: Connection) -> tuple[Message, bool]:
             message = self._load(conn, actor, message_id, room_id)
             emojis = {r.emoji for r in message.reactions}
             if emoji not in emojis and len(emojis) >= self._limits.max_reactions_per_message:
@@ -187,10 +227,23 @@ class Messages:
                     "this message has as many different reactions as allowed",
                     "too_many_reactions",
                 )
-            repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
-            return self._load(conn, actor, message_id)
+            added = repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
+            return self._load(conn, actor, message_id), added
 
-        return await self._db.write(write)
+        def publish(result: tuple[Message, bool]) -> None:
+            message, added = result
+            if added:
+                self._broker.publish(
+                    ReactionAdded(
+                        message.room_id,
+                        message_id=message.message_id,
+                        emoji=emoji,
+                        participant_id=actor.participant_id,
+                    )
+                )
+
+        message, _ = await self._db.write(write, then=publish)
+        return message
 
     async def remove_reaction(
         self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
@@ -199,12 +252,25 @@ class Messages:
         authorize(actor, "messages.react")
         check_emoji(emoji, self._limits)
 
-        def write(conn: Connection) -> Message:
+        def write(conn: Connection) -> tuple[Message, bool]:
             self._load(conn, actor, message_id, room_id)
-            repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
-            return self._load(conn, actor, message_id)
+            removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
+            return self._load(conn, actor, message_id), removed
 
-        return await self._db.write(write)
+        def publish(result: tuple[Message, bool]) -> None:
+            message, removed = result
+            if removed:
+                self._broker.publish(
+                    ReactionRemoved(
+                        message.room_id,
+                        message_id=message.message_id,
+                        emoji=emoji,
+                        participant_id=actor.participant_id,
+                    )
+                )
+
+        message, _ = await self._db.write(write, then=publish)
+        return message
 
     @staticmethod
     def _ref(conn: Connection, message: Message) -> RoomRef:

@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from ..broker import Broker
 from ..config import Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted
 from ..ids import is_ulid, new_id
 from ..models import Participant, Room, now_ms
 from ..store import Database
+from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, RoomRef, authorize
 from .validation import check_description, check_room_name
@@ -56,10 +59,30 @@ class RoomDetails:
     joined: bool
 
 
+def _me(conn: Connection, actor: Actor) -> Participant:
+    participant = accounts_repo.get_participant(conn, actor.participant_id)
+    if participant is None:  # deleted while acting
+        raise NotFound("no such participant", "participant_not_found")
+    return participant
+
+
 class Rooms:
-    def __init__(self, db: Database, limits: Limits) -> None:
+    def __init__(self, db: Database, limits: Limits, broker: Broker) -> None:
         self._db = db
         self._limits = limits
+        self._broker = broker
+
+    def _joined(self, change: tuple[Room, Participant | None]) -> None:
+        room, participant = change
+        if participant is not None:
+            self._broker.join(room.room_id, participant.participant_id)
+            self._broker.publish(ParticipantJoined(room.room_id, participant=participant))
+
+    def _left(self, change: tuple[Room, Participant | None]) -> None:
+        room, participant = change
+        if participant is not None:
+            self._broker.publish(ParticipantLeft(room.room_id, participant=participant))
+            self._broker.leave(room.room_id, participant.participant_id)
 
     async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
         """All ordinary rooms (never DMs), each with whether the actor is in it."""
@@ -83,7 +106,8 @@ class Rooms:
         now = now_ms()
         room = Room(new_id(), "room", name, description, actor.participant_id, now)
 
-        def write(conn: Connection) -> Room:
+        def write(conn: Connection) -> tuple[Room, Participant | None]:
+            me = _me(conn, actor)
             try:
                 with conn.begin_nested():
                     repo.insert_room(conn, room)
@@ -92,9 +116,10 @@ class Rooms:
             repo.add_member(conn, room.room_id, actor.participant_id, now)
             created = repo.get_room(conn, room.room_id)
             assert created is not None
-            return created
+            return created, me
 
-        return await self._db.write(write)
+        created, _ = await self._db.write(write, then=self._joined)
+        return created
 
     async def get(self, actor: Actor, room_id: str) -> RoomDetails:
         authorize(actor, "rooms.read")
@@ -122,34 +147,41 @@ class Rooms:
             authorize(actor, "rooms.delete", RoomRef(room.room_id, room.kind, room.created_by))
             repo.delete_room(conn, room_id)
 
-        await self._db.write(write)
+        def deleted(_: None) -> None:
+            self._broker.publish(RoomDeleted(room_id))
+            self._broker.drop_room(room_id)
+
+        await self._db.write(write, then=deleted)
 
     async def join(self, actor: Actor, room_id: str) -> Room:
         """Join a room (idempotent). DMs cannot be joined."""
         authorize(actor, "rooms.join")
 
-        def write(conn: Connection) -> Room:
+        def write(conn: Connection) -> tuple[Room, Participant | None]:
             room = require_room(conn, actor, room_id)
             if room.kind == "dm":
                 raise BadRequest("direct-message rooms cannot be joined", "is_dm")
-            if repo.add_member(conn, room_id, actor.participant_id, now_ms()):
-                room = repo.get_room(conn, room_id) or room
-            return room
+            if not repo.add_member(conn, room_id, actor.participant_id, now_ms()):
+                return room, None
+            return repo.get_room(conn, room_id) or room, _me(conn, actor)
 
-        return await self._db.write(write)
+        room, _ = await self._db.write(write, then=self._joined)
+        return room
 
     async def leave(self, actor: Actor, room_id: str) -> Room:
         """Leave a room (idempotent). DMs are hidden, not left."""
         authorize(actor, "rooms.join")
 
-        def write(conn: Connection) -> Room:
+        def write(conn: Connection) -> tuple[Room, Participant | None]:
             room = require_room(conn, actor, room_id)
             if room.kind == "dm":
                 raise BadRequest(
                     "direct-message rooms are removed with DELETE /api/dms/:roomId", "is_dm"
                 )
-            if repo.remove_member(conn, room_id, actor.participant_id):
-                room = repo.get_room(conn, room_id) or room
-            return room
+            me = _me(conn, actor)
+            if not repo.remove_member(conn, room_id, actor.participant_id):
+                return room, None
+            return repo.get_room(conn, room_id) or room, me
 
-        return await self._db.write(write)
+        room, _ = await self._db.write(write, then=self._left)
+        return room

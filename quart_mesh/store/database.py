@@ -84,24 +84,35 @@ class Database:
             engine, self._engine = self._engine, None
             await trio.to_thread.run_sync(engine.dispose)
 
-    async def write(self, fn: Callable[[Connection], T]) -> T:
+    async def write(
+        self, fn: Callable[[Connection], T], *, then: Callable[[T], object] | None = None
+    ) -> T:
         """Run ``fn(conn)`` in one transaction, serialized with other writes.
+
+        Args:
+            fn: the unit of work; runs in a worker thread.
+            then: called with the result on the event loop after the commit,
+                before the next write may start, so that what it publishes
+                leaves in commit order. It must not block or raise.
 
         Raises:
             Unavailable: the database could not be reached or is locked.
         """
-        return await trio.to_thread.run_sync(self._run_write, fn, limiter=self._write_limiter)
+        return await trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` on a read connection, concurrently with other reads."""
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
-    def _run_write(self, fn: Callable[[Connection], T]) -> T:
+    def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
         try:
             with self.engine.begin() as conn:
-                return fn(conn)
+                result = fn(conn)
         except OperationalError as exc:
             raise _unavailable(exc) from exc
+        if then is not None:
+            trio.from_thread.run_sync(then, result)
+        return result
 
     def _run_read(self, fn: Callable[[Connection], T]) -> T:
         try:

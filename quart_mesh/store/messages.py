@@ -10,14 +10,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..models import Message, Reaction
-from .schema import messages, reactions
+from .schema import messages, reactions, room_members, rooms
 
 __all__ = [
     "add_reaction",
     "delete_message",
     "get_message",
+    "head_seq",
     "insert_message",
     "list_messages",
+    "messages_after",
     "remove_reaction",
     "seq_of",
     "update_content",
@@ -113,6 +115,46 @@ def list_messages(
     else:
         query = query.order_by(messages.c.seq.desc()).limit(limit)
         rows = list(conn.execute(query))[::-1]
+    reacts = _reactions_for(conn, [row.message_id for row in rows])
+    return [_message(row, reacts.get(row.message_id, ())) for row in rows]
+
+
+def head_seq(conn: Connection) -> int:
+    """The newest cursor on the node (0 when there are no messages)."""
+    head: int = conn.execute(
+        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
+    ).scalar_one()
+    return head
+
+
+def messages_after(
+    conn: Connection,
+    participant_id: str,
+    after: int,
+    limit: int,
+    *,
+    mentions_of: str | None = None,
+) -> list[Message]:
+    """Messages after cursor *after* in the participant's rooms (DMs included),
+    oldest first. With *mentions_of* (the participant's name): only messages
+    addressed to it, mentioning ``@name``, or in its DMs."""
+    query = (
+        sa.select(messages)
+        .join(room_members, room_members.c.room_id == messages.c.room_id)
+        .where(room_members.c.participant_id == participant_id, messages.c.seq > after)
+    )
+    if mentions_of is not None:
+        dm_rooms = sa.select(rooms.c.room_id).where(rooms.c.kind == "dm")
+        query = query.where(
+            sa.or_(
+                messages.c.to_id == participant_id,
+                sa.func.lower(messages.c.content).contains(
+                    "@" + mentions_of.lower(), autoescape=True
+                ),
+                messages.c.room_id.in_(dm_rooms),
+            )
+        )
+    rows = list(conn.execute(query.order_by(messages.c.seq).limit(limit)))
     reacts = _reactions_for(conn, [row.message_id for row in rows])
     return [_message(row, reacts.get(row.message_id, ())) for row in rows]
 

@@ -14,6 +14,7 @@ from .schema import messages, participants, room_members, rooms
 
 __all__ = [
     "add_member",
+    "all_memberships",
     "delete_room",
     "dm_key",
     "get_dm_by_key",
@@ -194,3 +195,9 @@ def list_dms(
         for row in rows
         if row.other_id in others
     ]
+
+
+def all_memberships(conn: Connection) -> list[tuple[str, str]]:
+    """Every (room_id, participant_id) pair: the broker's routing mirror."""
+    rows = conn.execute(sa.select(room_members.c.room_id, room_members.c.participant_id))
+    return [(row.room_id, row.participant_id) for row in rows]

@@ -11,6 +11,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -129,4 +130,39 @@ reactions = Table(
     Column("participant_id", String(26), primary_key=True),
     Column("emoji", String(64), primary_key=True),
     Column("created_at", BigInteger, nullable=False),
+)
+
+positions = Table(
+    "positions",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("room_id", String(26), ForeignKey("rooms.room_id", ondelete="CASCADE"), nullable=False),
+    Column("x", Float, nullable=False),
+    Column("y", Float, nullable=False),
+    Column("z", Float, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# how far each participant has read in each room (for unread counts)
+room_reads = Table(
+    "room_reads",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column(
+        "room_id",
+        String(26),
+        ForeignKey("rooms.room_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("last_read_seq", Integer, nullable=False),
 )

@@ -1,0 +1,251 @@
+"""The broker: routes events from domain services to subscribers.
+
+Routing is by room membership, which the broker mirrors in memory (loaded
+from the store when it starts, then kept current by the services through
+:meth:`Broker.join` / :meth:`Broker.leave` / :meth:`Broker.drop_room`). A
+subscription belongs to one participant and receives the events of every
+room that participant is in, including rooms joined after it subscribed.
+
+Backpressure: :meth:`Broker.publish` never blocks and never awaits. Each
+subscription has a bounded buffer; a subscription whose buffer is full when
+an event arrives is *failed* with reason ``"lagging"`` (its owner sends an
+``error`` frame and disconnects; the client resumes from its cursor, losing
+nothing, because messages are committed before they are published).
+
+Ordering: services publish from inside the store's write section
+(``Database.write(..., then=...)``), so events leave in commit order.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .events import Event
+
+__all__ = ["Broker", "Delivery", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+#: what a subscriber receives: the event and its serialized frame
+Delivery = tuple[Event | None, str]
+
+
+class Subscription:
+    """One subscriber's bounded inbox. Create with :meth:`Broker.subscribe`.
+
+    The owner reads with :meth:`get_batch`; the broker and the owner itself
+    (for direct replies such as ``auth_ok``) put with :meth:`push`.
+    """
+
+    def __init__(self, broker: Broker, participant_id: str, capacity: int) -> None:
+        self.broker = broker
+        self.participant_id = participant_id
+        self.capacity = capacity
+        self._items: collections.deque[Delivery] = collections.deque()
+        self._held: collections.deque[Event] | None = None
+        self._wakeup = trio.Event()
+        #: why the subscription ended ("lagging", "closed", ...), or None while live
+        self.failed: str | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def push(self, event: Event | None, frame: str) -> bool:
+        """Queue a delivery; False (and the subscription fails) if it is full."""
+        if self.failed is not None:
+            return False
+        if len(self._items) >= self.capacity:
+            self.fail("lagging")
+            return False
+        self._items.append((event, frame))
+        self._wakeup.set()
+        return True
+
+    def deliver(self, event: Event) -> bool:
+        """Called by the broker: queue (or hold, while held) a published event."""
+        if self._held is not None:
+            if self.failed is not None:
+                return False
+            if len(self._held) >= self.capacity:
+                self.fail("lagging")
+                return False
+            self._held.append(event)
+            return True
+        return self.push(event, event.frame)
+
+    def hold(self) -> None:
+        """Keep published events aside (e.g. during a resume replay)."""
+        if self._held is None:
+            self._held = collections.deque()
+
+    def release(self, skip: Any = None) -> None:
+        """Queue the held events, dropping those for which ``skip(event)`` is true."""
+        held, self._held = self._held, None
+        for event in held or ():
+            if skip is None or not skip(event):
+                self.push(event, event.frame)
+
+    def fail(self, reason: str) -> None:
+        if self.failed is None:
+            self.failed = reason
+            if reason == "lagging":
+                self.broker._drops += 1
+            self._wakeup.set()
+
+    async def get_batch(self, max_items: int = 256) -> list[Delivery]:
+        """Wait for deliveries and take up to *max_items* of them, oldest first.
+
+        Returns an empty list once the subscription has failed and is drained
+        of nothing more to send (check :attr:`failed`).
+        """
+        while not self._items and self.failed is None:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+        if self.failed is not None and self.failed != "closed":
+            return []  # lagging: the owner reports and disconnects
+        batch: list[Delivery] = []
+        while self._items and len(batch) < max_items:
+            batch.append(self._items.popleft())
+        return batch
+
+    def close(self) -> None:
+        self.broker._unsubscribe(self)
+        self.fail("closed")
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatistics:
+    subscribers: int
+    queued: int
+    drops: int
+    published: int
+    rooms: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "subscribers": self.subscribers,
+            "queuedEvents": self.queued,
+            "drops": self.drops,
+            "published": self.published,
+            "rooms": self.rooms,
+        }
+
+
+class Broker:
+    """Publish/subscribe by room. All methods are synchronous and non-blocking."""
+
+    def __init__(self, default_capacity: int = 1024) -> None:
+        self.default_capacity = default_capacity
+        self._rooms_of: dict[str, set[str]] = collections.defaultdict(set)
+        self._members: dict[str, set[str]] = collections.defaultdict(set)
+        self._subs_of: dict[str, set[Subscription]] = collections.defaultdict(set)
+        self._room_subs: dict[str, set[Subscription]] = collections.defaultdict(set)
+        self._all: set[Subscription] = set()
+        self._drops = 0
+        self._published = 0
+
+    # membership mirror ------------------------------------------------------
+
+    def load(self, memberships: Iterable[tuple[str, str]]) -> None:
+        """Replace the membership mirror with (room_id, participant_id) pairs."""
+        self._rooms_of.clear()
+        self._members.clear()
+        self._room_subs.clear()
+        for room_id, participant_id in memberships:
+            self._rooms_of[participant_id].add(room_id)
+            self._members[room_id].add(participant_id)
+        for sub in self._all:
+            for room_id in self._rooms_of.get(sub.participant_id, ()):
+                self._room_subs[room_id].add(sub)
+
+    def join(self, room_id: str, participant_id: str) -> None:
+        self._rooms_of[participant_id].add(room_id)
+        self._members[room_id].add(participant_id)
+        for sub in self._subs_of.get(participant_id, ()):
+            self._room_subs[room_id].add(sub)
+
+    def leave(self, room_id: str, participant_id: str) -> None:
+        self._rooms_of.get(participant_id, set()).discard(room_id)
+        self._members.get(room_id, set()).discard(participant_id)
+        subs = self._room_subs.get(room_id)
+        if subs:
+            subs.difference_update(self._subs_of.get(participant_id, ()))
+
+    def drop_room(self, room_id: str) -> None:
+        for participant_id in self._members.pop(room_id, set()):
+            self._rooms_of.get(participant_id, set()).discard(room_id)
+        self._room_subs.pop(room_id, None)
+
+    def drop_participant(self, participant_id: str) -> None:
+        for room_id in self._rooms_of.pop(participant_id, set()):
+            self._members.get(room_id, set()).discard(participant_id)
+        for sub in list(self._subs_of.get(participant_id, ())):
+            sub.fail("removed")
+            self._unsubscribe(sub)
+
+    def rooms_of(self, participant_id: str) -> frozenset[str]:
+        return frozenset(self._rooms_of.get(participant_id, ()))
+
+    def members(self, room_id: str) -> frozenset[str]:
+        return frozenset(self._members.get(room_id, ()))
+
+    # subscriptions ----------------------------------------------------------
+
+    def subscribe(self, participant_id: str, capacity: int | None = None) -> Subscription:
+        """A subscription to the events of every room *participant_id* is in
+        (now or later) and to mesh-wide events. Close it (or use ``with``)."""
+        sub = Subscription(self, participant_id, capacity or self.default_capacity)
+        self._all.add(sub)
+        self._subs_of[participant_id].add(sub)
+        for room_id in self._rooms_of.get(participant_id, ()):
+            self._room_subs[room_id].add(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        if sub not in self._all:
+            return
+        self._all.discard(sub)
+        subs = self._subs_of.get(sub.participant_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs_of[sub.participant_id]
+        for room_id in self._rooms_of.get(sub.participant_id, ()):
+            room_subs = self._room_subs.get(room_id)
+            if room_subs is not None:
+                room_subs.discard(sub)
+
+    # publishing -------------------------------------------------------------
+
+    def publish(self, event: Event) -> int:
+        """Deliver *event* to its room's subscribers (or to all, for mesh-wide
+        events). Never blocks; returns how many subscriptions got it."""
+        self._published += 1
+        targets = self._all if event.room_id is None else self._room_subs.get(event.room_id, ())
+        exclude = event.exclude
+        delivered = 0
+        for sub in list(targets):
+            if sub.participant_id != exclude and sub.deliver(event):
+                delivered += 1
+        return delivered
+
+    def statistics(self) -> BrokerStatistics:
+        return BrokerStatistics(
+            subscribers=len(self._all),
+            queued=sum(len(sub) for sub in self._all),
+            drops=self._drops,
+            published=self._published,
+            rooms=len(self._members),
+        )

@@ -1,0 +1,207 @@
+"""Server-to-client events (spec §6), immutable, each serialized once.
+
+Every event knows where it goes (``room_id``: the members of that room;
+``None``: every connected participant) and renders its frame with exactly the
+spec's field names. The broker serializes an event once, however many
+subscribers receive it (:attr:`Event.frame`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .models import Message, Participant, iso
+
+__all__ = [
+    "Event",
+    "MessageDeleted",
+    "MessageEdited",
+    "MessagePosted",
+    "ParticipantJoined",
+    "ParticipantLeft",
+    "ParticipantMoved",
+    "Presence",
+    "ReactionAdded",
+    "ReactionRemoved",
+    "RoomDeleted",
+    "Typing",
+    "error_frame",
+    "frame_of",
+]
+
+
+def frame_of(payload: dict[str, Any]) -> str:
+    """Serialize one frame (compact, UTF-8 kept as is)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def error_frame(message: str, code: str) -> str:
+    return frame_of({"type": "error", "message": message, "code": code})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of broker events. Subclasses set ``type`` and implement ``payload``."""
+
+    type: ClassVar[str] = ""
+    room_id: str | None
+    _frame: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    _cache: list[dict[str, bytes]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+
+    #: participant that must not receive this event (typing goes to the others)
+    @property
+    def exclude(self) -> str | None:
+        return None
+
+    def payload(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, **self.payload()}
+
+    def cached(self, key: str, factory: Callable[[], bytes]) -> bytes:
+        """A transport's encoding of this event, computed once (e.g. a WebSocket frame)."""
+        cache = self._cache
+        if not cache:
+            cache.append({})
+        encodings = cache[0]
+        if key not in encodings:
+            encodings[key] = factory()
+        return encodings[key]
+
+    @property
+    def frame(self) -> str:
+        """The JSON text of this event, computed once."""
+        if not self._frame:
+            self._frame.append(frame_of(self.to_json()))
+        return self._frame[0]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePosted(Event):
+    type: ClassVar[str] = "message"
+    message: Message = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return self.message.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEdited(Event):
+    type: ClassVar[str] = "message_edited"
+    message: Message = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "messageId": self.message.message_id,
+            "content": self.message.content,
+            "roomId": self.message.room_id,
+            "editedAt": iso(self.message.edited_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeleted(Event):
+    type: ClassVar[str] = "message_deleted"
+    message_id: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"messageId": self.message_id, "roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class ReactionAdded(Event):
+    type: ClassVar[str] = "reaction_added"
+    message_id: str = field(kw_only=True)
+    emoji: str = field(kw_only=True)
+    participant_id: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "messageId": self.message_id,
+            "emoji": self.emoji,
+            "participantId": self.participant_id,
+            "roomId": self.room_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReactionRemoved(ReactionAdded):
+    type: ClassVar[str] = "reaction_removed"
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantJoined(Event):
+    type: ClassVar[str] = "participant_joined"
+    participant: Participant = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "participant": self.participant.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantLeft(ParticipantJoined):
+    type: ClassVar[str] = "participant_left"
+
+
+@dataclass(frozen=True, slots=True)
+class RoomDeleted(Event):
+    """Extension: the room is gone; sent to its members."""
+
+    type: ClassVar[str] = "room_deleted"
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class Typing(Event):
+    type: ClassVar[str] = "typing"
+    participant_id: str = field(kw_only=True)
+
+    @property
+    def exclude(self) -> str | None:
+        return self.participant_id
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "participantId": self.participant_id}
+
+
+@dataclass(frozen=True, slots=True)
+class Presence(Event):
+    type: ClassVar[str] = "presence"
+    participant_id: str = field(kw_only=True)
+    online: bool = field(kw_only=True)
+    last_seen: int | None = field(kw_only=True, default=None)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "participantId": self.participant_id,
+            "online": self.online,
+            "lastSeen": iso(self.last_seen),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantMoved(Event):
+    """Extension: a participant's position in a room changed."""
+
+    type: ClassVar[str] = "participant_moved"
+    participant_id: str = field(kw_only=True)
+    x: float = field(kw_only=True)
+    y: float = field(kw_only=True)
+    z: float = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "participantId": self.participant_id,
+            "x": self.x,
+            "y": self.y,
+            "z": self.z,
+        }

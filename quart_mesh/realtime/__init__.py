@@ -1,0 +1,61 @@
+"""Realtime: the node's WebSocket endpoint ``/ws``.
+
+:class:`Realtime` is the node's component for WebSocket connections: the
+server hands it each upgrade request (:meth:`serve_websocket`), it runs a
+:class:`~quart_mesh.realtime.session.Session` on it, and on shutdown tells
+every open session the node is going away.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from .session import GOING_AWAY, Session
+from .transport import WebSocket
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["Realtime"]
+
+log = logging.getLogger(__name__)
+
+
+class Realtime:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._scopes: dict[WebSocket, trio.CancelScope] = {}
+        self._closing = False
+
+    @property
+    def connections(self) -> int:
+        return len(self._scopes)
+
+    async def serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
+        """Run one WebSocket connection whose request head has been read."""
+        ws = WebSocket(stream, max_message_bytes=self._node.settings.max_frame_bytes)
+        if not await ws.accept(head):
+            return
+        if self._closing or not self._node.ready:
+            await ws.close(GOING_AWAY, "shutting down")
+            return
+        code, reason = 1000, ""
+        with trio.CancelScope() as scope:
+            self._scopes[ws] = scope
+            try:
+                await Session(self._node, ws).run()
+            finally:
+                del self._scopes[ws]
+        if scope.cancelled_caught:
+            code, reason = GOING_AWAY, "server shutting down"
+        with trio.CancelScope(shield=True):
+            await ws.close(code, reason)
+
+    def shut_down(self) -> None:
+        """Tell every session the node is going away (their tasks then end)."""
+        self._closing = True
+        for scope in self._scopes.values():
+            scope.cancel()

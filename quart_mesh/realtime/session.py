@@ -1,0 +1,294 @@
+"""The mesh WebSocket protocol (spec §4.17, §5.6, §6), over any transport.
+
+A :class:`Session` authenticates the first frame, subscribes its participant
+to the broker, sends ``auth_ok`` and ``snapshot`` (and, on resume, the
+missed messages), then runs two tasks in its own nursery: a reader that turns
+client frames into service calls, and a writer that drains the
+subscription in batches. When either ends, the other is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..broker import Delivery, Subscription
+from ..errors import BadRequest, MeshError
+from ..events import Event, MessagePosted, error_frame, frame_of
+from ..services.authz import Actor
+from ..store import messages as messages_repo
+from ..wire import Fields, parse_json_object
+from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["Session"]
+
+log = logging.getLogger(__name__)
+
+#: close codes
+POLICY_VIOLATION = 1008
+GOING_AWAY = 1001
+TRY_AGAIN_LATER = 1013
+
+_READS_FLUSH_SECONDS = 1.0
+
+
+def _wire(event: Event | None, frame: str) -> bytes:
+    """The encoded WebSocket frame, shared by every session that sends it."""
+    if event is None:
+        return encode_text_frame(frame.encode("utf-8"))
+    return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
+
+
+class Session:
+    """One authenticated client on one WebSocket."""
+
+    def __init__(self, node: Node, ws: WebSocket) -> None:
+        self.node = node
+        self.ws = ws
+        self.actor: Actor | None = None
+        self._reads: dict[str, int] = {}
+        self._reads_flushed = time.monotonic()
+        self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
+            "join_room": self._join_room,
+            "leave_room": self._leave_room,
+            "send_message": self._send_message,
+            "edit_message": self._edit_message,
+            "delete_message": self._delete_message,
+            "add_reaction": self._add_reaction,
+            "remove_reaction": self._remove_reaction,
+            "typing": self._typing,
+            "move": self._move,
+        }
+
+    # lifecycle ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        authenticated = await self._authenticate()
+        if authenticated is None:
+            return
+        actor, since = authenticated
+        self.actor = actor
+        node = self.node
+        with node.broker.subscribe(actor.participant_id) as sub:
+            sub.hold()  # live events wait until auth_ok, snapshot and replay are out
+            async with node.presence.attached(actor.participant_id):
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer, sub, nursery.cancel_scope)
+                        await self._start(actor, since, sub)
+                        await self._reader(actor, sub)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self._flush_reads(force=True)
+
+    async def _authenticate(self) -> tuple[Actor, int | None] | None:
+        timeout = self.node.settings.auth_timeout
+        try:
+            with trio.fail_after(timeout):
+                text = await self.ws.receive()
+        except trio.TooSlowError:
+            await self._refuse(f"authenticate within {timeout:g} seconds", "auth_timeout")
+            return None
+        except FrameTooLarge:
+            await self._refuse("the first frame must be authenticate", "auth_required")
+            return None
+        except ConnectionClosed:
+            return None
+        try:
+            fields = Fields(parse_json_object(text))
+            if fields.data.get("type") != "authenticate":
+                raise BadRequest("the first frame must be authenticate", "auth_required")
+            token = fields.req_str("token")
+            since = _cursor(fields.data.get("since"))
+            actor = await self.node.accounts.authenticate(token)
+        except MeshError as error:
+            await self._refuse(error.message, error.code)
+            return None
+        return actor, since
+
+    async def _refuse(self, message: str, code: str) -> None:
+        try:
+            await self.ws.send_text(error_frame(message, code))
+        except ConnectionClosed:
+            return
+        await self.ws.close(POLICY_VIOLATION, code)
+
+    async def _start(self, actor: Actor, since: int | None, sub: Subscription) -> None:
+        sub.push(None, frame_of({"type": "auth_ok", "participantId": actor.participant_id}))
+        snapshot = await self.node.world.snapshot(actor)
+        sub.push(None, frame_of({"type": "snapshot", **snapshot}))
+        replayed_to = since
+        if since is not None:
+            limit = self.node.settings.max_replay
+            missed = await self.node.db.read(
+                lambda conn: messages_repo.messages_after(
+                    conn, actor.participant_id, since, limit + 1
+                )
+            )
+            for message in missed[:limit]:
+                event = MessagePosted(message.room_id, message=message)
+                if not sub.push(event, event.frame):
+                    return
+                replayed_to = message.seq
+            if len(missed) > limit:
+                sub.push(
+                    None,
+                    error_frame(
+                        f"more than {limit} messages were missed; page the rest with "
+                        "GET /api/rooms/:roomId/messages?since=<cursor>",
+                        "replay_truncated",
+                    ),
+                )
+        sub.release(skip=lambda e: _is_replayed(e, replayed_to))
+
+    # writer ------------------------------------------------------------------
+
+    async def _writer(self, sub: Subscription, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                batch = await sub.get_batch()
+                if not batch:
+                    await self._ended(sub)
+                    return
+                await self.ws.send_frames(_wire(event, frame) for event, frame in batch)
+                self._note_reads(batch)
+                await self._flush_reads()
+        except ConnectionClosed:
+            pass
+        finally:
+            scope.cancel()
+
+    async def _ended(self, sub: Subscription) -> None:
+        if sub.failed == "lagging":
+            text = "this connection fell too far behind; reconnect with since=<last cursor>"
+            await self.ws.send_text(error_frame(text, "lagging"))
+            await self.ws.close(TRY_AGAIN_LATER, "lagging")
+        elif sub.failed == "removed":
+            await self.ws.send_text(error_frame("this participant was removed", "removed"))
+            await self.ws.close(POLICY_VIOLATION, "removed")
+
+    def _note_reads(self, batch: list[Delivery]) -> None:
+        for event, _ in batch:
+            if isinstance(event, MessagePosted):
+                room_id, seq = event.message.room_id, event.message.seq
+                if seq > self._reads.get(room_id, 0):
+                    self._reads[room_id] = seq
+
+    async def _flush_reads(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if (
+            self._reads
+            and self.actor
+            and (force or now - self._reads_flushed > _READS_FLUSH_SECONDS)
+        ):
+            reads, self._reads = self._reads, {}
+            self._reads_flushed = now
+            try:
+                await self.node.world.mark_read(self.actor, reads)
+            except MeshError:
+                log.warning("could not store read positions", exc_info=True)
+
+    # reader ------------------------------------------------------------------
+
+    async def _reader(self, actor: Actor, sub: Subscription) -> None:
+        while True:
+            try:
+                text = await self.ws.receive()
+            except ConnectionClosed:
+                return
+            except FrameTooLarge:
+                limit = self.node.settings.max_frame_bytes
+                sub.push(
+                    None, error_frame(f"frames may be at most {limit} bytes", "frame_too_large")
+                )
+                continue
+            await self._handle(actor, sub, text)
+
+    async def _handle(self, actor: Actor, sub: Subscription, text: str) -> None:
+        kind: Any = None
+        try:
+            fields = Fields(parse_json_object(text))
+            kind = fields.data.get("type")
+            if not isinstance(kind, str):
+                raise BadRequest("every frame needs a string type", "missing_type")
+            handler = self._handlers.get(kind)
+            if handler is None:
+                if kind == "authenticate":
+                    raise BadRequest("already authenticated", "already_authenticated")
+                raise BadRequest(f"unknown frame type {kind[:40]!r}", "unknown_type")
+            await handler(actor, fields)
+        except MeshError as error:
+            sub.push(None, _error(error.message, error.code, kind))
+        except Exception:
+            log.exception("frame %r failed", kind)
+            sub.push(None, _error("internal error handling this frame", "internal_error", kind))
+
+    async def _join_room(self, actor: Actor, f: Fields) -> None:
+        await self.node.rooms.join(actor, f.req_str("roomId"))
+
+    async def _leave_room(self, actor: Actor, f: Fields) -> None:
+        await self.node.rooms.leave(actor, f.req_str("roomId"))
+
+    async def _send_message(self, actor: Actor, f: Fields) -> None:
+        await self.node.messages.send(
+            actor,
+            f.req_str("roomId"),
+            f.req_str("content"),
+            to=f.opt_str("to"),
+            thread_id=f.opt_str("threadId"),
+        )
+
+    async def _edit_message(self, actor: Actor, f: Fields) -> None:
+        await self.node.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))
+
+    async def _delete_message(self, actor: Actor, f: Fields) -> None:
+        await self.node.messages.delete(actor, f.req_str("messageId"))
+
+    async def _add_reaction(self, actor: Actor, f: Fields) -> None:
+        await self.node.messages.add_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
+
+    async def _remove_reaction(self, actor: Actor, f: Fields) -> None:
+        await self.node.messages.remove_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
+
+    async def _typing(self, actor: Actor, f: Fields) -> None:
+        self.node.messages.typing(actor, f.req_str("roomId"))
+
+    async def _move(self, actor: Actor, f: Fields) -> None:
+        room_id = f.req_str("roomId")
+        x, y, z = f.req_number("x"), f.req_number("y"), f.req_number("z")
+        await self.node.world.move(actor, room_id, x, y, z)
+
+
+def _error(message: str, code: str, frame_type: Any) -> str:
+    payload: dict[str, Any] = {"type": "error", "message": message, "code": code}
+    if isinstance(frame_type, str):
+        payload["frame"] = frame_type[:40]
+    return frame_of(payload)
+
+
+def _cursor(value: Any) -> int | None:
+    """``since`` of ``authenticate``: a cursor as a string or a whole number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadRequest("since must be a cursor", "invalid_cursor")
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        raise BadRequest("since must be a cursor", "invalid_cursor")
+    return int(text)
+
+
+def _is_replayed(event: Event, replayed_to: int | None) -> bool:
+    return (
+        replayed_to is not None
+        and isinstance(event, MessagePosted)
+        and event.message.seq <= replayed_to
+    )

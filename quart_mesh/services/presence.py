@@ -1,0 +1,69 @@
+"""Presence: who is online, and ``presence`` events when that changes.
+
+A participant is online while it holds at least one open WebSocket session or
+waiting long-poll (:meth:`Presence.attached`). When its last one closes,
+``lastSeen`` is written and ``presence`` with ``online: false`` is published.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..broker import Broker
+from ..events import Presence as PresenceEvent
+from ..models import now_ms
+from ..store import Database
+from ..store import accounts as accounts_repo
+
+__all__ = ["Presence"]
+
+
+class Presence:
+    def __init__(self, db: Database, broker: Broker) -> None:
+        self._db = db
+        self._broker = broker
+        self._counts: collections.Counter[str] = collections.Counter()
+
+    def is_online(self, participant_id: str) -> bool:
+        return self._counts[participant_id] > 0
+
+    def online(self) -> frozenset[str]:
+        return frozenset(pid for pid, n in self._counts.items() if n > 0)
+
+    @asynccontextmanager
+    async def attached(self, participant_id: str) -> AsyncIterator[None]:
+        """Count the participant online for the duration of the block.
+
+        The offline bookkeeping on exit is shielded: it completes even when
+        the block was cancelled.
+        """
+        self._counts[participant_id] += 1
+        if self._counts[participant_id] == 1:
+            self._broker.publish(
+                PresenceEvent(None, participant_id=participant_id, online=True, last_seen=now_ms())
+            )
+        try:
+            yield
+        finally:
+            self._counts[participant_id] -= 1
+            if self._counts[participant_id] <= 0:
+                del self._counts[participant_id]
+                with trio.CancelScope(shield=True):
+                    await self._went_offline(participant_id)
+
+    async def _went_offline(self, participant_id: str) -> None:
+        at = now_ms()
+
+        def publish(_: None) -> None:
+            if not self.is_online(participant_id):  # not back online meanwhile
+                self._broker.publish(
+                    PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
+                )
+
+        await self._db.write(
+            lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
+        )

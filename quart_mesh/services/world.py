@@ -1,0 +1,121 @@
+"""The world as one participant sees it: snapshots, positions, unread state.
+
+One implementation serves the WebSocket ``snapshot``, ``GET /api/state`` and
+``GET /api/snapshot`` (the same body), ``move`` and ``GET /api/status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..broker import Broker
+from ..errors import Forbidden
+from ..events import ParticipantMoved
+from ..models import now_ms
+from ..store import Database
+from ..store import accounts as accounts_repo
+from ..store import messages as messages_repo
+from ..store import rooms as rooms_repo
+from ..store import state as repo
+from .accounts import Accounts
+from .authz import Actor, authorize
+from .rooms import require_member
+
+__all__ = ["World"]
+
+
+class World:
+    def __init__(self, db: Database, broker: Broker, accounts: Accounts) -> None:
+        self._db = db
+        self._broker = broker
+        self._accounts = accounts
+
+    async def snapshot(self, actor: Actor) -> dict[str, Any]:
+        """Rooms the actor can see (ordinary rooms and its DMs) and every
+        participant with its online flag and position; plus ``cursor``, the
+        newest message cursor when the snapshot was taken."""
+        authorize(actor, "rooms.read")
+        authorize(actor, "participants.read")
+
+        def read(conn: Connection) -> dict[str, Any]:
+            mine = rooms_repo.member_room_ids(conn, actor.participant_id)
+            rooms = []
+            for room in rooms_repo.list_rooms(conn):
+                rooms.append({**room.to_json(), "joined": room.room_id in mine})
+            for dm in rooms_repo.list_dms(conn, actor.participant_id):
+                rooms.append({**dm[0].to_json(), "joined": True, "with": dm[1].participant_id})
+            positions = repo.list_positions(conn)
+            participants = []
+            for participant in accounts_repo.list_participants(conn):
+                item = self._accounts.with_presence(participant).to_json()
+                position = positions.get(participant.participant_id)
+                item["position"] = None if position is None else position.to_json()
+                participants.append(item)
+            return {
+                "rooms": rooms,
+                "participants": participants,
+                "cursor": str(messages_repo.head_seq(conn)),
+            }
+
+        return await self._db.read(read)
+
+    async def move(self, actor: Actor, room_id: str, x: float, y: float, z: float) -> None:
+        """Set the actor's position in a room it is a member of; broadcast it."""
+        authorize(actor, "rooms.join")
+        position = repo.Position(actor.participant_id, room_id, x, y, z)
+
+        def write(conn: Connection) -> None:
+            require_member(conn, actor, room_id)
+            repo.set_position(conn, position, now_ms())
+
+        def publish(_: None) -> None:
+            self._broker.publish(
+                ParticipantMoved(room_id, participant_id=actor.participant_id, x=x, y=y, z=z)
+            )
+
+        await self._db.write(write, then=publish)
+
+    async def status(self, actor: Actor) -> dict[str, Any]:
+        """What is new for the actor: its rooms with unread and mention counts."""
+        authorize(actor, "rooms.read")
+
+        def read(conn: Connection) -> dict[str, Any]:
+            summary = repo.unread_summary(conn, actor.participant_id, actor.name)
+            rooms = []
+            for room_id, (unread, mentions, last_read) in summary.items():
+                room = rooms_repo.get_room(conn, room_id)
+                if room is None:
+                    continue
+                rooms.append(
+                    {
+                        **room.to_json(),
+                        "unread": unread,
+                        "mentions": mentions,
+                        "lastReadCursor": None if last_read is None else str(last_read),
+                    }
+                )
+            rooms.sort(key=lambda r: (-r["mentions"], -r["unread"], r["name"]))
+            return {
+                "rooms": rooms,
+                "unread": sum(r["unread"] for r in rooms),
+                "mentions": sum(r["mentions"] for r in rooms),
+                "cursor": str(messages_repo.head_seq(conn)),
+            }
+
+        return await self._db.read(read)
+
+    async def mark_read(self, actor: Actor, reads: dict[str, int]) -> None:
+        """Advance the actor's read positions (never backwards)."""
+        if reads:
+            await self._db.write(lambda conn: repo.advance_reads(conn, actor.participant_id, reads))
+
+    def in_room(self, actor: Actor, room_id: str) -> None:
+        """Cheap membership check against the broker's mirror (no store access).
+
+        Raises:
+            Forbidden: not a member (``not_member``).
+        """
+        if room_id not in self._broker.rooms_of(actor.participant_id):
+            raise Forbidden("you are not a member of this room", "not_member")

@@ -1,0 +1,133 @@
+"""Repository: positions in rooms and read positions (unread counts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .schema import messages, positions, room_members, room_reads
+
+__all__ = [
+    "Position",
+    "advance_reads",
+    "list_positions",
+    "set_position",
+    "unread_summary",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    participant_id: str
+    room_id: str
+    x: float
+    y: float
+    z: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "x": self.x, "y": self.y, "z": self.z}
+
+
+def set_position(conn: Connection, position: Position, at: int) -> None:
+    values = {
+        "room_id": position.room_id,
+        "x": position.x,
+        "y": position.y,
+        "z": position.z,
+        "updated_at": at,
+    }
+    updated = conn.execute(
+        positions.update()
+        .where(positions.c.participant_id == position.participant_id)
+        .values(**values)
+    ).rowcount
+    if not updated:
+        conn.execute(positions.insert().values(participant_id=position.participant_id, **values))
+
+
+def list_positions(conn: Connection) -> dict[str, Position]:
+    rows = conn.execute(sa.select(positions))
+    return {
+        row.participant_id: Position(row.participant_id, row.room_id, row.x, row.y, row.z)
+        for row in rows
+    }
+
+
+def advance_reads(conn: Connection, participant_id: str, reads: dict[str, int]) -> None:
+    """Move read positions forward (never back), for rooms the participant is in."""
+    for room_id, seq in reads.items():
+        member = conn.execute(
+            sa.select(room_members.c.room_id).where(
+                room_members.c.room_id == room_id,
+                room_members.c.participant_id == participant_id,
+            )
+        ).first()
+        if member is None:
+            continue
+        current = conn.execute(
+            sa.select(room_reads.c.last_read_seq).where(
+                room_reads.c.participant_id == participant_id, room_reads.c.room_id == room_id
+            )
+        ).scalar_one_or_none()
+        if current is None:
+            conn.execute(
+                room_reads.insert().values(
+                    participant_id=participant_id, room_id=room_id, last_read_seq=seq
+                )
+            )
+        elif seq > current:
+            conn.execute(
+                room_reads.update()
+                .where(
+                    room_reads.c.participant_id == participant_id,
+                    room_reads.c.room_id == room_id,
+                )
+                .values(last_read_seq=seq)
+            )
+
+
+def unread_summary(
+    conn: Connection, participant_id: str, name: str
+) -> dict[str, tuple[int, int, int | None]]:
+    """Per room of the participant: (unread, mentions, last_read_seq).
+
+    Unread messages are others' messages after the read position; mentions
+    are those addressed ``to`` the participant or containing ``@name``.
+    """
+    last_read = sa.func.coalesce(room_reads.c.last_read_seq, 0)
+    mention = sa.or_(
+        messages.c.to_id == participant_id,
+        sa.func.lower(messages.c.content).contains("@" + name.lower(), autoescape=True),
+    )
+    query = (
+        sa.select(
+            room_members.c.room_id,
+            room_reads.c.last_read_seq,
+            sa.func.count(messages.c.seq).label("unread"),
+            sa.func.count(sa.case((mention, messages.c.seq))).label("mentions"),
+        )
+        .select_from(room_members)
+        .outerjoin(
+            room_reads,
+            sa.and_(
+                room_reads.c.room_id == room_members.c.room_id,
+                room_reads.c.participant_id == participant_id,
+            ),
+        )
+        .outerjoin(
+            messages,
+            sa.and_(
+                messages.c.room_id == room_members.c.room_id,
+                messages.c.seq > last_read,
+                messages.c.sender_id != participant_id,
+            ),
+        )
+        .where(room_members.c.participant_id == participant_id)
+        .group_by(room_members.c.room_id, room_reads.c.last_read_seq)
+    )
+    return {
+        row.room_id: (row.unread, row.mentions, row.last_read_seq) for row in conn.execute(query)
+    }
