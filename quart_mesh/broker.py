@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -50,6 +49,7 @@ class Subscription:
         self._items: collections.deque[Delivery] = collections.deque()
         self._held: collections.deque[Event] | None = None
         self._wakeup = trio.Event()
+        self._space = trio.Event()
         #: why the subscription ended ("lagging", "closed", ...), or None while live
         self.failed: str | None = None
 
@@ -66,6 +66,14 @@ class Subscription:
         self._items.append((event, frame))
         self._wakeup.set()
         return True
+
+    async def put(self, event: Event | None, frame: str) -> bool:
+        """Queue a delivery of the owner's, waiting for room instead of failing
+        (a replay larger than the buffer). False if the subscription ended."""
+        while len(self._items) >= self.capacity and self.failed is None:
+            await self._space.wait()
+            self._space = trio.Event()
+        return self.push(event, frame)
 
     def deliver(self, event: Event) -> bool:
         """Called by the broker: queue (or hold, while held) a published event."""
@@ -84,12 +92,15 @@ class Subscription:
         if self._held is None:
             self._held = collections.deque()
 
-    def release(self, skip: Any = None) -> None:
-        """Queue the held events, dropping those for which ``skip(event)`` is true."""
-        held, self._held = self._held, None
-        for event in held or ():
-            if skip is None or not skip(event):
-                self.push(event, event.frame)
+    async def release(self, skip: Callable[[Event], bool] | None = None) -> None:
+        """Queue the held events (waiting for room), dropping those for which
+        ``skip(event)`` is true; then deliver live again."""
+        held = self._held
+        while held:
+            event = held.popleft()
+            if (skip is None or not skip(event)) and not await self.put(event, event.frame):
+                break
+        self._held = None
 
     def fail(self, reason: str) -> None:
         if self.failed is None:
@@ -97,6 +108,7 @@ class Subscription:
             if reason == "lagging":
                 self.broker._drops += 1
             self._wakeup.set()
+            self._space.set()
 
     async def get_batch(self, max_items: int = 256) -> list[Delivery]:
         """Wait for deliveries and take up to *max_items* of them, oldest first.
@@ -112,6 +124,7 @@ class Subscription:
         batch: list[Delivery] = []
         while self._items and len(batch) < max_items:
             batch.append(self._items.popleft())
+        self._space.set()
         return batch
 
     def close(self) -> None:

@@ -92,6 +92,9 @@ class Settings:
     subscriber_buffer: int = 1024
     #: Seconds a WebSocket client has to send ``authenticate``.
     auth_timeout: float = 10.0
+    #: Seconds a WebSocket client may take to accept one batch of frames before
+    #: it is disconnected (a client that stopped reading).
+    ws_send_timeout: float = 30.0
     #: Largest WebSocket message accepted from a client (bytes).
     max_frame_bytes: int = 64 * 1024
     #: Most missed messages replayed on resume (``since``); beyond, the client pages by REST.

@@ -22,6 +22,7 @@ from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.dms import DirectMessages
 from .services.messages import Messages
+from .services.polling import Polling
 from .services.presence import Presence
 from .services.rooms import Rooms
 from .services.world import World
@@ -58,6 +59,7 @@ class Node:
         self.dms = DirectMessages(self.db, self.broker)
         self.realtime = Realtime(self)
         self.world: World
+        self.polling: Polling
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
 
@@ -87,6 +89,7 @@ class Node:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
+            self.polling = Polling(self.settings, self.db, self.broker, self.presence, self.world)
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()

@@ -6,10 +6,14 @@ loopback only, port 0, no sleeps to wait for state, a time cap on every test.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import trio
 
 PASSWORD = "correct horse battery"
 
@@ -90,3 +94,80 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     if code is not None:
         assert body["code"] == code, body
     assert "Traceback" not in response.text
+
+
+class Socket:
+    """A real WebSocket client (trio-websocket) speaking the mesh protocol."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.seen: list[dict[str, Any]] = []
+
+    async def send(self, **frame: Any) -> None:
+        await self.ws.send_message(json.dumps(frame))
+
+    async def send_raw(self, text: str | bytes) -> None:
+        await self.ws.send_message(text)
+
+    async def recv(self, timeout: float = 5) -> dict[str, Any]:
+        with trio.fail_after(timeout):
+            frame = json.loads(await self.ws.get_message())
+        self.seen.append(frame)
+        return dict(frame)
+
+    async def expect(self, type: str, timeout: float = 5, **match: Any) -> dict[str, Any]:
+        """The next frame of *type* (whose fields equal *match*), skipping others."""
+        with trio.fail_after(timeout):
+            while True:
+                frame = await self.recv(timeout)
+                if frame["type"] == type and all(frame.get(k) == v for k, v in match.items()):
+                    return frame
+
+    async def quiet(self, seconds: float = 0.3) -> list[dict[str, Any]]:
+        """Every frame that arrives within *seconds*."""
+        frames = []
+        with trio.move_on_after(seconds):
+            while True:
+                frames.append(await self.recv(seconds + 1))
+        return frames
+
+
+@asynccontextmanager
+async def connect(
+    base_url: str, user: User | None = None, *, since: str | None = None
+) -> AsyncIterator[Socket]:
+    """Open ``/ws``; with *user*, authenticate and consume ``auth_ok`` and ``snapshot``."""
+    async with open_client(base_url) as ws:
+        socket = Socket(ws)
+        if user is not None:
+            frame: dict[str, Any] = {"type": "authenticate", "token": user.token}
+            if since is not None:
+                frame["since"] = since
+            await socket.send(**frame)
+            ok = await socket.recv()
+            assert ok == {"type": "auth_ok", "participantId": user.participant_id}, ok
+            snapshot = await socket.recv()
+            assert snapshot["type"] == "snapshot", snapshot
+            socket.snapshot = snapshot  # type: ignore[attr-defined]
+        yield socket
+
+
+@asynccontextmanager
+async def open_client(base_url: str, **options: Any) -> AsyncIterator[Any]:
+    """trio-websocket's client on ``/ws``, its TCP stream closed on exit.
+
+    trio-websocket 0.12.2's client leaves its socket open when the server
+    closes the TCP connection after the close handshake (its reader stops on
+    EOF and ``aclose`` returns early), which shows up as a ResourceWarning.
+    """
+    from trio_websocket import open_websocket_url
+
+    url = base_url.replace("http://", "ws://") + "/ws"
+    client = None
+    try:
+        async with open_websocket_url(url, **options) as ws:
+            client = ws
+            yield ws
+    finally:
+        if client is not None:
+            await client._stream.aclose()

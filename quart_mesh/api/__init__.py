@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from . import auth, dms, health, participants, rooms
+from . import auth, dms, health, participants, rooms, state
 
 __all__ = ["BLUEPRINTS"]
 
@@ -18,4 +18,5 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     rooms.bp,
     dms.bp,
     participants.bp,
+    state.bp,
 )

@@ -135,11 +135,11 @@ class Session:
             )
             for message in missed[:limit]:
                 event = MessagePosted(message.room_id, message=message)
-                if not sub.push(event, event.frame):
+                if not await sub.put(event, event.frame):
                     return
                 replayed_to = message.seq
             if len(missed) > limit:
-                sub.push(
+                await sub.put(
                     None,
                     error_frame(
                         f"more than {limit} messages were missed; page the rest with "
@@ -147,7 +147,7 @@ class Session:
                         "replay_truncated",
                     ),
                 )
-        sub.release(skip=lambda e: _is_replayed(e, replayed_to))
+        await sub.release(skip=lambda e: _is_replayed(e, replayed_to))
 
     # writer ------------------------------------------------------------------
 
@@ -158,11 +158,12 @@ class Session:
                 if not batch:
                     await self._ended(sub)
                     return
-                await self.ws.send_frames(_wire(event, frame) for event, frame in batch)
+                with trio.fail_after(self.node.settings.ws_send_timeout):
+                    await self.ws.send_frames(_wire(event, frame) for event, frame in batch)
                 self._note_reads(batch)
                 await self._flush_reads()
-        except ConnectionClosed:
-            pass
+        except (ConnectionClosed, trio.TooSlowError):
+            pass  # gone, or not reading at all: the session ends
         finally:
             scope.cancel()
 

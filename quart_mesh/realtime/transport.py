@@ -38,6 +38,7 @@ __all__ = ["ConnectionClosed", "FrameTooLarge", "WebSocket", "encode_text_frame"
 log = logging.getLogger(__name__)
 
 _MAX_RECV = 65536
+_MAX_HEAD = 16 * 1024
 
 
 class ConnectionClosed(Exception):
@@ -85,20 +86,27 @@ class WebSocket:
         """Complete the opening handshake from the bytes read so far.
 
         Returns False (after answering 400 or 404 and closing) if the request
-        is not a usable upgrade to ``/ws``.
+        is not a usable upgrade to ``/ws``. Frames that arrived in the same
+        packets as the request are kept (wsproto's server handshake would
+        drop them).
         """
+        buffer = head
+        while b"\r\n\r\n" not in buffer:
+            if len(buffer) > _MAX_HEAD:
+                await self._reject(400)
+                return False
+            data = await self._stream.receive_some(_MAX_RECV)
+            if not data:
+                return False
+            buffer += data
+        end = buffer.index(b"\r\n\r\n") + 4
+        request_bytes, rest = buffer[:end], buffer[end:]
         try:
-            self._ws.receive_data(head)
-            while True:
-                events = list(self._ws.events())
-                request = next((e for e in events if isinstance(e, Request)), None)
-                if request is not None:
-                    break
-                data = await self._stream.receive_some(_MAX_RECV)
-                if not data:
-                    return False
-                self._ws.receive_data(bytes(data))
+            self._ws.receive_data(request_bytes)
+            request = next((e for e in self._ws.events() if isinstance(e, Request)), None)
         except RemoteProtocolError:
+            request = None
+        if request is None:
             await self._reject(400)
             return False
         self.path = request.target.split("?", 1)[0]
@@ -106,8 +114,12 @@ class WebSocket:
             await self._reject(404)
             return False
         await self._send_raw(self._ws.send(AcceptConnection()))
-        # bytes that followed the request in the same packet are already parsed
-        self._take_events()
+        if rest:
+            try:
+                self._ws.receive_data(bytes(rest))
+            except RemoteProtocolError:
+                self._closed = True
+            await self._flush_events()
         return True
 
     async def _reject(self, status: int) -> None:

@@ -28,6 +28,7 @@ from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import messages as repo
 from ..store import rooms as rooms_repo
+from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
 from .rooms import require_member
 from .validation import check_content, check_emoji, check_id
@@ -161,7 +162,13 @@ class Messages:
                 conn, room_id, before=before_seq, since=since_seq, limit=limit
             )
 
-        return await self._db.read(read)
+        page = await self._db.read(read)
+        if page:  # reading advances the caller's read position
+            newest = page[-1].seq
+            await self._db.write(
+                lambda conn: state_repo.advance_reads(conn, actor.participant_id, {room_id: newest})
+            )
+        return page
 
     def _load(
         self, conn: Connection, actor: Actor, message_id: str, room_id: str | None = None

@@ -8,12 +8,14 @@ waiting long-poll (:meth:`Presence.attached`). When its last one closes,
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
 
 from ..broker import Broker
+from ..errors import Unavailable
 from ..events import Presence as PresenceEvent
 from ..models import now_ms
 from ..store import Database
@@ -64,6 +66,7 @@ class Presence:
                     PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
                 )
 
-        await self._db.write(
-            lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
-        )
+        with contextlib.suppress(Unavailable):  # the node is stopping: nobody is left to tell
+            await self._db.write(
+                lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
+            )

@@ -51,7 +51,7 @@ class Database:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            raise RuntimeError("Database is not open")
+            raise Unavailable("the store is not open", "storage_unavailable")
         return self._engine
 
     async def open(self) -> None:
@@ -128,7 +128,7 @@ class Database:
         """True if a trivial query succeeds."""
         try:
             await self.read(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
-        except (Unavailable, DBAPIError, RuntimeError):
+        except (Unavailable, DBAPIError):
             return False
         return True
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..models import Message, Reaction
-from .schema import messages, reactions, room_members, rooms
+from .schema import messages, reactions, room_members, room_reads, rooms
 
 __all__ = [
     "add_reaction",
@@ -130,19 +130,30 @@ def head_seq(conn: Connection) -> int:
 def messages_after(
     conn: Connection,
     participant_id: str,
-    after: int,
+    after: int | None,
     limit: int,
     *,
     mentions_of: str | None = None,
 ) -> list[Message]:
     """Messages after cursor *after* in the participant's rooms (DMs included),
-    oldest first. With *mentions_of* (the participant's name): only messages
+    oldest first; with *after* ``None``, after the participant's read position
+    in each room. With *mentions_of* (the participant's name): only messages
     addressed to it, mentioning ``@name``, or in its DMs."""
     query = (
         sa.select(messages)
         .join(room_members, room_members.c.room_id == messages.c.room_id)
-        .where(room_members.c.participant_id == participant_id, messages.c.seq > after)
+        .where(room_members.c.participant_id == participant_id)
     )
+    if after is not None:
+        query = query.where(messages.c.seq > after)
+    else:
+        query = query.outerjoin(
+            room_reads,
+            sa.and_(
+                room_reads.c.room_id == messages.c.room_id,
+                room_reads.c.participant_id == participant_id,
+            ),
+        ).where(messages.c.seq > sa.func.coalesce(room_reads.c.last_read_seq, 0))
     if mentions_of is not None:
         dm_rooms = sa.select(rooms.c.room_id).where(rooms.c.kind == "dm")
         query = query.where(

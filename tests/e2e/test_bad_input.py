@@ -106,9 +106,9 @@ def count_tasks() -> int:
     return walk(trio.lowlevel.current_root_task())
 
 
-async def settle_to(baseline: int) -> int:
+async def settle_to(baseline: int, within: float = 5) -> int:
     """Wait (bounded) for the task count to come back down to *baseline*."""
-    with trio.move_on_after(5):
+    with trio.move_on_after(within):
         while count_tasks() > baseline:
             await trio.sleep(0.01)
     return count_tasks()
