@@ -202,11 +202,12 @@ class Broker:
         self._room_subs.pop(room_id, None)
 
     def drop_participant(self, participant_id: str) -> None:
-        for room_id in self._rooms_of.pop(participant_id, set()):
-            self._members.get(room_id, set()).discard(participant_id)
+        # unsubscribe first: it finds the rooms to clean through _rooms_of
         for sub in list(self._subs_of.get(participant_id, ())):
             sub.fail("removed")
             self._unsubscribe(sub)
+        for room_id in self._rooms_of.pop(participant_id, set()):
+            self._members.get(room_id, set()).discard(participant_id)
 
     def rooms_of(self, participant_id: str) -> frozenset[str]:
         return frozenset(self._rooms_of.get(participant_id, ()))

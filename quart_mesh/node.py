@@ -94,8 +94,11 @@ class Node:
             self._accounts = accounts
             self.started_at = time.monotonic()
             log.debug("node started (data in %s, store %s)", data_dir, self.db.backend)
-            task_status.started()
-            await trio.sleep_forever()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.db.run)
+                await nursery.start(self.world.run)
+                task_status.started()
+                await trio.sleep_forever()
         finally:
             self.started_at = None
             with trio.CancelScope(shield=True):

@@ -10,7 +10,7 @@ subscription in batches. When either ends, the other is cancelled.
 from __future__ import annotations
 
 import logging
-import time
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,6 @@ POLICY_VIOLATION = 1008
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
-_READS_FLUSH_SECONDS = 1.0
-
 
 def _wire(event: Event | None, frame: str) -> bytes:
     """The encoded WebSocket frame, shared by every session that sends it."""
@@ -53,8 +51,6 @@ class Session:
         self.node = node
         self.ws = ws
         self.actor: Actor | None = None
-        self._reads: dict[str, int] = {}
-        self._reads_flushed = time.monotonic()
         self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
             "join_room": self._join_room,
             "leave_room": self._leave_room,
@@ -78,16 +74,14 @@ class Session:
         node = self.node
         with node.broker.subscribe(actor.participant_id) as sub:
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
-            async with node.presence.attached(actor.participant_id):
-                try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._writer, sub, nursery.cancel_scope)
-                        await self._start(actor, since, sub)
-                        await self._reader(actor, sub)
-                        nursery.cancel_scope.cancel()
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await self._flush_reads(force=True)
+            async with (
+                node.presence.attached(actor.participant_id),
+                trio.open_nursery() as nursery,
+            ):
+                nursery.start_soon(self._writer, sub, nursery.cancel_scope)
+                await self._start(actor, since, sub)
+                await self._reader(actor, sub)
+                nursery.cancel_scope.cancel()
 
     async def _authenticate(self) -> tuple[Actor, int | None] | None:
         timeout = self.node.settings.auth_timeout
@@ -152,20 +146,25 @@ class Session:
     # writer ------------------------------------------------------------------
 
     async def _writer(self, sub: Subscription, scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                batch = await sub.get_batch()
-                if not batch:
-                    await self._ended(sub)
-                    return
-                with trio.fail_after(self.node.settings.ws_send_timeout):
-                    await self.ws.send_frames(_wire(event, frame) for event, frame in batch)
-                self._note_reads(batch)
-                await self._flush_reads()
-        except (ConnectionClosed, trio.TooSlowError):
-            pass  # gone, or not reading at all: the session ends
-        finally:
-            scope.cancel()
+        timeout = self.node.settings.ws_send_timeout
+        # one scope for every send; its deadline is armed only while sending
+        with trio.CancelScope() as send_scope:
+            try:
+                while True:
+                    batch = await sub.get_batch()
+                    if not batch:
+                        send_scope.deadline = trio.current_time() + timeout
+                        await self._ended(sub)
+                        return
+                    send_scope.deadline = trio.current_time() + timeout
+                    await self.ws.send_frames([_wire(event, frame) for event, frame in batch])
+                    send_scope.deadline = math.inf
+                    self._note_reads(batch)
+            except ConnectionClosed:
+                pass
+            finally:
+                scope.cancel()
+        # a client that stopped reading for ws_send_timeout ends here, cancelled
 
     async def _ended(self, sub: Subscription) -> None:
         if sub.failed == "lagging":
@@ -177,25 +176,12 @@ class Session:
             await self.ws.close(POLICY_VIOLATION, "removed")
 
     def _note_reads(self, batch: list[Delivery]) -> None:
+        """Delivered messages count as read (written in batches by the world)."""
+        assert self.actor is not None
         for event, _ in batch:
             if isinstance(event, MessagePosted):
-                room_id, seq = event.message.room_id, event.message.seq
-                if seq > self._reads.get(room_id, 0):
-                    self._reads[room_id] = seq
-
-    async def _flush_reads(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if (
-            self._reads
-            and self.actor
-            and (force or now - self._reads_flushed > _READS_FLUSH_SECONDS)
-        ):
-            reads, self._reads = self._reads, {}
-            self._reads_flushed = now
-            try:
-                await self.node.world.mark_read(self.actor, reads)
-            except MeshError:
-                log.warning("could not store read positions", exc_info=True)
+                message = event.message
+                self.node.world.note_read(self.actor.participant_id, message.room_id, message.seq)
 
     # reader ------------------------------------------------------------------
 

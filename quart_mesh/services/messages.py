@@ -118,7 +118,12 @@ class Messages:
         )
 
         def write(conn: Connection) -> Message:
-            room = require_member(conn, actor, room_id)
+            found = rooms_repo.kind_and_membership(conn, room_id, actor.participant_id)
+            if found is None or (found[0] == "dm" and not found[1]):
+                raise NotFound("no such room", "room_not_found")
+            kind, member = found
+            if not member:
+                raise Forbidden("you are not a member of this room", "not_member")
             if to is not None and accounts_repo.get_participant(conn, to) is None:
                 raise BadRequest("to names no participant", "unknown_participant")
             if thread_id is not None:
@@ -126,7 +131,7 @@ class Messages:
                 if parent is None or parent.room_id != room_id:
                     raise BadRequest("threadId names no message in this room", "unknown_thread")
             stored = repo.insert_message(conn, message)
-            if room.kind == "dm":
+            if kind == "dm":
                 rooms_repo.unhide_all(conn, room_id)
             return stored
 

@@ -6,12 +6,14 @@ One implementation serves the WebSocket ``snapshot``, ``GET /api/state`` and
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
-from ..errors import Forbidden
+from ..errors import Forbidden, Unavailable
 from ..events import ParticipantMoved
 from ..models import now_ms
 from ..store import Database
@@ -31,6 +33,41 @@ class World:
         self._db = db
         self._broker = broker
         self._accounts = accounts
+        self._unflushed: dict[str, dict[str, int]] = {}
+
+    def note_read(self, participant_id: str, room_id: str, seq: int) -> None:
+        """Remember that a live session delivered message *seq*; written in batches
+        by :meth:`run` (one transaction for every session, every interval)."""
+        rooms = self._unflushed.setdefault(participant_id, {})
+        if seq > rooms.get(room_id, 0):
+            rooms[room_id] = seq
+
+    async def flush_reads(self) -> None:
+        pending, self._unflushed = self._unflushed, {}
+        if pending:
+
+            def write(conn: Connection) -> None:
+                for participant_id, reads in pending.items():
+                    repo.advance_reads(conn, participant_id, reads)
+
+            await self._db.write(write)
+
+    async def run(
+        self,
+        interval: float = 1.0,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Write noted read positions every *interval* seconds, and once more
+        when cancelled (shielded), so a clean shutdown loses none."""
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(interval)
+                await self.flush_reads()
+        finally:
+            with trio.CancelScope(shield=True), contextlib.suppress(Unavailable):
+                await self.flush_reads()
 
     async def snapshot(self, actor: Actor) -> dict[str, Any]:
         """Rooms the actor can see (ordinary rooms and its DMs) and every

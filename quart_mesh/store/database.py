@@ -16,10 +16,11 @@ after that. So a cancelled request never leaves half a transaction.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 import trio
@@ -38,8 +39,29 @@ T = TypeVar("T")
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
+_BATCH = 64  # units of work committed together at most
+
+
+class _Job(Generic[T]):
+    __slots__ = ("done", "error", "fn", "result", "then")
+
+    def __init__(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> None:
+        self.fn = fn
+        self.then = then
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        result: T = self.result
+        return result
+
+
 class Database:
-    """Owns the engine and the thread limiters. Open with :meth:`open`."""
+    """Owns the engine and the thread limiters. Open with :meth:`open`; for
+    group commit, also run :meth:`run` in a nursery."""
 
     def __init__(self, url: str, *, reader_threads: int = 4) -> None:
         self.url = url
@@ -47,6 +69,8 @@ class Database:
         self._engine: Engine | None = None
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(reader_threads)
+        self._queue: collections.deque[_Job[Any]] | None = None
+        self._wakeup = trio.Event()
 
     @property
     def engine(self) -> Engine:
@@ -87,7 +111,12 @@ class Database:
     async def write(
         self, fn: Callable[[Connection], T], *, then: Callable[[T], object] | None = None
     ) -> T:
-        """Run ``fn(conn)`` in one transaction, serialized with other writes.
+        """Run ``fn(conn)`` as one unit of work, serialized with other writes.
+
+        While :meth:`run` is running, units that are waiting together are
+        committed together (group commit): each runs in its own savepoint, so
+        one that raises is rolled back alone, and the transaction commits
+        once for all. Without :meth:`run`, each unit is its own transaction.
 
         Args:
             fn: the unit of work; runs in a worker thread.
@@ -95,10 +124,73 @@ class Database:
                 before the next write may start, so that what it publishes
                 leaves in commit order. It must not block or raise.
 
+        Cancellation: a unit that has been handed to the worker thread runs
+        to completion (commit or rollback) before the caller sees
+        ``Cancelled``; one still queued is withdrawn.
+
         Raises:
             Unavailable: the database could not be reached or is locked.
         """
-        return await trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
+        if self._queue is None:
+            return await trio.to_thread.run_sync(
+                self._run_write, fn, then, limiter=self._write_limiter
+            )
+        job: _Job[T] = _Job(fn, then)
+        self._queue.append(job)
+        self._wakeup.set()
+        try:
+            await job.done.wait()
+        except trio.Cancelled:
+            if job in self._queue:
+                self._queue.remove(job)
+                raise
+            with trio.CancelScope(shield=True):
+                await job.done.wait()
+            raise
+        return job.outcome()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer: commits queued units in batches until cancelled."""
+        self._queue = collections.deque()
+        task_status.started()
+        try:
+            while True:
+                while not self._queue:
+                    await self._wakeup.wait()
+                    self._wakeup = trio.Event()
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        self._run_batch, batch, limiter=self._write_limiter
+                    )
+                    for job in batch:
+                        if job.then is not None and job.error is None:
+                            job.then(job.result)
+                        job.done.set()
+        finally:
+            queue, self._queue = self._queue, None
+            for job in queue or ():
+                job.error = Unavailable("the store is closing", "storage_unavailable")
+                job.done.set()
+
+    def _run_batch(self, batch: list[_Job[Any]]) -> None:
+        try:
+            with self.engine.begin() as conn:
+                for job in batch:
+                    try:
+                        with conn.begin_nested():
+                            job.result = job.fn(conn)
+                    except OperationalError:
+                        raise
+                    except Exception as exc:  # the unit's own error, for its caller
+                        job.error = exc
+        except OperationalError as exc:
+            error = _unavailable(exc)
+            for job in batch:
+                job.error = error
+        except Unavailable as exc:
+            for job in batch:
+                job.error = exc
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` on a read connection, concurrently with other reads."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -73,9 +74,8 @@ def insert_message(conn: Connection, message: Message) -> Message:
             created_at=message.created_at,
         )
     )
-    (seq,) = result.inserted_primary_key or (None,)
-    row = conn.execute(sa.select(messages).where(messages.c.seq == seq)).one()
-    return _message(row)
+    seq = int(result.inserted_primary_key[0])  # type: ignore[index]
+    return dataclasses.replace(message, seq=seq, reactions=())
 
 
 def get_message(conn: Connection, message_id: str) -> Message | None:

@@ -21,6 +21,7 @@ __all__ = [
     "get_room",
     "insert_room",
     "is_member",
+    "kind_and_membership",
     "list_dms",
     "list_members",
     "list_rooms",
@@ -97,6 +98,26 @@ def member_room_ids(conn: Connection, participant_id: str) -> set[str]:
 
 def delete_room(conn: Connection, room_id: str) -> bool:
     return conn.execute(rooms.delete().where(rooms.c.room_id == room_id)).rowcount > 0
+
+
+def kind_and_membership(
+    conn: Connection, room_id: str, participant_id: str
+) -> tuple[str, bool] | None:
+    """(room kind, whether *participant_id* is a member), or None for no such room:
+    the check every message send makes, in one query."""
+    row = conn.execute(
+        sa.select(rooms.c.kind, room_members.c.participant_id)
+        .select_from(rooms)
+        .outerjoin(
+            room_members,
+            sa.and_(
+                room_members.c.room_id == rooms.c.room_id,
+                room_members.c.participant_id == participant_id,
+            ),
+        )
+        .where(rooms.c.room_id == room_id)
+    ).first()
+    return None if row is None else (row.kind, row.participant_id is not None)
 
 
 def is_member(conn: Connection, room_id: str, participant_id: str) -> bool:
