@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import weakref
 
-import pytest
 import trio
 import trio.testing
 
@@ -86,12 +85,8 @@ def test_drop_participant_fails_and_forgets() -> None:
     assert broker.statistics().subscribers == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drop_participant pops _rooms_of before _unsubscribe, which then cannot "
-    "find the rooms: the removed subscription stays in _room_subs (leak)",
-)
 def test_drop_participant_releases_subscription() -> None:
+    """Regression: drop_participant used to leave the subscription routed."""
     broker = Broker()
     broker.load([("r1", "alice")])
     ref = weakref.ref(broker.subscribe("alice"))
