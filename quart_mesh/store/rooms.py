@@ -106,18 +106,17 @@ def kind_and_membership(
     """(room kind, whether *participant_id* is a member), or None for no such room:
     the check every message send makes, in one query."""
     row = conn.execute(
-        sa.select(rooms.c.kind, room_members.c.participant_id)
-        .select_from(rooms)
-        .outerjoin(
-            room_members,
-            sa.and_(
-                room_members.c.room_id == rooms.c.room_id,
-                room_members.c.participant_id == participant_id,
-            ),
-        )
-        .where(rooms.c.room_id == room_id)
+        _kind_and_membership, {"room_id": room_id, "participant_id": participant_id}
     ).first()
     return None if row is None else (row.kind, row.participant_id is not None)
+
+
+# on every send: written once as SQL (see messages.insert_message)
+_kind_and_membership = sa.text(
+    "SELECT rooms.kind, room_members.participant_id FROM rooms"
+    " LEFT OUTER JOIN room_members ON room_members.room_id = rooms.room_id"
+    " AND room_members.participant_id = :participant_id WHERE rooms.room_id = :room_id"
+)
 
 
 def is_member(conn: Connection, room_id: str, participant_id: str) -> bool:
