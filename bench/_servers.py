@@ -40,21 +40,31 @@ async def run_node(data_dir: Path, *, store: bool) -> None:
     if not store:
         seq = count(1_000_000)
 
-        async def send_without_store(
-            self: Messages, actor, room_id, content, *, to=None, thread_id=None
-        ):  # type: ignore[no-untyped-def]
+        def send_without_store(self: Messages, actor, room_id, content, *, to=None, thread_id=None):  # type: ignore[no-untyped-def]
+            """Messages.submit_send minus the store: same checks, same publish."""
             authorize(actor, "messages.send")
             check_content(content, self._limits)
             if room_id not in self._broker.rooms_of(actor.participant_id):
                 raise ValueError("not a member")
             message = Message(
-                next(seq), new_id(), room_id, actor.participant_id, actor.name, content, now_ms(),
-                to_id=to, thread_id=thread_id,
+                next(seq),
+                new_id(),
+                room_id,
+                actor.participant_id,
+                actor.name,
+                content,
+                now_ms(),
+                to_id=to,
+                thread_id=thread_id,
             )
             self._broker.publish(MessagePosted(room_id, message=message))
-            return message
 
-        Messages.send = send_without_store  # type: ignore[method-assign]
+            async def done() -> Message:
+                return message
+
+            return done()
+
+        Messages.submit_send = send_without_store  # type: ignore[method-assign]
 
     app = create_app(Settings(data_dir=data_dir, subscriber_buffer=4096))
     await serve(app, host="127.0.0.1", port=0, shutdown_trigger=until_terminated)

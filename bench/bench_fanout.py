@@ -29,8 +29,9 @@ from _common import (
 )
 
 
-async def measure(url: str, mesh: dict, seconds: float, window: int, rate: float | None,
-                  server) -> dict[str, float]:  # type: ignore[no-untyped-def,type-arg]
+async def measure(
+    url: str, mesh: dict, seconds: float, window: int, rate: float | None, server
+) -> dict[str, float]:  # type: ignore[no-untyped-def,type-arg]
     host, port = url.removeprefix("http://").split(":")
     receivers = [await RawWs.connect(host, int(port)) for _ in mesh["receivers"]]
     for ws, token in zip(receivers, mesh["receivers"], strict=True):
@@ -109,18 +110,31 @@ async def bench(kind: str, args: argparse.Namespace) -> dict[str, dict[str, floa
             server = start_server(kind, Path(tmp))
             try:
                 if kind == "trio-websocket":
-                    mesh = {"room": "r", "senders": ["x"] * args.senders,
-                            "receivers": ["x"] * args.receivers}
+                    mesh = {
+                        "room": "r",
+                        "senders": ["x"] * args.senders,
+                        "receivers": ["x"] * args.receivers,
+                    }
                 else:
                     mesh = await setup_mesh(server.url, args.senders, args.receivers)
                 result = await measure(server.url, mesh, args.seconds, args.window, None, server)
                 full.append(result)
-                half.append(await measure(server.url, mesh, args.seconds, args.window,
-                                          result["rate"] / args.receivers / 2, server))
+                half.append(
+                    await measure(
+                        server.url,
+                        mesh,
+                        args.seconds,
+                        args.window,
+                        result["rate"] / args.receivers / 2,
+                        server,
+                    )
+                )
             finally:
                 server.stop()
+
     def med(rows: list[dict[str, float]]) -> dict[str, float]:
         return {k: median([r[k] for r in rows]) for k in rows[0]}
+
     return {"full": med(full), "half": med(half)}
 
 
@@ -136,14 +150,20 @@ async def main() -> None:
     raise_fd_limit()
     kinds = [args.only] if args.only else ["trio-websocket", "node-nostore", "node"]
     results = {kind: await bench(kind, args) for kind in kinds}
-    print(f"\nfan-out: {args.receivers} receivers, {args.senders} senders, "
-          f"median of {args.runs} runs of {args.seconds:g} s")
-    print(f"{'server':<16}{'deliveries/s':>14}{'CPU µs/deliv':>14}{'p50 ms full':>13}"
-          f"{'p99 ms full':>13}{'p50 ms half':>13}{'p99 ms half':>13}")
+    print(
+        f"\nfan-out: {args.receivers} receivers, {args.senders} senders, "
+        f"median of {args.runs} runs of {args.seconds:g} s"
+    )
+    print(
+        f"{'server':<16}{'deliveries/s':>14}{'CPU µs/deliv':>14}{'p50 ms full':>13}"
+        f"{'p99 ms full':>13}{'p50 ms half':>13}{'p99 ms half':>13}"
+    )
     for kind, r in results.items():
         f, h = r["full"], r["half"]
-        print(f"{kind:<16}{f['rate']:>14.0f}{f['cpu_us']:>14.1f}{f['p50_ms']:>13.1f}"
-              f"{f['p99_ms']:>13.1f}{h['p50_ms']:>13.1f}{h['p99_ms']:>13.1f}")
+        print(
+            f"{kind:<16}{f['rate']:>14.0f}{f['cpu_us']:>14.1f}{f['p50_ms']:>13.1f}"
+            f"{f['p99_ms']:>13.1f}{h['p50_ms']:>13.1f}{h['p99_ms']:>13.1f}"
+        )
     if "node" in results:
         for base in ("trio-websocket", "node-nostore"):
             if base in results:

@@ -54,6 +54,30 @@ async def rest_sends(url: str, mesh: dict, seconds: float) -> float:  # type: ig
     return done / elapsed
 
 
+async def http_ceiling(url: str, senders: int, seconds: float) -> float:
+    """``GET /api/setup/status`` (no token, no store) at the same concurrency:
+    what the HTTP stack itself (hypercorn + Quart + this client) can do."""
+    count = 0
+    limits = httpx.Limits(max_connections=senders)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
+
+        async def loop() -> None:
+            nonlocal count
+            while True:
+                assert (await http.get("/api/setup/status")).status_code == 200
+                count += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(senders):
+                nursery.start_soon(loop)
+            await trio.sleep(0.3)
+            count, t0 = 0, time.perf_counter()
+            await trio.sleep(seconds)
+            done, elapsed = count, time.perf_counter() - t0
+            nursery.cancel_scope.cancel()
+    return done / elapsed
+
+
 async def ws_sends(url: str, mesh: dict, seconds: float, window: int) -> float:  # type: ignore[type-arg]
     host, port = url.removeprefix("http://").split(":")
     count = 0
@@ -134,7 +158,13 @@ async def main() -> None:
     raise_fd_limit()
     results: dict[str, dict[str, list[float]]] = {}
     for kind in ("node-nostore", "node"):
-        rows: dict[str, list[float]] = {"rest": [], "ws": [], "poll_p50": [], "poll_p99": []}
+        rows: dict[str, list[float]] = {
+            "rest": [],
+            "ws": [],
+            "poll_p50": [],
+            "poll_p99": [],
+            "http": [],
+        }
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 server = start_server(kind, Path(tmp))
@@ -143,6 +173,9 @@ async def main() -> None:
                     rows["rest"].append(await rest_sends(server.url, mesh, args.seconds))
                     rows["ws"].append(await ws_sends(server.url, mesh, args.seconds, args.window))
                     if kind == "node":
+                        rows["http"].append(
+                            await http_ceiling(server.url, args.senders, args.seconds)
+                        )
                         rtt = await poll_rtt(server.url, mesh)
                         rows["poll_p50"].append(rtt["p50_ms"])
                         rows["poll_p99"].append(rtt["p99_ms"])
@@ -154,10 +187,18 @@ async def main() -> None:
     print(f"{'server':<14}{'REST sends/s':>14}{'WS sends/s':>12}")
     for kind, rows in results.items():
         print(f"{kind:<14}{median(rows['rest']):>14.0f}{median(rows['ws']):>12.0f}")
-    print(f"node / node-nostore: REST {median(node['rest']) / median(base['rest']):.2f}x, "
-          f"WS {median(node['ws']) / median(base['ws']):.2f}x")
-    print(f"poll round trip (long-poll wakes on a REST post): p50 {median(node['poll_p50']):.1f} ms,"
-          f" p99 {median(node['poll_p99']):.1f} ms")
+    print(
+        f"node / node-nostore: REST {median(node['rest']) / median(base['rest']):.2f}x, "
+        f"WS {median(node['ws']) / median(base['ws']):.2f}x"
+    )
+    print(
+        f"HTTP stack ceiling (GET /api/setup/status, same client and concurrency): "
+        f"{median(node['http']):.0f} requests/s"
+    )
+    print(
+        f"poll round trip (long-poll wakes on a REST post): p50 {median(node['poll_p50']):.1f} ms,"
+        f" p99 {median(node['poll_p99']):.1f} ms"
+    )
     print(f"reproduce: {command_line()}")
 
 

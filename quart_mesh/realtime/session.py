@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: close codes
 POLICY_VIOLATION = 1008
+#: sends of one session queued but not yet stored
+_MAX_IN_FLIGHT = 64
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
@@ -51,6 +53,9 @@ class Session:
         self.node = node
         self.ws = ws
         self.actor: Actor | None = None
+        self._nursery: trio.Nursery
+        self._sub: Subscription
+        self._in_flight = trio.Semaphore(_MAX_IN_FLIGHT)
         self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
             "join_room": self._join_room,
             "leave_room": self._leave_room,
@@ -73,14 +78,20 @@ class Session:
         self.actor = actor
         node = self.node
         with node.broker.subscribe(actor.participant_id) as sub:
+            self._sub = sub
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
             async with (
                 node.presence.attached(actor.participant_id),
                 trio.open_nursery() as nursery,
             ):
+                self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
                 await self._start(actor, since, sub)
                 await self._reader(actor, sub)
+                # the client is gone: let its queued sends be stored, then stop
+                with trio.move_on_after(5):
+                    for _ in range(_MAX_IN_FLIGHT):
+                        await self._in_flight.acquire()
                 nursery.cancel_scope.cancel()
 
     async def _authenticate(self) -> tuple[Actor, int | None] | None:
@@ -225,13 +236,28 @@ class Session:
         await self.node.rooms.leave(actor, f.req_str("roomId"))
 
     async def _send_message(self, actor: Actor, f: Fields) -> None:
-        await self.node.messages.send(
+        # queued now, awaited in the background: a client may pipeline sends
+        # (they are stored in the order sent); the semaphore bounds how many
+        stored = self.node.messages.submit_send(
             actor,
             f.req_str("roomId"),
             f.req_str("content"),
             to=f.opt_str("to"),
             thread_id=f.opt_str("threadId"),
         )
+        await self._in_flight.acquire()
+        self._nursery.start_soon(self._finish_send, stored)
+
+    async def _finish_send(self, stored: Awaitable[object]) -> None:
+        try:
+            await stored
+        except MeshError as error:
+            self._sub.push(None, _error(error.message, error.code, "send_message"))
+        except Exception:
+            log.exception("send_message failed")
+            self._sub.push(None, _error("internal error", "internal_error", "send_message"))
+        finally:
+            self._in_flight.release()
 
     async def _edit_message(self, actor: Actor, f: Fields) -> None:
         await self.node.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))

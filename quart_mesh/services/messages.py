@@ -6,6 +6,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from math import inf
 
 import trio
@@ -91,7 +92,28 @@ class Messages:
         to: str | None = None,
         thread_id: str | None = None,
     ) -> Message:
-        """Store a message from *actor* in *room_id* and return it.
+        """Store a message from *actor* in *room_id*, publish it, and return it.
+
+        Raises:
+            NotFound: unknown room.
+            Forbidden: not a member, or the role may not send.
+            BadRequest: empty content, unknown ``to`` or ``threadId``.
+            PayloadTooLarge: content over the limit.
+        """
+        return await self.submit_send(actor, room_id, content, to=to, thread_id=thread_id)
+
+    def submit_send(
+        self,
+        actor: Actor,
+        room_id: str,
+        content: str,
+        *,
+        to: str | None = None,
+        thread_id: str | None = None,
+    ) -> Awaitable[Message]:
+        """:meth:`send` in two steps: check and queue now (raising at once for
+        what can be checked without the store), await the stored message later.
+        Messages queued by one caller are stored in the order queued.
 
         Raises:
             NotFound: unknown room.
@@ -135,7 +157,7 @@ class Messages:
                 rooms_repo.unhide_all(conn, room_id)
             return stored
 
-        return await self._db.write(write, then=self._posted)
+        return self._db.submit(write, then=self._posted)
 
     async def list_messages(
         self,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -131,17 +131,29 @@ class Database:
         Raises:
             Unavailable: the database could not be reached or is locked.
         """
+        return await self.submit(fn, then=then)
+
+    def submit(
+        self, fn: Callable[[Connection], T], *, then: Callable[[T], object] | None = None
+    ) -> Awaitable[T]:
+        """Queue a unit of work now and return an awaitable for its result.
+
+        Units commit in the order they were submitted, so a caller can queue
+        several (a client's pipelined sends) and await them afterwards.
+        Semantics otherwise as :meth:`write`.
+        """
         if self._queue is None:
-            return await trio.to_thread.run_sync(
-                self._run_write, fn, then, limiter=self._write_limiter
-            )
+            return trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
         job: _Job[T] = _Job(fn, then)
         self._queue.append(job)
         self._wakeup.set()
+        return self._wait(job)
+
+    async def _wait(self, job: _Job[T]) -> T:
         try:
             await job.done.wait()
         except trio.Cancelled:
-            if job in self._queue:
+            if self._queue is not None and job in self._queue:
                 self._queue.remove(job)
                 raise
             with trio.CancelScope(shield=True):
