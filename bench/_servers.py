@@ -19,7 +19,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import raise_fd_limit  # noqa: E402
+from bench._common import raise_fd_limit
 
 
 async def until_terminated() -> None:

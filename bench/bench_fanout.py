@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import trio
-
 from _common import (
     RawWs,
     authenticate,

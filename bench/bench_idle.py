@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import trio
-
 from _common import (
     RawWs,
     authenticate,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import trio
-
 from _common import (
     RawWs,
     authenticate,
@@ -126,18 +125,16 @@ async def poll_rtt(url: str, mesh: dict, rounds: int = 200) -> dict[str, float]:
         h_bot = {"Authorization": f"Bearer {bot}"}
         h_send = {"Authorization": f"Bearer {sender}"}
         cursor = (await http.post("/api/poll", json={}, headers=h_bot)).json()["cursor"]
+
+        async def waiter(cursor: str, result: dict[str, object]) -> None:
+            r = await http.post("/api/poll", json={"cursor": cursor, "timeout": 10}, headers=h_bot)
+            result.update(r.json())
+            result["t"] = time.perf_counter()
+
         for _ in range(rounds):
             result: dict[str, object] = {}
-
-            async def waiter() -> None:
-                r = await http.post(
-                    "/api/poll", json={"cursor": cursor, "timeout": 10}, headers=h_bot
-                )
-                result.update(r.json())
-                result["t"] = time.perf_counter()
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(waiter)
+                nursery.start_soon(waiter, cursor, result)
                 await trio.sleep(0.002)
                 t0 = time.perf_counter()
                 await http.post(

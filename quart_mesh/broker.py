@@ -119,8 +119,8 @@ class Subscription:
         while not self._items and self.failed is None:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-        if self.failed is not None and self.failed != "closed":
-            return []  # lagging: the owner reports and disconnects
+        if self.failed is not None and self.failed not in ("closed", "unavailable"):
+            return []  # lagging or removed: the owner reports and disconnects
         batch: list[Delivery] = []
         while self._items and len(batch) < max_items:
             batch.append(self._items.popleft())

@@ -86,7 +86,12 @@ class Session:
             ):
                 self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
-                await self._start(actor, since, sub)
+                try:
+                    await self._start(actor, since, sub)
+                except MeshError as error:  # e.g. the store is unavailable
+                    sub.push(None, error_frame(error.message, error.code))
+                    sub.fail("unavailable")
+                    return
                 await self._reader(actor, sub)
                 # the client is gone: let its queued sends be stored, then stop
                 with trio.move_on_after(5):
@@ -120,10 +125,11 @@ class Session:
         return actor, since
 
     async def _refuse(self, message: str, code: str) -> None:
-        try:
-            await self.ws.send_text(error_frame(message, code))
-        except ConnectionClosed:
-            return
+        with trio.move_on_after(self.node.settings.ws_send_timeout):
+            try:
+                await self.ws.send_text(error_frame(message, code))
+            except ConnectionClosed:
+                return
         await self.ws.close(POLICY_VIOLATION, code)
 
     async def _start(self, actor: Actor, since: int | None, sub: Subscription) -> None:
@@ -178,7 +184,9 @@ class Session:
         # a client that stopped reading for ws_send_timeout ends here, cancelled
 
     async def _ended(self, sub: Subscription) -> None:
-        if sub.failed == "lagging":
+        if sub.failed == "unavailable":
+            await self.ws.close(TRY_AGAIN_LATER, "unavailable")
+        elif sub.failed == "lagging":
             text = "this connection fell too far behind; reconnect with since=<last cursor>"
             await self.ws.send_text(error_frame(text, "lagging"))
             await self.ws.close(TRY_AGAIN_LATER, "lagging")

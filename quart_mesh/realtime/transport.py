@@ -197,7 +197,7 @@ class WebSocket:
         else:
             chunk = event.data
         if not self._discarding:
-            self._size += len(chunk)
+            self._size += len(chunk.encode("utf-8", "surrogatepass"))
             if self._size > self._max:
                 self._discarding = True
                 self._parts.clear()

@@ -133,7 +133,7 @@ class World:
                         "lastReadCursor": None if last_read is None else str(last_read),
                     }
                 )
-            rooms.sort(key=lambda r: (-r["mentions"], -r["unread"], r["name"]))
+            rooms.sort(key=lambda r: (-r["mentions"], -r["unread"], r["name"].casefold()))
             return {
                 "rooms": rooms,
                 "unread": sum(r["unread"] for r in rooms),
