@@ -3,6 +3,7 @@ SIGTERM and SIGINT, and started again on the same data folder with nothing lost.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,9 +12,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
+from trio_websocket import ConnectionClosed
 
-from tests.helpers import PASSWORD, Mesh
+from tests.helpers import PASSWORD, Mesh, open_client
 
 _LISTENING = re.compile(rb"listening on (http://\S+)")
 
@@ -79,13 +82,22 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
             )
         ).json()
         await mesh.send(owner, dm["roomId"], "private note")
+        poll = await http.post("/api/poll", json={}, headers=bob.headers)
+        poll_cursor = poll.json()["cursor"]
         before = {
             "participants": (await http.get("/api/participants", headers=owner.headers)).json(),
             "rooms": (await http.get("/api/rooms", headers=owner.headers)).json(),
             "messages": await mesh.messages(bob, room_id),
             "dms": (await http.get("/api/dms", headers=bob.headers)).json(),
         }
-    assert await first.stop(signal.SIGTERM) == 0
+        # a WebSocket session open at shutdown is told the node is going away
+        async with open_client(url) as ws:
+            await ws.send_message(json.dumps({"type": "authenticate", "token": bob.token}))
+            assert json.loads(await ws.get_message())["type"] == "auth_ok"
+            assert await first.stop(signal.SIGTERM) == 0
+            with trio.fail_after(5), pytest.raises(ConnectionClosed) as closed:
+                await _drain(ws)
+            assert closed.value.reason.code == 1001
     assert b"received SIGTERM" in first.output
     assert b"Traceback" not in first.output
     assert (data_dir / "mesh.db").exists()
@@ -105,6 +117,10 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
             "messages": await Mesh(http).messages(bob, room_id),
             "dms": (await http.get("/api/dms", headers=bob.headers)).json(),
         }
+        # a poll cursor from before the restart: exactly what came after it
+        await Mesh(http).send(owner, room_id, "after restart")
+        r = await http.post("/api/poll", json={"cursor": poll_cursor}, headers=bob.headers)
+        assert [m["content"] for m in r.json()["messages"]] == ["after restart"]
     for key in ("rooms", "messages", "dms"):
         assert after[key] == before[key], key
     assert [p["participantId"] for p in after["participants"]] == [
@@ -152,3 +168,9 @@ async def test_environment_configures_the_node(tmp_path: Path, nursery: trio.Nur
         assert r.status_code == 413
     assert await server.stop() == 0
     assert (data_dir / "mesh.db").exists()
+
+
+async def _drain(ws: object) -> None:
+    """Read frames until the connection closes (raises ConnectionClosed)."""
+    while True:
+        await ws.get_message()  # type: ignore[attr-defined]
