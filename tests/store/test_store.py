@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
@@ -73,4 +74,50 @@ async def test_failed_write_rolls_back(tmp_path: Path) -> None:
     with contextlib.suppress(ValueError):
         await db.write(boom)
     assert await db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar()) == 0
+    await db.close()
+
+
+async def test_group_commit_isolates_failures_and_keeps_order(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'g.db'}")
+    await db.open()
+    await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER UNIQUE)"))
+    published: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(db.run)
+
+        def insert(n: int) -> Callable[[sa.Connection], int]:
+            def write(conn: sa.Connection) -> int:
+                conn.exec_driver_sql("INSERT INTO t VALUES (?)", (n,))
+                return n
+
+            return write
+
+        # queued together: one batch; unit 3 collides and must fail alone
+        waits = [db.submit(insert(n), then=published.append) for n in (1, 2, 3, 3, 4)]
+        results: list[object] = []
+        for wait in waits:
+            try:
+                results.append(await wait)
+            except sa.exc.IntegrityError:
+                results.append("conflict")
+        assert results == [1, 2, 3, "conflict", 4]
+        assert published == [1, 2, 3, 4]  # in commit order, failures not published
+        rows = await db.read(lambda conn: conn.exec_driver_sql("SELECT n FROM t").scalars().all())
+        assert sorted(rows) == [1, 2, 3, 4]
+        nursery.cancel_scope.cancel()
+    await db.close()
+
+
+async def test_a_cancelled_write_still_queued_is_withdrawn(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    await db.open()
+    await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER)"))
+    # no writer running yet: queue by hand, then cancel the waiter before it runs
+    db._queue = collections.deque()  # what Database.run sets up
+    with trio.move_on_after(0.01):
+        await db.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+    assert len(db._queue) == 0
+    db._queue = None
+    count = await db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar())
+    assert count == 0
     await db.close()
