@@ -6,7 +6,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from math import inf
 
 import trio
@@ -264,19 +264,7 @@ class Messages:
             added = repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
             return self._load(conn, actor, message_id), added
 
-        def publish(result: tuple[Message, bool]) -> None:
-            message, added = result
-            if added:
-                self._broker.publish(
-                    ReactionAdded(
-                        message.room_id,
-                        message_id=message.message_id,
-                        emoji=emoji,
-                        participant_id=actor.participant_id,
-                    )
-                )
-
-        message, _ = await self._db.write(write, then=publish)
+        message, _ = await self._db.write(write, then=self._reacted(ReactionAdded, actor, emoji))
         return message
 
     async def remove_reaction(
@@ -291,11 +279,19 @@ class Messages:
             removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
             return self._load(conn, actor, message_id), removed
 
+        message, _ = await self._db.write(write, then=self._reacted(ReactionRemoved, actor, emoji))
+        return message
+
+    def _reacted(
+        self, event: type[ReactionAdded], actor: Actor, emoji: str
+    ) -> Callable[[tuple[Message, bool]], None]:
+        """The after-commit callback of a reaction change: publish if it changed."""
+
         def publish(result: tuple[Message, bool]) -> None:
-            message, removed = result
-            if removed:
+            message, changed = result
+            if changed:
                 self._broker.publish(
-                    ReactionRemoved(
+                    event(
                         message.room_id,
                         message_id=message.message_id,
                         emoji=emoji,
@@ -303,8 +299,7 @@ class Messages:
                     )
                 )
 
-        message, _ = await self._db.write(write, then=publish)
-        return message
+        return publish
 
     @staticmethod
     def _ref(conn: Connection, message: Message) -> RoomRef:
