@@ -22,6 +22,7 @@ from .validation import check_description, check_name, check_password
 __all__ = ["Accounts", "Session"]
 
 VISIBILITIES = ("public", "private")
+_KNOWN_MAX = 10_000
 REGISTRATION_MODES = ("open", "closed")
 
 
@@ -58,6 +59,8 @@ class Accounts:
         self._tokens = tokens
         self._mesh: MeshConfig | None = None
         self._presence = presence
+        #: participants by id, for the token check of every request (see forget)
+        self._known: dict[str, Participant] = {}
 
     async def load(self) -> None:
         """Read the mesh configuration; called once the store is open."""
@@ -192,18 +195,52 @@ class Accounts:
         claims = self._tokens.check(token)
         if not is_ulid(claims.participant_id):
             raise Unauthorized("the token is not valid", "invalid_token")
-        participant = await self._db.read(
-            lambda conn: repo.get_participant(conn, claims.participant_id)
-        )
+        participant = self._known.get(claims.participant_id)
         if participant is None:
-            raise Unauthorized("the token's participant no longer exists", "invalid_token")
+            participant = await self._db.read(
+                lambda conn: repo.get_participant(conn, claims.participant_id)
+            )
+            if participant is None:
+                raise Unauthorized("the token's participant no longer exists", "invalid_token")
+            self._remember(participant)
         now = now_ms()
         last = participant.last_seen_at
         if last is None or now - last > self._settings.last_seen_interval * 1000:
             await self._db.write(
                 lambda conn: repo.set_last_seen(conn, {participant.participant_id: now})
             )
+            self._remember(replace(participant, last_seen_at=now))
         return self.actor_for(participant)
+
+    def _remember(self, participant: Participant) -> None:
+        known = self._known
+        known.pop(participant.participant_id, None)
+        known[participant.participant_id] = participant
+        if len(known) > _KNOWN_MAX:
+            del known[next(iter(known))]  # the least recently fetched
+
+    def forget(self, participant_id: str) -> None:
+        """Drop a cached participant: call on every change to who it is or
+        what it may do (deletion, role change), so tokens see it at once."""
+        self._known.pop(participant_id, None)
+
+    async def delete_participant(self, actor: Actor, participant_id: str) -> None:
+        """Delete a participant (admin and above): its tokens stop working at
+        once and its open sessions are closed. The owner cannot be deleted.
+
+        Raises:
+            Forbidden: not an admin, or the owner is the target.
+            NotFound: no such participant.
+        """
+        authorize(actor, "mesh.admin")
+        mesh = self._mesh
+        if mesh is not None and participant_id == mesh.owner_id:
+            raise Forbidden("the mesh owner cannot be deleted", "is_owner")
+        deleted = await self._db.write(lambda conn: repo.delete_participant(conn, participant_id))
+        if not deleted:
+            raise NotFound("no such participant", "participant_not_found")
+        self.forget(participant_id)
+        self._presence.participant_removed(participant_id)
 
     def actor_for(self, participant: Participant) -> Actor:
         mesh = self._mesh

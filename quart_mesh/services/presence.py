@@ -30,6 +30,10 @@ class Presence:
         self._broker = broker
         self._counts: collections.Counter[str] = collections.Counter()
 
+    def participant_removed(self, participant_id: str) -> None:
+        """Close the removed participant's sessions and stop routing to it."""
+        self._broker.drop_participant(participant_id)
+
     def is_online(self, participant_id: str) -> bool:
         return self._counts[participant_id] > 0
 

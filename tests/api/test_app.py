@@ -10,13 +10,14 @@ import json
 import string
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from quart_mesh import MeshApp, Settings, create_app
-from quart_mesh.store import accounts as accounts_repo
+from quart_mesh.errors import Forbidden, NotFound
 from tests.helpers import PASSWORD
 
 if TYPE_CHECKING:
@@ -51,17 +52,26 @@ async def test_unexpected_errors_are_500_json_without_internals(settings: Settin
 async def test_deleted_participant_token_stops_working(
     app: MeshApp, client: TestClientProtocol
 ) -> None:
-    await _setup(client)
+    owner_headers = await _setup(client)
     r = await client.post("/api/auth/register", json={"name": "bob", "password": PASSWORD})
     bob = await r.get_json()
     headers = {"Authorization": f"Bearer {bob['token']}"}
-    assert (await client.get("/api/auth/me", headers=headers)).status_code == 200
-    await app.node.db.write(
-        lambda conn: accounts_repo.delete_participant(conn, bob["participantId"])
-    )
+    assert (await client.get("/api/auth/me", headers=headers)).status_code == 200  # cached now
+    accounts = app.node.accounts
+    owner = await accounts.authenticate(owner_headers["Authorization"].split()[1])
+    await accounts.delete_participant(owner, bob["participantId"])
     r = await client.get("/api/auth/me", headers=headers)
     assert r.status_code == 401
     assert (await r.get_json())["code"] == "invalid_token"
+    # only an admin deletes, and never the owner
+    r = await client.post("/api/auth/register", json={"name": "carol", "password": PASSWORD})
+    carol = await accounts.authenticate((await r.get_json())["token"])
+    with pytest.raises(Forbidden):
+        await accounts.delete_participant(carol, owner.participant_id)
+    with pytest.raises(Forbidden):
+        await accounts.delete_participant(owner, owner.participant_id)
+    with pytest.raises(NotFound):
+        await accounts.delete_participant(owner, bob["participantId"])
 
 
 json_values = st.recursive(

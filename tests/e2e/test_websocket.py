@@ -428,3 +428,20 @@ async def test_status_and_poll(base_url: str, mesh: Mesh, people: tuple[User, Us
     ]:
         assert_error(await mesh.http.post("/api/poll", json=body, headers=carol.headers), 400, code)
     assert_error(await mesh.http.post("/api/poll", json={}), 401)
+
+
+async def test_a_deleted_participant_is_cut_off(tmp_path: Path, nursery: trio.Nursery) -> None:
+    app = create_app(Settings(data_dir=tmp_path))
+    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bob = await mesh.register("bob")
+        async with connect(url, bob) as ws:
+            admin = await app.node.accounts.authenticate(owner.token)
+            await app.node.accounts.delete_participant(admin, bob.participant_id)
+            error = await ws.expect("error")
+            assert error["code"] == "removed"
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+        assert_error(await http.get("/api/auth/me", headers=bob.headers), 401, "invalid_token")
