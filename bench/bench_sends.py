@@ -11,6 +11,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -27,54 +28,60 @@ from _common import (
 )
 
 
+class Counter:
+    n = 0
+
+
+async def rate(
+    workers: list[Callable[[Counter], Awaitable[None]]], seconds: float, warmup: float = 0.3
+) -> float:
+    """Run *workers* (each counts what it completes); completions per second
+    over *seconds*, after *warmup*."""
+    counter = Counter()
+    async with trio.open_nursery() as nursery:
+        for worker in workers:
+            nursery.start_soon(worker, counter)
+        await trio.sleep(warmup)
+        counter.n, t0 = 0, time.perf_counter()
+        await trio.sleep(seconds)
+        done, elapsed = counter.n, time.perf_counter() - t0
+        nursery.cancel_scope.cancel()
+    return done / elapsed
+
+
 async def rest_sends(url: str, mesh: dict, seconds: float) -> float:  # type: ignore[type-arg]
-    count = 0
     limits = httpx.Limits(max_connections=len(mesh["senders"]))
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
 
-        async def sender(token: str) -> None:
-            nonlocal count
-            headers = {"Authorization": f"Bearer {token}"}
-            while True:
-                r = await http.post(
-                    f"/api/rooms/{mesh['room']}/messages", json={"content": "rest"}, headers=headers
-                )
-                assert r.status_code == 201, r.text
-                count += 1
+        def sender(token: str) -> Callable[[Counter], Awaitable[None]]:
+            async def run(counter: Counter) -> None:
+                headers = {"Authorization": f"Bearer {token}"}
+                while True:
+                    r = await http.post(
+                        f"/api/rooms/{mesh['room']}/messages",
+                        json={"content": "rest"},
+                        headers=headers,
+                    )
+                    assert r.status_code == 201, r.text
+                    counter.n += 1
 
-        async with trio.open_nursery() as nursery:
-            for token in mesh["senders"]:
-                nursery.start_soon(sender, token)
-            await trio.sleep(0.3)
-            count, t0 = 0, time.perf_counter()
-            await trio.sleep(seconds)
-            done, elapsed = count, time.perf_counter() - t0
-            nursery.cancel_scope.cancel()
-    return done / elapsed
+            return run
+
+        return await rate([sender(token) for token in mesh["senders"]], seconds)
 
 
 async def http_ceiling(url: str, senders: int, seconds: float) -> float:
     """``GET /api/setup/status`` (no token, no store) at the same concurrency:
     what the HTTP stack itself (hypercorn + Quart + this client) can do."""
-    count = 0
     limits = httpx.Limits(max_connections=senders)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
 
-        async def loop() -> None:
-            nonlocal count
+        async def run(counter: Counter) -> None:
             while True:
                 assert (await http.get("/api/setup/status")).status_code == 200
-                count += 1
+                counter.n += 1
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(senders):
-                nursery.start_soon(loop)
-            await trio.sleep(0.3)
-            count, t0 = 0, time.perf_counter()
-            await trio.sleep(seconds)
-            done, elapsed = count, time.perf_counter() - t0
-            nursery.cancel_scope.cancel()
-    return done / elapsed
+        return await rate([run] * senders, seconds)
 
 
 async def ws_sends(url: str, mesh: dict, seconds: float, window: int) -> float:  # type: ignore[type-arg]
