@@ -97,6 +97,7 @@ class Node:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.db.run)
                 await nursery.start(self.world.run)
+                await nursery.start(self.presence.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -1,8 +1,10 @@
 """Presence: who is online, and ``presence`` events when that changes.
 
 A participant is online while it holds at least one open WebSocket session or
-waiting long-poll (:meth:`Presence.attached`). When its last one closes,
-``lastSeen`` is written and ``presence`` with ``online: false`` is published.
+waiting long-poll (:meth:`Presence.attached`). When its last one closes and it
+does not come back within a short grace period (so a bot polling in a loop, or
+a client reconnecting, does not flap), ``lastSeen`` is written and
+``presence`` with ``online: false`` is published.
 """
 
 from __future__ import annotations
@@ -25,20 +27,39 @@ __all__ = ["Presence"]
 
 
 class Presence:
-    def __init__(self, db: Database, broker: Broker) -> None:
+    def __init__(self, db: Database, broker: Broker, grace: float = 1.0) -> None:
         self._db = db
         self._broker = broker
+        self._grace = grace
         self._counts: collections.Counter[str] = collections.Counter()
+        self._nursery: trio.Nursery | None = None
+        #: participants counted online that have not been announced offline yet
+        self._announced: set[str] = set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the grace-period timers; without it, offline is announced at once."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
 
     def participant_removed(self, participant_id: str) -> None:
         """Close the removed participant's sessions and stop routing to it."""
         self._broker.drop_participant(participant_id)
 
     def is_online(self, participant_id: str) -> bool:
-        return self._counts[participant_id] > 0
+        """Online as announced: true from the ``online`` event until the
+        ``online: false`` one (so lists agree with the event stream)."""
+        return participant_id in self._announced
+
+    def _connected(self, participant_id: str) -> bool:
+        return self._counts.get(participant_id, 0) > 0
 
     def online(self) -> frozenset[str]:
-        return frozenset(pid for pid, n in self._counts.items() if n > 0)
+        return frozenset(self._announced)
 
     @asynccontextmanager
     async def attached(self, participant_id: str) -> AsyncIterator[None]:
@@ -48,7 +69,8 @@ class Presence:
         the block was cancelled.
         """
         self._counts[participant_id] += 1
-        if self._counts[participant_id] == 1:
+        if participant_id not in self._announced:
+            self._announced.add(participant_id)
             self._broker.publish(
                 PresenceEvent(None, participant_id=participant_id, online=True, last_seen=now_ms())
             )
@@ -58,14 +80,23 @@ class Presence:
             self._counts[participant_id] -= 1
             if self._counts[participant_id] <= 0:
                 del self._counts[participant_id]
-                with trio.CancelScope(shield=True):
-                    await self._went_offline(participant_id)
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._offline_after_grace, participant_id)
+                else:
+                    with trio.CancelScope(shield=True):
+                        await self._went_offline(participant_id)
+
+    async def _offline_after_grace(self, participant_id: str) -> None:
+        await trio.sleep(self._grace)
+        if not self._connected(participant_id):
+            await self._went_offline(participant_id)
 
     async def _went_offline(self, participant_id: str) -> None:
         at = now_ms()
 
         def publish(_: None) -> None:
-            if not self.is_online(participant_id):  # not back online meanwhile
+            if not self._connected(participant_id):  # not back online meanwhile
+                self._announced.discard(participant_id)
                 self._broker.publish(
                     PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
                 )

@@ -445,3 +445,26 @@ async def test_a_deleted_participant_is_cut_off(tmp_path: Path, nursery: trio.Nu
             with pytest.raises(ConnectionClosed):
                 await ws.recv()
         assert_error(await http.get("/api/auth/me", headers=bob.headers), 401, "invalid_token")
+
+
+async def test_quick_reconnects_and_poll_loops_do_not_flap(
+    base_url: str, mesh: Mesh, people: tuple[User, User, User]
+) -> None:
+    owner, bob, _ = people
+    async with connect(base_url, owner) as o:
+        # a bot long-polling in a loop, and a client reconnecting at once
+        for _ in range(3):
+            r = await mesh.http.post("/api/poll", json={"timeout": 0.05}, headers=bob.headers)
+            assert r.status_code == 200
+        async with connect(base_url, bob):
+            pass
+        async with connect(base_url, bob):
+            pass
+        offline = await o.expect("presence", participantId=bob.participant_id, online=False)
+        assert offline["lastSeen"].endswith("Z")
+        bob_events = [
+            f["online"]
+            for f in o.seen
+            if f["type"] == "presence" and f["participantId"] == bob.participant_id
+        ]
+        assert bob_events == [True, False]
