@@ -135,9 +135,18 @@ class Settings:
             values["database_url"] = v
         if v := env.get("MESH_LOG_LEVEL"):
             values["log_level"] = v.upper()
-        for name in ("token_ttl_seconds", "guest_token_ttl_seconds"):
+        for name in (
+            "token_ttl_seconds",
+            "guest_token_ttl_seconds",
+            "subscriber_buffer",
+            "max_frame_bytes",
+            "max_replay",
+        ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
+        for name in ("auth_timeout", "ws_send_timeout", "max_poll_timeout"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_float(v, "MESH_" + name.upper())
         limits: dict[str, Any] = {}
         for field in dataclasses.fields(Limits):
             key = "MESH_" + field.name.upper()
@@ -155,6 +164,16 @@ def _positive_int(value: str, name: str) -> int:
         raise ConfigError(f"{name} must be a whole number, not {value!r}") from None
     if number < 1:
         raise ConfigError(f"{name} must be at least 1, not {number}")
+    return number
+
+
+def _positive_float(value: str, name: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not 0 < number < 86400:
+        raise ConfigError(f"{name} must be between 0 and 86400 seconds, not {number}")
     return number
 
 

@@ -146,3 +146,29 @@ def test_token_lifetimes_from_env() -> None:
         {"MESH_TOKEN_TTL_SECONDS": "60", "MESH_GUEST_TOKEN_TTL_SECONDS": "30"}
     )
     assert (settings.token_ttl_seconds, settings.guest_token_ttl_seconds) == (60, 30)
+
+
+def test_realtime_settings_from_env() -> None:
+    settings = Settings.from_env(
+        {
+            "MESH_SUBSCRIBER_BUFFER": "64",
+            "MESH_AUTH_TIMEOUT": "2.5",
+            "MESH_MAX_FRAME_BYTES": "1024",
+            "MESH_WS_SEND_TIMEOUT": "5",
+            "MESH_MAX_REPLAY": "10",
+            "MESH_MAX_POLL_TIMEOUT": "60",
+        }
+    )
+    assert settings.subscriber_buffer == 64
+    assert settings.auth_timeout == 2.5
+    assert settings.max_frame_bytes == 1024
+    assert settings.ws_send_timeout == 5.0
+    assert settings.max_replay == 10
+    assert settings.max_poll_timeout == 60.0
+    for bad in (
+        {"MESH_AUTH_TIMEOUT": "soon"},
+        {"MESH_AUTH_TIMEOUT": "0"},
+        {"MESH_MAX_REPLAY": "-1"},
+    ):
+        with pytest.raises(ConfigError):
+            Settings.from_env(bad)
