@@ -54,9 +54,9 @@ class Node:
         self._accounts: Accounts | None = None
         self.broker = Broker(settings.subscriber_buffer)
         self.presence = Presence(self.db, self.broker)
-        self.rooms = Rooms(self.db, settings.limits, self.broker)
+        self.rooms = Rooms(self.db, settings.limits, self.broker, self.presence)
         self.messages = Messages(self.db, settings.limits, self.broker)
-        self.dms = DirectMessages(self.db, self.broker)
+        self.dms = DirectMessages(self.db, self.broker, self.presence)
         self.realtime = Realtime(self)
         self.world: World
         self.polling: Polling

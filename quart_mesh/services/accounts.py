@@ -266,7 +266,7 @@ class Accounts:
 
     def with_presence(self, participant: Participant) -> Participant:
         """The participant with its live ``online`` flag."""
-        return replace(participant, online=self._presence.is_online(participant.participant_id))
+        return self._presence.mark(participant)
 
     def _insert(
         self, conn: Connection, participant: Participant, password_hash: str | None

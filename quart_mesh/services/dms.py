@@ -16,6 +16,7 @@ from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, authorize
+from .presence import Presence
 from .validation import check_id
 
 __all__ = ["DirectMessages", "Dm"]
@@ -37,9 +38,10 @@ class Dm:
 
 
 class DirectMessages:
-    def __init__(self, db: Database, broker: Broker) -> None:
+    def __init__(self, db: Database, broker: Broker, presence: Presence) -> None:
         self._db = db
         self._broker = broker
+        self._presence = presence
 
     async def open(self, actor: Actor, participant_id: str) -> tuple[Dm, bool]:
         """Create or find the DM room of the actor and *participant_id*.
@@ -84,16 +86,18 @@ class DirectMessages:
                     self._broker.join(dm.room.room_id, participant.participant_id)
                 for participant in (me, dm.other):
                     self._broker.publish(
-                        ParticipantJoined(dm.room.room_id, participant=participant)
+                        ParticipantJoined(
+                            dm.room.room_id, participant=self._presence.mark(participant)
+                        )
                     )
 
         dm, created, _ = await self._db.write(write, then=publish)
-        return dm, created
+        return Dm(dm.room, self._presence.mark(dm.other), dm.last_message_at), created
 
     async def list_dms(self, actor: Actor) -> list[Dm]:
         authorize(actor, "rooms.read")
         rows = await self._db.read(lambda conn: repo.list_dms(conn, actor.participant_id))
-        return [Dm(room, other, last) for room, other, last in rows]
+        return [Dm(room, self._presence.mark(other), last) for room, other, last in rows]
 
     async def hide(self, actor: Actor, room_id: str) -> None:
         """Remove a DM from the actor's list until a new message arrives."""

@@ -13,13 +13,14 @@ import collections
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import trio
 
 from ..broker import Broker
 from ..errors import Unavailable
 from ..events import Presence as PresenceEvent
-from ..models import now_ms
+from ..models import Participant, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 
@@ -54,6 +55,11 @@ class Presence:
         """Online as announced: true from the ``online`` event until the
         ``online: false`` one (so lists agree with the event stream)."""
         return participant_id in self._announced
+
+    def mark(self, participant: Participant) -> Participant:
+        """The participant with its live ``online`` flag."""
+        online = participant.participant_id in self._announced
+        return participant if participant.online == online else replace(participant, online=online)
 
     def _connected(self, participant_id: str) -> bool:
         return self._counts.get(participant_id, 0) > 0

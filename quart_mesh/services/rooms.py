@@ -17,6 +17,7 @@ from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, RoomRef, authorize
+from .presence import Presence
 from .validation import check_description, check_room_name
 
 __all__ = ["RoomDetails", "Rooms", "require_member", "require_room"]
@@ -67,20 +68,23 @@ def _me(conn: Connection, actor: Actor) -> Participant:
 
 
 class Rooms:
-    def __init__(self, db: Database, limits: Limits, broker: Broker) -> None:
+    def __init__(self, db: Database, limits: Limits, broker: Broker, presence: Presence) -> None:
         self._db = db
         self._limits = limits
         self._broker = broker
+        self._presence = presence
 
     def _joined(self, change: tuple[Room, Participant | None]) -> None:
         room, participant = change
         if participant is not None:
             self._broker.join(room.room_id, participant.participant_id)
+            participant = self._presence.mark(participant)
             self._broker.publish(ParticipantJoined(room.room_id, participant=participant))
 
     def _left(self, change: tuple[Room, Participant | None]) -> None:
         room, participant = change
         if participant is not None:
+            participant = self._presence.mark(participant)
             self._broker.publish(ParticipantLeft(room.room_id, participant=participant))
             self._broker.leave(room.room_id, participant.participant_id)
 
@@ -130,7 +134,9 @@ class Rooms:
             joined = any(m.participant_id == actor.participant_id for m in members)
             return RoomDetails(room, members, joined)
 
-        return await self._db.read(read)
+        details = await self._db.read(read)
+        members = [self._presence.mark(m) for m in details.members]
+        return RoomDetails(details.room, members, details.joined)
 
     async def delete(self, actor: Actor, room_id: str) -> None:
         """Delete a room and its messages: its creator, or admin and above.

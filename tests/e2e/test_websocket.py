@@ -86,7 +86,10 @@ async def test_every_frame_and_event(
         await c.send(type="join_room", roomId=room_id)
         joined = await b.expect("participant_joined", roomId=room_id)
         assert joined["participant"]["participantId"] == carol.participant_id
+        assert joined["participant"]["online"] is True  # the live flag, not the stored one
         await c.expect("participant_joined", roomId=room_id)
+        details = (await mesh.http.get(f"/api/rooms/{room_id}", headers=bob.headers)).json()
+        assert {m["name"]: m["online"] for m in details["members"]} == {"bob": True, "carol": True}
 
         # send_message with to: both get it, the sender too, with a cursor
         await b.send(
