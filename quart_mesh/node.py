@@ -8,6 +8,7 @@ started (see ``docs/embedding.md``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -17,6 +18,7 @@ import trio
 from ._version import __version__
 from .broker import Broker
 from .config import Settings
+from .errors import Unavailable
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
@@ -103,6 +105,10 @@ class Node:
         finally:
             self.started_at = None
             with trio.CancelScope(shield=True):
+                if self._accounts is not None:
+                    # the writer has stopped: this goes straight to the store
+                    with contextlib.suppress(Unavailable):
+                        await self.world.flush_reads()
                 await self.db.close()
 
     async def health(self) -> dict[str, Any]:

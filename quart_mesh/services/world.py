@@ -6,14 +6,13 @@ One implementation serves the WebSocket ``snapshot``, ``GET /api/state`` and
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
-from ..errors import Forbidden, Unavailable
+from ..errors import Forbidden
 from ..events import ParticipantMoved
 from ..models import now_ms
 from ..store import Database
@@ -58,16 +57,12 @@ class World:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Write noted read positions every *interval* seconds, and once more
-        when cancelled (shielded), so a clean shutdown loses none."""
+        """Write noted read positions every *interval* seconds. The node
+        flushes once more after its writer stops, so a clean shutdown loses none."""
         task_status.started()
-        try:
-            while True:
-                await trio.sleep(interval)
-                await self.flush_reads()
-        finally:
-            with trio.CancelScope(shield=True), contextlib.suppress(Unavailable):
-                await self.flush_reads()
+        while True:
+            await trio.sleep(interval)
+            await self.flush_reads()
 
     async def snapshot(self, actor: Actor) -> dict[str, Any]:
         """Rooms the actor can see (ordinary rooms and its DMs) and every

@@ -177,7 +177,10 @@ class Database:
                     )
                     for job in batch:
                         if job.then is not None and job.error is None:
-                            job.then(job.result)
+                            try:
+                                job.then(job.result)
+                            except Exception:  # a bug in a publisher must not stop writes
+                                log.exception("after-commit callback failed")
                         job.done.set()
         finally:
             queue, self._queue = self._queue, None

@@ -94,6 +94,11 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
         async with open_client(url) as ws:
             await ws.send_message(json.dumps({"type": "authenticate", "token": bob.token}))
             assert json.loads(await ws.get_message())["type"] == "auth_ok"
+            # delivered live just before shutdown: counts as read after the restart
+            sent = await mesh.send(owner, room_id, "seen live")
+            with trio.fail_after(5):
+                while json.loads(await ws.get_message()).get("messageId") != sent["messageId"]:
+                    pass
             assert await first.stop(signal.SIGTERM) == 0
             with trio.fail_after(5), pytest.raises(ConnectionClosed) as closed:
                 await _drain(ws)
@@ -117,12 +122,16 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
             "messages": await Mesh(http).messages(bob, room_id),
             "dms": (await http.get("/api/dms", headers=bob.headers)).json(),
         }
+        status = (await http.get("/api/status", headers=bob.headers)).json()
+        assert next(r for r in status["rooms"] if r["roomId"] == room_id)["unread"] == 0
         # a poll cursor from before the restart: exactly what came after it
         await Mesh(http).send(owner, room_id, "after restart")
         r = await http.post("/api/poll", json={"cursor": poll_cursor}, headers=bob.headers)
-        assert [m["content"] for m in r.json()["messages"]] == ["after restart"]
-    for key in ("rooms", "messages", "dms"):
+        assert [m["content"] for m in r.json()["messages"]] == ["seen live", "after restart"]
+    for key in ("rooms", "dms"):
         assert after[key] == before[key], key
+    assert after["messages"][:-1] == before["messages"]
+    assert after["messages"][-1]["content"] == "seen live"
     assert [p["participantId"] for p in after["participants"]] == [
         p["participantId"] for p in before["participants"]
     ]
