@@ -79,6 +79,8 @@ class Settings:
     token_ttl_seconds: int = 30 * 24 * 3600
     #: Lifetime of guest tokens, seconds.
     guest_token_ttl_seconds: int = 24 * 3600
+    #: Lifetime of bot tokens (bootstrap, spawn), seconds.
+    bot_token_ttl_seconds: int = 365 * 24 * 3600
     #: Threads that may read the store at once (SQLite WAL allows concurrent readers).
     db_reader_threads: int = 4
     #: Concurrent argon2 computations (each uses ~64 MiB and a core for ~50 ms).
@@ -138,6 +140,7 @@ class Settings:
         for name in (
             "token_ttl_seconds",
             "guest_token_ttl_seconds",
+            "bot_token_ttl_seconds",
             "subscriber_buffer",
             "max_frame_bytes",
             "max_replay",

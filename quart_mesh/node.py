@@ -22,6 +22,7 @@ from .errors import Unavailable
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
+from .services.agents import Agents
 from .services.dms import DirectMessages
 from .services.messages import Messages
 from .services.polling import Polling
@@ -61,6 +62,7 @@ class Node:
         self.dms = DirectMessages(self.db, self.broker, self.presence)
         self.realtime = Realtime(self)
         self.world: World
+        self.agents: Agents
         self.polling: Polling
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
@@ -91,6 +93,7 @@ class Node:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
+            self.agents = Agents(self.db, accounts)
             self.polling = Polling(self.settings, self.db, self.broker, self.presence, self.world)
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts

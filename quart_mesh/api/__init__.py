@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from . import auth, dms, health, participants, rooms, state
+from . import agents, auth, dms, health, participants, rooms, state
 
 __all__ = ["BLUEPRINTS"]
 
@@ -18,5 +18,6 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     rooms.bp,
     dms.bp,
     participants.bp,
+    agents.bp,
     state.bp,
 )

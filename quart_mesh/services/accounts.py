@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
@@ -182,6 +183,37 @@ class Accounts:
         participant = Participant(new_id(), name, "guest", "guest", "spectator", now_ms())
         await self._db.write(lambda conn: self._insert(conn, participant, None))
         return self._session(participant, ttl=self._settings.guest_token_ttl_seconds)
+
+    async def create_bot(
+        self,
+        name: str,
+        bot_type: str,
+        role: str,
+        description: str,
+        also: Callable[[Connection, Participant], None],
+    ) -> Session:
+        """Create a bot participant (kind ``bot``) and, in the same transaction,
+        run ``also(conn, participant)`` (the agent's own record).
+
+        Raises:
+            Forbidden: the mesh is not set up.
+            Conflict: the name is taken.
+            BadRequest: invalid name or description.
+        """
+        if self._mesh is None:
+            raise Forbidden("the mesh is not set up yet", "not_initialized")
+        check_name(name, self._limits)
+        check_description(description, self._limits)
+        participant = Participant(
+            new_id(), name, "bot", bot_type, role, now_ms(), description=description
+        )
+
+        def write(conn: Connection) -> None:
+            self._insert(conn, participant, None)
+            also(conn, participant)
+
+        await self._db.write(write)
+        return self._session(participant, ttl=self._settings.bot_token_ttl_seconds)
 
     async def authenticate(self, token: str | None) -> Actor:
         """Resolve a bearer token to the acting participant.

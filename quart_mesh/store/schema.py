@@ -166,3 +166,21 @@ room_reads = Table(
     ),
     Column("last_read_seq", Integer, nullable=False),
 )
+
+# bots: the participant row holds name, type and role; this holds how it connects
+agents = Table(
+    "agents",
+    metadata,
+    Column(
+        "agent_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("managed", Boolean, nullable=False),
+    Column("webhook_url", Text, nullable=True),
+    # HMAC key the node signs webhook deliveries with (the node's, not the user's)
+    Column("webhook_secret", String(64), nullable=True),
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)

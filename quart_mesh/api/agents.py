@@ -1,0 +1,41 @@
+"""Agents and bots (spec §4.6): bootstrap, list, remove."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, request
+
+from ._common import body, caller, node, reply
+
+bp = Blueprint("agents", __name__)
+
+
+@bp.post("/api/agents/bootstrap")
+async def bootstrap() -> tuple[Any, int]:
+    # open registration needs no token; a closed mesh needs an admin's
+    actor = await caller() if request.headers.get("Authorization") else None
+    fields = await body()
+    mesh_node = node()
+    result = await mesh_node.agents.bootstrap(
+        actor,
+        name=fields.req_str("name"),
+        bot_type=fields.req_str("type"),
+        description=fields.opt_str("description") or "",
+        webhook_url=fields.opt_str("webhookUrl"),
+        base_url=mesh_node.public_url or request.host_url,
+    )
+    return reply(result.to_json(), 201)
+
+
+@bp.get("/api/agents")
+async def list_agents() -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await node().agents.list_agents(actor))
+
+
+@bp.delete("/api/agents/<agent_id>")
+async def delete_agent(agent_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    await node().agents.delete(actor, agent_id)
+    return reply({"ok": True, "agentId": agent_id})

@@ -1,0 +1,155 @@
+"""Agents: bot participants and how they connect (spec §2.2, §3.2, §4.6).
+
+This module holds bootstrap (external bots registering themselves), the agent
+list and agent removal. Bots are participants like any other: they get a
+token and use the same REST, WebSocket and polling paths, through the same
+permission checks.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import Connection
+
+from ..errors import BadRequest, Forbidden, NotFound
+from ..models import Participant, now_ms
+from ..store import Database
+from ..store import agents as repo
+from .accounts import Accounts
+from .authz import Actor, authorize
+
+__all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped"]
+
+#: bots that run elsewhere and connect in (bootstrap)
+EXTERNAL_TYPES = ("nanoclaw", "simple", "webhook")
+#: bots the node runs itself (spawn)
+MANAGED_TYPES = ("llm", "coder", "echo")
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrapped:
+    participant: Participant
+    token: str
+    base_url: str
+    webhook_secret: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        ws_base = "ws" + self.base_url.removeprefix("http")
+        body: dict[str, Any] = {
+            "agentId": self.participant.participant_id,
+            "token": self.token,
+            "wsUrl": f"{ws_base}/ws",
+            "modelUrl": f"{self.base_url}/api/models/v1",
+            "name": self.participant.name,
+            "type": self.participant.type,
+            "role": self.participant.role,
+        }
+        if self.webhook_secret is not None:
+            body["webhookSecret"] = self.webhook_secret
+        return body
+
+
+class Agents:
+    def __init__(self, db: Database, accounts: Accounts) -> None:
+        self._db = db
+        self._accounts = accounts
+
+    async def bootstrap(
+        self,
+        actor: Actor | None,
+        *,
+        name: str,
+        bot_type: str,
+        base_url: str,
+        description: str = "",
+        webhook_url: str | None = None,
+    ) -> Bootstrapped:
+        """Register an external bot (role ``agent``) and issue its token.
+
+        Open registration lets anyone bootstrap; otherwise an admin or the
+        owner must (``actor``).
+
+        Raises:
+            Unauthorized/Forbidden: a closed mesh without an admin caller.
+            BadRequest: unknown type, a managed type, a missing or bad webhook URL.
+            Conflict: the name is taken.
+        """
+        mesh = self._accounts.mesh
+        if mesh is None:
+            raise Forbidden("the mesh is not set up yet", "not_initialized")
+        if mesh.registration_mode != "open":
+            if actor is None:
+                raise Forbidden(
+                    "registration is closed: an admin must bootstrap bots", "registration_closed"
+                )
+            authorize(actor, "mesh.admin")
+        if bot_type in MANAGED_TYPES:
+            raise BadRequest(
+                f"{bot_type} bots are run by the node: use POST /api/agents/spawn",
+                "managed_type",
+            )
+        if bot_type not in EXTERNAL_TYPES:
+            raise BadRequest(f"type must be one of {', '.join(EXTERNAL_TYPES)}", "invalid_type")
+        if bot_type == "webhook":
+            if webhook_url is None:
+                raise BadRequest("webhook bots need a webhookUrl", "missing_field")
+            _check_url(webhook_url)
+        elif webhook_url is not None:
+            raise BadRequest("only webhook bots take a webhookUrl", "invalid_field")
+        secret = secrets.token_hex(32) if bot_type == "webhook" else None
+        created_by = actor.participant_id if actor else None
+
+        def record(conn: Connection, participant: Participant) -> None:
+            repo.insert_agent(
+                conn,
+                participant.participant_id,
+                managed=False,
+                webhook_url=webhook_url,
+                webhook_secret=secret,
+                created_by=created_by,
+                created_at=now_ms(),
+            )
+
+        session = await self._accounts.create_bot(name, bot_type, "agent", description, record)
+        return Bootstrapped(session.participant, session.token, base_url.rstrip("/"), secret)
+
+    async def list_agents(self, actor: Actor) -> list[dict[str, Any]]:
+        """Every agent with its live ``online`` flag."""
+        authorize(actor, "participants.read")
+        rows = await self._db.read(repo.list_agents)
+        return [
+            {
+                "agentId": row.participant.participant_id,
+                **{
+                    k: v
+                    for k, v in self._accounts.with_presence(row.participant).to_json().items()
+                    if k != "participantId"
+                },
+                "description": row.participant.description,
+                "managed": row.managed,
+            }
+            for row in rows
+        ]
+
+    async def delete(self, actor: Actor, agent_id: str) -> None:
+        """Remove an agent (admin and above): its token stops working at once and
+        its sessions are closed.
+
+        Raises:
+            Forbidden: not an admin.
+            NotFound: no such agent.
+        """
+        authorize(actor, "mesh.admin")
+        if not await self._db.read(lambda conn: repo.is_agent(conn, agent_id)):
+            raise NotFound("no such agent", "agent_not_found")
+        await self._accounts.delete_participant(actor, agent_id)
+
+
+def _check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or len(url) > 2000:
+        raise BadRequest("webhookUrl must be an http(s) URL", "invalid_url")
