@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from ._version import __version__
+from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
 from .errors import Unavailable
@@ -61,6 +62,7 @@ class Node:
         self.messages = Messages(self.db, settings.limits, self.broker)
         self.dms = DirectMessages(self.db, self.broker, self.presence)
         self.realtime = Realtime(self)
+        self.supervisor = Supervisor(self)
         self.world: World
         self.agents: Agents
         self.polling: Polling
@@ -93,7 +95,7 @@ class Node:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
-            self.agents = Agents(self.db, accounts)
+            self.agents = Agents(self.db, accounts, self.supervisor)
             self.polling = Polling(self.settings, self.db, self.broker, self.presence, self.world)
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
@@ -103,6 +105,7 @@ class Node:
                 await nursery.start(self.db.run)
                 await nursery.start(self.world.run)
                 await nursery.start(self.presence.run)
+                await nursery.start(self.supervisor.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -6,6 +6,7 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from ..errors import BadRequest
 from ._common import body, caller, node, reply
 
 bp = Blueprint("agents", __name__)
@@ -26,6 +27,33 @@ async def bootstrap() -> tuple[Any, int]:
         base_url=mesh_node.public_url or request.host_url,
     )
     return reply(result.to_json(), 201)
+
+
+@bp.post("/api/agents/spawn")
+async def spawn() -> tuple[Any, int]:
+    actor = await caller()
+    fields = await body()
+    rooms = fields.data.get("rooms", [])
+    if not isinstance(rooms, list) or not all(isinstance(r, str) for r in rooms):
+        raise BadRequest("rooms must be a list of room ids", "invalid_field")
+    participant = await node().agents.spawn(
+        actor,
+        name=fields.req_str("name"),
+        bot_type=fields.req_str("type"),
+        model=fields.opt_str("model"),
+        rooms=rooms,
+        api_key=fields.opt_str("apiKey"),
+    )
+    return reply(
+        {
+            "agentId": participant.participant_id,
+            "name": participant.name,
+            "type": participant.type,
+            "role": participant.role,
+            "status": "starting",
+        },
+        201,
+    )
 
 
 @bp.get("/api/agents")

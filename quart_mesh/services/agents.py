@@ -15,10 +15,13 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection
 
+from ..bots.supervisor import ManagedBot, Supervisor
 from ..errors import BadRequest, Forbidden, NotFound
+from ..ids import is_ulid
 from ..models import Participant, now_ms
 from ..store import Database
 from ..store import agents as repo
+from ..store import rooms as rooms_repo
 from .accounts import Accounts
 from .authz import Actor, authorize
 
@@ -54,9 +57,74 @@ class Bootstrapped:
 
 
 class Agents:
-    def __init__(self, db: Database, accounts: Accounts) -> None:
+    def __init__(self, db: Database, accounts: Accounts, supervisor: Supervisor) -> None:
         self._db = db
         self._accounts = accounts
+        self._supervisor = supervisor
+
+    async def spawn(
+        self,
+        actor: Actor,
+        *,
+        name: str,
+        bot_type: str,
+        model: str | None,
+        rooms: list[str],
+        api_key: str | None,
+    ) -> Participant:
+        """Register a managed bot and start it (owner and admins only).
+
+        The bot is persisted (started again when the node restarts); its
+        ``api_key`` is kept only in memory and in the child's environment.
+
+        Raises:
+            Forbidden: not an admin.
+            BadRequest: a type the node does not run, unknown rooms, bad values.
+            Conflict: the name is taken.
+        """
+        authorize(actor, "mesh.admin")
+        if bot_type not in MANAGED_TYPES:
+            raise BadRequest(f"type must be one of {', '.join(MANAGED_TYPES)}", "invalid_type")
+        if len(rooms) > 100 or not all(is_ulid(r) for r in rooms):
+            raise BadRequest("rooms must be a list of room ids", "invalid_rooms")
+        if api_key is not None and not 1 <= len(api_key) <= 4096:
+            raise BadRequest("apiKey must be 1 to 4096 characters", "invalid_field")
+        if model is not None and not 1 <= len(model) <= 200:
+            raise BadRequest("model must be 1 to 200 characters", "invalid_field")
+        role = "super_agent" if bot_type == "coder" else "agent"
+
+        def record(conn: Connection, participant: Participant) -> None:
+            for room_id in rooms:
+                room = rooms_repo.get_room(conn, room_id)
+                if room is None or room.kind != "room":
+                    raise BadRequest(f"no such room: {room_id}", "unknown_room")
+            repo.insert_agent(
+                conn,
+                participant.participant_id,
+                managed=True,
+                webhook_url=None,
+                webhook_secret=None,
+                created_by=actor.participant_id,
+                created_at=now_ms(),
+                model=model,
+                rooms=rooms,
+                needs_key=api_key is not None,
+            )
+
+        session = await self._accounts.create_bot(name, bot_type, role, "", record)
+        participant = session.participant
+        self._supervisor.launch(
+            ManagedBot(
+                participant.participant_id,
+                participant.name,
+                bot_type,
+                model,
+                tuple(rooms),
+                api_key is not None,
+                api_key=api_key,
+            )
+        )
+        return participant
 
     async def bootstrap(
         self,
@@ -131,9 +199,16 @@ class Agents:
                 },
                 "description": row.participant.description,
                 "managed": row.managed,
+                **self._managed_state(row.participant.participant_id, row.managed),
             }
             for row in rows
         ]
+
+    def _managed_state(self, agent_id: str, managed: bool) -> dict[str, Any]:
+        if not managed:
+            return {}
+        bot = self._supervisor.bots.get(agent_id)
+        return bot.to_json() if bot else {"status": "stopped", "restarts": 0, "detail": None}
 
     async def delete(self, actor: Actor, agent_id: str) -> None:
         """Remove an agent (admin and above): its token stops working at once and
@@ -146,6 +221,7 @@ class Agents:
         authorize(actor, "mesh.admin")
         if not await self._db.read(lambda conn: repo.is_agent(conn, agent_id)):
             raise NotFound("no such agent", "agent_not_found")
+        self._supervisor.stop(agent_id)
         await self._accounts.delete_participant(actor, agent_id)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -19,6 +20,9 @@ class AgentRow:
     participant: Participant
     managed: bool
     webhook_url: str | None
+    model: str | None = None
+    rooms: tuple[str, ...] = ()
+    needs_key: bool = False
 
 
 def insert_agent(
@@ -30,6 +34,9 @@ def insert_agent(
     webhook_secret: str | None,
     created_by: str | None,
     created_at: int,
+    model: str | None = None,
+    rooms: list[str] | None = None,
+    needs_key: bool = False,
 ) -> None:
     conn.execute(
         agents.insert().values(
@@ -39,6 +46,9 @@ def insert_agent(
             webhook_secret=webhook_secret,
             created_by=created_by,
             created_at=created_at,
+            model=model,
+            rooms=None if rooms is None else json.dumps(rooms),
+            needs_key=needs_key,
         )
     )
 
@@ -50,8 +60,25 @@ def is_agent(conn: Connection, agent_id: str) -> bool:
 
 def list_agents(conn: Connection) -> list[AgentRow]:
     rows = conn.execute(
-        sa.select(participants, agents.c.managed, agents.c.webhook_url)
+        sa.select(
+            participants,
+            agents.c.managed,
+            agents.c.webhook_url,
+            agents.c.model,
+            agents.c.rooms,
+            agents.c.needs_key,
+        )
         .join(agents, agents.c.agent_id == participants.c.participant_id)
         .order_by(participants.c.name_key)
     )
-    return [AgentRow(participant_from_row(row), bool(row.managed), row.webhook_url) for row in rows]
+    return [
+        AgentRow(
+            participant_from_row(row),
+            bool(row.managed),
+            row.webhook_url,
+            row.model,
+            tuple(json.loads(row.rooms)) if row.rooms else (),
+            bool(row.needs_key),
+        )
+        for row in rows
+    ]

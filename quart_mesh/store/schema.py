@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
 )
+from sqlalchemy import false as sa_false
 
 metadata = MetaData(
     naming_convention={
@@ -183,4 +184,9 @@ agents = Table(
     Column("webhook_secret", String(64), nullable=True),
     Column("created_by", String(26), nullable=True),
     Column("created_at", BigInteger, nullable=False),
+    # managed bots: the model, the rooms to join (JSON list), whether an API key
+    # was given at spawn (the key itself is never stored)
+    Column("model", Text, nullable=True),
+    Column("rooms", Text, nullable=True),
+    Column("needs_key", Boolean, nullable=False, server_default=sa_false()),
 )

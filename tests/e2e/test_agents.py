@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
 import httpx
 import pytest
 import trio
@@ -110,3 +116,139 @@ async def test_delete_agent_refuses_its_token_and_closes_sessions(
     assert_error(await mesh.http.get("/api/auth/me", headers=me.headers), 401, "invalid_token")
     assert (await mesh.http.get("/api/agents", headers=owner.headers)).json() == []
     assert_error(await mesh.http.delete(url, headers=owner.headers), 404, "agent_not_found")
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float = 20) -> None:
+    """Poll an async predicate until true (bounded): for a child process to act."""
+    with trio.fail_after(seconds):
+        while not await predicate():
+            await trio.sleep(0.05)
+
+
+def bot_pids() -> list[int]:
+    """Managed bot processes on this machine (the node runs in this test process)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"quart_mesh.bots.runner" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+async def test_spawned_echo_bot_answers_restarts_and_stops(base_url: str, mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    bob = await mesh.register("bob")
+    room_id = (await mesh.create_room(owner, "echoes"))["roomId"]
+    await mesh.join(bob, room_id)
+    spawn = {"name": "echo-bot", "type": "echo", "model": "none", "rooms": [room_id]}
+    r = await mesh.http.post("/api/agents/spawn", json=spawn, headers=bob.headers)
+    assert_error(r, 403, "forbidden")
+    for body, code in [
+        ({**spawn, "type": "nanoclaw"}, "invalid_type"),
+        ({**spawn, "rooms": ["nope"]}, "invalid_rooms"),
+        ({**spawn, "rooms": ["01ARZ3NDEKTSV4RRFFQ69G5FAV"]}, "unknown_room"),
+        ({**spawn, "rooms": "all"}, "invalid_field"),
+    ]:
+        r = await mesh.http.post("/api/agents/spawn", json=body, headers=owner.headers)
+        assert_error(r, 400, code)
+    r = await mesh.http.post("/api/agents/spawn", json=spawn, headers=owner.headers)
+    assert r.status_code == 201, r.text
+    agent_id = r.json()["agentId"]
+    assert r.json()["role"] == "agent"
+
+    async def agent() -> dict[str, Any]:
+        agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+        return dict(next(a for a in agents if a["agentId"] == agent_id))
+
+    async def in_room() -> bool:
+        room = (await mesh.http.get(f"/api/rooms/{room_id}", headers=owner.headers)).json()
+        return agent_id in {m["participantId"] for m in room["members"]}
+
+    await wait_for(in_room)  # it joined as any client would
+    assert (await agent())["managed"] is True
+    async with connect(base_url, bob) as ws:
+        await ws.send(type="send_message", roomId=room_id, content="hello there")
+        reply = await ws.expect("message", timeout=20, content="echo: hello there")
+        assert reply["senderId"] == agent_id
+        # it never answers itself: nothing more arrives
+        assert [f for f in await ws.quiet(0.5) if f["type"] == "message"] == []
+
+        # kill its process: the supervisor starts it again, and a message sent
+        # while it was down is still answered
+        [pid] = bot_pids()
+        os.kill(pid, signal.SIGKILL)
+        await ws.send(type="send_message", roomId=room_id, content="while down")
+
+        async def restarted() -> bool:
+            a = await agent()
+            return bool(a["restarts"] >= 1 and a["status"] == "running")
+
+        await wait_for(restarted)
+        await ws.expect("message", timeout=20, content="echo: while down")
+        await ws.send(type="send_message", roomId=room_id, content="again")
+        await ws.expect("message", timeout=20, content="echo: again")
+
+    # delete: the process stops, the agent is gone
+    assert (await mesh.http.delete(f"/api/agents/{agent_id}", headers=owner.headers)).is_success
+
+    async def stopped() -> bool:
+        return not bot_pids()
+
+    await wait_for(stopped)
+
+
+async def test_managed_bots_come_back_after_a_node_restart(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    from tests.e2e.test_cli_restart import ServerProcess
+
+    data_dir = tmp_path / "mesh-data"
+    first = ServerProcess(data_dir)
+    url = await first.start(nursery)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        room_id = (await mesh.create_room(owner, "persist"))["roomId"]
+        for name, extra in (("echo-a", {}), ("echo-keyed", {"apiKey": "sk-test-not-stored"})):
+            body = {"name": name, "type": "echo", "model": "m", "rooms": [room_id], **extra}
+            r = await http.post("/api/agents/spawn", json=body, headers=owner.headers)
+            assert r.status_code == 201, r.text
+
+        async def both_running() -> bool:
+            agents = (await http.get("/api/agents", headers=owner.headers)).json()
+            return [a["status"] for a in agents] == ["running", "running"]
+
+        await wait_for(both_running)
+    assert await first.stop() == 0
+    assert bot_pids() == []  # the node stopped its bots
+    # the key is in no file of the data folder
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            assert b"sk-test-not-stored" not in path.read_bytes(), path
+
+    second = ServerProcess(data_dir)
+    url = await second.start(nursery)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+
+        async def states() -> dict[str, str]:
+            agents = (await http.get("/api/agents", headers=owner.headers)).json()
+            return {a["name"]: a["status"] for a in agents}
+
+        async def settled() -> bool:
+            return await states() == {"echo-a": "running", "echo-keyed": "needs_key"}
+
+        await wait_for(settled)
+        async with connect(url, owner) as ws:
+
+            async def answered() -> bool:
+                await ws.send(type="send_message", roomId=room_id, content="are you back")
+                frames = await ws.quiet(0.5)
+                return any(f.get("content") == "echo: are you back" for f in frames)
+
+            await wait_for(answered)
+    assert await second.stop() == 0
+    assert bot_pids() == []

@@ -1,0 +1,178 @@
+"""The supervisor of managed bots: one child process per bot, restarted with
+exponential backoff, stopped with SIGTERM then SIGKILL.
+
+Each bot gets a fresh token at every start (tokens are not stored) and, if it
+was spawned with one, its API key — in the child's environment only, and in
+this process's memory for restarts; never on disk (spec §5.9). After a node
+restart such a bot has no key and waits in status ``needs_key``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..store import agents as agents_repo
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["ManagedBot", "Supervisor"]
+
+log = logging.getLogger(__name__)
+
+EX_CONFIG = 78  # the bot cannot run as configured: do not restart it
+_BACKOFF_START, _BACKOFF_MAX, _STABLE_AFTER = 0.5, 30.0, 60.0
+_STOP_GRACE = 5.0
+
+
+@dataclass
+class ManagedBot:
+    agent_id: str
+    name: str
+    bot_type: str
+    model: str | None
+    rooms: tuple[str, ...]
+    needs_key: bool
+    api_key: str | None = field(default=None, repr=False)
+    status: str = "starting"
+    detail: str | None = None
+    restarts: int = 0
+    pid: int | None = None
+    #: the last message cursor the bot acknowledged (restarts resume after it)
+    cursor: str | None = None
+    scope: trio.CancelScope | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "restarts": self.restarts, "detail": self.detail}
+
+
+async def _terminate_then_kill(process: trio.Process) -> None:
+    process.terminate()
+    with trio.move_on_after(_STOP_GRACE):
+        await process.wait()
+        return
+    process.kill()
+
+
+class Supervisor:
+    """Runs in the node's nursery (:meth:`run`); owns every bot's process."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.bots: dict[str, ManagedBot] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start every persisted managed bot, then supervise until cancelled
+        (which stops them all: SIGTERM, then SIGKILL after a grace period)."""
+        rows = await self._node.db.read(agents_repo.list_agents)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for row in rows:
+                if row.managed:
+                    p = row.participant
+                    self.launch(
+                        ManagedBot(
+                            p.participant_id, p.name, p.type, row.model, row.rooms, row.needs_key
+                        )
+                    )
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    def launch(self, bot: ManagedBot) -> None:
+        if self._nursery is None:
+            raise RuntimeError("the supervisor is not running")
+        self.bots[bot.agent_id] = bot
+        self._nursery.start_soon(self._supervise, bot)
+
+    def stop(self, agent_id: str) -> None:
+        bot = self.bots.pop(agent_id, None)
+        if bot is not None and bot.scope is not None:
+            bot.scope.cancel()
+
+    async def _supervise(self, bot: ManagedBot) -> None:
+        backoff = _BACKOFF_START
+        with trio.CancelScope() as scope:
+            bot.scope = scope
+            while True:
+                if bot.needs_key and bot.api_key is None:
+                    bot.status, bot.detail = "needs_key", "spawn it again with its apiKey"
+                    return
+                bot.status = "starting"
+                started = trio.current_time()
+                code = await self._run_once(bot)
+                bot.pid = None
+                if code == EX_CONFIG:
+                    bot.status = "failed"
+                    bot.detail = (
+                        "needs the model proxy" if bot.bot_type != "echo" else "cannot start"
+                    )
+                    return
+                if trio.current_time() - started > _STABLE_AFTER:
+                    backoff = _BACKOFF_START
+                bot.restarts += 1
+                bot.status, bot.detail = "restarting", f"exited with status {code}"
+                log.warning("bot %s exited (%s); restarting in %.1f s", bot.name, code, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+        bot.status = "stopped"
+
+    @staticmethod
+    async def _read_acks(bot: ManagedBot, stdout: trio.abc.ReceiveStream) -> None:
+        """Follow the bot's ``cursor N`` lines (bounded line length)."""
+        buffer = b""
+        async for chunk in stdout:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            buffer = buffer[-4096:]
+            for line in lines:
+                word, _, value = line.strip().partition(b" ")
+                if word == b"cursor" and value.isdigit() and len(value) < 19:
+                    bot.cursor = value.decode()
+
+    async def _run_once(self, bot: ManagedBot) -> int:
+        node = self._node
+        base = (node.public_url or "http://127.0.0.1").rstrip("/")
+        token = node.tokens.issue(bot.agent_id, "bot", node.settings.bot_token_ttl_seconds)
+        env = {
+            **os.environ,
+            "MESH_WS_URL": "ws" + base.removeprefix("http") + "/ws",
+            "MESH_TOKEN": token,
+            "MESH_BOT_TYPE": bot.bot_type,
+            "MESH_ROOMS": json.dumps(list(bot.rooms)),
+            "MESH_MODEL": bot.model or "",
+            "MESH_MODEL_URL": base + "/api/models/v1",
+        }
+        if bot.api_key is not None:
+            env["MESH_API_KEY"] = bot.api_key
+        if bot.cursor is not None:
+            env["MESH_SINCE"] = bot.cursor
+        command = [sys.executable, "-m", "quart_mesh.bots.runner"]
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                partial(
+                    trio.run_process,
+                    command,
+                    env=env,
+                    check=False,
+                    stdout=subprocess.PIPE,
+                    deliver_cancel=_terminate_then_kill,
+                )
+            )
+            bot.pid = process.pid
+            bot.status, bot.detail = "running", None
+            assert process.stdout is not None
+            nursery.start_soon(self._read_acks, bot, process.stdout)
+        return process.returncode if process.returncode is not None else -1
