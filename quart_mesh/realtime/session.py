@@ -20,6 +20,7 @@ from ..broker import Delivery, Subscription
 from ..errors import BadRequest, MeshError
 from ..events import Event, MessagePosted, error_frame, frame_of
 from ..services.authz import Actor
+from ..services.validation import cursor_number
 from ..store import messages as messages_repo
 from ..wire import Fields, parse_json_object
 from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
@@ -299,12 +300,10 @@ def _cursor(value: Any) -> int | None:
     """``since`` of ``authenticate``: a cursor as a string or a whole number."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    cursor = cursor_number(value)
+    if cursor is None:
         raise BadRequest("since must be a cursor", "invalid_cursor")
-    text = str(value)
-    if not text.isascii() or not text.isdigit() or len(text) > 18:
-        raise BadRequest("since must be a cursor", "invalid_cursor")
-    return int(text)
+    return cursor
 
 
 def _is_replayed(event: Event, replayed_to: int | None) -> bool:

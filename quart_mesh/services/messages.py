@@ -32,11 +32,10 @@ from ..store import rooms as rooms_repo
 from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
 from .rooms import require_member
-from .validation import check_content, check_emoji, check_id
+from .validation import check_content, check_emoji, check_id, cursor_number
 
 __all__ = ["Messages", "parse_cursor"]
 
-_MAX_SEQ = 2**63 - 1
 #: seconds between two typing events of one participant in one room
 TYPING_INTERVAL = 1.0
 
@@ -47,8 +46,9 @@ def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
     Raises:
         BadRequest: neither a cursor nor a message id of this room (``invalid_cursor``).
     """
-    if value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= _MAX_SEQ:
-        return int(value)
+    cursor = cursor_number(value)
+    if cursor is not None:
+        return cursor
     if is_ulid(value):
         seq = repo.seq_of(conn, room_id, value)
         if seq is not None:

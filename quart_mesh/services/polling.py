@@ -25,6 +25,7 @@ from ..store import Database
 from ..store import messages as messages_repo
 from .authz import Actor, authorize
 from .presence import Presence
+from .validation import cursor_number
 from .world import World
 
 __all__ = ["PollResult", "Polling"]
@@ -124,7 +125,7 @@ class Polling:
 def _parse_cursor(value: str | int | None) -> int | None:
     if value is None or value == "":
         return None
-    text = str(value)
-    if isinstance(value, bool) or not text.isascii() or not text.isdigit() or len(text) > 18:
+    cursor = cursor_number(value)
+    if cursor is None:
         raise BadRequest("cursor must be a cursor returned by the node", "invalid_cursor")
-    return int(text)
+    return cursor

@@ -20,6 +20,7 @@ __all__ = [
     "check_name",
     "check_password",
     "check_room_name",
+    "cursor_number",
 ]
 
 _NAME_RE = re.compile(r"\w[\w.-]*")
@@ -142,6 +143,17 @@ def check_emoji(emoji: str, limits: Limits) -> str:
     if any(ord(ch) < 32 for ch in emoji) or any(ch.isspace() for ch in emoji):
         raise BadRequest("emoji must not contain spaces or control characters", "invalid_emoji")
     return emoji
+
+
+def cursor_number(value: object) -> int | None:
+    """The message cursor *value* names (a decimal string or a whole number of
+    at most 18 digits), or None if it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
 
 
 def check_id(value: str, field: str) -> str:
