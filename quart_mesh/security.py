@@ -60,17 +60,15 @@ class Passwords:
 
     async def verify(self, password_hash: str | None, password: str) -> bool:
         """True if *password* matches. With no hash, spends the same time and says no."""
+        known = password_hash is not None
         if password_hash is None:
             if self._dummy_hash is None:
                 self._dummy_hash = await self.hash(secrets.token_hex(16))
             password_hash = self._dummy_hash
-            await trio.to_thread.run_sync(
-                self._check, password_hash, password, limiter=self._limiter
-            )
-            return False
-        return await trio.to_thread.run_sync(
+        ok = await trio.to_thread.run_sync(
             self._check, password_hash, password, limiter=self._limiter
         )
+        return known and ok
 
     def _check(self, password_hash: str, password: str) -> bool:
         try:

@@ -30,10 +30,6 @@ class Realtime:
         self._scopes: dict[WebSocket, trio.CancelScope] = {}
         self._closing = False
 
-    @property
-    def connections(self) -> int:
-        return len(self._scopes)
-
     async def serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
         """Run one WebSocket connection whose request head has been read."""
         ws = WebSocket(stream, max_message_bytes=self._node.settings.max_frame_bytes)

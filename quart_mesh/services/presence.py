@@ -64,9 +64,6 @@ class Presence:
     def _connected(self, participant_id: str) -> bool:
         return self._counts.get(participant_id, 0) > 0
 
-    def online(self) -> frozenset[str]:
-        return frozenset(self._announced)
-
     @asynccontextmanager
     async def attached(self, participant_id: str) -> AsyncIterator[None]:
         """Count the participant online for the duration of the block.

@@ -12,7 +12,6 @@ import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
-from ..errors import Forbidden
 from ..events import ParticipantMoved
 from ..models import now_ms
 from ..store import Database
@@ -142,12 +141,3 @@ class World:
         """Advance the actor's read positions (never backwards)."""
         if reads:
             await self._db.write(lambda conn: repo.advance_reads(conn, actor.participant_id, reads))
-
-    def in_room(self, actor: Actor, room_id: str) -> None:
-        """Cheap membership check against the broker's mirror (no store access).
-
-        Raises:
-            Forbidden: not a member (``not_member``).
-        """
-        if room_id not in self._broker.rooms_of(actor.participant_id):
-            raise Forbidden("you are not a member of this room", "not_member")
