@@ -42,10 +42,14 @@ class Subscription:
     (for direct replies such as ``auth_ok``) put with :meth:`push`.
     """
 
-    def __init__(self, broker: Broker, participant_id: str, capacity: int) -> None:
+    def __init__(
+        self, broker: Broker, participant_id: str, capacity: int, *, chat: bool = True
+    ) -> None:
         self.broker = broker
         self.participant_id = participant_id
         self.capacity = capacity
+        #: whether chat traffic is delivered (not to tool-only ``simple`` bots)
+        self.chat = chat
         self._items: collections.deque[Delivery] = collections.deque()
         self._held: collections.deque[Event] | None = None
         self._wakeup = trio.Event()
@@ -77,6 +81,8 @@ class Subscription:
 
     def deliver(self, event: Event) -> bool:
         """Called by the broker: queue (or hold, while held) a published event."""
+        if event.chat and not self.chat:
+            return False
         if self._held is not None:
             if self.failed is not None:
                 return False
@@ -217,10 +223,13 @@ class Broker:
 
     # subscriptions ----------------------------------------------------------
 
-    def subscribe(self, participant_id: str, capacity: int | None = None) -> Subscription:
+    def subscribe(
+        self, participant_id: str, capacity: int | None = None, *, chat: bool = True
+    ) -> Subscription:
         """A subscription to the events of every room *participant_id* is in
-        (now or later) and to mesh-wide events. Close it (or use ``with``)."""
-        sub = Subscription(self, participant_id, capacity or self.default_capacity)
+        (now or later), to mesh-wide events and to events sent to it alone.
+        ``chat=False`` leaves out chat traffic. Close it (or use ``with``)."""
+        sub = Subscription(self, participant_id, capacity or self.default_capacity, chat=chat)
         self._all.add(sub)
         self._subs_of[participant_id].add(sub)
         for room_id in self._rooms_of.get(participant_id, ()):
@@ -254,6 +263,12 @@ class Broker:
             if sub.participant_id != exclude and sub.deliver(event):
                 delivered += 1
         return delivered
+
+    def send_to(self, participant_id: str, event: Event) -> int:
+        """Deliver *event* to *participant_id*'s subscriptions only (a command
+        for an agent). Never blocks; returns how many subscriptions got it."""
+        self._published += 1
+        return sum(1 for sub in list(self._subs_of.get(participant_id, ())) if sub.deliver(event))
 
     def statistics(self) -> BrokerStatistics:
         return BrokerStatistics(

@@ -44,6 +44,10 @@ class Limits:
     max_emoji_chars: int = 64
     #: Distinct emoji per message.
     max_reactions_per_message: int = 64
+    #: Largest ``args`` of an agent command, and of its ``result`` (JSON bytes).
+    max_command_bytes: int = 8 * 1024
+    #: Commands waiting for one agent to take them; beyond, sending one is refused (429).
+    max_pending_commands: int = 100
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -105,6 +109,16 @@ class Settings:
     max_poll_timeout: float = 30.0
     #: Log level name for the ``quart_mesh`` loggers.
     log_level: str = "INFO"
+    #: Seconds a webhook receiver has to answer one delivery.
+    webhook_timeout: float = 10.0
+    #: Longest wait between two attempts at a failing webhook delivery, seconds.
+    webhook_max_backoff: float = 60.0
+    #: Most undelivered events kept for one webhook bot; beyond, the oldest are
+    #: skipped (and counted) so a dead receiver cannot hold the node back forever.
+    webhook_max_backlog: int = 1000
+    #: Webhook bots registered without an admin (open registration) may still
+    #: target loopback, private and link-local addresses.
+    webhook_allow_private: bool = False
 
     @property
     def resolved_database_url(self) -> str:
@@ -144,10 +158,19 @@ class Settings:
             "subscriber_buffer",
             "max_frame_bytes",
             "max_replay",
+            "webhook_max_backlog",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
-        for name in ("auth_timeout", "ws_send_timeout", "max_poll_timeout"):
+        if v := env.get("MESH_WEBHOOK_ALLOW_PRIVATE"):
+            values["webhook_allow_private"] = _bool(v, "MESH_WEBHOOK_ALLOW_PRIVATE")
+        for name in (
+            "auth_timeout",
+            "ws_send_timeout",
+            "max_poll_timeout",
+            "webhook_timeout",
+            "webhook_max_backoff",
+        ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
         limits: dict[str, Any] = {}
@@ -168,6 +191,15 @@ def _positive_int(value: str, name: str) -> int:
     if number < 1:
         raise ConfigError(f"{name} must be at least 1, not {number}")
     return number
+
+
+def _bool(value: str, name: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
 def _positive_float(value: str, name: str) -> float:

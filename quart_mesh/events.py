@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from .models import Message, Participant, iso
 
 __all__ = [
+    "CommandIssued",
     "Event",
     "MessageDeleted",
     "MessageEdited",
@@ -47,6 +48,8 @@ class Event:
     """Base of broker events. Subclasses set ``type`` and implement ``payload``."""
 
     type: ClassVar[str] = ""
+    #: chat traffic (messages, edits, reactions, typing): not sent to ``simple`` bots
+    chat: ClassVar[bool] = False
     room_id: str | None
     _frame: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
     _cache: list[dict[str, bytes]] = field(
@@ -85,6 +88,7 @@ class Event:
 @dataclass(frozen=True, slots=True)
 class MessagePosted(Event):
     type: ClassVar[str] = "message"
+    chat: ClassVar[bool] = True
     message: Message = field(kw_only=True)
 
     def payload(self) -> dict[str, Any]:
@@ -94,6 +98,7 @@ class MessagePosted(Event):
 @dataclass(frozen=True, slots=True)
 class MessageEdited(Event):
     type: ClassVar[str] = "message_edited"
+    chat: ClassVar[bool] = True
     message: Message = field(kw_only=True)
 
     def payload(self) -> dict[str, Any]:
@@ -108,6 +113,7 @@ class MessageEdited(Event):
 @dataclass(frozen=True, slots=True)
 class MessageDeleted(Event):
     type: ClassVar[str] = "message_deleted"
+    chat: ClassVar[bool] = True
     message_id: str = field(kw_only=True)
 
     def payload(self) -> dict[str, Any]:
@@ -117,6 +123,7 @@ class MessageDeleted(Event):
 @dataclass(frozen=True, slots=True)
 class ReactionAdded(Event):
     type: ClassVar[str] = "reaction_added"
+    chat: ClassVar[bool] = True
     message_id: str = field(kw_only=True)
     emoji: str = field(kw_only=True)
     participant_id: str = field(kw_only=True)
@@ -162,6 +169,7 @@ class RoomDeleted(Event):
 @dataclass(frozen=True, slots=True)
 class Typing(Event):
     type: ClassVar[str] = "typing"
+    chat: ClassVar[bool] = True
     participant_id: str = field(kw_only=True)
 
     @property
@@ -204,4 +212,30 @@ class ParticipantMoved(Event):
             "x": self.x,
             "y": self.y,
             "z": self.z,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CommandIssued(Event):
+    """Extension: a structured command for one agent (``POST /api/agents/:id/command``).
+
+    Not a room event: the broker sends it to the agent's own subscriptions
+    (:meth:`Broker.send_to`), so ``room_id`` is ``None``.
+    """
+
+    type: ClassVar[str] = "command"
+    command_id: str = field(kw_only=True)
+    agent_id: str = field(kw_only=True)
+    command: str = field(kw_only=True)
+    args: dict[str, Any] = field(kw_only=True)
+    sent_by: str | None = field(kw_only=True)
+    created_at: int = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "commandId": self.command_id,
+            "command": self.command,
+            "args": self.args,
+            "sentBy": self.sent_by,
+            "createdAt": iso(self.created_at),
         }

@@ -95,8 +95,10 @@ class Node:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
-            self.agents = Agents(self.db, accounts, self.supervisor)
-            self.polling = Polling(self.settings, self.db, self.broker, self.presence, self.world)
+            self.agents = Agents(self.settings, self.db, self.broker, accounts, self.supervisor)
+            self.polling = Polling(
+                self.settings, self.db, self.broker, self.presence, self.world, self.agents
+            )
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()

@@ -1,4 +1,4 @@
-"""Agents and bots (spec §4.6): bootstrap, list, remove."""
+"""Agents and bots (spec §4.6): bootstrap, spawn, list, remove, commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from quart import Blueprint, request
 
 from ..errors import BadRequest
+from ..services.agents import command_json
 from ._common import body, caller, node, reply
 
 bp = Blueprint("agents", __name__)
@@ -67,3 +68,30 @@ async def delete_agent(agent_id: str) -> tuple[Any, int]:
     actor = await caller()
     await node().agents.delete(actor, agent_id)
     return reply({"ok": True, "agentId": agent_id})
+
+
+@bp.post("/api/agents/<agent_id>/command")
+async def send_command(agent_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    fields = await body()
+    command = await node().agents.send_command(
+        actor, agent_id, fields.req_str("command"), fields.data.get("args")
+    )
+    return reply(command_json(command), 202)
+
+
+@bp.get("/api/agents/<agent_id>/commands/<command_id>")
+async def get_command(agent_id: str, command_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    return reply(command_json(await node().agents.get_command(actor, agent_id, command_id)))
+
+
+@bp.post("/api/commands/<command_id>/result")
+async def command_result(command_id: str) -> tuple[Any, int]:
+    """An agent answers one of its commands (the WebSocket ``command_result`` frame's twin)."""
+    actor = await caller()
+    fields = await body()
+    command = await node().agents.complete_command(
+        actor, command_id, ok=fields.opt_bool("ok") is not False, result=fields.data.get("result")
+    )
+    return reply(command_json(command))

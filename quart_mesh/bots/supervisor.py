@@ -30,6 +30,7 @@ __all__ = ["ManagedBot", "Supervisor"]
 log = logging.getLogger(__name__)
 
 EX_CONFIG = 78  # the bot cannot run as configured: do not restart it
+EX_TEMPFAIL = 75  # the bot asks to be started again now (the restart command)
 _BACKOFF_START, _BACKOFF_MAX, _STABLE_AFTER = 0.5, 30.0, 60.0
 _STOP_GRACE = 5.0
 
@@ -120,18 +121,21 @@ class Supervisor:
                         "needs the model proxy" if bot.bot_type != "echo" else "cannot start"
                     )
                     return
+                bot.restarts += 1
+                if code == EX_TEMPFAIL:
+                    bot.status, bot.detail = "restarting", "restart requested"
+                    log.info("bot %s restarting on request", bot.name)
+                    continue
                 if trio.current_time() - started > _STABLE_AFTER:
                     backoff = _BACKOFF_START
-                bot.restarts += 1
                 bot.status, bot.detail = "restarting", f"exited with status {code}"
                 log.warning("bot %s exited (%s); restarting in %.1f s", bot.name, code, backoff)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX)
         bot.status = "stopped"
 
-    @staticmethod
-    async def _read_acks(bot: ManagedBot, stdout: trio.abc.ReceiveStream) -> None:
-        """Follow the bot's ``cursor N`` lines (bounded line length)."""
+    async def _read_acks(self, bot: ManagedBot, stdout: trio.abc.ReceiveStream) -> None:
+        """Follow the bot's ``cursor N`` and ``joined`` lines (bounded line length)."""
         buffer = b""
         async for chunk in stdout:
             buffer += chunk
@@ -141,6 +145,13 @@ class Supervisor:
                 word, _, value = line.strip().partition(b" ")
                 if word == b"cursor" and value.isdigit() and len(value) < 19:
                     bot.cursor = value.decode()
+                elif word == b"joined" and bot.rooms:
+                    # its spawn rooms are joined (memberships are stored): from
+                    # now on its rooms are whatever it joins and leaves
+                    bot.rooms = ()
+                    await self._node.db.write(
+                        lambda conn: agents_repo.set_rooms(conn, bot.agent_id, [])
+                    )
 
     async def _run_once(self, bot: ManagedBot) -> int:
         node = self._node

@@ -18,7 +18,8 @@ import trio
 
 from ..broker import Delivery, Subscription
 from ..errors import BadRequest, MeshError
-from ..events import Event, MessagePosted, error_frame, frame_of
+from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
+from ..services.agents import command_event
 from ..services.authz import Actor
 from ..services.validation import cursor_number
 from ..store import messages as messages_repo
@@ -67,6 +68,7 @@ class Session:
             "remove_reaction": self._remove_reaction,
             "typing": self._typing,
             "move": self._move,
+            "command_result": self._command_result,
         }
 
     # lifecycle ---------------------------------------------------------------
@@ -78,7 +80,9 @@ class Session:
         actor, since = authenticated
         self.actor = actor
         node = self.node
-        with node.broker.subscribe(actor.participant_id) as sub:
+        # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
+        chat = actor.type != "simple"
+        with node.broker.subscribe(actor.participant_id, chat=chat) as sub:
             self._sub = sub
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
             async with (
@@ -138,7 +142,7 @@ class Session:
         snapshot = await self.node.world.snapshot(actor)
         sub.push(None, frame_of({"type": "snapshot", **snapshot}))
         replayed_to = since
-        if since is not None:
+        if since is not None and sub.chat:
             limit = self.node.settings.max_replay
             missed = await self.node.db.read(
                 lambda conn: messages_repo.messages_after(
@@ -159,7 +163,19 @@ class Session:
                         "replay_truncated",
                     ),
                 )
-        await sub.release(skip=lambda e: _is_replayed(e, replayed_to))
+        # commands that waited for this agent; live ones already queued are skipped
+        sent: set[str] = set()
+        for command in await self.node.agents.pending_commands(actor.participant_id):
+            issued = command_event(command)
+            if not await sub.put(issued, issued.frame):
+                return
+            sent.add(command.command_id)
+        await sub.release(
+            skip=lambda e: (
+                _is_replayed(e, replayed_to)
+                or (isinstance(e, CommandIssued) and e.command_id in sent)
+            )
+        )
 
     # writer ------------------------------------------------------------------
 
@@ -177,7 +193,7 @@ class Session:
                     send_scope.deadline = trio.current_time() + timeout
                     await self.ws.send_frames([_wire(event, frame) for event, frame in batch])
                     send_scope.deadline = math.inf
-                    self._note_reads(batch)
+                    self._note_delivered(batch)
             except ConnectionClosed:
                 pass
             finally:
@@ -195,13 +211,25 @@ class Session:
             await self.ws.send_text(error_frame("this participant was removed", "removed"))
             await self.ws.close(POLICY_VIOLATION, "removed")
 
-    def _note_reads(self, batch: list[Delivery]) -> None:
-        """Delivered messages count as read (written in batches by the world)."""
+    def _note_delivered(self, batch: list[Delivery]) -> None:
+        """Delivered messages count as read (written in batches by the world);
+        delivered commands are marked so (in the background)."""
         assert self.actor is not None
+        commands: list[str] = []
         for event, _ in batch:
             if isinstance(event, MessagePosted):
                 message = event.message
                 self.node.world.note_read(self.actor.participant_id, message.room_id, message.seq)
+            elif isinstance(event, CommandIssued):
+                commands.append(event.command_id)
+        if commands:
+            self._nursery.start_soon(self._mark_delivered, commands)
+
+    async def _mark_delivered(self, command_ids: list[str]) -> None:
+        try:
+            await self.node.agents.mark_delivered(command_ids)
+        except MeshError:  # the store is unavailable: they are delivered again next time
+            log.warning("could not mark commands %s delivered", command_ids)
 
     # reader ------------------------------------------------------------------
 
@@ -282,6 +310,14 @@ class Session:
 
     async def _typing(self, actor: Actor, f: Fields) -> None:
         self.node.messages.typing(actor, f.req_str("roomId"))
+
+    async def _command_result(self, actor: Actor, f: Fields) -> None:
+        await self.node.agents.complete_command(
+            actor,
+            f.req_str("commandId"),
+            ok=f.opt_bool("ok") is not False,
+            result=f.data.get("result"),
+        )
 
     async def _move(self, actor: Actor, f: Fields) -> None:
         room_id = f.req_str("roomId")

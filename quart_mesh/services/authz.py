@@ -55,12 +55,15 @@ PERMISSIONS: Final = MappingProxyType(
         "messages.edit": (MODERATOR, "edit others' messages (authors edit their own)"),
         "messages.delete": (MODERATOR, "delete others' messages (authors delete their own)"),
         "dms.create": (AGENT, "open direct-message rooms"),
+        "agents.command": (ADMIN, "send commands to any agent (creators command their own)"),
         "mesh.admin": (ADMIN, "administer the mesh"),
     }
 )
 
 #: permissions that a room's creator or a message's author holds on their own things
-_OWN_ALLOWED: Final = frozenset({"rooms.delete", "messages.edit", "messages.delete"})
+_OWN_ALLOWED: Final = frozenset(
+    {"rooms.delete", "messages.edit", "messages.delete", "agents.command"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +108,11 @@ def tier_of(priority: int) -> int:
     return 4
 
 
-def authorize(actor: Actor, permission: str, room: RoomRef | None = None) -> None:
-    """Allow or refuse *actor* doing *permission* (in *room*, if given).
+def authorize(
+    actor: Actor, permission: str, room: RoomRef | None = None, *, owner_id: str | None = None
+) -> None:
+    """Allow or refuse *actor* doing *permission* (in *room*, if given; on a
+    thing owned by *owner_id*, if given — e.g. the bot a participant registered).
 
     Raises:
         Forbidden: the actor lacks the permission.
@@ -115,12 +121,9 @@ def authorize(actor: Actor, permission: str, room: RoomRef | None = None) -> Non
     lowest, _ = PERMISSIONS[permission]
     if actor.priority >= lowest:
         return
-    if (
-        permission in _OWN_ALLOWED
-        and room is not None
-        and room.owner_id is not None
-        and room.owner_id == actor.participant_id
-    ):
+    if room is not None and owner_id is None:
+        owner_id = room.owner_id
+    if permission in _OWN_ALLOWED and owner_id is not None and owner_id == actor.participant_id:
         return
     if permission == "messages.send" and actor.kind == "guest" and actor.guests_can_send:
         return

@@ -19,10 +19,12 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest
-from ..events import MessagePosted
+from ..events import CommandIssued, MessagePosted
 from ..models import Message
 from ..store import Database
 from ..store import messages as messages_repo
+from ..store.agents import CommandRow
+from .agents import Agents, command_event
 from .authz import Actor, authorize
 from .presence import Presence
 from .validation import cursor_number
@@ -35,9 +37,15 @@ __all__ = ["PollResult", "Polling"]
 class PollResult:
     messages: list[Message]
     cursor: int
+    #: commands sent to the caller (agents), now marked delivered
+    commands: tuple[CommandRow, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"messages": [m.to_json() for m in self.messages], "cursor": str(self.cursor)}
+        return {
+            "messages": [m.to_json() for m in self.messages],
+            "cursor": str(self.cursor),
+            "commands": [command_event(c).to_json() for c in self.commands],
+        }
 
 
 class Polling:
@@ -48,12 +56,14 @@ class Polling:
         broker: Broker,
         presence: Presence,
         world: World,
+        agents: Agents,
     ) -> None:
         self._settings = settings
         self._db = db
         self._broker = broker
         self._presence = presence
         self._world = world
+        self._agents = agents
 
     async def poll(
         self,
@@ -64,8 +74,10 @@ class Polling:
         wait_seconds: float = 0.0,
         limit: int | None = None,
     ) -> PollResult:
-        """Messages after *cursor*; with *wait_seconds*, wait up to that many
-        seconds for one to arrive. Counts the caller online while waiting.
+        """Messages after *cursor* and commands not yet delivered; with
+        *wait_seconds*, wait up to that many seconds for one of either to
+        arrive. Counts the caller online while waiting. ``simple`` bots are
+        sent commands only (no chat traffic).
 
         Raises:
             BadRequest: a malformed cursor, timeout or limit.
@@ -86,16 +98,18 @@ class Polling:
         if wait_seconds == 0:
             return await self._fetch(actor, after, limit, mentions_of)
         # subscribe before the first query, so nothing slips between the two
-        with self._broker.subscribe(actor.participant_id, capacity=64) as sub:
+        chat = actor.type != "simple"
+        with self._broker.subscribe(actor.participant_id, capacity=64, chat=chat) as sub:
             async with self._presence.attached(actor.participant_id):
                 with trio.move_on_after(wait_seconds):
                     while True:
                         result = await self._fetch(actor, after, limit, mentions_of)
-                        if result.messages:
+                        if result.messages or result.commands:
                             return result
                         after = result.cursor
                         while not any(
-                            isinstance(event, MessagePosted) for event, _ in await sub.get_batch()
+                            isinstance(event, (MessagePosted, CommandIssued))
+                            for event, _ in await sub.get_batch()
                         ):
                             if sub.failed is not None:
                                 break
@@ -106,8 +120,12 @@ class Polling:
     async def _fetch(
         self, actor: Actor, after: int | None, limit: int, mentions_of: str | None
     ) -> PollResult:
+        chat = actor.type != "simple"
+
         def read(conn: Connection) -> PollResult:
             head = messages_repo.head_seq(conn)
+            if not chat:
+                return PollResult([], head)
             found = messages_repo.messages_after(
                 conn, actor.participant_id, after, limit, mentions_of=mentions_of
             )
@@ -119,7 +137,8 @@ class Polling:
         for message in result.messages:
             reads[message.room_id] = max(reads.get(message.room_id, 0), message.seq)
         await self._world.mark_read(actor, reads)
-        return result
+        commands = await self._agents.take_commands(actor) if actor.kind == "bot" else []
+        return PollResult(result.messages, result.cursor, tuple(commands))
 
 
 def _parse_cursor(value: str | int | None) -> int | None:

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..models import Participant
 from .accounts import participant_from_row
-from .schema import agents, participants
+from .schema import agent_commands, agents, participants
 
-__all__ = ["AgentRow", "insert_agent", "is_agent", "list_agents"]
+__all__ = [
+    "AgentRow",
+    "CommandRow",
+    "agent_creator",
+    "complete_command",
+    "count_pending",
+    "get_command",
+    "insert_agent",
+    "insert_command",
+    "is_agent",
+    "list_agents",
+    "mark_delivered",
+    "pending_commands",
+    "set_rooms",
+    "set_webhook_cursor",
+    "webhook_agents",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +40,21 @@ class AgentRow:
     model: str | None = None
     rooms: tuple[str, ...] = ()
     needs_key: bool = False
+    webhook_cursor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRow:
+    command_id: str
+    agent_id: str
+    command: str
+    args: dict[str, Any]
+    sent_by: str | None
+    created_at: int
+    delivered_at: int | None = None
+    completed_at: int | None = None
+    ok: bool | None = None
+    result: Any = None
 
 
 def insert_agent(
@@ -58,6 +90,13 @@ def is_agent(conn: Connection, agent_id: str) -> bool:
     return conn.execute(query).first() is not None
 
 
+def agent_creator(conn: Connection, agent_id: str) -> tuple[bool, str | None]:
+    """(whether *agent_id* is an agent, who registered it)."""
+    query = sa.select(agents.c.created_by).where(agents.c.agent_id == agent_id)
+    row = conn.execute(query).first()
+    return (False, None) if row is None else (True, row.created_by)
+
+
 def list_agents(conn: Connection) -> list[AgentRow]:
     rows = conn.execute(
         sa.select(
@@ -67,6 +106,7 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             agents.c.model,
             agents.c.rooms,
             agents.c.needs_key,
+            agents.c.webhook_cursor,
         )
         .join(agents, agents.c.agent_id == participants.c.participant_id)
         .order_by(participants.c.name_key)
@@ -79,6 +119,112 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             row.model,
             tuple(json.loads(row.rooms)) if row.rooms else (),
             bool(row.needs_key),
+            row.webhook_cursor,
         )
         for row in rows
     ]
+
+
+def webhook_agents(conn: Connection) -> list[tuple[str, str, str, int | None]]:
+    """(agent_id, webhook_url, webhook_secret, webhook_cursor) of every webhook bot."""
+    rows = conn.execute(
+        sa.select(
+            agents.c.agent_id,
+            agents.c.webhook_url,
+            agents.c.webhook_secret,
+            agents.c.webhook_cursor,
+        ).where(agents.c.webhook_url.is_not(None))
+    )
+    return [(r.agent_id, r.webhook_url, r.webhook_secret, r.webhook_cursor) for r in rows]
+
+
+def set_rooms(conn: Connection, agent_id: str, rooms: list[str]) -> None:
+    """The rooms a managed bot still has to join when it starts."""
+    conn.execute(
+        agents.update().where(agents.c.agent_id == agent_id).values(rooms=json.dumps(rooms))
+    )
+
+
+def set_webhook_cursor(conn: Connection, agent_id: str, cursor: int) -> None:
+    conn.execute(agents.update().where(agents.c.agent_id == agent_id).values(webhook_cursor=cursor))
+
+
+# commands -------------------------------------------------------------------
+
+
+def _command(row: Any) -> CommandRow:
+    return CommandRow(
+        row.command_id,
+        row.agent_id,
+        row.command,
+        json.loads(row.args),
+        row.sent_by,
+        row.created_at,
+        row.delivered_at,
+        row.completed_at,
+        None if row.ok is None else bool(row.ok),
+        None if row.result is None else json.loads(row.result),
+    )
+
+
+def insert_command(conn: Connection, command: CommandRow) -> None:
+    conn.execute(
+        agent_commands.insert().values(
+            command_id=command.command_id,
+            agent_id=command.agent_id,
+            command=command.command,
+            args=json.dumps(command.args),
+            sent_by=command.sent_by,
+            created_at=command.created_at,
+        )
+    )
+
+
+def count_pending(conn: Connection, agent_id: str) -> int:
+    query = (
+        sa.select(sa.func.count())
+        .select_from(agent_commands)
+        .where(agent_commands.c.agent_id == agent_id, agent_commands.c.delivered_at.is_(None))
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def pending_commands(conn: Connection, agent_id: str, limit: int) -> list[CommandRow]:
+    """Commands not delivered yet, oldest first."""
+    query = (
+        sa.select(agent_commands)
+        .where(agent_commands.c.agent_id == agent_id, agent_commands.c.delivered_at.is_(None))
+        .order_by(agent_commands.c.command_id)
+        .limit(limit)
+    )
+    return [_command(row) for row in conn.execute(query)]
+
+
+def mark_delivered(conn: Connection, command_ids: list[str], at: int) -> None:
+    conn.execute(
+        agent_commands.update()
+        .where(
+            agent_commands.c.command_id.in_(command_ids), agent_commands.c.delivered_at.is_(None)
+        )
+        .values(delivered_at=at)
+    )
+
+
+def get_command(conn: Connection, command_id: str) -> CommandRow | None:
+    query = sa.select(agent_commands).where(agent_commands.c.command_id == command_id)
+    row = conn.execute(query).first()
+    return None if row is None else _command(row)
+
+
+def complete_command(conn: Connection, command_id: str, *, ok: bool, result: Any, at: int) -> None:
+    """Record the agent's answer (a command can be answered once)."""
+    conn.execute(
+        agent_commands.update()
+        .where(agent_commands.c.command_id == command_id)
+        .values(
+            completed_at=at,
+            ok=ok,
+            result=json.dumps(result),
+            delivered_at=sa.func.coalesce(agent_commands.c.delivered_at, at),
+        )
+    )

@@ -189,4 +189,28 @@ agents = Table(
     Column("model", Text, nullable=True),
     Column("rooms", Text, nullable=True),
     Column("needs_key", Boolean, nullable=False, server_default=sa_false()),
+    # webhook bots: the last message cursor delivered (the message log is the queue)
+    Column("webhook_cursor", BigInteger, nullable=True),
+)
+
+#: structured commands sent to agents (POST /api/agents/:id/command)
+agent_commands = Table(
+    "agent_commands",
+    metadata,
+    Column("command_id", String(26), primary_key=True),
+    Column(
+        "agent_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("command", String(64), nullable=False),
+    Column("args", Text, nullable=False),  # JSON object
+    Column("sent_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("delivered_at", BigInteger, nullable=True),
+    Column("completed_at", BigInteger, nullable=True),
+    Column("ok", Boolean, nullable=True),
+    Column("result", Text, nullable=True),  # JSON
+    Index("ix_agent_commands_agent_id_delivered_at", "agent_id", "delivered_at"),
 )

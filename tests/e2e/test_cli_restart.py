@@ -52,8 +52,20 @@ class ServerProcess:
         return match.group(1).decode()
 
     async def _drain(self) -> None:
-        while chunk := await self._stdout.receive_some(4096):
-            self.output += chunk
+        try:
+            while chunk := await self._stdout.receive_some(4096):
+                self.output += chunk
+        except BaseException:
+            # cancelled (the test failed): do not leave the node and its bots running
+            if self.process.returncode is None:
+                with trio.CancelScope(shield=True):
+                    self.process.terminate()
+                    with trio.move_on_after(10):
+                        await self.process.wait()
+                    if self.process.returncode is None:
+                        self.process.kill()
+                        await self.process.wait()
+            raise
 
     async def stop(self, signum: int = signal.SIGTERM) -> int:
         self.process.send_signal(signum)

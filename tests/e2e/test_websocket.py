@@ -382,7 +382,7 @@ async def test_status_and_poll(base_url: str, mesh: Mesh, people: tuple[User, Us
     status = (await mesh.http.get("/api/status", headers=carol.headers)).json()
     assert status["unread"] == 0
     r = await mesh.http.post("/api/poll", json={"cursor": first["cursor"]}, headers=carol.headers)
-    assert r.json() == {"messages": [], "cursor": first["cursor"]}
+    assert r.json() == {"messages": [], "cursor": first["cursor"], "commands": []}
 
     # mentionsOnly
     await mesh.send(bob, room_id, "noise")
@@ -418,7 +418,7 @@ async def test_status_and_poll(base_url: str, mesh: Mesh, people: tuple[User, Us
         r = await mesh.http.post(
             "/api/poll", json={"cursor": result["cursor"], "timeout": 0.2}, headers=carol.headers
         )
-    assert r.json() == {"messages": [], "cursor": result["cursor"]}
+    assert r.json() == {"messages": [], "cursor": result["cursor"], "commands": []}
 
     for body, code in [
         ({"cursor": "abc"}, "invalid_cursor"),
