@@ -29,6 +29,7 @@ from .services.messages import Messages
 from .services.polling import Polling
 from .services.presence import Presence
 from .services.rooms import Rooms
+from .services.webhooks import Webhooks
 from .services.world import World
 from .store import Database
 from .store import rooms as rooms_repo
@@ -65,6 +66,7 @@ class Node:
         self.supervisor = Supervisor(self)
         self.world: World
         self.agents: Agents
+        self.webhooks: Webhooks
         self.polling: Polling
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
@@ -95,7 +97,11 @@ class Node:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
-            self.agents = Agents(self.settings, self.db, self.broker, accounts, self.supervisor)
+            self.webhooks = Webhooks(self.settings, self.db, self.broker, accounts, self.messages)
+            self.agents = Agents(
+                self.settings, self.db, self.broker, accounts, self.supervisor, self.webhooks
+            )
+            self.webhooks.agents = self.agents
             self.polling = Polling(
                 self.settings, self.db, self.broker, self.presence, self.world, self.agents
             )
@@ -108,6 +114,7 @@ class Node:
                 await nursery.start(self.world.run)
                 await nursery.start(self.presence.run)
                 await nursery.start(self.supervisor.run)
+                await nursery.start(self.webhooks.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -274,6 +274,20 @@ class Accounts:
         self.forget(participant_id)
         self._presence.participant_removed(participant_id)
 
+    async def actor_of(self, participant_id: str) -> Actor | None:
+        """The participant as an actor now (role changes included), or ``None``
+        if it no longer exists: for work the node does on a participant's
+        behalf (a webhook bot's reply)."""
+        participant = self._known.get(participant_id)
+        if participant is None:
+            participant = await self._db.read(
+                lambda conn: repo.get_participant(conn, participant_id)
+            )
+            if participant is None:
+                return None
+            self._remember(participant)
+        return self.actor_for(participant)
+
     def actor_for(self, participant: Participant) -> Actor:
         mesh = self._mesh
         return Actor(

@@ -26,9 +26,11 @@ from ..ids import is_ulid, new_id
 from ..models import Participant, iso, now_ms
 from ..store import Database
 from ..store import agents as repo
+from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
 from .accounts import Accounts
-from .authz import Actor, authorize
+from .authz import Actor, authorize, priority_of
+from .webhooks import Webhooks, is_private_address
 
 __all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped", "command_json"]
 
@@ -104,8 +106,10 @@ class Agents:
         broker: Broker,
         accounts: Accounts,
         supervisor: Supervisor,
+        webhooks: Webhooks,
     ) -> None:
         self._settings = settings
+        self._webhooks = webhooks
         self._db = db
         self._broker = broker
         self._accounts = accounts
@@ -211,10 +215,14 @@ class Agents:
             )
         if bot_type not in EXTERNAL_TYPES:
             raise BadRequest(f"type must be one of {', '.join(EXTERNAL_TYPES)}", "invalid_type")
+        # bots an admin registers may call back into private networks; others may not
+        private_ok = self._settings.webhook_allow_private or (
+            actor is not None and actor.priority >= priority_of("admin")
+        )
         if bot_type == "webhook":
             if webhook_url is None:
                 raise BadRequest("webhook bots need a webhookUrl", "missing_field")
-            _check_url(webhook_url)
+            _check_url(webhook_url, private_ok)
         elif webhook_url is not None:
             raise BadRequest("only webhook bots take a webhookUrl", "invalid_field")
         secret = secrets.token_hex(32) if bot_type == "webhook" else None
@@ -229,9 +237,14 @@ class Agents:
                 webhook_secret=secret,
                 created_by=created_by,
                 created_at=now_ms(),
+                # its deliveries start with the messages after its registration
+                webhook_cursor=messages_repo.head_seq(conn) if webhook_url else None,
+                webhook_private_ok=private_ok,
             )
 
         session = await self._accounts.create_bot(name, bot_type, "agent", description, record)
+        if webhook_url is not None:
+            self._webhooks.start(session.participant.participant_id)
         return Bootstrapped(session.participant, session.token, base_url.rstrip("/"), secret)
 
     async def list_agents(self, actor: Actor) -> list[dict[str, Any]]:
@@ -255,7 +268,8 @@ class Agents:
 
     def _managed_state(self, agent_id: str, managed: bool) -> dict[str, Any]:
         if not managed:
-            return {}
+            webhook = self._webhooks.states.get(agent_id)
+            return {"webhook": webhook.to_json()} if webhook else {}
         bot = self._supervisor.bots.get(agent_id)
         return bot.to_json() if bot else {"status": "stopped", "restarts": 0, "detail": None}
 
@@ -270,8 +284,9 @@ class Agents:
         authorize(actor, "mesh.admin")
         if not await self._db.read(lambda conn: repo.is_agent(conn, agent_id)):
             raise NotFound("no such agent", "agent_not_found")
-        self._supervisor.stop(agent_id)
         await self._accounts.delete_participant(actor, agent_id)
+        self._supervisor.stop(agent_id)
+        self._webhooks.stop(agent_id)
 
     # commands ---------------------------------------------------------------
 
@@ -389,7 +404,19 @@ class Agents:
             raise PayloadTooLarge(f"{name} must be at most {limit} bytes of JSON", "too_large")
 
 
-def _check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or len(url) > 2000:
+def _check_url(url: str, private_ok: bool) -> None:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise BadRequest("webhookUrl must be an http(s) URL", "invalid_url") from None
+    if parts.scheme not in ("http", "https") or not host or len(url) > 2000:
         raise BadRequest("webhookUrl must be an http(s) URL", "invalid_url")
+    if parts.username or parts.password:
+        raise BadRequest("webhookUrl must not carry credentials", "invalid_url")
+    if not private_ok and (host == "localhost" or is_private_address(host)):
+        raise Forbidden(
+            "only an admin may register a webhook on a private or loopback address",
+            "private_webhook_url",
+        )

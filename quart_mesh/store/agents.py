@@ -16,6 +16,7 @@ from .schema import agent_commands, agents, participants
 __all__ = [
     "AgentRow",
     "CommandRow",
+    "WebhookTarget",
     "agent_creator",
     "complete_command",
     "count_pending",
@@ -28,7 +29,7 @@ __all__ = [
     "pending_commands",
     "set_rooms",
     "set_webhook_cursor",
-    "webhook_agents",
+    "webhook_targets",
 ]
 
 
@@ -69,6 +70,8 @@ def insert_agent(
     model: str | None = None,
     rooms: list[str] | None = None,
     needs_key: bool = False,
+    webhook_cursor: int | None = None,
+    webhook_private_ok: bool = False,
 ) -> None:
     conn.execute(
         agents.insert().values(
@@ -81,6 +84,8 @@ def insert_agent(
             model=model,
             rooms=None if rooms is None else json.dumps(rooms),
             needs_key=needs_key,
+            webhook_cursor=webhook_cursor,
+            webhook_private_ok=webhook_private_ok,
         )
     )
 
@@ -125,17 +130,32 @@ def list_agents(conn: Connection) -> list[AgentRow]:
     ]
 
 
-def webhook_agents(conn: Connection) -> list[tuple[str, str, str, int | None]]:
-    """(agent_id, webhook_url, webhook_secret, webhook_cursor) of every webhook bot."""
-    rows = conn.execute(
-        sa.select(
-            agents.c.agent_id,
-            agents.c.webhook_url,
-            agents.c.webhook_secret,
-            agents.c.webhook_cursor,
-        ).where(agents.c.webhook_url.is_not(None))
-    )
-    return [(r.agent_id, r.webhook_url, r.webhook_secret, r.webhook_cursor) for r in rows]
+@dataclass(frozen=True, slots=True)
+class WebhookTarget:
+    agent_id: str
+    url: str
+    secret: str
+    cursor: int
+    private_ok: bool
+
+
+def webhook_targets(conn: Connection, agent_id: str | None = None) -> list[WebhookTarget]:
+    """Every webhook bot (or just *agent_id*) with where its deliveries are."""
+    query = sa.select(
+        agents.c.agent_id,
+        agents.c.webhook_url,
+        agents.c.webhook_secret,
+        agents.c.webhook_cursor,
+        agents.c.webhook_private_ok,
+    ).where(agents.c.webhook_url.is_not(None))
+    if agent_id is not None:
+        query = query.where(agents.c.agent_id == agent_id)
+    return [
+        WebhookTarget(
+            r.agent_id, r.webhook_url, r.webhook_secret, r.webhook_cursor or 0, r.webhook_private_ok
+        )
+        for r in conn.execute(query)
+    ]
 
 
 def set_rooms(conn: Connection, agent_id: str, rooms: list[str]) -> None:

@@ -15,6 +15,7 @@ from .schema import messages, reactions, room_members, room_reads, rooms
 
 __all__ = [
     "add_reaction",
+    "backlog_cutoff",
     "delete_message",
     "get_message",
     "head_seq",
@@ -135,6 +136,28 @@ def head_seq(conn: Connection) -> int:
         sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
     ).scalar_one()
     return head
+
+
+def backlog_cutoff(
+    conn: Connection, participant_id: str, after: int, keep: int
+) -> tuple[int, int] | None:
+    """The cursor to skip to so that at most *keep* of the participant's
+    messages remain after it, and how many it skips; ``None`` if no more than
+    *keep* remain."""
+    mine = (
+        sa.select(messages.c.seq)
+        .join(room_members, room_members.c.room_id == messages.c.room_id)
+        .where(room_members.c.participant_id == participant_id, messages.c.seq > after)
+    )
+    seq: int | None = conn.execute(
+        mine.order_by(messages.c.seq.desc()).offset(keep).limit(1)
+    ).scalar()
+    if seq is None:
+        return None
+    skipped = conn.execute(
+        sa.select(sa.func.count()).select_from(mine.where(messages.c.seq <= seq).subquery())
+    ).scalar_one()
+    return seq, int(skipped)
 
 
 def messages_after(

@@ -191,6 +191,8 @@ agents = Table(
     Column("needs_key", Boolean, nullable=False, server_default=sa_false()),
     # webhook bots: the last message cursor delivered (the message log is the queue)
     Column("webhook_cursor", BigInteger, nullable=True),
+    # may its webhook target loopback/private addresses (registered by an admin)
+    Column("webhook_private_ok", Boolean, nullable=False, server_default=sa_false()),
 )
 
 #: structured commands sent to agents (POST /api/agents/:id/command)

@@ -22,7 +22,8 @@ _LISTENING = re.compile(rb"listening on (http://\S+)")
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.env = env or {}
         self.args = [
             sys.executable,
             "-m",
@@ -37,7 +38,7 @@ class ServerProcess:
         self.output = b""
 
     async def start(self, nursery: trio.Nursery) -> str:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.process = await trio.lowlevel.open_process(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )

@@ -19,6 +19,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("agents") as batch:
         batch.add_column(sa.Column("webhook_cursor", sa.BigInteger(), nullable=True))
+        batch.add_column(
+            sa.Column("webhook_private_ok", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
     op.create_table(
         "agent_commands",
         sa.Column("command_id", sa.String(26), nullable=False),
@@ -48,4 +51,5 @@ def downgrade() -> None:
     op.drop_index("ix_agent_commands_agent_id_delivered_at", table_name="agent_commands")
     op.drop_table("agent_commands")
     with op.batch_alter_table("agents") as batch:
+        batch.drop_column("webhook_private_ok")
         batch.drop_column("webhook_cursor")

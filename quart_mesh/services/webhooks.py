@@ -1,0 +1,349 @@
+"""Webhook bots: the node POSTs each event addressed to the bot to its URL.
+
+One supervised task per webhook bot (in :meth:`Webhooks.run`'s nursery)
+drains that bot's queue. The queue is durable without a table of its own:
+messages are read from the message log after the bot's persisted cursor
+(``agents.webhook_cursor``, advanced after each delivery) and commands from
+``agent_commands`` (marked delivered after each delivery), so a node restart
+or a receiver that is down loses nothing. It is bounded by
+``webhook_max_backlog``: a receiver that stays down while more messages than
+that arrive has the oldest skipped (and counted), so it cannot pin the node.
+
+Each delivery is one JSON event (the WebSocket event of the same kind),
+signed ``X-Mesh-Signature: sha256=<hex HMAC-SHA256 of the body>`` with the
+bot's secret, identified by ``X-Mesh-Delivery`` (the message or command id,
+stable across retries: receivers deduplicate by it). Failures are retried with
+exponential backoff. A 2xx answer ``{"content": "..."}`` to a message is posted
+as the bot's reply in that room; ``{"ok": ..., "result": ...}`` to a command
+answers the command. See ``docs/agents.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from ..broker import Broker
+from ..config import Settings
+from ..errors import MeshError
+from ..events import CommandIssued, MessagePosted
+from ..models import Message, now_ms
+from ..store import Database
+from ..store import agents as repo
+from ..store import messages as messages_repo
+
+if TYPE_CHECKING:
+    from .accounts import Accounts
+    from .agents import Agents
+    from .authz import Actor
+    from .messages import Messages
+
+__all__ = ["Webhooks", "is_private_address", "sign"]
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_START = 1.0
+#: most bytes of a receiver's answer read
+_MAX_ANSWER_BYTES = 64 * 1024
+#: retried statuses; other 3xx/4xx answers are the receiver refusing the event
+_RETRY_STATUSES = frozenset({408, 425, 429})
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The ``X-Mesh-Signature`` header value for *body*."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def is_private_address(host: str) -> bool:
+    """Whether *host* (an IP address) is loopback, private, link-local or otherwise
+    not a public unicast address."""
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return not address.is_global or address.is_multicast
+
+
+@dataclass
+class WebhookState:
+    """What ``GET /api/agents`` shows of a webhook bot's deliveries."""
+
+    status: str = "idle"  # idle | delivering | retrying | stopped
+    delivered: int = 0
+    failed_attempts: int = 0
+    #: events the receiver refused (a 4xx answer) and that were dropped
+    rejected: int = 0
+    #: events skipped because the backlog grew beyond webhook_max_backlog
+    skipped: int = 0
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "delivered": self.delivered,
+            "failedAttempts": self.failed_attempts,
+            "rejected": self.rejected,
+            "skipped": self.skipped,
+            "lastError": self.last_error,
+        }
+
+
+class _Retry(Exception):
+    """This attempt failed in a way worth trying again."""
+
+
+class Webhooks:
+    """Runs in the node's nursery (:meth:`run`): one delivery task per webhook bot."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: Broker,
+        accounts: Accounts,
+        messages: Messages,
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._broker = broker
+        self._accounts = accounts
+        self._messages = messages
+        self.agents: Agents | None = None  # set by the node (commands are answered through it)
+        self.states: dict[str, WebhookState] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        targets = await self._db.read(repo.webhook_targets)
+        async with (
+            httpx.AsyncClient(
+                timeout=self._settings.webhook_timeout,
+                follow_redirects=False,
+                trust_env=False,
+                headers={"User-Agent": "quart-mesh-webhooks"},
+            ) as client,
+            trio.open_nursery() as nursery,
+        ):
+            self._client = client
+            self._nursery = nursery
+            for target in targets:
+                self.start(target.agent_id)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    def start(self, agent_id: str) -> None:
+        """Start delivering to a (new) webhook bot."""
+        if self._nursery is None:
+            raise RuntimeError("webhooks are not running")
+        if agent_id not in self._scopes:
+            self.states[agent_id] = WebhookState()
+            scope = self._scopes[agent_id] = trio.CancelScope()
+            self._nursery.start_soon(self._deliver_forever, agent_id, scope)
+
+    def stop(self, agent_id: str) -> None:
+        scope = self._scopes.pop(agent_id, None)
+        self.states.pop(agent_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _deliver_forever(self, agent_id: str, scope: trio.CancelScope) -> None:
+        state = self.states[agent_id]
+        with scope:
+            try:
+                while True:
+                    # subscribe before reading the queue: nothing slips in between
+                    with self._broker.subscribe(agent_id, capacity=256) as sub:
+                        if not await self._drain(agent_id, state):
+                            if agent_id not in self._scopes:
+                                return
+                            state.status = "idle"
+                            while not any(
+                                isinstance(event, (MessagePosted, CommandIssued))
+                                for event, _ in await sub.get_batch()
+                            ):
+                                if sub.failed is not None:
+                                    break
+                            if sub.failed == "removed":
+                                return
+            finally:
+                state.status = "stopped"
+                self._scopes.pop(agent_id, None)
+
+    async def _drain(self, agent_id: str, state: WebhookState) -> bool:
+        """Deliver everything waiting; False if there was nothing (or the bot is gone)."""
+        found = await self._db.read(lambda conn: repo.webhook_targets(conn, agent_id))
+        if not found:
+            self._scopes.pop(agent_id, None)
+            return False
+        target = found[0]
+        keep = self._settings.webhook_max_backlog
+        cursor = target.cursor
+        cutoff = await self._db.read(
+            lambda conn: messages_repo.backlog_cutoff(conn, agent_id, cursor, keep)
+        )
+        if cutoff is not None:
+            cursor, skipped = cutoff
+            state.skipped += skipped
+            log.warning("webhook bot %s is behind: skipped %d messages", agent_id, skipped)
+            await self._db.write(lambda conn: repo.set_webhook_cursor(conn, agent_id, cursor))
+        commands = await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 50))
+        pending = await self._db.read(
+            lambda conn: messages_repo.messages_after(conn, agent_id, cursor, 50)
+        )
+        if not commands and not pending:
+            return False
+        state.status = "delivering"
+        for command in commands:
+            await self._deliver_command(target, command, state)
+        for message in pending:
+            if message.sender_id != agent_id:  # bots never get their own messages
+                await self._deliver_message(target, message, state)
+            await self._db.write(
+                partial(repo.set_webhook_cursor, agent_id=agent_id, cursor=message.seq)
+            )
+        return True
+
+    async def _deliver_command(
+        self, target: repo.WebhookTarget, command: repo.CommandRow, state: WebhookState
+    ) -> None:
+        from .agents import command_event
+
+        answer = await self._post_until_done(
+            target, command_event(command).to_json(), "command", command.command_id, state
+        )
+        await self._db.write(lambda conn: repo.mark_delivered(conn, [command.command_id], now_ms()))
+        if isinstance(answer, dict) and ("ok" in answer or "result" in answer):
+            actor = await self._accounts.actor_of(target.agent_id)
+            if actor is not None and self.agents is not None:
+                try:
+                    await self.agents.complete_command(
+                        actor,
+                        command.command_id,
+                        ok=answer.get("ok") is not False,
+                        result=answer.get("result"),
+                    )
+                except MeshError as error:
+                    log.info("webhook answer to command %s: %s", command.command_id, error)
+
+    async def _deliver_message(
+        self, target: repo.WebhookTarget, message: Message, state: WebhookState
+    ) -> None:
+        event = MessagePosted(message.room_id, message=message).to_json()
+        answer = await self._post_until_done(target, event, "message", message.message_id, state)
+        content = answer.get("content") if isinstance(answer, dict) else answer
+        if not isinstance(content, str) or not content.strip():
+            return
+        actor = await self._accounts.actor_of(target.agent_id)
+        sender = await self._accounts.actor_of(message.sender_id)
+        if actor is None:
+            return
+        if sender is not None and sender.kind == "bot" and not _addressed(message, actor):
+            return  # loop guard: bots answer other bots only when addressed
+        try:
+            await self._messages.send(actor, message.room_id, content)
+        except MeshError as error:
+            log.info("webhook bot %s could not reply: %s", target.agent_id, error)
+
+    async def _post_until_done(
+        self,
+        target: repo.WebhookTarget,
+        event: dict[str, Any],
+        kind: str,
+        delivery_id: str,
+        state: WebhookState,
+    ) -> Any:
+        """POST one event until the receiver takes it (2xx: its parsed answer)
+        or refuses it (4xx: ``None``), retrying everything else with backoff."""
+        body = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "X-Mesh-Signature": sign(target.secret, body),
+            "X-Mesh-Event": kind,
+            "X-Mesh-Delivery": delivery_id,
+            "X-Mesh-Agent": target.agent_id,
+        }
+        backoff = min(_BACKOFF_START, self._settings.webhook_max_backoff)
+        while True:
+            try:
+                answer = await self._attempt(target, body, headers, state)
+            except _Retry as error:
+                state.failed_attempts += 1
+                state.status, state.last_error = "retrying", str(error)
+                log.info("webhook %s: %s; retrying in %.0f s", target.agent_id, error, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self._settings.webhook_max_backoff)
+                continue
+            state.status = "delivering"
+            return answer
+
+    async def _attempt(
+        self,
+        target: repo.WebhookTarget,
+        body: bytes,
+        headers: dict[str, str],
+        state: WebhookState,
+    ) -> Any:
+        if not target.private_ok and not self._settings.webhook_allow_private:
+            await _check_public(target.url)
+        try:
+            async with self._client.stream(
+                "POST", target.url, content=body, headers=headers
+            ) as response:
+                raw = b""
+                async for chunk in response.aiter_bytes():
+                    raw += chunk
+                    if len(raw) > _MAX_ANSWER_BYTES:
+                        break
+        except httpx.HTTPError as error:
+            raise _Retry(f"{type(error).__name__}: {error}"[:300]) from None
+        status = response.status_code
+        if status >= 500 or status in _RETRY_STATUSES:
+            raise _Retry(f"the receiver answered {status}")
+        if not 200 <= status < 300:
+            state.rejected += 1
+            state.last_error = f"the receiver refused an event ({status})"
+            log.warning("webhook %s refused an event with %d", target.agent_id, status)
+            return None
+        state.delivered += 1
+        if len(raw) > _MAX_ANSWER_BYTES or not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode("utf-8", errors="replace")
+
+
+def _addressed(message: Message, actor: Actor) -> bool:
+    return message.to_id == actor.participant_id or (
+        f"@{actor.name.lower()}" in message.content.lower()
+    )
+
+
+async def _check_public(url: str) -> None:
+    """Refuse (as a retryable failure) a host that resolves to a non-public
+    address: a bot registered without an admin must not reach the node's own
+    network (SSRF)."""
+    host = urlsplit(url).hostname or ""
+    port = urlsplit(url).port or 80
+    try:
+        infos = await trio.socket.getaddrinfo(host, port)
+    except OSError as error:
+        raise _Retry(f"cannot resolve {host}: {error}") from None
+    if any(is_private_address(str(info[4][0])) for info in infos):
+        raise _Retry(
+            f"{host} is a private address; only bots an admin registers may use one "
+            "(or set MESH_WEBHOOK_ALLOW_PRIVATE)"
+        )
