@@ -121,9 +121,10 @@ class Node:
             self.started_at = None
             with trio.CancelScope(shield=True):
                 if self._accounts is not None:
-                    # the writer has stopped: this goes straight to the store
+                    # the writer has stopped: these go straight to the store
                     with contextlib.suppress(Unavailable):
                         await self.world.flush_reads()
+                        await self.supervisor.save_cursors()
                 await self.db.close()
 
     async def health(self) -> dict[str, Any]:

@@ -5,6 +5,12 @@ Each bot gets a fresh token at every start (tokens are not stored) and, if it
 was spawned with one, its API key — in the child's environment only, and in
 this process's memory for restarts; never on disk (spec §5.9). After a node
 restart such a bot has no key and waits in status ``needs_key``.
+
+A bot acknowledges each message it handled (``cursor N`` on its stdout); the
+next start resumes after the last one (``MESH_SINCE``). Acknowledged cursors
+are saved about once a second and when the node stops, so a node restart
+resumes from them too (at least once: a crash may repeat up to a second's
+worth of messages).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
+from sqlalchemy.engine import Connection
 
 from ..store import agents as agents_repo
 
@@ -33,6 +40,8 @@ EX_CONFIG = 78  # the bot cannot run as configured: do not restart it
 EX_TEMPFAIL = 75  # the bot asks to be started again now (the restart command)
 _BACKOFF_START, _BACKOFF_MAX, _STABLE_AFTER = 0.5, 30.0, 60.0
 _STOP_GRACE = 5.0
+#: how often acknowledged cursors are saved (a node restart resumes from them)
+_SAVE_INTERVAL = 1.0
 
 
 @dataclass
@@ -50,6 +59,8 @@ class ManagedBot:
     pid: int | None = None
     #: the last message cursor the bot acknowledged (restarts resume after it)
     cursor: str | None = None
+    #: the cursor last written to the store (it is saved every second or so)
+    saved_cursor: str | None = None
     scope: trio.CancelScope | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -81,16 +92,46 @@ class Supervisor:
             for row in rows:
                 if row.managed:
                     p = row.participant
+                    cursor = None if row.delivery_cursor is None else str(row.delivery_cursor)
                     self.launch(
                         ManagedBot(
-                            p.participant_id, p.name, p.type, row.model, row.rooms, row.needs_key
+                            p.participant_id,
+                            p.name,
+                            p.type,
+                            row.model,
+                            row.rooms,
+                            row.needs_key,
+                            cursor=cursor,
+                            saved_cursor=cursor,
                         )
                     )
             task_status.started()
             try:
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(_SAVE_INTERVAL)
+                    await self.save_cursors()
             finally:
                 self._nursery = None
+
+    async def save_cursors(self) -> None:
+        """Write the cursors acknowledged since the last save (the node also
+        calls this once more as it stops)."""
+        changed = {
+            bot.agent_id: int(bot.cursor)
+            for bot in self.bots.values()
+            if bot.cursor is not None and bot.cursor != bot.saved_cursor
+        }
+        if not changed:
+            return
+
+        def write(conn: Connection) -> None:
+            for agent_id, cursor in changed.items():
+                agents_repo.set_delivery_cursor(conn, agent_id, cursor)
+
+        await self._node.db.write(write)
+        for agent_id, cursor in changed.items():
+            if (bot := self.bots.get(agent_id)) is not None:
+                bot.saved_cursor = str(cursor)
 
     def launch(self, bot: ManagedBot) -> None:
         if self._nursery is None:

@@ -238,7 +238,7 @@ class Agents:
                 created_by=created_by,
                 created_at=now_ms(),
                 # its deliveries start with the messages after its registration
-                webhook_cursor=messages_repo.head_seq(conn) if webhook_url else None,
+                delivery_cursor=messages_repo.head_seq(conn) if webhook_url else None,
                 webhook_private_ok=private_ok,
             )
 

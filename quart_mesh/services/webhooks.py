@@ -3,7 +3,7 @@
 One supervised task per webhook bot (in :meth:`Webhooks.run`'s nursery)
 drains that bot's queue. The queue is durable without a table of its own:
 messages are read from the message log after the bot's persisted cursor
-(``agents.webhook_cursor``, advanced after each delivery) and commands from
+(``agents.delivery_cursor``, advanced after each delivery) and commands from
 ``agent_commands`` (marked delivered after each delivery), so a node restart
 or a receiver that is down loses nothing. It is bounded by
 ``webhook_max_backlog``: a receiver that stays down while more messages than
@@ -198,7 +198,7 @@ class Webhooks:
             cursor, skipped = cutoff
             state.skipped += skipped
             log.warning("webhook bot %s is behind: skipped %d messages", agent_id, skipped)
-            await self._db.write(lambda conn: repo.set_webhook_cursor(conn, agent_id, cursor))
+            await self._db.write(lambda conn: repo.set_delivery_cursor(conn, agent_id, cursor))
         commands = await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 50))
         pending = await self._db.read(
             lambda conn: messages_repo.messages_after(conn, agent_id, cursor, 50)
@@ -212,7 +212,7 @@ class Webhooks:
             if message.sender_id != agent_id:  # bots never get their own messages
                 await self._deliver_message(target, message, state)
             await self._db.write(
-                partial(repo.set_webhook_cursor, agent_id=agent_id, cursor=message.seq)
+                partial(repo.set_delivery_cursor, agent_id=agent_id, cursor=message.seq)
             )
         return True
 

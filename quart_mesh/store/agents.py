@@ -27,8 +27,8 @@ __all__ = [
     "list_agents",
     "mark_delivered",
     "pending_commands",
+    "set_delivery_cursor",
     "set_rooms",
-    "set_webhook_cursor",
     "webhook_targets",
 ]
 
@@ -41,7 +41,7 @@ class AgentRow:
     model: str | None = None
     rooms: tuple[str, ...] = ()
     needs_key: bool = False
-    webhook_cursor: int | None = None
+    delivery_cursor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ def insert_agent(
     model: str | None = None,
     rooms: list[str] | None = None,
     needs_key: bool = False,
-    webhook_cursor: int | None = None,
+    delivery_cursor: int | None = None,
     webhook_private_ok: bool = False,
 ) -> None:
     conn.execute(
@@ -84,7 +84,7 @@ def insert_agent(
             model=model,
             rooms=None if rooms is None else json.dumps(rooms),
             needs_key=needs_key,
-            webhook_cursor=webhook_cursor,
+            delivery_cursor=delivery_cursor,
             webhook_private_ok=webhook_private_ok,
         )
     )
@@ -111,7 +111,7 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             agents.c.model,
             agents.c.rooms,
             agents.c.needs_key,
-            agents.c.webhook_cursor,
+            agents.c.delivery_cursor,
         )
         .join(agents, agents.c.agent_id == participants.c.participant_id)
         .order_by(participants.c.name_key)
@@ -124,7 +124,7 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             row.model,
             tuple(json.loads(row.rooms)) if row.rooms else (),
             bool(row.needs_key),
-            row.webhook_cursor,
+            row.delivery_cursor,
         )
         for row in rows
     ]
@@ -145,14 +145,18 @@ def webhook_targets(conn: Connection, agent_id: str | None = None) -> list[Webho
         agents.c.agent_id,
         agents.c.webhook_url,
         agents.c.webhook_secret,
-        agents.c.webhook_cursor,
+        agents.c.delivery_cursor,
         agents.c.webhook_private_ok,
     ).where(agents.c.webhook_url.is_not(None))
     if agent_id is not None:
         query = query.where(agents.c.agent_id == agent_id)
     return [
         WebhookTarget(
-            r.agent_id, r.webhook_url, r.webhook_secret, r.webhook_cursor or 0, r.webhook_private_ok
+            r.agent_id,
+            r.webhook_url,
+            r.webhook_secret,
+            r.delivery_cursor or 0,
+            r.webhook_private_ok,
         )
         for r in conn.execute(query)
     ]
@@ -165,8 +169,11 @@ def set_rooms(conn: Connection, agent_id: str, rooms: list[str]) -> None:
     )
 
 
-def set_webhook_cursor(conn: Connection, agent_id: str, cursor: int) -> None:
-    conn.execute(agents.update().where(agents.c.agent_id == agent_id).values(webhook_cursor=cursor))
+def set_delivery_cursor(conn: Connection, agent_id: str, cursor: int) -> None:
+    """How far a webhook bot was delivered, or a managed bot acknowledged."""
+    conn.execute(
+        agents.update().where(agents.c.agent_id == agent_id).values(delivery_cursor=cursor)
+    )
 
 
 # commands -------------------------------------------------------------------

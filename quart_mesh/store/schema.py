@@ -189,8 +189,9 @@ agents = Table(
     Column("model", Text, nullable=True),
     Column("rooms", Text, nullable=True),
     Column("needs_key", Boolean, nullable=False, server_default=sa_false()),
-    # webhook bots: the last message cursor delivered (the message log is the queue)
-    Column("webhook_cursor", BigInteger, nullable=True),
+    # the last message cursor delivered to a webhook bot (the message log is its
+    # queue) or acknowledged by a managed bot (it resumes after it)
+    Column("delivery_cursor", BigInteger, nullable=True),
     # may its webhook target loopback/private addresses (registered by an admin)
     Column("webhook_private_ok", Boolean, nullable=False, server_default=sa_false()),
 )

@@ -18,7 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("agents") as batch:
-        batch.add_column(sa.Column("webhook_cursor", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("delivery_cursor", sa.BigInteger(), nullable=True))
         batch.add_column(
             sa.Column("webhook_private_ok", sa.Boolean(), nullable=False, server_default=sa.false())
         )
@@ -52,4 +52,4 @@ def downgrade() -> None:
     op.drop_table("agent_commands")
     with op.batch_alter_table("agents") as batch:
         batch.drop_column("webhook_private_ok")
-        batch.drop_column("webhook_cursor")
+        batch.drop_column("delivery_cursor")
