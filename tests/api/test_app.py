@@ -119,6 +119,13 @@ ENDPOINTS = [
     ("PATCH", "/api/rooms/{room}/messages/{x}"),
     ("POST", "/api/rooms/{room}/messages/{x}/reactions"),
     ("DELETE", "/api/rooms/{room}/messages/{x}/reactions/{x}"),
+    ("POST", "/api/poll"),
+    ("POST", "/api/agents/bootstrap"),
+    ("POST", "/api/agents/{agent}/command"),
+    ("POST", "/api/agents/{x}/command"),
+    ("GET", "/api/agents/{agent}/commands/{x}"),
+    ("POST", "/api/commands/{x}/result"),
+    ("DELETE", "/api/agents/{x}"),
 ]
 
 
@@ -130,6 +137,10 @@ async def test_fuzz_endpoints_never_500(settings: Settings) -> None:
         headers = await _setup(client)
         r = await client.post("/api/rooms", json={"name": "fuzz"}, headers=headers)
         room = (await r.get_json())["roomId"]
+        r = await client.post(
+            "/api/agents/bootstrap", json={"name": "fuzzbot", "type": "simple"}, headers=headers
+        )
+        agent = (await r.get_json())["agentId"]
         cases: list[tuple[str, str, str]] = []
 
         @settings_profile
@@ -138,7 +149,8 @@ async def test_fuzz_endpoints_never_500(settings: Settings) -> None:
         )
         def collect(endpoint: tuple[str, str], body: str, part: str, auth: bool) -> None:
             method, template = endpoint
-            cases.append((method, template.format(room=room, x=part), body if auth else ""))
+            path = template.format(room=room, agent=agent, x=part)
+            cases.append((method, path, body if auth else ""))
 
         # hypothesis drives a sync function; the requests run afterwards under trio
         await trio.to_thread.run_sync(collect)
