@@ -1,4 +1,5 @@
-"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``.
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``,
+``nox -s bridge_dist``.
 
 Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
 """
@@ -17,7 +18,7 @@ PYTHON = "3.11"
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test]", "-e", "./bridge")
     session.run("pytest", *session.posargs)
 
 
@@ -30,8 +31,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typing(session: nox.Session) -> None:
-    session.install("-e", ".[dev]")
-    session.run("mypy", "quart_mesh", *session.posargs)
+    session.install("-e", ".[dev]", "-e", "./bridge")
+    session.run("mypy", "quart_mesh", "bridge/mesh_bridge", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -43,3 +44,11 @@ def bench(session: nox.Session) -> None:
         session.skip("no benchmarks yet (bench/bench_*.py)")
     for script in scripts:
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bridge_dist(session: nox.Session) -> None:
+    """Build dist/mesh-bridge.pyz: the bridge and its dependencies in one file
+    that runs with any Python >= 3.11 and nothing installed (needs pip and a
+    package index). ``nox -s bridge_dist -- --output other.pyz`` writes elsewhere."""
+    session.run("python", "bridge/build_pyz.py", *session.posargs)
