@@ -264,6 +264,13 @@ class Bridge:
                 self._learn([event.get("participant")])
             elif kind == "error":
                 self._on_error(event)
+            elif kind == "command":
+                # handlers take messages only; the command stays unanswered
+                log.warning(
+                    "command %r (%s) ignored: mesh-bridge passes only messages to its handler",
+                    event.get("command"),
+                    event.get("commandId"),
+                )
 
     async def _on_message(self, message: dict[str, Any]) -> None:
         sender = message.get("senderId")
