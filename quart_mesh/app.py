@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 
 import trio
 from quart import Response, g, jsonify
 from quart_trio import QuartTrio
+from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
 from .api import BLUEPRINTS
+from .api.models import PROXY_PREFIX
 from .asgi import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, RateLimited, error_body
@@ -42,6 +45,20 @@ _HTTP_CODES = {
 }
 
 
+def _request_class(settings: Settings) -> type[TrioRequest]:
+    """Requests whose body limit is ``max_body_bytes``, except on the model
+    proxy, which takes chat histories up to ``max_completion_body_bytes``."""
+    large = settings.max_completion_body_bytes
+
+    class MeshRequest(TrioRequest):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any):
+            if path.startswith(PROXY_PREFIX):
+                kwargs["max_content_length"] = large
+            super().__init__(method, scheme, path, *args, **kwargs)
+
+    return MeshRequest
+
+
 class MeshApp(QuartTrio):
     """A QuartTrio app that carries its :class:`Node`."""
 
@@ -64,6 +81,7 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    app.request_class = _request_class(settings)
 
     scopes: list[trio.CancelScope] = []
 

@@ -9,6 +9,7 @@ unbounded by accident.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,17 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Limits", "Settings"]
+__all__ = ["Limits", "ModelConfig", "Settings", "parse_models"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """A model configured at start-up (``MESH_MODELS`` or ``MESH_MODELS_FILE``)."""
+
+    name: str
+    base_url: str
+    upstream_model: str | None = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,6 +130,15 @@ class Settings:
     #: Webhook bots registered without an admin (open registration) may still
     #: target loopback, private and link-local addresses.
     webhook_allow_private: bool = False
+    #: Models configured at start-up (besides those added with ``POST /api/models``).
+    models: tuple[ModelConfig, ...] = ()
+    #: Seconds an upstream model may take to start answering (and between two
+    #: chunks of a stream) before the proxy gives up with 504.
+    model_timeout: float = 120.0
+    #: Requests the proxy sends to one upstream at once; more wait their turn.
+    model_concurrency: int = 8
+    #: Largest chat-completions request body accepted by the proxy (bytes).
+    max_completion_body_bytes: int = 1024 * 1024
 
     @property
     def resolved_database_url(self) -> str:
@@ -159,6 +179,8 @@ class Settings:
             "max_frame_bytes",
             "max_replay",
             "webhook_max_backlog",
+            "model_concurrency",
+            "max_completion_body_bytes",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
@@ -170,9 +192,21 @@ class Settings:
             "max_poll_timeout",
             "webhook_timeout",
             "webhook_max_backoff",
+            "model_timeout",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
+        models: list[ModelConfig] = []
+        if v := env.get("MESH_MODELS_FILE"):
+            try:
+                text = Path(v).read_text(encoding="utf-8")
+            except OSError as error:
+                raise ConfigError(f"MESH_MODELS_FILE: cannot read {v}: {error}") from None
+            models += parse_models(text, "MESH_MODELS_FILE", env)
+        if v := env.get("MESH_MODELS"):
+            models += parse_models(v, "MESH_MODELS", env)
+        if models:
+            values["models"] = tuple(models)
         limits: dict[str, Any] = {}
         for field in dataclasses.fields(Limits):
             key = "MESH_" + field.name.upper()
@@ -191,6 +225,41 @@ def _positive_int(value: str, name: str) -> int:
     if number < 1:
         raise ConfigError(f"{name} must be at least 1, not {number}")
     return number
+
+
+def parse_models(text: str, name: str, env: Mapping[str, str]) -> list[ModelConfig]:
+    """Models from JSON: a list of ``{"name", "baseUrl", "upstreamModel"?,
+    "apiKey"? | "apiKeyEnv"?}`` (``apiKeyEnv`` names an environment variable
+    holding the key, so the key need not be written into the file).
+
+    Raises:
+        ConfigError: not such a list, or a bad entry.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"{name} must be a JSON list of models: {error}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"{name} must be a JSON list of models")
+    models = []
+    for entry in data:
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{name}: each model must be a JSON object")
+        model_name, base_url = entry.get("name"), entry.get("baseUrl")
+        if not isinstance(model_name, str) or not isinstance(base_url, str):
+            raise ConfigError(f"{name}: each model needs a string name and baseUrl")
+        upstream = entry.get("upstreamModel")
+        key = entry.get("apiKey")
+        if (key_env := entry.get("apiKeyEnv")) is not None:
+            key = env.get(str(key_env))
+            if not key:
+                raise ConfigError(f"{name}: {key_env} (apiKeyEnv of {model_name}) is not set")
+        if not (upstream is None or isinstance(upstream, str)) or not (
+            key is None or isinstance(key, str)
+        ):
+            raise ConfigError(f"{name}: upstreamModel and apiKey must be strings")
+        models.append(ModelConfig(model_name, base_url.rstrip("/"), upstream, key))
+    return models
 
 
 def _bool(value: str, name: str) -> bool:

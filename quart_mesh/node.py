@@ -20,12 +20,14 @@ from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
 from .errors import Unavailable
+from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.agents import Agents
 from .services.dms import DirectMessages
 from .services.messages import Messages
+from .services.model_proxy import ModelProxy
 from .services.polling import Polling
 from .services.presence import Presence
 from .services.rooms import Rooms
@@ -55,6 +57,7 @@ class Node:
         )
         self.passwords = Passwords(settings.password_hash_threads)
         self._tokens: Tokens | None = None
+        self._identity: NodeIdentity | None = None
         self.started_at: float | None = None
         self._accounts: Accounts | None = None
         self.broker = Broker(settings.subscriber_buffer)
@@ -66,6 +69,7 @@ class Node:
         self.supervisor = Supervisor(self)
         self.world: World
         self.agents: Agents
+        self.model_proxy: ModelProxy
         self.webhooks: Webhooks
         self.polling: Polling
         #: the address clients use; set from settings or, when serving, the bound address
@@ -82,6 +86,13 @@ class Node:
         return self._accounts
 
     @property
+    def identity(self) -> NodeIdentity:
+        """The node's Ed25519 key and ``did:key``."""
+        if self._identity is None:
+            raise RuntimeError("the node is not running: start Node.run first")
+        return self._identity
+
+    @property
     def tokens(self) -> Tokens:
         if self._tokens is None:
             raise RuntimeError("the node is not running: start Node.run first")
@@ -92,6 +103,8 @@ class Node:
         data_dir = self.settings.data_dir
         secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
         self._tokens = Tokens(secret)
+        self.model_proxy = ModelProxy(self.settings, self.db, secret)
+        self._identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
         await self.db.open()
         try:
             accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
@@ -115,6 +128,7 @@ class Node:
                 await nursery.start(self.presence.run)
                 await nursery.start(self.supervisor.run)
                 await nursery.start(self.webhooks.run)
+                await nursery.start(self.model_proxy.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

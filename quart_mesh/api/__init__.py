@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from . import agents, auth, dms, health, participants, rooms, state
+from . import agents, auth, dms, health, models, participants, rooms, state
 
 __all__ = ["BLUEPRINTS"]
 
@@ -19,5 +19,6 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     dms.bp,
     participants.bp,
     agents.bp,
+    models.bp,
     state.bp,
 )

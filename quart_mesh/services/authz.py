@@ -56,6 +56,8 @@ PERMISSIONS: Final = MappingProxyType(
         "messages.delete": (MODERATOR, "delete others' messages (authors delete their own)"),
         "dms.create": (AGENT, "open direct-message rooms"),
         "agents.command": (ADMIN, "send commands to any agent (creators command their own)"),
+        "models.use": (SPECTATOR, "list models and use the model proxy"),
+        "models.manage": (ADMIN, "add and remove models"),
         "mesh.admin": (ADMIN, "administer the mesh"),
     }
 )

@@ -217,3 +217,36 @@ agent_commands = Table(
     Column("result", Text, nullable=True),  # JSON
     Index("ix_agent_commands_agent_id_delivered_at", "agent_id", "delivered_at"),
 )
+
+
+#: language models behind the proxy, added with POST /api/models (models set at
+#: start-up live in the settings, not here)
+llm_models = Table(
+    "models",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("base_url", Text, nullable=False),
+    Column("upstream_model", Text, nullable=True),
+    # the upstream API key, encrypted with a key derived from the node secret
+    Column("api_key", Text, nullable=True),
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+#: proxy usage per participant and model
+model_usage = Table(
+    "model_usage",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("model", String(100), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)

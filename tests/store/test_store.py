@@ -36,7 +36,7 @@ async def test_migrations_build_exactly_the_schema(tmp_path: Path) -> None:
     version = await again.read(
         lambda conn: conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     )
-    assert version == "0005"
+    assert version == "0006"
     await again.close()
 
 

@@ -1,0 +1,180 @@
+"""A small real OpenAI-compatible server for tests (h11 over trio sockets).
+
+It plays the upstream the node's model proxy calls. What it does depends on
+the requested ``model``:
+
+- ``echo-model``: answers ``echo: <last message>``; streams it word by word.
+- ``gated-model``: streams one chunk, then waits for :attr:`Upstream.gate`
+  before the rest (so a test can see chunks arrive one at a time, or hang up).
+- ``hang-model``: never answers.
+- ``bad-request-model``: 400 in OpenAI's error shape.
+- ``broken-model``: 500.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import h11
+import trio
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Upstream:
+    requests: list[Seen] = field(default_factory=list)
+    gate: trio.Event = field(default_factory=trio.Event)
+    #: set when a client hung up in the middle of a stream
+    hung_up: trio.Event = field(default_factory=trio.Event)
+    chunks_sent: int = 0
+    port: int = 0
+
+    async def start(self, nursery: trio.Nursery) -> str:
+        """Serve on 127.0.0.1; returns the base URL (``.../v1``)."""
+
+        async def serve(task_status: trio.TaskStatus[int]) -> None:
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            task_status.started(listeners[0].socket.getsockname()[1])
+            await trio.serve_listeners(self._connection, listeners)
+
+        self.port = await nursery.start(serve)
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            conn = h11.Connection(h11.SERVER)
+            request: h11.Request | None = None
+            body = b""
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    conn.receive_data(data)
+                    continue
+                if isinstance(event, h11.Request):
+                    request = event
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+            assert request is not None
+            payload = json.loads(body) if body else None
+            self.requests.append(
+                Seen(
+                    request.target.decode(),
+                    {k.decode().lower(): v.decode() for k, v in request.headers},
+                    payload,
+                )
+            )
+            await self._answer(stream, conn, request.target.decode(), payload)
+
+    async def _answer(
+        self, stream: trio.SocketStream, conn: h11.Connection, path: str, body: Any
+    ) -> None:
+        async def send(event: Any) -> None:
+            await stream.send_all(conn.send(event))
+
+        async def respond(status: int, data: Any) -> None:
+            raw = json.dumps(data).encode()
+            headers = [("Content-Type", "application/json"), ("Content-Length", str(len(raw)))]
+            await send(h11.Response(status_code=status, headers=headers))
+            await send(h11.Data(data=raw))
+            await send(h11.EndOfMessage())
+
+        if path.endswith("/models"):
+            await respond(200, {"object": "list", "data": []})
+            return
+        model = body.get("model") if isinstance(body, dict) else None
+        if model == "hang-model":
+            await trio.sleep_forever()
+        if model == "bad-request-model":
+            error = {"message": "temperature is too hot", "type": "invalid_request_error"}
+            await respond(400, {"error": {**error, "code": "bad_temperature"}})
+            return
+        if model == "broken-model":
+            await respond(500, {"error": {"message": "the GPU caught fire", "type": "server"}})
+            return
+        text = "echo: " + str(body["messages"][-1].get("content", ""))
+        if not body.get("stream"):
+            await respond(200, _completion(model, text))
+            return
+        await send(
+            h11.Response(
+                status_code=200,
+                headers=[("Content-Type", "text/event-stream"), ("Transfer-Encoding", "chunked")],
+            )
+        )
+        words = text.split(" ")
+        for n, word in enumerate(words):
+            piece = word if n == 0 else " " + word
+            try:
+                await send(h11.Data(data=_sse(_chunk(model, piece))))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.hung_up.set()
+                return
+            self.chunks_sent += 1
+            if model == "gated-model" and n == 0:
+                # wait for the test, noticing if the client hangs up meanwhile
+                async with trio.open_nursery() as nursery:
+
+                    async def watch_hangup() -> None:
+                        if await stream.receive_some(1) == b"":
+                            self.hung_up.set()
+                            nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(watch_hangup)
+                    await self.gate.wait()
+                    nursery.cancel_scope.cancel()
+                if self.hung_up.is_set():
+                    return
+        usage = {
+            "prompt_tokens": 5,
+            "completion_tokens": len(words),
+            "total_tokens": 5 + len(words),
+        }
+        final = _chunk(model, "", finish="stop") | {"usage": usage}
+        await send(h11.Data(data=_sse(final) + b"data: [DONE]\n\n"))
+        await send(h11.EndOfMessage())
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def _chunk(model: Any, piece: str, finish: str | None = None) -> dict[str, Any]:
+    delta = {"content": piece} if piece else {}
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _completion(model: Any, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
