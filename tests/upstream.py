@@ -9,6 +9,7 @@ the requested ``model``:
 - ``hang-model``: never answers.
 - ``bad-request-model``: 400 in OpenAI's error shape.
 - ``broken-model``: 500.
+- ``coder-model``: answers with an HTML page in a fenced block.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class Upstream:
             await respond(500, {"error": {"message": "the GPU caught fire", "type": "server"}})
             return
         text = "echo: " + str(body["messages"][-1].get("content", ""))
+        if model == "coder-model":
+            text = "```html\n<!doctype html><title>Hi</title><h1>Hello</h1>\n```\nA greeting page."
         if not body.get("stream"):
             await respond(200, _completion(model, text))
             return

@@ -59,12 +59,28 @@ class ManagedBot:
     pid: int | None = None
     #: the last message cursor the bot acknowledged (restarts resume after it)
     cursor: str | None = None
+    #: the last line the bot wrote to its stderr (why it stopped, usually)
+    last_error: str | None = None
     #: the cursor last written to the store (it is saved every second or so)
     saved_cursor: str | None = None
     scope: trio.CancelScope | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "restarts": self.restarts, "detail": self.detail}
+
+
+async def _read_errors(bot: ManagedBot, stderr: trio.abc.ReceiveStream) -> None:
+    """Log what the bot writes to stderr; keep its last line (bounded)."""
+    buffer = b""
+    async for chunk in stderr:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        buffer = buffer[-4096:]
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace").strip()[:500]
+            if line:
+                log.warning("bot %s: %s", bot.name, line)
+                bot.last_error = line
 
 
 async def _terminate_then_kill(process: trio.Process) -> None:
@@ -158,9 +174,7 @@ class Supervisor:
                 bot.pid = None
                 if code == EX_CONFIG:
                     bot.status = "failed"
-                    bot.detail = (
-                        "needs the model proxy" if bot.bot_type != "echo" else "cannot start"
-                    )
+                    bot.detail = bot.last_error or "cannot run as configured"
                     return
                 bot.restarts += 1
                 if code == EX_TEMPFAIL:
@@ -201,6 +215,7 @@ class Supervisor:
         env = {
             **os.environ,
             "MESH_WS_URL": "ws" + base.removeprefix("http") + "/ws",
+            "MESH_API_URL": base,
             "MESH_TOKEN": token,
             "MESH_BOT_TYPE": bot.bot_type,
             "MESH_ROOMS": json.dumps(list(bot.rooms)),
@@ -220,11 +235,14 @@ class Supervisor:
                     env=env,
                     check=False,
                     stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
                     deliver_cancel=_terminate_then_kill,
                 )
             )
             bot.pid = process.pid
             bot.status, bot.detail = "running", None
             assert process.stdout is not None
+            assert process.stderr is not None
             nursery.start_soon(self._read_acks, bot, process.stdout)
+            nursery.start_soon(_read_errors, bot, process.stderr)
         return process.returncode if process.returncode is not None else -1

@@ -1,0 +1,254 @@
+"""The ``llm`` and ``coder`` managed bots: they answer through the node's
+model proxy, with their own token, like any OpenAI client would.
+
+When they answer: a message addressed to them (``to`` them, or ``@name`` in
+its text) or any message in a DM with them. A message from another bot only
+when it addresses them explicitly (``to`` or ``@name``; a DM is not enough),
+and at most :data:`BOT_REPLIES_PER_MINUTE` times a minute per room, so two
+bots cannot keep each other talking. They never answer themselves.
+
+How: the room's recent messages (``GET /api/rooms/:id/messages``), up to the
+one being answered, become the chat history, sent to
+``MESH_MODEL_URL/chat/completions`` as a stream while the bot shows ``typing``;
+the answer is posted when complete. The spawn's ``apiKey``, if any, goes along
+in ``X-Upstream-Api-Key``. An error from the
+model becomes a short visible reply, not a crash.
+
+The ``coder`` bot asks the model for a single-file HTML/CSS/JS app. This node
+has no app store yet, so it posts the generated source in the room and its
+``status`` says so.
+
+Messages are acknowledged to the supervisor when received, not when
+answered: a bot that crashes while generating does not answer that message
+again after its restart (no duplicate answers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import httpx
+import trio
+
+from .base import Bot
+
+__all__ = ["BOT_REPLIES_PER_MINUTE", "ModelBot"]
+
+#: answers to other bots per room per minute (loop guard)
+BOT_REPLIES_PER_MINUTE = 3
+#: messages of the room given to the model as context
+HISTORY = 20
+#: the node's default message size limit (bytes)
+MAX_REPLY_BYTES = 16 * 1024
+TYPING_EVERY = 3.0
+
+LLM_PROMPT = (
+    "You are {name}, a participant in a chat room on a mesh of humans and bots. "
+    "Each user message starts with its author's name. Answer the latest message "
+    "helpfully and briefly, in plain text."
+)
+CODER_PROMPT = (
+    "You are {name}, a coding assistant in a chat room. When asked to build "
+    "something, answer with ONE complete, self-contained HTML document (inline "
+    "<style> and <script>, no external resources) in a single ```html fenced "
+    "code block, followed by one sentence describing it."
+)
+_FENCE = re.compile(r"```(?:html)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+class ModelBot(Bot):
+    def __init__(
+        self,
+        ws: Any,
+        me: str,
+        bot_type: str,
+        *,
+        api_url: str,
+        model_url: str,
+        model: str,
+        token: str,
+        api_key: str | None,
+        nursery: trio.Nursery,
+    ) -> None:
+        super().__init__(ws, me, bot_type)
+        self.api_url = api_url.rstrip("/")
+        self.model_url = model_url.rstrip("/")
+        self.model = model
+        self._headers = {"Authorization": f"Bearer {token}"}
+        if api_key:
+            self._headers["X-Upstream-Api-Key"] = api_key
+        self._nursery = nursery
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10), trust_env=False)
+        self._room_kinds: dict[str, str] = {}
+        self._room_locks: dict[str, trio.Lock] = defaultdict(trio.Lock)
+        self._bot_replies: dict[str, deque[float]] = defaultdict(deque)
+        self.last_error: str | None = None
+        self.apps_posted = 0
+
+    @classmethod
+    def from_env(cls, ws: Any, me: str, bot_type: str, env: Any, nursery: trio.Nursery) -> ModelBot:
+        return cls(
+            ws,
+            me,
+            bot_type,
+            api_url=env["MESH_API_URL"],
+            model_url=env["MESH_MODEL_URL"],
+            model=env["MESH_MODEL"],
+            token=env["MESH_TOKEN"],
+            api_key=env.get("MESH_API_KEY") or None,
+            nursery=nursery,
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    def status(self) -> dict[str, Any]:
+        status = super().status() | {"model": self.model, "lastError": self.last_error}
+        if self.bot_type == "coder":
+            status["apps"] = (
+                "no app store on this node yet: generated apps are posted in chat as source"
+            )
+            status["appsPosted"] = self.apps_posted
+        return status
+
+    async def on_message(self, event: dict[str, Any]) -> None:
+        sender, room_id = event.get("senderId"), event["roomId"]
+        content = str(event.get("content", ""))
+        addressed = event.get("to") == self.me or (
+            bool(self.name) and f"@{self.name.lower()}" in content.lower()
+        )
+        if sender in self.bots:
+            if not addressed or not self._may_answer_bot(room_id):
+                return
+        elif not addressed and await self._room_kind(room_id) != "dm":
+            return
+        self.handled += 1
+        self._nursery.start_soon(self._answer, room_id, int(event["cursor"]))
+
+    def _may_answer_bot(self, room_id: str) -> bool:
+        recent, now = self._bot_replies[room_id], time.monotonic()
+        while recent and now - recent[0] > 60:
+            recent.popleft()
+        if len(recent) >= BOT_REPLIES_PER_MINUTE:
+            return False
+        recent.append(now)
+        return True
+
+    async def _room_kind(self, room_id: str) -> str:
+        if room_id not in self._room_kinds:
+            try:
+                r = await self._http.get(
+                    f"{self.api_url}/api/rooms/{room_id}", headers=self._headers
+                )
+                self._room_kinds[room_id] = str(r.json().get("kind", "room"))
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return "room"
+        return self._room_kinds[room_id]
+
+    async def _answer(self, room_id: str, upto: int) -> None:
+        async with self._room_locks[room_id], trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_typing, room_id)
+            try:
+                text = await self._generate(room_id, upto)
+            except ModelError as error:
+                self.last_error = str(error)
+                text = f"(I could not answer: {error})"
+            else:
+                if self.bot_type == "coder":
+                    text = self._present_app(text)
+            nursery.cancel_scope.cancel()
+        await self.send({"type": "send_message", "roomId": room_id, "content": _fit(text)})
+
+    async def _keep_typing(self, room_id: str) -> None:
+        while True:
+            await self.send({"type": "typing", "roomId": room_id})
+            await trio.sleep(TYPING_EVERY)
+
+    async def _history(self, room_id: str, upto: int) -> list[dict[str, str]]:
+        """The room's recent messages up to the one being answered (cursor *upto*)."""
+        prompt = LLM_PROMPT if self.bot_type == "llm" else CODER_PROMPT
+        messages = [{"role": "system", "content": prompt.format(name=self.name)}]
+        try:
+            r = await self._http.get(
+                f"{self.api_url}/api/rooms/{room_id}/messages",
+                params={"limit": HISTORY},
+                headers=self._headers,
+            )
+            recent = r.json() if r.is_success else []
+        except (httpx.HTTPError, ValueError):
+            recent = []
+        for message in recent if isinstance(recent, list) else []:
+            if int(message.get("cursor", 0)) > upto:
+                continue  # said after the message being answered
+            if message.get("senderId") == self.me:
+                messages.append({"role": "assistant", "content": message["content"]})
+            else:
+                text = f"{message.get('senderName')}: {message.get('content')}"
+                messages.append({"role": "user", "content": text})
+        return messages
+
+    async def _generate(self, room_id: str, upto: int) -> str:
+        history = await self._history(room_id, upto)
+        body = {"model": self.model, "stream": True, "messages": history}
+        pieces: list[str] = []
+        try:
+            async with self._http.stream(
+                "POST", f"{self.model_url}/chat/completions", json=body, headers=self._headers
+            ) as response:
+                if not response.is_success:
+                    raise ModelError(_error_message(await response.aread(), response.status_code))
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise ModelError(_error_message(data.encode(), 502))
+                    for choice in chunk.get("choices") or []:
+                        pieces.append((choice.get("delta") or {}).get("content") or "")
+        except httpx.HTTPError as error:
+            raise ModelError(f"the model proxy is unreachable ({type(error).__name__})") from None
+        except (ValueError, AttributeError):
+            raise ModelError("the model sent something unreadable") from None
+        text = "".join(pieces).strip()
+        if not text:
+            raise ModelError("the model gave an empty answer")
+        return text
+
+    def _present_app(self, text: str) -> str:
+        match = _FENCE.search(text)
+        if match is None:
+            return text
+        self.apps_posted += 1
+        source = match.group(1).strip()
+        return (
+            "Here is the app (this node has no app store yet, so here is its source; "
+            "save it as an .html file and open it):\n```html\n" + source + "\n```"
+        )
+
+
+class ModelError(Exception):
+    """The model could not answer; the message is shown in the room."""
+
+
+def _error_message(raw: bytes, status: int) -> str:
+    try:
+        error = json.loads(raw).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except (ValueError, AttributeError):
+        message = None
+    return str(message)[:300] if message else f"the model proxy answered {status}"
+
+
+def _fit(text: str) -> str:
+    """Cut *text* to the node's message size (UTF-8 bytes)."""
+    raw = text.encode()
+    if len(raw) <= MAX_REPLY_BYTES:
+        return text
+    return raw[: MAX_REPLY_BYTES - 20].decode("utf-8", errors="ignore") + "\n…(cut)"

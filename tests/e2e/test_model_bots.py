@@ -1,0 +1,174 @@
+"""The llm and coder managed bots: real child processes answering through the
+node's model proxy, which calls a real OpenAI-compatible upstream on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from quart_mesh import Settings
+from quart_mesh.config import ModelConfig
+from tests.e2e.test_agents import wait_for
+from tests.helpers import Mesh, User, connect
+from tests.upstream import Upstream
+
+
+@pytest.fixture
+async def upstream(nursery: trio.Nursery) -> Upstream:
+    server = Upstream()
+    await server.start(nursery)
+    return server
+
+
+@pytest.fixture
+def settings(tmp_path: Path, upstream: Upstream) -> Settings:
+    url = f"http://127.0.0.1:{upstream.port}/v1"
+    return Settings(
+        data_dir=tmp_path / "mesh-data",
+        models=(
+            ModelConfig("smart", url, "echo-model"),
+            ModelConfig("broken", url, "broken-model"),
+            ModelConfig("builder", url, "coder-model"),
+        ),
+    )
+
+
+async def spawn(mesh: Mesh, owner: User, **body: Any) -> str:
+    r = await mesh.http.post("/api/agents/spawn", json=body, headers=owner.headers)
+    assert r.status_code == 201, r.text
+    agent_id = str(r.json()["agentId"])
+
+    async def running() -> bool:
+        agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+        return any(a["agentId"] == agent_id and a["status"] == "running" for a in agents)
+
+    await wait_for(running)
+    return agent_id
+
+
+async def in_room(mesh: Mesh, owner: User, room_id: str, *agent_ids: str) -> None:
+    async def joined() -> bool:
+        room = (await mesh.http.get(f"/api/rooms/{room_id}", headers=owner.headers)).json()
+        return set(agent_ids) <= {m["participantId"] for m in room["members"]}
+
+    await wait_for(joined)
+
+
+async def test_the_llm_bot_answers_when_addressed_with_the_room_as_context(
+    base_url: str, mesh: Mesh, upstream: Upstream
+) -> None:
+    owner = await mesh.setup()
+    room_id = (await mesh.create_room(owner, "lounge"))["roomId"]
+    helper = await spawn(
+        mesh, owner, name="helper", type="llm", model="smart", rooms=[room_id], apiKey="sk-bot-own"
+    )
+    echo = await spawn(mesh, owner, name="parrot", type="echo", rooms=[room_id])
+    await in_room(mesh, owner, room_id, helper, echo)
+    async with connect(base_url, owner) as ws:
+        await ws.send(type="send_message", roomId=room_id, content="hello everyone")
+        await ws.expect("message", timeout=20, content="echo: hello everyone")  # the parrot
+        await ws.send(type="send_message", roomId=room_id, content="@helper what is up?")
+        typing = await ws.expect("typing", timeout=20, participantId=helper)
+        assert typing["roomId"] == room_id
+        answer = await ws.expect("message", timeout=20, senderId=helper)
+        assert answer["content"] == "echo: owner: @helper what is up?"
+
+    async def settled() -> bool:
+        return len(await mesh.messages(owner, room_id)) >= 6
+
+    await wait_for(settled)
+    await trio.sleep(1.5)  # and then nothing more: no loop
+    said = [(m["senderName"], m["content"]) for m in await mesh.messages(owner, room_id)]
+    assert sorted(said) == sorted(
+        [
+            ("owner", "hello everyone"),
+            ("parrot", "echo: hello everyone"),
+            ("owner", "@helper what is up?"),
+            ("helper", "echo: owner: @helper what is up?"),
+            # the parrot repeats the mention; the helper answers a bot that
+            # addresses it (at most 3 times a minute), the parrot ignores bots
+            ("parrot", "echo: @helper what is up?"),
+            ("helper", "echo: parrot: echo: @helper what is up?"),
+        ]
+    )
+    asked = next(s for s in upstream.requests if s.path.endswith("/chat/completions"))
+    # the room's messages as context, its own key forwarded by the proxy
+    assert asked.body["model"] == "echo-model"
+    assert asked.body["messages"][0]["role"] == "system"
+    contents = [m["content"] for m in asked.body["messages"][1:]]
+    assert contents[0] == "owner: hello everyone"
+    assert contents[-1] == "owner: @helper what is up?"
+    assert asked.headers["authorization"] == "Bearer sk-bot-own"
+
+    # a DM needs no mention
+    dm = (
+        await mesh.http.post("/api/dms", json={"participantId": helper}, headers=owner.headers)
+    ).json()
+    async with connect(base_url, owner) as ws:
+        await mesh.send(owner, dm["roomId"], "just between us")
+        reply = await ws.expect("message", timeout=20, senderId=helper)
+        assert reply["content"] == "echo: owner: just between us"
+
+
+async def test_model_errors_become_a_short_reply(base_url: str, mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    room_id = (await mesh.create_room(owner, "errors"))["roomId"]
+    sorry = await spawn(mesh, owner, name="sorry", type="llm", model="broken", rooms=[room_id])
+    await in_room(mesh, owner, room_id, sorry)
+    async with connect(base_url, owner) as ws:
+        await ws.send(type="send_message", roomId=room_id, content="@sorry are you there")
+        reply = await ws.expect("message", timeout=20, senderId=sorry)
+    assert reply["content"].startswith("(I could not answer:")
+    assert "the GPU caught fire" in reply["content"]
+    agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+    assert next(a for a in agents if a["agentId"] == sorry)["status"] == "running"
+
+
+async def test_the_coder_bot_posts_the_generated_app_and_says_so(
+    base_url: str, mesh: Mesh
+) -> None:
+    owner = await mesh.setup()
+    room_id = (await mesh.create_room(owner, "workshop"))["roomId"]
+    coder = await spawn(mesh, owner, name="coder", type="coder", model="builder", rooms=[room_id])
+    await in_room(mesh, owner, room_id, coder)
+    agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+    assert next(a for a in agents if a["agentId"] == coder)["role"] == "super_agent"
+    async with connect(base_url, owner) as ws:
+        await ws.send(type="send_message", roomId=room_id, content="@coder build a greeting")
+        reply = await ws.expect("message", timeout=20, senderId=coder)
+    assert "no app store yet" in reply["content"]
+    assert "```html\n<!doctype html><title>Hi</title><h1>Hello</h1>\n```" in reply["content"]
+    r = await mesh.http.post(
+        f"/api/agents/{coder}/command", json={"command": "status"}, headers=owner.headers
+    )
+    url = f"/api/agents/{coder}/commands/{r.json()['commandId']}"
+
+    async def answered() -> bool:
+        return (await mesh.http.get(url, headers=owner.headers)).json()["ok"] is True
+
+    await wait_for(answered)
+    status = (await mesh.http.get(url, headers=owner.headers)).json()["result"]
+    assert status["appsPosted"] == 1
+    assert "no app store" in status["apps"]
+    assert status["model"] == "builder"
+
+
+async def test_a_model_bot_without_a_model_fails_clearly(base_url: str, mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    r = await mesh.http.post(
+        "/api/agents/spawn", json={"name": "blank", "type": "llm"}, headers=owner.headers
+    )
+    agent_id = r.json()["agentId"]
+
+    async def failed() -> bool:
+        agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+        bot = next(a for a in agents if a["agentId"] == agent_id)
+        return bool(bot["status"] == "failed")
+
+    await wait_for(failed)
+    agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+    detail = next(a for a in agents if a["agentId"] == agent_id)["detail"]
+    assert detail == "llm bots need a model: spawn it with one"
