@@ -127,9 +127,7 @@ async def test_model_errors_become_a_short_reply(base_url: str, mesh: Mesh) -> N
     assert next(a for a in agents if a["agentId"] == sorry)["status"] == "running"
 
 
-async def test_the_coder_bot_posts_the_generated_app_and_says_so(
-    base_url: str, mesh: Mesh
-) -> None:
+async def test_the_coder_bot_posts_the_generated_app_and_says_so(base_url: str, mesh: Mesh) -> None:
     owner = await mesh.setup()
     room_id = (await mesh.create_room(owner, "workshop"))["roomId"]
     coder = await spawn(mesh, owner, name="coder", type="coder", model="builder", rooms=[room_id])
