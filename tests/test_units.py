@@ -172,3 +172,33 @@ def test_realtime_settings_from_env() -> None:
     ):
         with pytest.raises(ConfigError):
             Settings.from_env(bad)
+
+
+def test_models_from_the_environment(tmp_path: Path) -> None:
+    models_file = tmp_path / "models.json"
+    models_file.write_text(
+        '[{"name": "gpt", "baseUrl": "https://api.example/v1/", "apiKeyEnv": "GPT_KEY"}]'
+    )
+    settings = Settings.from_env(
+        {
+            "MESH_MODELS_FILE": str(models_file),
+            "MESH_MODELS": '[{"name": "local", "baseUrl": "http://h:1/v1", "upstreamModel": "l3"}]',
+            "GPT_KEY": "sk-from-env",
+            "MESH_MODEL_TIMEOUT": "30",
+        }
+    )
+    assert [(m.name, m.base_url, m.upstream_model, m.api_key) for m in settings.models] == [
+        ("gpt", "https://api.example/v1", None, "sk-from-env"),
+        ("local", "http://h:1/v1", "l3", None),
+    ]
+    assert settings.model_timeout == 30
+    assert "sk-from-env" not in repr(settings)
+    for bad in (
+        "{}",
+        "[1]",
+        '[{"name": "x"}]',
+        "not json",
+        '[{"name": "x", "baseUrl": "u", "apiKeyEnv": "NOPE"}]',
+    ):
+        with pytest.raises(ConfigError):
+            Settings.from_env({"MESH_MODELS": bad})
