@@ -103,6 +103,17 @@ class Upstream:
             error = {"message": "temperature is too hot", "type": "invalid_request_error"}
             await respond(400, {"error": {**error, "code": "bad_temperature"}})
             return
+        if model == "busy-model":
+            raw = json.dumps({"error": {"message": "slow down", "type": "rate_limit"}}).encode()
+            headers = [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(raw))),
+                ("Retry-After", "7"),
+            ]
+            await send(h11.Response(status_code=429, headers=headers))
+            await send(h11.Data(data=raw))
+            await send(h11.EndOfMessage())
+            return
         if model == "broken-model":
             await respond(500, {"error": {"message": "the GPU caught fire", "type": "server"}})
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from . import agents, auth, dms, health, models, participants, rooms, state
+from . import agents, auth, discovery, dms, health, models, participants, rooms, state
 
 __all__ = ["BLUEPRINTS"]
 
@@ -21,4 +21,5 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     agents.bp,
     models.bp,
     state.bp,
+    discovery.bp,
 )

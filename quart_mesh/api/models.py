@@ -123,4 +123,6 @@ def _openai_error(error: OpenAIError) -> Response:
     )
     if error.status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = error.retry_after
     return response

@@ -103,6 +103,8 @@ class Accounts:
         mesh_name = mesh_name.strip()
         if not mesh_name or len(mesh_name) > 200:
             raise BadRequest("meshName must be 1 to 200 characters", "invalid_mesh_name")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in mesh_name):
+            raise BadRequest("meshName must not contain control characters", "invalid_mesh_name")
         check_description(description, self._limits)
         if visibility not in VISIBILITIES:
             raise BadRequest("visibility must be 'public' or 'private'", "invalid_visibility")

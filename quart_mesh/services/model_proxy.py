@@ -51,9 +51,18 @@ _MAX_ANSWER_BYTES = 16 * 1024 * 1024
 class OpenAIError(Exception):
     """An error in OpenAI's shape: ``{"error": {"message", "type", "code"}}``."""
 
-    def __init__(self, status: int, message: str, type: str, code: str | None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str,
+        code: str | None,
+        retry_after: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code = status, message, type, code
+        #: the upstream's ``Retry-After`` (a 429 or 503 passed on)
+        self.retry_after = retry_after
 
     def to_json(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
@@ -371,8 +380,10 @@ class ModelProxy:
         message, kind, code = _upstream_error(raw, response.status_code)
         if response.status_code >= 500:
             raise OpenAIError(502, f"the upstream failed: {message}", "api_error", code)
-        return_status = response.status_code
-        raise OpenAIError(return_status, message, kind, code)
+        retry_after = response.headers.get("retry-after")
+        if retry_after is not None and not (retry_after.isascii() and len(retry_after) <= 40):
+            retry_after = None
+        raise OpenAIError(response.status_code, message, kind, code, retry_after)
 
     async def _count(
         self, actor: Actor, model: Model, *, usage: Any = None, error: bool = False

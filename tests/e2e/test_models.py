@@ -219,6 +219,7 @@ async def test_errors_come_in_openai_shape(base_url: str, mesh: Mesh, upstream: 
         ("hang", "hang-model"),
         ("picky", "bad-request-model"),
         ("broken", "broken-model"),
+        ("busy", "busy-model"),
     ]:
         await add_model(mesh, owner, name=name, baseUrl=url, upstreamModel=upstream_model)
     await add_model(mesh, owner, name="down", baseUrl=f"http://127.0.0.1:{free_port()}/v1")
@@ -241,6 +242,9 @@ async def test_errors_come_in_openai_shape(base_url: str, mesh: Mesh, upstream: 
     assert message == "temperature is too hot"
     message = openai_error(await ask({"model": "broken", "messages": hello, "stream": True}), 502)
     assert "the GPU caught fire" in message
+    busy = await ask({"model": "busy", "messages": hello})
+    assert openai_error(busy, 429) == "slow down"
+    assert busy.headers["retry-after"] == "7"
     openai_error(await ask({"model": "configured", "messages": hello}, headers={}), 401)
     r = await mesh.http.post(
         "/api/models/v1/chat/completions",
