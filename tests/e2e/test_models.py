@@ -309,3 +309,38 @@ async def test_concurrency_to_one_upstream_is_bounded(
             async for _ in first_lines:
                 pass
     assert answers[0]["choices"][0]["message"]["content"] == "echo: b"
+
+
+async def test_a_stream_outlives_quarts_response_timeout(
+    settings: Settings, upstream: Upstream, nursery: trio.Nursery
+) -> None:
+    """Quart cuts responses after RESPONSE_TIMEOUT (60 s by default); a stream
+    must not be cut. Shrunk to 0.5 s here, the stream lasts 1.5 s."""
+    from quart_mesh import create_app, serve
+
+    app = create_app(settings)
+    app.config["RESPONSE_TIMEOUT"] = 0.5
+    base_url: str = await nursery.start(
+        lambda task_status: serve(app, port=0, task_status=task_status)
+    )
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        url = f"http://127.0.0.1:{upstream.port}/v1"
+        await add_model(mesh, owner, name="gated", baseUrl=url, upstreamModel="gated-model")
+        request = {
+            "model": "gated",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x y"}],
+        }
+        async with (
+            http.stream(
+                "POST", "/api/models/v1/chat/completions", json=request, headers=owner.headers
+            ) as response,
+            aclosing(response.aiter_lines()) as lines,
+        ):
+            await anext(lines)
+            await trio.sleep(1.5)
+            upstream.gate.set()
+            rest = [line async for line in lines if line]
+    assert rest[-1] == "data: [DONE]"
