@@ -266,7 +266,7 @@ class Accounts:
             Forbidden: not an admin, or the owner is the target.
             NotFound: no such participant.
         """
-        authorize(actor, "mesh.admin")
+        authorize(actor, "participants.delete")
         mesh = self._mesh
         if mesh is not None and participant_id == mesh.owner_id:
             raise Forbidden("the mesh owner cannot be deleted", "is_owner")

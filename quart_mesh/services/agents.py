@@ -135,7 +135,7 @@ class Agents:
             BadRequest: a type the node does not run, unknown rooms, bad values.
             Conflict: the name is taken.
         """
-        authorize(actor, "mesh.admin")
+        authorize(actor, "agents.spawn")
         if bot_type not in MANAGED_TYPES:
             raise BadRequest(f"type must be one of {', '.join(MANAGED_TYPES)}", "invalid_type")
         if len(rooms) > 100 or not all(is_ulid(r) for r in rooms):
@@ -207,7 +207,7 @@ class Agents:
                 raise Forbidden(
                     "registration is closed: an admin must bootstrap bots", "registration_closed"
                 )
-            authorize(actor, "mesh.admin")
+            authorize(actor, "agents.bootstrap")
         if bot_type in MANAGED_TYPES:
             raise BadRequest(
                 f"{bot_type} bots are run by the node: use POST /api/agents/spawn",
@@ -281,7 +281,7 @@ class Agents:
             Forbidden: not an admin.
             NotFound: no such agent.
         """
-        authorize(actor, "mesh.admin")
+        authorize(actor, "agents.delete")
         if not await self._db.read(lambda conn: repo.is_agent(conn, agent_id)):
             raise NotFound("no such agent", "agent_not_found")
         await self._accounts.delete_participant(actor, agent_id)

@@ -1,18 +1,35 @@
 """Roles, permissions and the one access checkpoint: :func:`authorize`.
 
 Every service calls :func:`authorize` before it acts; nothing else decides
-access (DESIGN.md §2). Built-in roles carry numeric priorities; each
-permission names the lowest priority that holds it. The permissions issue
-adds custom roles and per-room overrides on top of this table.
+access (DESIGN.md §2). :data:`PERMISSIONS` is the catalog of every permission
+the node checks (``GET /api/permissions``): asking for one that is not in it
+is a programming error (``KeyError``), so nothing can be checked that is not
+listed.
 
-Tiers are derived from priority (documented in ``docs/roles.md``):
-Tier 1 Mesh Architect (owner, 999), Tier 2 Super Agent/User (>= 600),
-Tier 3 Elevated (>= 400), Tier 4 Normal (below 400).
+Roles: the built-in roles carry numeric priorities and hold every permission
+whose lowest priority they reach. Custom roles (``POST /api/roles``) have a
+priority (which ranks them) and hold exactly the permissions they list.
+
+Resolution of *permission* for an actor in a room (``docs/roles.md``):
+
+1. the owner, and admins and above, are never restricted by room rules;
+2. a room override for the participant (allow or deny), else
+3. a room override for its role, else
+4. the room's preset (``announcements``, ``humans_only``, ``read_only``), else
+5. the role's own permissions.
+
+Then a refusal is still lifted for the actor's own things (a room it created,
+its message, a bot it registered) and for guests' sends when the mesh allows
+them — unless a room override or preset denied it explicitly.
+
+Tiers are derived from priority: Tier 1 Mesh Architect (owner, 999), Tier 2
+Super Agent/User (>= 600), Tier 3 Elevated (>= 400), Tier 4 Normal (below 400).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
@@ -21,51 +38,286 @@ from ..errors import Forbidden
 __all__ = [
     "BUILTIN_ROLES",
     "PERMISSIONS",
+    "PRESETS",
     "Actor",
+    "Override",
+    "Permission",
+    "Policy",
+    "Role",
     "RoomRef",
     "authorize",
     "priority_of",
     "tier_of",
 ]
 
+OWNER, ADMIN, MODERATOR, SUPER_AGENT, MEMBER, AGENT, SPECTATOR = 999, 900, 700, 600, 400, 300, 50
+
 BUILTIN_ROLES: Final = MappingProxyType(
     {
-        "owner": 999,
-        "admin": 900,
-        "moderator": 700,
-        "super_agent": 600,
-        "member": 400,
-        "agent": 300,
-        "spectator": 50,
+        "owner": OWNER,
+        "admin": ADMIN,
+        "moderator": MODERATOR,
+        "super_agent": SUPER_AGENT,
+        "member": MEMBER,
+        "agent": AGENT,
+        "spectator": SPECTATOR,
     }
 )
 
-OWNER, ADMIN, MODERATOR, AGENT, SPECTATOR = 999, 900, 700, 300, 50
 
-#: permission -> (lowest priority that holds it, description)
-PERMISSIONS: Final = MappingProxyType(
-    {
-        "participants.read": (SPECTATOR, "list participants"),
-        "rooms.read": (SPECTATOR, "list rooms and read rooms one is a member of"),
-        "rooms.join": (SPECTATOR, "join and leave rooms"),
-        "rooms.create": (AGENT, "create rooms"),
-        "rooms.delete": (ADMIN, "delete any room (creators may delete their own)"),
-        "messages.send": (AGENT, "send messages (guests only if the mesh allows it)"),
-        "messages.react": (AGENT, "add and remove reactions"),
-        "messages.edit": (MODERATOR, "edit others' messages (authors edit their own)"),
-        "messages.delete": (MODERATOR, "delete others' messages (authors delete their own)"),
-        "dms.create": (AGENT, "open direct-message rooms"),
-        "agents.command": (ADMIN, "send commands to any agent (creators command their own)"),
-        "models.use": (SPECTATOR, "list models and use the model proxy"),
-        "models.manage": (ADMIN, "add and remove models"),
-        "mesh.admin": (ADMIN, "administer the mesh"),
-    }
+@dataclass(frozen=True, slots=True)
+class Permission:
+    name: str
+    description: str
+    category: str
+    #: the lowest built-in priority that holds it
+    lowest: int
+
+    def to_json(self) -> dict[str, object]:
+        lowest_role = min(
+            (r for r, p in BUILTIN_ROLES.items() if p >= self.lowest),
+            key=lambda r: BUILTIN_ROLES[r],
+        )
+        return {
+            "name": self.name,
+            "description": self.description,
+            "category": self.category,
+            "defaultRole": lowest_role,
+            "defaultPriority": self.lowest,
+        }
+
+
+def _catalog(*entries: tuple[str, str, str, int]) -> MappingProxyType[str, Permission]:
+    return MappingProxyType({name: Permission(name, d, c, p) for name, d, c, p in entries})
+
+
+#: every permission the node checks
+PERMISSIONS: Final = _catalog(
+    ("participants.read", "list participants and see their profiles", "participants", SPECTATOR),
+    ("participants.delete", "delete participants", "participants", ADMIN),
+    ("participants.role", "assign roles below one's own", "participants", ADMIN),
+    ("rooms.read", "list rooms and read the rooms one is in", "rooms", SPECTATOR),
+    ("rooms.join", "join and leave rooms", "rooms", SPECTATOR),
+    ("rooms.create", "create rooms", "rooms", AGENT),
+    ("rooms.delete", "delete any room (creators delete their own)", "rooms", ADMIN),
+    (
+        "rooms.permissions",
+        "set a room's permission overrides and presets (creators for their rooms)",
+        "rooms",
+        ADMIN,
+    ),
+    ("messages.send", "send messages (guests only if the mesh allows it)", "messages", AGENT),
+    ("messages.react", "add and remove reactions", "messages", AGENT),
+    ("messages.edit", "edit others' messages (authors edit their own)", "messages", MODERATOR),
+    (
+        "messages.delete",
+        "delete others' messages (authors delete their own)",
+        "messages",
+        MODERATOR,
+    ),
+    ("dms.create", "open direct-message rooms", "messages", AGENT),
+    ("agents.bootstrap", "register bots when registration is not open", "agents", ADMIN),
+    ("agents.spawn", "start managed bots", "agents", ADMIN),
+    ("agents.delete", "remove agents", "agents", ADMIN),
+    (
+        "agents.command",
+        "send commands to any agent (registrants command their own bots)",
+        "agents",
+        ADMIN,
+    ),
+    ("models.use", "list models and use the model proxy", "models", SPECTATOR),
+    ("models.manage", "add and remove models", "models", ADMIN),
+    ("models.usage", "see model usage per participant", "models", ADMIN),
+    ("identity.link", "link a DID and store its encrypted key", "identity", AGENT),
+    ("vault.use", "keep encrypted entries in one's own vault", "identity", AGENT),
+    ("roles.read", "list roles, templates and the permission catalog", "roles", SPECTATOR),
+    ("roles.manage", "create, change and delete custom roles", "roles", OWNER),
+    ("admin.stats", "see the node's statistics and setup checklist", "admin", ADMIN),
+    ("mesh.settings", "change the mesh's settings", "admin", ADMIN),
 )
 
-#: permissions that a room's creator or a message's author holds on their own things
+#: permissions a participant holds on its own things (room, message, bot)
 _OWN_ALLOWED: Final = frozenset(
-    {"rooms.delete", "messages.edit", "messages.delete", "agents.command"}
+    {"rooms.delete", "rooms.permissions", "messages.edit", "messages.delete", "agents.command"}
 )
+
+#: room presets: name -> description (rules in :meth:`Policy._preset_rule`)
+PRESETS: Final = MappingProxyType(
+    {
+        "announcements": "only moderators and above post; others read and react",
+        "humans_only": "bots may not join, post or react (bots in the room are removed)",
+        "read_only": "nobody below admin posts or reacts",
+        "default": "no preset, and every override of the room cleared",
+    }
+)
+_NOT_BY_BOTS_IN_HUMANS_ONLY: Final = frozenset({"rooms.join", "messages.send", "messages.react"})
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    name: str
+    priority: int
+    #: a custom role's permissions; ``None`` for built-in roles (by priority)
+    permissions: frozenset[str] | None = None
+    role_id: str | None = None
+    description: str = ""
+    created_at: int | None = None
+
+    @property
+    def builtin(self) -> bool:
+        return self.permissions is None
+
+    def holds(self, permission: str) -> bool:
+        if self.permissions is None:
+            return self.priority >= PERMISSIONS[permission].lowest
+        return permission in self.permissions
+
+    def to_json(self) -> dict[str, object]:
+        held = [p for p in PERMISSIONS if self.holds(p)]
+        return {
+            "roleId": self.role_id or self.name,
+            "name": self.name,
+            "priority": self.priority,
+            "tier": tier_of(self.priority),
+            "builtin": self.builtin,
+            "description": self.description,
+            "permissions": held,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A room's rule for one permission: ``allow`` or ``deny`` to a role or a participant."""
+
+    override_id: str
+    room_id: str
+    target_type: str  # role | participant
+    target: str
+    permission: str
+    effect: str  # allow | deny
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "overrideId": self.override_id,
+            "roomId": self.room_id,
+            "targetType": self.target_type,
+            "target": self.target,
+            "permission": self.permission,
+            "effect": self.effect,
+        }
+
+
+_BUILTIN_ROLE_OBJECTS: Final = {name: Role(name, p) for name, p in BUILTIN_ROLES.items()}
+
+
+class Policy:
+    """The node's roles and room rules (a mirror of the store, kept current by
+    the services that change them); :func:`authorize` consults it."""
+
+    def __init__(self) -> None:
+        self.roles: dict[str, Role] = dict(_BUILTIN_ROLE_OBJECTS)
+        self._overrides: dict[str, list[Override]] = {}
+        self.presets: dict[str, str] = {}
+
+    def load(
+        self,
+        custom_roles: Iterable[Role],
+        overrides: Iterable[Override],
+        presets: Iterable[tuple[str, str]],
+    ) -> None:
+        self.roles = dict(_BUILTIN_ROLE_OBJECTS)
+        for role in custom_roles:
+            self.roles[role.name] = role
+        self._overrides = {}
+        for override in overrides:
+            self._overrides.setdefault(override.room_id, []).append(override)
+        self.presets = dict(presets)
+
+    # changes (after they are stored) ------------------------------------------
+
+    def put_role(self, role: Role, *, replacing: str | None = None) -> None:
+        if replacing is not None:
+            self.roles.pop(replacing, None)
+        self.roles[role.name] = role
+
+    def drop_role(self, name: str) -> None:
+        if name not in BUILTIN_ROLES:
+            self.roles.pop(name, None)
+
+    def add_override(self, override: Override) -> None:
+        rules = self._overrides.setdefault(override.room_id, [])
+        rules[:] = [
+            o
+            for o in rules
+            if (o.target_type, o.target, o.permission)
+            != (override.target_type, override.target, override.permission)
+        ]
+        rules.append(override)
+
+    def remove_override(self, room_id: str, override_id: str) -> None:
+        rules = self._overrides.get(room_id, [])
+        rules[:] = [o for o in rules if o.override_id != override_id]
+
+    def set_preset(self, room_id: str, preset: str | None) -> None:
+        if preset is None:
+            self.presets.pop(room_id, None)
+            self._overrides.pop(room_id, None)
+        else:
+            self.presets[room_id] = preset
+
+    def forget_room(self, room_id: str) -> None:
+        self.presets.pop(room_id, None)
+        self._overrides.pop(room_id, None)
+
+    # questions ----------------------------------------------------------------
+
+    def overrides(self, room_id: str) -> list[Override]:
+        return list(self._overrides.get(room_id, ()))
+
+    def role(self, name: str) -> Role | None:
+        return self.roles.get(name)
+
+    def priority(self, role: str) -> int:
+        found = self.roles.get(role)
+        return found.priority if found else 0
+
+    def decide(self, actor: Actor, permission: str, room_id: str | None) -> tuple[bool, bool]:
+        """(allowed, explicit): whether the room's rules or the role allow it,
+        and whether a room rule decided (so ownership cannot lift a denial)."""
+        role = self.roles.get(actor.role)
+        priority = role.priority if role else 0
+        if room_id is not None and priority < ADMIN:
+            for override in self._overrides.get(room_id, ()):
+                if (
+                    override.permission == permission
+                    and override.target_type == "participant"
+                    and override.target == actor.participant_id
+                ):
+                    return override.effect == "allow", True
+            for override in self._overrides.get(room_id, ()):
+                if (
+                    override.permission == permission
+                    and override.target_type == "role"
+                    and override.target == actor.role
+                ):
+                    return override.effect == "allow", True
+            denied = _preset_denies(self.presets.get(room_id), actor, priority, permission)
+            if denied:
+                return False, True
+        return (role is not None and role.holds(permission)), False
+
+
+def _preset_denies(preset: str | None, actor: Actor, priority: int, permission: str) -> bool:
+    if preset == "announcements":
+        return permission == "messages.send" and priority < MODERATOR
+    if preset == "humans_only":
+        return actor.kind == "bot" and permission in _NOT_BY_BOTS_IN_HUMANS_ONLY
+    if preset == "read_only":
+        return permission in ("messages.send", "messages.react")
+    return False
+
+
+_DEFAULT_POLICY: Final = Policy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +331,12 @@ class Actor:
     role: str
     #: the mesh lets guests post (mesh setting); only matters for guests
     guests_can_send: bool = False
+    #: the node's roles and room rules (built-in roles only, if not given)
+    policy: Policy = field(default=_DEFAULT_POLICY, compare=False, repr=False)
 
     @property
     def priority(self) -> int:
-        return priority_of(self.role)
+        return self.policy.priority(self.role)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +344,13 @@ class RoomRef:
     """What :func:`authorize` needs to know about a room (or a thing in it)."""
 
     room_id: str
-    kind: str
+    kind: str = "room"
     #: the participant who owns the thing being acted on (room creator, message author)
     owner_id: str | None = None
 
 
 def priority_of(role: str) -> int:
+    """The priority of a built-in role (0 for others)."""
     return BUILTIN_ROLES.get(role, 0)
 
 
@@ -103,9 +358,9 @@ def tier_of(priority: int) -> int:
     """Permission tier (1 highest) for a role priority."""
     if priority >= OWNER:
         return 1
-    if priority >= 600:
+    if priority >= SUPER_AGENT:
         return 2
-    if priority >= 400:
+    if priority >= MEMBER:
         return 3
     return 4
 
@@ -117,16 +372,22 @@ def authorize(
     thing owned by *owner_id*, if given — e.g. the bot a participant registered).
 
     Raises:
-        Forbidden: the actor lacks the permission.
-        KeyError: *permission* is not a known permission (a programming error).
+        Forbidden: the actor may not.
+        KeyError: *permission* is not in the catalog (a programming error).
     """
-    lowest, _ = PERMISSIONS[permission]
-    if actor.priority >= lowest:
+    if permission not in PERMISSIONS:
+        raise KeyError(permission)
+    allowed, explicit = actor.policy.decide(
+        actor, permission, room.room_id if room is not None else None
+    )
+    if allowed:
         return
-    if room is not None and owner_id is None:
-        owner_id = room.owner_id
-    if permission in _OWN_ALLOWED and owner_id is not None and owner_id == actor.participant_id:
-        return
-    if permission == "messages.send" and actor.kind == "guest" and actor.guests_can_send:
-        return
-    raise Forbidden(f"your role ({actor.role}) may not do this: {permission}", "forbidden")
+    if not explicit:
+        if room is not None and owner_id is None:
+            owner_id = room.owner_id
+        if permission in _OWN_ALLOWED and owner_id is not None and owner_id == actor.participant_id:
+            return
+        if permission == "messages.send" and actor.kind == "guest" and actor.guests_can_send:
+            return
+    where = " in this room" if explicit else ""
+    raise Forbidden(f"your role ({actor.role}) may not do this{where}: {permission}", "forbidden")

@@ -221,7 +221,7 @@ class ModelProxy:
 
     async def usage(self, actor: Actor) -> list[dict[str, Any]]:
         """Usage per participant and model (admin and above)."""
-        authorize(actor, "mesh.admin")
+        authorize(actor, "models.usage")
         return [
             {
                 "participantId": row.participant_id,

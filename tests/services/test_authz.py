@@ -39,7 +39,8 @@ def test_tiers(priority: int, tier: int) -> None:
 
 
 def test_each_permission_follows_priority() -> None:
-    for permission, (lowest, _) in PERMISSIONS.items():
+    for permission, entry in PERMISSIONS.items():
+        lowest = entry.lowest
         for role, priority in BUILTIN_ROLES.items():
             if priority >= lowest:
                 authorize(actor(role), permission)
@@ -57,7 +58,7 @@ def test_ownership_grants_own_things_only() -> None:
         with pytest.raises(Forbidden):
             authorize(member, permission, other)
     with pytest.raises(Forbidden):
-        authorize(member, "mesh.admin", own)
+        authorize(member, "mesh.settings", own)
 
 
 def test_guests_send_only_when_the_mesh_allows() -> None:
