@@ -25,6 +25,7 @@ from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.agents import Agents
+from .services.authz import Policy
 from .services.dms import DirectMessages
 from .services.messages import Messages
 from .services.model_proxy import ModelProxy
@@ -61,6 +62,8 @@ class Node:
         self.started_at: float | None = None
         self._accounts: Accounts | None = None
         self.broker = Broker(settings.subscriber_buffer)
+        #: roles and room rules (loaded from the store in run)
+        self.policy = Policy()
         self.presence = Presence(self.db, self.broker)
         self.rooms = Rooms(self.db, settings.limits, self.broker, self.presence)
         self.messages = Messages(self.db, settings.limits, self.broker)
@@ -107,7 +110,9 @@ class Node:
         self._identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
         await self.db.open()
         try:
-            accounts = Accounts(self.settings, self.db, self.passwords, self._tokens, self.presence)
+            accounts = Accounts(
+                self.settings, self.db, self.passwords, self._tokens, self.presence, self.policy
+            )
             await accounts.load()
             self.world = World(self.db, self.broker, accounts)
             self.webhooks = Webhooks(self.settings, self.db, self.broker, accounts, self.messages)

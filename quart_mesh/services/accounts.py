@@ -16,7 +16,7 @@ from ..models import MeshConfig, Participant, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database
 from ..store import accounts as repo
-from .authz import Actor, authorize
+from .authz import Actor, Policy, authorize
 from .presence import Presence
 from .validation import check_description, check_name, check_password
 
@@ -52,8 +52,11 @@ class Accounts:
         passwords: Passwords,
         tokens: Tokens,
         presence: Presence,
+        policy: Policy | None = None,
     ) -> None:
         self._settings = settings
+        #: the node's roles and room rules, carried by every actor
+        self.policy = policy or Policy()
         self._limits = settings.limits
         self._db = db
         self._passwords = passwords
@@ -253,6 +256,13 @@ class Accounts:
         if len(known) > _KNOWN_MAX:
             del known[next(iter(known))]  # the least recently fetched
 
+    async def set_role(self, participant_id: str, role: str) -> Participant | None:
+        """Store *participant_id*'s new role (checks are the caller's: see
+        ``services/roles.py``); the new role applies to its next request."""
+        updated = await self._db.write(lambda conn: repo.set_role(conn, participant_id, role))
+        self.forget(participant_id)
+        return updated
+
     def forget(self, participant_id: str) -> None:
         """Drop a cached participant: call on every change to who it is or
         what it may do (deletion, role change), so tokens see it at once."""
@@ -299,6 +309,7 @@ class Accounts:
             type=participant.type,
             role=participant.role,
             guests_can_send=mesh.guests_can_send if mesh else False,
+            policy=self.policy,
         )
 
     async def get(self, actor: Actor, participant_id: str) -> Participant:

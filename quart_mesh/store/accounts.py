@@ -19,9 +19,11 @@ __all__ = [
     "insert_mesh_config",
     "insert_participant",
     "list_participants",
+    "move_role",
     "name_taken",
     "participant_from_row",
     "set_last_seen",
+    "set_role",
 ]
 
 
@@ -129,3 +131,26 @@ def delete_participant(conn: Connection, participant_id: str) -> bool:
         participants.delete().where(participants.c.participant_id == participant_id)
     )
     return result.rowcount > 0
+
+
+def set_role(conn: Connection, participant_id: str, role: str) -> Participant | None:
+    """Give a participant *role*; the updated participant, or None if unknown."""
+    conn.execute(
+        participants.update()
+        .where(participants.c.participant_id == participant_id)
+        .values(role=role)
+    )
+    return get_participant(conn, participant_id)
+
+
+def move_role(conn: Connection, old: str, new: str) -> list[str]:
+    """Give every holder of role *old* role *new*; their ids."""
+    ids = [
+        row.participant_id
+        for row in conn.execute(
+            sa.select(participants.c.participant_id).where(participants.c.role == old)
+        )
+    ]
+    if ids:
+        conn.execute(participants.update().where(participants.c.role == old).values(role=new))
+    return ids
