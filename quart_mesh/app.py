@@ -10,6 +10,7 @@ answered 500 without internals.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from typing import Any
 
@@ -104,7 +105,8 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
         response = jsonify(error.to_json())
         response.status_code = error.status
         if isinstance(error, RateLimited):
-            response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+            # whole seconds, rounded up: a client that waits that long is let in
+            response.headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
         return response
 
     @app.errorhandler(HTTPException)

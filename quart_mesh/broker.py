@@ -215,6 +215,15 @@ class Broker:
         for room_id in self._rooms_of.pop(participant_id, set()):
             self._members.get(room_id, set()).discard(participant_id)
 
+    def disconnect(self, participant_id: str, reason: str) -> int:
+        """End *participant_id*'s subscriptions as *reason* (their owners tell
+        the client and close), keeping its memberships; how many ended."""
+        subs = list(self._subs_of.get(participant_id, ()))
+        for sub in subs:
+            sub.fail(reason)
+            self._unsubscribe(sub)
+        return len(subs)
+
     def rooms_of(self, participant_id: str) -> frozenset[str]:
         return frozenset(self._rooms_of.get(participant_id, ()))
 

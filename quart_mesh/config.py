@@ -9,15 +9,27 @@ unbounded by accident.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Limits", "ModelConfig", "Settings", "parse_models"]
+__all__ = [
+    "RATE_RULES",
+    "Limits",
+    "ModelConfig",
+    "Rate",
+    "RateLimits",
+    "Settings",
+    "parse_models",
+    "parse_rate",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,6 +71,16 @@ class Limits:
     max_command_bytes: int = 8 * 1024
     #: Commands waiting for one agent to take them; beyond, sending one is refused (429).
     max_pending_commands: int = 100
+    #: Largest vault entry ``blob`` (UTF-8 bytes). Larger is answered with 413.
+    max_vault_blob_bytes: int = 16 * 1024
+    #: Vault entries one participant may keep; beyond, storing one is refused (409).
+    max_vault_entries: int = 100
+    #: Largest encrypted DID private key (``encryptedKey``, UTF-8 bytes); 413 beyond.
+    max_encrypted_key_bytes: int = 8 * 1024
+    #: DID challenges outstanding at once (kept in memory); beyond, the oldest is dropped.
+    max_did_challenges: int = 10_000
+    #: Seconds a DID challenge may be answered after it was issued.
+    did_challenge_ttl_seconds: int = 300
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -74,6 +96,124 @@ class Limits:
                 raise ConfigError(f"{name} must be at most 200")
         if self.max_emoji_chars > 64:
             raise ConfigError("max_emoji_chars must be at most 64")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate limit: ``count`` actions per ``per`` seconds, in bursts of at most
+    ``burst`` (a token bucket of ``burst`` tokens refilled at ``count/per`` a
+    second). ``burst`` 0 means ``count``. Written ``20/10s`` or ``20/10s:30``."""
+
+    count: int
+    per: float
+    burst: int = 0
+
+    def __post_init__(self) -> None:
+        if self.burst == 0:
+            object.__setattr__(self, "burst", self.count)
+        if not 1 <= self.count <= _MAX_RATE_COUNT or not 1 <= self.burst <= _MAX_RATE_COUNT:
+            raise ConfigError(f"a rate's count and burst must be 1 to {_MAX_RATE_COUNT}")
+        if not 0.001 <= self.per <= 86400:
+            raise ConfigError("a rate's period must be 0.001 to 86400 seconds")
+
+    def __str__(self) -> str:
+        burst = f":{self.burst}" if self.burst != self.count else ""
+        return f"{self.count}/{self.per:g}s{burst}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "per": self.per, "burst": self.burst}
+
+
+#: most actions a rate may allow per period (and most in a burst)
+_MAX_RATE_COUNT = 1_000_000
+#: the rate-limit rules, each a field of :class:`RateLimits` (``MESH_RATE_<RULE>``)
+RATE_RULES = (
+    "messages",
+    "reactions",
+    "typing",
+    "models",
+    "login_name",
+    "login_address",
+    "registration_address",
+)
+#: how many times the base limits each role gets (the owner is never limited)
+DEFAULT_ROLE_MULTIPLIERS: Mapping[str, float] = MappingProxyType(
+    {"admin": 10.0, "moderator": 5.0, "super_agent": 5.0, "agent": 2.0}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateLimits:
+    """Rate limits (``docs/rate-limits.md``); ``None`` turns a rule off.
+
+    Per participant (times its role's multiplier; the owner is not limited):
+    ``messages`` (sends and edits), ``reactions``, ``models`` (proxy
+    requests), and ``typing`` (per room, the same for everyone; extra typing
+    is dropped silently). Per login name: ``login_name``. Per client address
+    (not for ``exempt_addresses``): ``login_address`` (logins, DID
+    verifications) and ``registration_address`` (registrations, guest
+    sessions, bot bootstraps). An admin can change the rules and multipliers
+    at run time (``PUT /api/admin/mesh/settings``); those changes are stored
+    and win over these values.
+    """
+
+    #: ``False`` turns every rule off (``MESH_RATE_LIMITS=off``), admin changes included.
+    enabled: bool = True
+    messages: Rate | None = Rate(20, 10, 150)
+    reactions: Rate | None = Rate(30, 10)
+    typing: Rate | None = Rate(1, 1)
+    models: Rate | None = Rate(60, 60)
+    login_name: Rate | None = Rate(10, 60)
+    login_address: Rate | None = Rate(30, 60)
+    registration_address: Rate | None = Rate(20, 3600)
+    role_multipliers: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: DEFAULT_ROLE_MULTIPLIERS
+    )
+    #: addresses and networks never limited per address: loopback, so that a
+    #: reverse proxy on the same host (every client then has its address) does
+    #: not put all clients in one bucket
+    exempt_addresses: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    #: most keys (participant, name or address, per rule) remembered at once;
+    #: idle ones are forgotten first
+    max_keys: int = 100_000
+
+    def __post_init__(self) -> None:
+        check_role_multipliers(self.role_multipliers)
+        object.__setattr__(self, "role_multipliers", MappingProxyType(dict(self.role_multipliers)))
+        for address in self.exempt_addresses:
+            try:
+                ipaddress.ip_network(address, strict=False)
+            except ValueError:
+                raise ConfigError(f"not an address or network: {address!r}") from None
+        if self.max_keys < 1000:
+            raise ConfigError("rate-limit max_keys must be at least 1000")
+
+    def rule(self, name: str) -> Rate | None:
+        if name not in RATE_RULES:
+            raise KeyError(name)
+        rate: Rate | None = getattr(self, name)
+        return rate
+
+
+def check_role_multipliers(multipliers: Mapping[str, Any]) -> None:
+    """Role name -> a number from 0.01 to 1000; not ``owner``, who is never limited.
+
+    Raises:
+        ConfigError: a bad entry.
+    """
+    if len(multipliers) > 100:
+        raise ConfigError("at most 100 role multipliers")
+    for role, factor in multipliers.items():
+        if not isinstance(role, str) or not 1 <= len(role) <= 64:
+            raise ConfigError("role multipliers must be keyed by role names")
+        if role == "owner":
+            raise ConfigError("the owner is never rate-limited: no multiplier for owner")
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not 0.01 <= factor <= 1000
+        ):
+            raise ConfigError(f"the multiplier of {role} must be a number from 0.01 to 1000")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,6 +279,8 @@ class Settings:
     model_concurrency: int = 8
     #: Largest chat-completions request body accepted by the proxy (bytes).
     max_completion_body_bytes: int = 1024 * 1024
+    #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
+    rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
 
     @property
     def resolved_database_url(self) -> str:
@@ -214,6 +356,8 @@ class Settings:
                 limits[field.name] = _positive_int(env[key], key)
         if limits:
             values["limits"] = Limits(**limits)
+        if rate_limits := _rate_limits_from_env(env):
+            values["rate_limits"] = rate_limits
         return cls(**values)
 
 
@@ -305,3 +449,64 @@ def parse_port(value: str) -> int:
 def parse_public_url(value: str) -> str:
     """Validate a public URL given on the command line."""
     return _url(value, "--public-url")
+
+
+def parse_rate(value: str, name: str) -> Rate | None:
+    """A rate written ``COUNT/PERIOD[:BURST]`` (``20/10s``, ``10/1m``,
+    ``20/1h:5``, ``3/s``; the period in s, m or h, seconds if no unit), or
+    ``off`` (``None``).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    text = value.strip().lower()
+    if text in ("off", "none", "0"):
+        return None
+    match = _RATE.fullmatch(text)
+    if match is None:
+        raise ConfigError(f"{name} must be COUNT/PERIOD[:BURST] (e.g. 20/10s:30) or off")
+    count, period, unit, burst = match.groups()
+    seconds = float(period or 1) * {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}[unit or ""]
+    try:
+        return Rate(int(count), seconds, int(burst or 0))
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+_RATE = re.compile(r"(\d{1,7})\s*/\s*(\d{1,6}(?:\.\d{1,3})?)?\s*(s|min|m|h)?(?:\s*:\s*(\d{1,7}))?")
+
+
+def _rate_limits_from_env(env: Mapping[str, str]) -> RateLimits | None:
+    """``MESH_RATE_*``: ``None`` if none is set."""
+    values: dict[str, Any] = {}
+    if v := env.get("MESH_RATE_LIMITS"):
+        values["enabled"] = _bool(v, "MESH_RATE_LIMITS")
+    for rule in RATE_RULES:
+        key = "MESH_RATE_" + rule.upper()
+        if v := env.get(key):
+            values[rule] = parse_rate(v, key)
+    if v := env.get("MESH_RATE_ROLE_MULTIPLIERS"):
+        try:
+            multipliers = json.loads(v)
+        except ValueError:
+            multipliers = None
+        if not isinstance(multipliers, dict):
+            raise ConfigError(
+                'MESH_RATE_ROLE_MULTIPLIERS must be a JSON object such as {"agent": 2}'
+            )
+        try:
+            check_role_multipliers(multipliers)
+        except ConfigError as error:
+            raise ConfigError(f"MESH_RATE_ROLE_MULTIPLIERS: {error}") from None
+        values["role_multipliers"] = {k: float(f) for k, f in multipliers.items()}
+    if (v := env.get("MESH_RATE_EXEMPT")) is not None:
+        parts = [p.strip() for p in v.split(",") if p.strip()]
+        values["exempt_addresses"] = () if parts in ([], ["none"]) else tuple(parts)
+    if v := env.get("MESH_RATE_MAX_KEYS"):
+        values["max_keys"] = _positive_int(v, "MESH_RATE_MAX_KEYS")
+    if not values:
+        return None
+    try:
+        return RateLimits(**values)
+    except ConfigError as error:
+        raise ConfigError(f"MESH_RATE_*: {error}") from None

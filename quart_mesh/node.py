@@ -24,14 +24,19 @@ from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
+from .services.admin import Admin
 from .services.agents import Agents
 from .services.authz import Policy
+from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
 from .services.messages import Messages
 from .services.model_proxy import ModelProxy
 from .services.polling import Polling
 from .services.presence import Presence
+from .services.ratelimit import RateLimiter
+from .services.roles import Roles
 from .services.rooms import Rooms
+from .services.vault import Vault
 from .services.webhooks import Webhooks
 from .services.world import World
 from .store import Database
@@ -66,15 +71,21 @@ class Node:
         self.policy = Policy()
         self.presence = Presence(self.db, self.broker)
         self.rooms = Rooms(self.db, settings.limits, self.broker, self.presence)
-        self.messages = Messages(self.db, settings.limits, self.broker)
+        #: rate limits, shared by the services (changed at run time by admins)
+        self.rate_limits = RateLimiter(settings.rate_limits)
+        self.messages = Messages(self.db, settings.limits, self.broker, self.rate_limits)
         self.dms = DirectMessages(self.db, self.broker, self.presence)
         self.realtime = Realtime(self)
         self.supervisor = Supervisor(self)
         self.world: World
         self.agents: Agents
+        self.roles: Roles
         self.model_proxy: ModelProxy
         self.webhooks: Webhooks
         self.polling: Polling
+        self.admin: Admin
+        self.did_auth: DidAuth
+        self.vault = Vault(settings.limits, self.db)
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
 
@@ -106,20 +117,33 @@ class Node:
         data_dir = self.settings.data_dir
         secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
         self._tokens = Tokens(secret)
-        self.model_proxy = ModelProxy(self.settings, self.db, secret)
+        self.model_proxy = ModelProxy(self.settings, self.db, secret, self.rate_limits)
         self._identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
         await self.db.open()
         try:
             accounts = Accounts(
-                self.settings, self.db, self.passwords, self._tokens, self.presence, self.policy
+                self.settings,
+                self.db,
+                self.passwords,
+                self._tokens,
+                self.presence,
+                self.policy,
+                self.rate_limits,
             )
             await accounts.load()
+            self.admin = Admin(self, accounts)
+            await self.admin.load()
             self.world = World(self.db, self.broker, accounts)
+            self.roles = Roles(self.db, self.broker, accounts, self.policy)
+            await self.roles.load()
             self.webhooks = Webhooks(self.settings, self.db, self.broker, accounts, self.messages)
             self.agents = Agents(
                 self.settings, self.db, self.broker, accounts, self.supervisor, self.webhooks
             )
             self.webhooks.agents = self.agents
+            self.did_auth = DidAuth(
+                self.settings, self.db, accounts, self._tokens, self._identity.did
+            )
             self.polling = Polling(
                 self.settings, self.db, self.broker, self.presence, self.world, self.agents
             )

@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from . import agents, auth, discovery, dms, health, models, participants, rooms, state
+from . import (
+    admin,
+    agents,
+    auth,
+    discovery,
+    dms,
+    health,
+    identity,
+    models,
+    participants,
+    roles,
+    rooms,
+    state,
+    vault,
+)
 
 __all__ = ["BLUEPRINTS"]
 
@@ -22,4 +36,8 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     models.bp,
     state.bp,
     discovery.bp,
+    roles.bp,
+    identity.bp,
+    vault.bp,
+    admin.bp,
 )

@@ -26,6 +26,7 @@ async def bootstrap() -> tuple[Any, int]:
         description=fields.opt_str("description") or "",
         webhook_url=fields.opt_str("webhookUrl"),
         base_url=mesh_node.public_url or request.host_url,
+        address=request.remote_addr,
     )
     return reply(result.to_json(), 201)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint
+from quart import Blueprint, request
 
 from ..services.authz import tier_of
 from ._common import body, caller, node, reply
@@ -15,21 +15,25 @@ bp = Blueprint("auth", __name__)
 @bp.post("/api/auth/register")
 async def register() -> tuple[Any, int]:
     fields = await body()
-    session = await node().accounts.register(fields.req_str("name"), fields.req_str("password"))
+    session = await node().accounts.register(
+        fields.req_str("name"), fields.req_str("password"), address=request.remote_addr
+    )
     return reply(session.to_json(), 201)
 
 
 @bp.post("/api/auth/login")
 async def login() -> tuple[Any, int]:
     fields = await body()
-    session = await node().accounts.login(fields.req_str("name"), fields.req_str("password"))
+    session = await node().accounts.login(
+        fields.req_str("name"), fields.req_str("password"), address=request.remote_addr
+    )
     return reply(session.to_json())
 
 
 @bp.post("/api/auth/guest")
 async def guest() -> tuple[Any, int]:
     fields = await body()
-    session = await node().accounts.guest(fields.opt_str("name"))
+    session = await node().accounts.guest(fields.opt_str("name"), address=request.remote_addr)
     return reply(session.to_json(), 201)
 
 

@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
-from ..errors import MeshError
+from ..errors import MeshError, RateLimited
 from ..services.authz import Actor
 from ..services.model_proxy import OpenAIError, Stream
 from ._common import body, caller, node, reply
@@ -114,7 +115,11 @@ async def _complete(actor: Actor, data: dict[str, Any]) -> Response | tuple[Any,
 
 def _from_mesh(error: MeshError) -> OpenAIError:
     status = error.status
-    return OpenAIError(status, error.message, _OPENAI_TYPES.get(status, "api_error"), error.code)
+    retry_after = None
+    if isinstance(error, RateLimited):
+        retry_after = str(max(1, math.ceil(error.retry_after)))
+    kind = _OPENAI_TYPES.get(status, "api_error")
+    return OpenAIError(status, error.message, kind, error.code, retry_after)
 
 
 def _openai_error(error: OpenAIError) -> Response:

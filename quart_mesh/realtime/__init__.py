@@ -50,6 +50,11 @@ class Realtime:
         with trio.CancelScope(shield=True):
             await ws.close(code, reason)
 
+    @property
+    def sessions(self) -> int:
+        """WebSocket connections open now (authenticated or not yet)."""
+        return len(self._scopes)
+
     def shut_down(self) -> None:
         """Tell every session the node is going away (their tasks then end)."""
         self._closing = True

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..broker import Delivery, Subscription
-from ..errors import BadRequest, MeshError
+from ..errors import BadRequest, MeshError, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
 from ..services.agents import command_event
 from ..services.authz import Actor
@@ -210,6 +210,10 @@ class Session:
         elif sub.failed == "removed":
             await self.ws.send_text(error_frame("this participant was removed", "removed"))
             await self.ws.close(POLICY_VIOLATION, "removed")
+        elif sub.failed == "revoked":  # a guest, and the mesh went private
+            text = "guest access to this mesh has ended"
+            await self.ws.send_text(error_frame(text, "token_revoked"))
+            await self.ws.close(POLICY_VIOLATION, "token_revoked")
 
     def _note_delivered(self, batch: list[Delivery]) -> None:
         """Delivered messages count as read (written in batches by the world);
@@ -259,9 +263,11 @@ class Session:
                 if kind == "authenticate":
                     raise BadRequest("already authenticated", "already_authenticated")
                 raise BadRequest(f"unknown frame type {kind[:40]!r}", "unknown_type")
-            await handler(actor, fields)
+            # as it is now: a role changed since authenticating applies at once
+            current = await self.node.accounts.actor_of(actor.participant_id)
+            await handler(current or actor, fields)
         except MeshError as error:
-            sub.push(None, _error(error.message, error.code, kind))
+            sub.push(None, _error(error.message, error.code, kind, _retry_after(error)))
         except Exception:
             log.exception("frame %r failed", kind)
             sub.push(None, _error("internal error handling this frame", "internal_error", kind))
@@ -325,11 +331,18 @@ class Session:
         await self.node.world.move(actor, room_id, x, y, z)
 
 
-def _error(message: str, code: str, frame_type: Any) -> str:
+def _error(message: str, code: str, frame_type: Any, retry_after: float | None = None) -> str:
     payload: dict[str, Any] = {"type": "error", "message": message, "code": code}
     if isinstance(frame_type, str):
         payload["frame"] = frame_type[:40]
+    if retry_after is not None:
+        payload["retryAfter"] = retry_after
     return frame_of(payload)
+
+
+def _retry_after(error: MeshError) -> float | None:
+    """Seconds until a rate-limited frame would be accepted (``retryAfter``)."""
+    return error.retry_after if isinstance(error, RateLimited) else None
 
 
 def _cursor(value: Any) -> int | None:

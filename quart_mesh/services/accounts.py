@@ -18,13 +18,44 @@ from ..store import Database
 from ..store import accounts as repo
 from .authz import Actor, Policy, authorize
 from .presence import Presence
+from .ratelimit import RateLimiter
 from .validation import check_description, check_name, check_password
 
-__all__ = ["Accounts", "Session"]
+__all__ = [
+    "Accounts",
+    "Session",
+    "check_mesh_name",
+    "check_registration_mode",
+    "check_visibility",
+]
 
 VISIBILITIES = ("public", "private")
 _KNOWN_MAX = 10_000
 REGISTRATION_MODES = ("open", "closed")
+
+
+def check_mesh_name(mesh_name: str) -> str:
+    """The mesh name without surrounding spaces.
+
+    Raises:
+        BadRequest: empty, over 200 characters, or with control characters.
+    """
+    mesh_name = mesh_name.strip()
+    if not mesh_name or len(mesh_name) > 200:
+        raise BadRequest("meshName must be 1 to 200 characters", "invalid_mesh_name")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in mesh_name):
+        raise BadRequest("meshName must not contain control characters", "invalid_mesh_name")
+    return mesh_name
+
+
+def check_visibility(visibility: str) -> None:
+    if visibility not in VISIBILITIES:
+        raise BadRequest("visibility must be 'public' or 'private'", "invalid_visibility")
+
+
+def check_registration_mode(registration_mode: str) -> None:
+    if registration_mode not in REGISTRATION_MODES:
+        raise BadRequest("registrationMode must be 'open' or 'closed'", "invalid_registration_mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +84,12 @@ class Accounts:
         tokens: Tokens,
         presence: Presence,
         policy: Policy | None = None,
+        rate_limits: RateLimiter | None = None,
     ) -> None:
         self._settings = settings
+        #: the node's rate limiter (logins, registrations, guests; shared with
+        #: the other services)
+        self.rate_limits = rate_limits or RateLimiter(settings.rate_limits)
         #: the node's roles and room rules, carried by every actor
         self.policy = policy or Policy()
         self._limits = settings.limits
@@ -73,6 +108,15 @@ class Accounts:
     @property
     def mesh(self) -> MeshConfig | None:
         return self._mesh
+
+    def mesh_changed(self, mesh: MeshConfig) -> None:
+        """Use *mesh*, just stored (``services/admin.py``), from now on."""
+        self._mesh = mesh
+
+    @property
+    def guests_allowed(self) -> bool:
+        """Guests may have sessions: on public meshes only (else their tokens are refused)."""
+        return self._mesh is not None and self._mesh.visibility == "public"
 
     def setup_status(self) -> dict[str, object]:
         mesh = self._mesh
@@ -103,18 +147,10 @@ class Accounts:
             raise Conflict("the mesh is already initialized", "already_initialized")
         check_name(name, self._limits)
         check_password(password, name, self._limits)
-        mesh_name = mesh_name.strip()
-        if not mesh_name or len(mesh_name) > 200:
-            raise BadRequest("meshName must be 1 to 200 characters", "invalid_mesh_name")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in mesh_name):
-            raise BadRequest("meshName must not contain control characters", "invalid_mesh_name")
+        mesh_name = check_mesh_name(mesh_name)
         check_description(description, self._limits)
-        if visibility not in VISIBILITIES:
-            raise BadRequest("visibility must be 'public' or 'private'", "invalid_visibility")
-        if registration_mode not in REGISTRATION_MODES:
-            raise BadRequest(
-                "registrationMode must be 'open' or 'closed'", "invalid_registration_mode"
-            )
+        check_visibility(visibility)
+        check_registration_mode(registration_mode)
         password_hash = await self._passwords.hash(password)
         now = now_ms()
         owner = Participant(new_id(), name, "human", "human", "owner", now)
@@ -138,11 +174,13 @@ class Accounts:
         self._mesh = mesh
         return self._session(owner)
 
-    async def register(self, name: str, password: str) -> Session:
-        """Register a human participant with role ``member``.
+    async def register(self, name: str, password: str, *, address: str | None = None) -> Session:
+        """Register a human participant with role ``member``; *address* is the
+        client's (rate-limited per address).
 
         Raises:
             Forbidden: before setup, or registration is closed.
+            RateLimited: too many registrations from *address*.
             Conflict: the name is taken.
             BadRequest: invalid name or weak password.
         """
@@ -151,6 +189,7 @@ class Accounts:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
         if mesh.registration_mode != "open":
             raise Forbidden("registration is closed on this mesh", "registration_closed")
+        self.rate_limits.address("registration_address", address)
         check_name(name, self._limits)
         check_password(password, name, self._limits)
         if await self._db.read(lambda conn: repo.name_taken(conn, name)):
@@ -160,8 +199,16 @@ class Accounts:
         await self._db.write(lambda conn: self._insert(conn, participant, password_hash))
         return self._session(participant)
 
-    async def login(self, name: str, password: str) -> Session:
-        """Raises Unauthorized with one message for unknown names and wrong passwords."""
+    async def login(self, name: str, password: str, *, address: str | None = None) -> Session:
+        """Log in; *address* is the client's.
+
+        Raises:
+            RateLimited: too many attempts from *address* or for *name*
+                (every attempt counts, known name or not).
+            Unauthorized: one message for unknown names and wrong passwords.
+        """
+        self.rate_limits.address("login_address", address)
+        self.rate_limits.key("login_name", name[:200].casefold())
         if len(password) > self._limits.max_password_chars or len(name) > 200:
             # no account has such a password: refuse without spending argon2 on it
             raise Unauthorized("wrong name or password", "invalid_credentials")
@@ -172,16 +219,18 @@ class Accounts:
             raise Unauthorized("wrong name or password", "invalid_credentials")
         return self._session(participant)
 
-    async def guest(self, name: str | None = None) -> Session:
-        """A guest (role ``spectator``) on a public mesh.
+    async def guest(self, name: str | None = None, *, address: str | None = None) -> Session:
+        """A guest (role ``spectator``) on a public mesh; *address* is the
+        client's (rate-limited per address, like registrations).
 
         Raises:
             Forbidden: the mesh is private or not set up.
+            RateLimited: too many registrations from *address*.
             Conflict: the requested name is taken.
         """
-        mesh = self._mesh
-        if mesh is None or mesh.visibility != "public":
+        if not self.guests_allowed:
             raise Forbidden("guest access is only allowed on public meshes", "guests_not_allowed")
+        self.rate_limits.address("registration_address", address)
         if name is None:
             name = f"guest-{secrets.token_hex(4)}"
         check_name(name, self._limits)
@@ -224,8 +273,9 @@ class Accounts:
         """Resolve a bearer token to the acting participant.
 
         Raises:
-            Unauthorized: no token, a bad or expired token, or a token whose
-                participant no longer exists.
+            Unauthorized: no token, a bad or expired token, a token whose
+                participant no longer exists, or a guest's token while the
+                mesh is private (``token_revoked``).
         """
         if not token:
             raise Unauthorized("a bearer token is required", "unauthorized")
@@ -247,6 +297,9 @@ class Accounts:
                 lambda conn: repo.set_last_seen(conn, {participant.participant_id: now})
             )
             self._remember(replace(participant, last_seen_at=now))
+        # after the last await: the caller subscribes before the mesh can change
+        if participant.kind == "guest" and not self.guests_allowed:
+            raise Unauthorized("guest access to this mesh has ended", "token_revoked")
         return self.actor_for(participant)
 
     def _remember(self, participant: Participant) -> None:

@@ -188,14 +188,17 @@ class Agents:
         base_url: str,
         description: str = "",
         webhook_url: str | None = None,
+        address: str | None = None,
     ) -> Bootstrapped:
         """Register an external bot (role ``agent``) and issue its token.
 
         Open registration lets anyone bootstrap; otherwise an admin or the
-        owner must (``actor``).
+        owner must (``actor``). Bootstraps from *address* (the client's) are
+        rate-limited like registrations, except an admin's.
 
         Raises:
             Unauthorized/Forbidden: a closed mesh without an admin caller.
+            RateLimited: too many registrations from *address*.
             BadRequest: unknown type, a managed type, a missing or bad webhook URL.
             Conflict: the name is taken.
         """
@@ -208,6 +211,8 @@ class Agents:
                     "registration is closed: an admin must bootstrap bots", "registration_closed"
                 )
             authorize(actor, "agents.bootstrap")
+        if actor is None or actor.priority < priority_of("admin"):
+            self._accounts.rate_limits.address("registration_address", address)
         if bot_type in MANAGED_TYPES:
             raise BadRequest(
                 f"{bot_type} bots are run by the node: use POST /api/agents/spawn",

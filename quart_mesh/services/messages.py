@@ -7,9 +7,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from math import inf
 
-import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
@@ -31,13 +29,11 @@ from ..store import messages as repo
 from ..store import rooms as rooms_repo
 from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
+from .ratelimit import RateLimiter
 from .rooms import require_member
 from .validation import check_content, check_emoji, check_id, cursor_number
 
 __all__ = ["Messages", "parse_cursor"]
-
-#: seconds between two typing events of one participant in one room
-TYPING_INTERVAL = 1.0
 
 
 def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
@@ -59,25 +55,27 @@ def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
 
 
 class Messages:
-    def __init__(self, db: Database, limits: Limits, broker: Broker) -> None:
+    def __init__(
+        self,
+        db: Database,
+        limits: Limits,
+        broker: Broker,
+        rate_limits: RateLimiter | None = None,
+    ) -> None:
         self._db = db
         self._limits = limits
         self._broker = broker
-        self._typing: dict[tuple[str, str], float] = {}
+        self._rate = rate_limits or RateLimiter()
 
     def typing(self, actor: Actor, room_id: str) -> None:
         """Tell the room's other members the actor is typing (rate-limited,
-        silently: at most one event per participant and room per second)."""
-        authorize(actor, "messages.send")
+        silently: by default at most one event per participant and room per
+        second, the ``typing`` rule)."""
+        authorize(actor, "messages.send", RoomRef(room_id))
         if room_id not in self._broker.rooms_of(actor.participant_id):
             raise Forbidden("you are not a member of this room", "not_member")
-        key = (actor.participant_id, room_id)
-        now = trio.current_time()
-        if now - self._typing.get(key, -inf) < TYPING_INTERVAL:
+        if not self._rate.participant_allowed("typing", actor, room_id):
             return
-        if len(self._typing) > 10_000:
-            self._typing.clear()
-        self._typing[key] = now
         self._broker.publish(Typing(room_id, participant_id=actor.participant_id))
 
     def _posted(self, message: Message) -> None:
@@ -120,13 +118,15 @@ class Messages:
             Forbidden: not a member, or the role may not send.
             BadRequest: empty content, unknown ``to`` or ``threadId``.
             PayloadTooLarge: content over the limit.
+            RateLimited: the actor sends too fast (the ``messages`` rule).
         """
-        authorize(actor, "messages.send")
+        authorize(actor, "messages.send", RoomRef(room_id))
         check_content(content, self._limits)
         if to is not None:
             check_id(to, "to")
         if thread_id is not None:
             check_id(thread_id, "threadId")
+        self._rate.participant("messages", actor)
         message = Message(
             seq=0,
             message_id=new_id(),
@@ -173,7 +173,7 @@ class Messages:
         Raises:
             BadRequest: a bad ``before``/``since``/``limit``.
         """
-        authorize(actor, "rooms.read")
+        authorize(actor, "rooms.read", RoomRef(room_id))
         if limit is None:
             limit = self._limits.default_page_size
         if not 1 <= limit <= self._limits.max_page_size:
@@ -213,8 +213,10 @@ class Messages:
     async def edit(
         self, actor: Actor, message_id: str, content: str, *, room_id: str | None = None
     ) -> Message:
-        """Replace a message's content: its author, or moderator and above."""
+        """Replace a message's content: its author, or moderator and above.
+        Edits count against the ``messages`` rate limit."""
         check_content(content, self._limits)
+        self._rate.participant("messages", actor)
 
         def write(conn: Connection) -> Message:
             message = self._load(conn, actor, message_id, room_id)
@@ -249,12 +251,13 @@ class Messages:
     async def add_reaction(
         self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
     ) -> Message:
-        """React with *emoji* (idempotent per participant and emoji)."""
-        authorize(actor, "messages.react")
+        """React with *emoji* (idempotent per participant and emoji; rate-limited)."""
         check_emoji(emoji, self._limits)
+        self._rate.participant("reactions", actor)
 
         def write(conn: Connection) -> tuple[Message, bool]:
             message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.react", RoomRef(message.room_id))
             emojis = {r.emoji for r in message.reactions}
             if emoji not in emojis and len(emojis) >= self._limits.max_reactions_per_message:
                 raise BadRequest(
@@ -270,12 +273,13 @@ class Messages:
     async def remove_reaction(
         self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
     ) -> Message:
-        """Withdraw the actor's *emoji* reaction (idempotent)."""
-        authorize(actor, "messages.react")
+        """Withdraw the actor's *emoji* reaction (idempotent; rate-limited)."""
         check_emoji(emoji, self._limits)
+        self._rate.participant("reactions", actor)
 
         def write(conn: Connection) -> tuple[Message, bool]:
-            self._load(conn, actor, message_id, room_id)
+            message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.react", RoomRef(message.room_id))
             removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
             return self._load(conn, actor, message_id), removed
 

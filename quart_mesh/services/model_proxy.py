@@ -14,9 +14,11 @@ Concurrency to each upstream is bounded; usage is counted per participant.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -31,11 +33,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy.engine import Connection
 
 from ..config import ModelConfig, Settings
-from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..errors import BadRequest, Conflict, Forbidden, NotFound, RateLimited
 from ..models import iso, now_ms
 from ..store import Database
 from ..store import model_registry as repo
 from .authz import Actor, authorize
+from .ratelimit import RateLimiter
 
 __all__ = ["Model", "ModelProxy", "OpenAIError", "Stream"]
 
@@ -104,13 +107,21 @@ class Stream:
 class ModelProxy:
     """Runs in the node's nursery (:meth:`run`), which owns the HTTP client."""
 
-    def __init__(self, settings: Settings, db: Database, secret: bytes) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        secret: bytes,
+        rate_limits: RateLimiter | None = None,
+    ) -> None:
         self._settings = settings
+        self._rate = rate_limits or RateLimiter(settings.rate_limits)
         self._db = db
         self._cipher = AESGCM(hashlib.sha256(b"quart-mesh model keys\0" + secret).digest())
         self._models: dict[str, Model] = {}
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._client: httpx.AsyncClient | None = None
+        self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         stored = await self._db.read(repo.list_models)
@@ -122,18 +133,23 @@ class ModelProxy:
         for config in self._settings.models:
             self._models[config.name] = _from_config(config)
         timeout = self._settings.model_timeout
-        async with httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
-        ) as client:
+        async with (
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                follow_redirects=False,
+                trust_env=False,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+            ) as client,
+            trio.open_nursery() as nursery,
+        ):
             self._client = client
+            self._nursery = nursery  # owns each stream's upstream reader
             task_status.started()
             try:
                 await trio.sleep_forever()
             finally:
                 self._client = None
+                self._nursery = None
 
     # registry ---------------------------------------------------------------
 
@@ -250,6 +266,11 @@ class ModelProxy:
             authorize(actor, "models.use")
         except Forbidden as error:
             raise OpenAIError(403, error.message, "permission_error", error.code) from None
+        try:
+            self._rate.participant("models", actor)
+        except RateLimited as error:
+            wait = str(max(1, math.ceil(error.retry_after)))
+            raise OpenAIError(429, error.message, "rate_limit_error", error.code, wait) from None
         model = self.get(body.get("model"))
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -315,35 +336,78 @@ class ModelProxy:
             limiter.release_on_behalf_of(request)
             raise
 
+        nursery = self._nursery
+        if nursery is None:
+            limiter.release_on_behalf_of(request)
+            await response.aclose()
+            raise OpenAIError(503, "the model proxy is not running", "api_error", None)
+        # A reader task drains the upstream into a channel; the relay sends what
+        # has arrived since its last send as one chunk, never waiting for more.
+        # Relaying each upstream chunk on its own costs a full response write
+        # apiece, so an upstream faster than the relay would make the node the
+        # bottleneck (bench/bench_proxy.py).
+        send_channel, receive_channel = trio.open_memory_channel[bytes | BaseException](256)
+        reader = trio.CancelScope()
+
+        async def read_upstream() -> None:
+            with reader:
+                async with send_channel:
+                    try:
+                        async with aclosing(_raw(response)) as raw:
+                            async for chunk in raw:
+                                await send_channel.send(chunk)
+                    except httpx.HTTPError as exc:
+                        with contextlib.suppress(trio.BrokenResourceError):
+                            await send_channel.send(exc)
+                    except trio.BrokenResourceError:
+                        pass  # the client went away: the relay closed its end
+                    except Exception as exc:  # never let one stream take the proxy down
+                        log.exception("reading a model stream failed")
+                        with contextlib.suppress(trio.BrokenResourceError):
+                            await send_channel.send(exc)
+
+        nursery.start_soon(read_upstream)
+
         async def chunks() -> AsyncIterator[bytes]:
             usage: Any = None
             failed = False
             try:
-                async with aclosing(_raw(response)) as raw:
-                    async for chunk in raw:
-                        if b'"usage"' in chunk:
-                            usage = _usage_in(chunk) or usage
-                        yield chunk
-            except httpx.TimeoutException:
-                failed = True
-                error = OpenAIError(504, "the upstream stopped sending", "api_error", "timeout")
-                yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
-            except httpx.HTTPError as exc:
-                failed = True
-                error = OpenAIError(502, f"the upstream stream broke: {exc}", "api_error", None)
-                yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
+                async with receive_channel:
+                    async for first in receive_channel:
+                        batch = [first]
+                        while not isinstance(batch[-1], BaseException):
+                            try:
+                                batch.append(receive_channel.receive_nowait())
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                break
+                        last = batch[-1]
+                        problem = last if isinstance(last, BaseException) else None
+                        data = b"".join(c for c in batch if isinstance(c, bytes))
+                        if b'"usage"' in data:
+                            usage = _usage_in(data) or usage
+                        if data:
+                            yield data
+                        if problem is not None:
+                            failed = True
+                            yield _stream_error(problem)
+                            return
             finally:
-                # a client that went away lands here cancelled: closing the
-                # response closes the upstream connection (cancels the request)
+                # a client that went away lands here cancelled: stopping the
+                # reader and closing the response closes the upstream connection
+                # (which cancels the upstream request)
+                reader.cancel()
                 with trio.CancelScope(shield=True):
                     await response.aclose()
-                    limiter.release_on_behalf_of(request)
-                    try:
-                        await self._count(actor, model, usage=usage, error=failed)
-                    except Exception:  # the store is going away: counting is best effort
-                        log.warning("could not count model usage", exc_info=True)
+                limiter.release_on_behalf_of(request)
+                nursery.start_soon(self._count_quietly, actor, model, usage, failed)
 
         return Stream(chunks(), response.headers.get("content-type", "text/event-stream"))
+
+    async def _count_quietly(self, actor: Actor, model: Model, usage: Any, failed: bool) -> None:
+        try:
+            await self._count(actor, model, usage=usage, error=failed)
+        except Exception:  # the store is going away: counting is best effort
+            log.warning("could not count model usage", exc_info=True)
 
     async def _send(
         self, actor: Actor, model: Model, request: httpx.Request, *, stream: bool
@@ -455,6 +519,15 @@ async def _read(response: httpx.Response, limit: int) -> bytes:
             if len(raw) > limit:
                 raise OpenAIError(502, "the upstream answer is too large", "api_error", None)
     return raw
+
+
+def _stream_error(problem: BaseException) -> bytes:
+    """The SSE event that ends a stream the upstream broke off."""
+    if isinstance(problem, httpx.TimeoutException):
+        error = OpenAIError(504, "the upstream stopped sending", "api_error", "timeout")
+    else:
+        error = OpenAIError(502, f"the upstream stream broke: {problem}", "api_error", None)
+    return b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
 
 
 def _raw(response: httpx.Response) -> AsyncGenerator[bytes, None]:

@@ -56,6 +56,10 @@ class Presence:
         ``online: false`` one (so lists agree with the event stream)."""
         return participant_id in self._announced
 
+    def online(self) -> frozenset[str]:
+        """Everyone online now, as announced (see :meth:`is_online`)."""
+        return frozenset(self._announced)
+
     def mark(self, participant: Participant) -> Participant:
         """The participant with its live ``online`` flag."""
         online = participant.participant_id in self._announced

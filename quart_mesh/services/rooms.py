@@ -156,12 +156,13 @@ class Rooms:
         def deleted(_: None) -> None:
             self._broker.publish(RoomDeleted(room_id))
             self._broker.drop_room(room_id)
+            actor.policy.forget_room(room_id)
 
         await self._db.write(write, then=deleted)
 
     async def join(self, actor: Actor, room_id: str) -> Room:
         """Join a room (idempotent). DMs cannot be joined."""
-        authorize(actor, "rooms.join")
+        authorize(actor, "rooms.join", RoomRef(room_id))
 
         def write(conn: Connection) -> tuple[Room, Participant | None]:
             room = require_room(conn, actor, room_id)

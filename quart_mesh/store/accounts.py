@@ -12,6 +12,7 @@ from ..models import MeshConfig, Participant
 from .schema import mesh_config, participants
 
 __all__ = [
+    "count_with_role",
     "delete_participant",
     "get_mesh_config",
     "get_participant",
@@ -154,3 +155,8 @@ def move_role(conn: Connection, old: str, new: str) -> list[str]:
     if ids:
         conn.execute(participants.update().where(participants.c.role == old).values(role=new))
     return ids
+
+
+def count_with_role(conn: Connection, role: str) -> int:
+    query = sa.select(sa.func.count()).select_from(participants).where(participants.c.role == role)
+    return int(conn.execute(query).scalar_one())

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy import false as sa_false
 
@@ -73,6 +74,8 @@ rooms = Table(
     Column("description", Text, nullable=False, default=""),
     Column("created_by", String(26), nullable=True),
     Column("created_at", BigInteger, nullable=False),
+    # a permission preset (announcements, humans_only, read_only) or NULL
+    Column("preset", String(32), nullable=True),
 )
 
 room_members = Table(
@@ -219,6 +222,34 @@ agent_commands = Table(
 )
 
 
+#: custom roles (built-in roles live in the code)
+custom_roles = Table(
+    "custom_roles",
+    metadata,
+    Column("role_id", String(26), primary_key=True),
+    Column("name", String(40), nullable=False, unique=True),
+    Column("priority", Integer, nullable=False),
+    Column("permissions", Text, nullable=False),  # JSON list
+    Column("description", Text, nullable=False),
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+#: a room's allow/deny rules for a permission, for a role or a participant
+room_overrides = Table(
+    "room_overrides",
+    metadata,
+    Column("override_id", String(26), primary_key=True),
+    Column("room_id", String(26), ForeignKey("rooms.room_id", ondelete="CASCADE"), nullable=False),
+    Column("target_type", String(16), nullable=False),  # role | participant
+    Column("target", String(40), nullable=False),
+    Column("permission", String(64), nullable=False),
+    Column("effect", String(8), nullable=False),  # allow | deny
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("room_id", "target_type", "target", "permission"),
+)
+
 #: language models behind the proxy, added with POST /api/models (models set at
 #: start-up live in the settings, not here)
 llm_models = Table(
@@ -250,3 +281,41 @@ model_usage = Table(
     Column("completion_tokens", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+#: a participant's DID (did:key, Ed25519) and, if it stored one, its private key
+#: encrypted on the client (opaque to the node)
+identity_keys = Table(
+    "identity_keys",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("did", String(128), nullable=False, unique=True),
+    Column("encrypted_key", Text, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+#: the zero-knowledge vault: blobs encrypted on the client, never read by the node
+vault_entries = Table(
+    "vault_entries",
+    metadata,
+    Column("entry_id", String(26), primary_key=True),
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("label", String(100), nullable=False),
+    Column("provider", String(64), nullable=True),
+    Column("blob", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_vault_entries_participant_id", "participant_id"),
+)
+
+# rate limits an admin changed at run time (JSON, see services/admin.py); NULL: none
+mesh_config.append_column(Column("rate_limits", Text, nullable=True))

@@ -125,15 +125,22 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float = 20
             await trio.sleep(0.05)
 
 
-def bot_pids() -> list[int]:
-    """Managed bot processes on this machine (the node runs in this test process)."""
+def bot_pids(of: str | None = None) -> list[int]:
+    """Managed bot processes on this machine; with *of* (a node's base URL),
+    only that node's (other test runs may share the machine)."""
+    marker = None if of is None else f"MESH_API_URL={of}".encode() + b"\0"
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"quart_mesh.bots.runner" in f.read():
-                        pids.append(int(entry))
+                    if b"quart_mesh.bots.runner" not in f.read():
+                        continue
+                if marker is not None:
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        if marker not in f.read() + b"\0":
+                            continue
+                pids.append(int(entry))
             except OSError:
                 continue
     return pids
@@ -179,7 +186,7 @@ async def test_spawned_echo_bot_answers_restarts_and_stops(base_url: str, mesh: 
 
         # kill its process: the supervisor starts it again, and a message sent
         # while it was down is still answered
-        [pid] = bot_pids()
+        [pid] = bot_pids(base_url)
         os.kill(pid, signal.SIGKILL)
         await ws.send(type="send_message", roomId=room_id, content="while down")
 
@@ -196,7 +203,7 @@ async def test_spawned_echo_bot_answers_restarts_and_stops(base_url: str, mesh: 
     assert (await mesh.http.delete(f"/api/agents/{agent_id}", headers=owner.headers)).is_success
 
     async def stopped() -> bool:
-        return not bot_pids()
+        return not bot_pids(base_url)
 
     await wait_for(stopped)
 
@@ -227,7 +234,7 @@ async def test_managed_bots_come_back_after_a_node_restart(
 
         await wait_for(both_running_and_joined)
     assert await first.stop() == 0
-    assert bot_pids() == []  # the node stopped its bots
+    assert bot_pids(url) == []  # the node stopped its bots
     # the key is in no file of the data folder
     for path in data_dir.rglob("*"):
         if path.is_file():
@@ -258,4 +265,4 @@ async def test_managed_bots_come_back_after_a_node_restart(
             await ws.send(type="send_message", roomId=room_id, content="are you back")
             await ws.expect("message", timeout=20, content="echo: are you back")
     assert await second.stop() == 0
-    assert bot_pids() == []
+    assert bot_pids(url) == []

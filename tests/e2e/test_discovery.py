@@ -320,9 +320,10 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     assert (await mesh.http.get(manifest["endpoints"]["rest"] + "/health")).status_code == 200
     # capabilities: what this build serves, nothing it does not
     caps = manifest["capabilities"]
-    for name in ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks"):
+    present = ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks")
+    for name in (*present, "model-proxy", "roles", "vault", "did-auth"):
         assert name in caps
-    for name in ("vault", "did-auth", "roles", "apps", "uploads", "federation"):
+    for name in ("apps", "uploads", "federation"):
         assert name not in caps
     assert manifest["federation"] == {"enabled": False, "policy": "none"}
 

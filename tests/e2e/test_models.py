@@ -15,6 +15,7 @@ import trio
 
 from quart_mesh import Settings
 from quart_mesh.config import ModelConfig
+from tests.e2e.test_agents import wait_for
 from tests.helpers import Mesh, User, assert_error
 from tests.receiver import free_port
 from tests.upstream import Upstream
@@ -151,8 +152,15 @@ async def test_the_official_openai_client_streaming_and_not(
     seen = [s for s in upstream.requests if s.path.endswith("/chat/completions")]
     assert [s.body["model"] for s in seen] == ["echo-model", "echo-model"]
     assert {s.headers["authorization"] for s in seen} == {f"Bearer {UPSTREAM_KEY}"}
-    # usage per participant, tokens as the upstream reported them
-    usage = (await mesh.http.get("/api/models/usage", headers=owner.headers)).json()
+    # usage per participant, tokens as the upstream reported them (a stream's
+    # usage is written just after it ends)
+    usage: list[Any] = []
+
+    async def counted() -> bool:
+        usage[:] = (await mesh.http.get("/api/models/usage", headers=owner.headers)).json()
+        return bool(usage) and usage[0]["requests"] == 2
+
+    await wait_for(counted)
     assert [(u["participantId"], u["model"], u["requests"]) for u in usage] == [
         (bot["agentId"], "echo", 2)
     ]
@@ -203,13 +211,21 @@ async def test_streams_are_relayed_chunk_by_chunk_and_hang_ups_cancel_upstream(
         # the client hung up (the stream closed early): the upstream hears of it
     with trio.fail_after(5):
         await upstream.hung_up.wait()
-    # and the concurrency slot was given back: the next request goes through
+    # and the concurrency slot was given back: the next requests go through,
+    # streamed or not (a hang-up never takes the proxy down)
+    hi = [{"role": "user", "content": "hi"}]
     answer = await mesh.http.post(
         "/api/models/v1/chat/completions",
-        json={"model": "configured", "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": "configured", "messages": hi},
         headers=owner.headers,
     )
     assert answer.json()["choices"][0]["message"]["content"] == "echo: hi"
+    streamed = await mesh.http.post(
+        "/api/models/v1/chat/completions",
+        json={"model": "configured", "messages": hi, "stream": True},
+        headers=owner.headers,
+    )
+    assert streamed.text.rstrip().endswith("data: [DONE]")
 
 
 async def test_errors_come_in_openai_shape(base_url: str, mesh: Mesh, upstream: Upstream) -> None:

@@ -1,0 +1,179 @@
+"""Rate limits: one in-memory limiter that every domain service consults.
+
+The services call it, not the handlers, so REST, WebSocket, polling and
+webhook bots share one budget per participant. The rules and their defaults
+are :class:`~quart_mesh.config.RateLimits` (``docs/rate-limits.md``); an admin
+can change them while the node runs (:meth:`RateLimiter.configure`).
+
+The algorithm is GCRA, the generic cell rate algorithm, which is a token
+bucket that keeps one number per key. That number is the time at which the
+key's bucket will be full again. A rule of ``count`` per ``per`` seconds in
+bursts of ``burst`` allows an action when that time is at most
+``(burst - 1) * per / count`` seconds ahead. Each allowed action moves the time
+``per / count`` further on. A key whose time has passed has a full bucket,
+which is the same as not being remembered at all. So idle keys are forgotten
+(least recently used first), and memory stays bounded by ``max_keys``. Under
+pressure a key that is not idle may be forgotten too, which only lets that
+key off lightly.
+
+The clock is Trio's (``trio.current_time``), so tests can use an autojump clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import math
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from ..config import RateLimits
+from ..errors import RateLimited
+from .authz import Actor
+
+__all__ = ["RULE_MESSAGES", "RateLimiter"]
+
+#: what a refusal says, per rule
+RULE_MESSAGES: Final = {
+    "messages": "you are sending messages too fast",
+    "reactions": "you are reacting too fast",
+    "typing": "you are sending typing too fast",
+    "models": "too many model requests",
+    "login_name": "too many login attempts for this name",
+    "login_address": "too many login attempts from your address",
+    "registration_address": "too many registrations from your address",
+}
+#: idle keys examined for eviction per action (amortized sweeping)
+_SWEEP = 2
+_Address = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class RateLimiter:
+    """Decides whether an action is allowed now; remembers recent actions."""
+
+    def __init__(
+        self, config: RateLimits | None = None, *, clock: Callable[[], float] | None = None
+    ) -> None:
+        self._clock = clock or trio.current_time
+        #: (rule, key) -> when that key's bucket is full again (least recently used first)
+        self._full_at: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
+        self._refused: collections.Counter[str] = collections.Counter()
+        self._exempt: tuple[_Address, ...] = ()
+        self.config = config or RateLimits()
+        self.configure(self.config)
+
+    def configure(self, config: RateLimits) -> None:
+        """Use *config* from now on; what was remembered still counts."""
+        self.config = config
+        self._exempt = tuple(ipaddress.ip_network(a, strict=False) for a in config.exempt_addresses)
+
+    # checks -------------------------------------------------------------------
+
+    def participant(self, rule: str, actor: Actor, scope: str = "") -> None:
+        """Count one *rule* action by *actor* (in *scope*, e.g. a room).
+
+        Raises:
+            RateLimited: over the actor's limit; ``retry_after`` says for how long.
+        """
+        wait = self._participant(rule, actor, scope)
+        if wait:
+            self._refuse(rule, wait)
+
+    def participant_allowed(self, rule: str, actor: Actor, scope: str = "") -> bool:
+        """Like :meth:`participant`, for actions dropped silently when over the limit."""
+        return not self._participant(rule, actor, scope)
+
+    def address(self, rule: str, address: str | None) -> None:
+        """Count one *rule* action from a client address. ``None`` (not over
+        HTTP) and exempt addresses are not limited.
+
+        Raises:
+            RateLimited: over the limit.
+        """
+        if address is None or self._is_exempt(address):
+            return
+        wait = self._take(rule, address, 1.0)
+        if wait:
+            self._refuse(rule, wait)
+
+    def key(self, rule: str, key: str) -> None:
+        """Count one *rule* action for *key* (e.g. a casefolded login name).
+
+        Raises:
+            RateLimited: over the limit.
+        """
+        wait = self._take(rule, key, 1.0)
+        if wait:
+            self._refuse(rule, wait)
+
+    def multiplier(self, role: str) -> float:
+        """How many times the base limits *role* gets (``inf`` for the owner)."""
+        if role == "owner":
+            return math.inf
+        return self.config.role_multipliers.get(role, 1.0)
+
+    def statistics(self) -> dict[str, object]:
+        return {
+            "enabled": self.config.enabled,
+            "trackedKeys": len(self._full_at),
+            "refused": dict(sorted(self._refused.items())),
+        }
+
+    # the algorithm --------------------------------------------------------------
+
+    def _participant(self, rule: str, actor: Actor, scope: str) -> float:
+        # typing is a signal's rate, not a budget: the same for every role
+        factor = 1.0 if rule == "typing" else self.multiplier(actor.role)
+        if factor == math.inf:
+            return 0.0
+        key = actor.participant_id if not scope else f"{actor.participant_id} {scope}"
+        return self._take(rule, key, factor)
+
+    def _take(self, rule: str, key: str, factor: float) -> float:
+        """Count one action; 0 if allowed, else the seconds until it would be."""
+        config = self.config
+        rate = config.rule(rule)
+        if rate is None or not config.enabled:
+            return 0.0
+        now = self._clock()
+        interval = rate.per / (rate.count * factor)
+        tolerance = interval * (max(1.0, rate.burst * factor) - 1)
+        memory = self._full_at
+        slot = (rule, key)
+        full_at = max(memory.pop(slot, now), now)
+        if full_at - now > tolerance + 1e-9:
+            memory[slot] = full_at
+            return full_at - tolerance - now
+        memory[slot] = full_at + interval
+        self._forget_idle(now)
+        return 0.0
+
+    def _forget_idle(self, now: float) -> None:
+        memory = self._full_at
+        for _ in range(_SWEEP):
+            if not memory:
+                return
+            slot, full_at = next(iter(memory.items()))
+            if full_at > now:
+                break
+            del memory[slot]
+        while len(memory) > self.config.max_keys:
+            memory.popitem(last=False)
+
+    def _is_exempt(self, address: str) -> bool:
+        if not self._exempt:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in network for network in self._exempt)
+
+    def _refuse(self, rule: str, wait: float) -> None:
+        self._refused[rule] += 1
+        message = f"{RULE_MESSAGES[rule]}: try again in {max(wait, 0.1):.1f} s"
+        raise RateLimited(message, retry_after=round(wait, 3))

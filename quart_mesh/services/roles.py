@@ -1,0 +1,470 @@
+"""Custom roles, templates, role assignment, and rooms' permission rules
+(spec §2.3, §4.11, §4.12). Decisions are :func:`authorize`'s; this module
+changes what it decides by (the :class:`Policy` mirror, after each commit).
+
+No escalation: nobody creates, edits, deletes or assigns a role at or above
+their own priority, grants a permission they do not hold, or changes the role
+of a participant at or above their own priority. The owner (999) is the only
+role above admin, so nobody can make another owner.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..broker import Broker
+from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..events import ParticipantLeft
+from ..ids import is_ulid, new_id
+from ..models import Participant, now_ms
+from ..store import Database
+from ..store import accounts as accounts_repo
+from ..store import roles as repo
+from ..store import rooms as rooms_repo
+from .accounts import Accounts
+from .authz import (
+    BUILTIN_ROLES,
+    PERMISSIONS,
+    PRESETS,
+    Actor,
+    Override,
+    Policy,
+    Role,
+    RoomRef,
+    authorize,
+)
+
+__all__ = ["ROOM_PERMISSIONS", "TEMPLATES", "Roles"]
+
+_ROLE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+#: permissions a room's rules may allow or deny (those checked with a room)
+ROOM_PERMISSIONS = (
+    "rooms.read",
+    "rooms.join",
+    "messages.send",
+    "messages.react",
+    "messages.edit",
+    "messages.delete",
+)
+
+#: role templates: id -> (default name, default priority, description, permissions)
+TEMPLATES: dict[str, tuple[str, int, str, tuple[str, ...]]] = {
+    "observer": (
+        "observer",
+        100,
+        "reads rooms and participants; never posts",
+        ("participants.read", "rooms.read", "rooms.join", "roles.read"),
+    ),
+    "announcer": (
+        "announcer",
+        350,
+        "posts announcements; no reactions, DMs or rooms of its own",
+        ("participants.read", "rooms.read", "rooms.join", "messages.send"),
+    ),
+    "support_agent": (
+        "support-agent",
+        380,
+        "answers people in rooms and DMs, uses models",
+        (
+            "participants.read",
+            "rooms.read",
+            "rooms.join",
+            "messages.send",
+            "messages.react",
+            "dms.create",
+            "models.use",
+        ),
+    ),
+    "moderator_bot": (
+        "moderator-bot",
+        650,
+        "keeps rooms tidy: edits and deletes others' messages",
+        (
+            "participants.read",
+            "rooms.read",
+            "rooms.join",
+            "messages.send",
+            "messages.react",
+            "messages.edit",
+            "messages.delete",
+        ),
+    ),
+    "tool_runner": (
+        "tool-runner",
+        320,
+        "a tool-only bot: takes commands, posts results, uses models",
+        ("participants.read", "rooms.read", "rooms.join", "messages.send", "models.use"),
+    ),
+}
+
+
+class Roles:
+    def __init__(self, db: Database, broker: Broker, accounts: Accounts, policy: Policy) -> None:
+        self._db = db
+        self._broker = broker
+        self._accounts = accounts
+        self._policy = policy
+
+    async def load(self) -> None:
+        """Fill the policy from the store (at start-up)."""
+
+        def read(
+            conn: Connection,
+        ) -> tuple[list[Role], list[Override], list[tuple[str, str]]]:
+            return repo.list_roles(conn), repo.list_overrides(conn), repo.list_presets(conn)
+
+        self._policy.load(*await self._db.read(read))
+
+    # the catalog and roles ----------------------------------------------------
+
+    def permissions(self, actor: Actor) -> list[dict[str, object]]:
+        authorize(actor, "roles.read")
+        return [p.to_json() for p in PERMISSIONS.values()]
+
+    def list_roles(self, actor: Actor) -> list[dict[str, object]]:
+        authorize(actor, "roles.read")
+        roles = sorted(self._policy.roles.values(), key=lambda r: (-r.priority, r.name))
+        return [r.to_json() for r in roles]
+
+    def templates(self, actor: Actor) -> list[dict[str, object]]:
+        authorize(actor, "roles.read")
+        return [
+            {
+                "templateId": template_id,
+                "name": name,
+                "priority": priority,
+                "description": description,
+                "permissions": list(permissions),
+            }
+            for template_id, (name, priority, description, permissions) in TEMPLATES.items()
+        ]
+
+    async def create_role(
+        self,
+        actor: Actor,
+        *,
+        name: str,
+        priority: Any,
+        permissions: Any,
+        description: str = "",
+    ) -> Role:
+        """A custom role (by default only the owner may: ``roles.manage``).
+
+        Raises:
+            Forbidden: may not manage roles, or would escalate.
+            BadRequest: a bad name, priority or permission.
+            Conflict: the name is taken.
+        """
+        authorize(actor, "roles.manage")
+        role = Role(
+            self._check_name(name),
+            self._check_priority(actor, priority),
+            self._check_permissions(actor, permissions),
+            new_id(),
+            _description(description),
+            now_ms(),
+        )
+
+        def insert(conn: Connection) -> None:
+            if not repo.insert_role(conn, role, actor.participant_id):
+                raise Conflict(f"a role named {role.name} exists", "role_exists")
+
+        await self._db.write(insert, then=lambda _: self._policy.put_role(role))
+        return role
+
+    async def create_from_template(
+        self, actor: Actor, template_id: str, *, name: str | None, priority: Any
+    ) -> Role:
+        template = TEMPLATES.get(template_id)
+        if template is None:
+            raise NotFound("no such template", "template_not_found")
+        default_name, default_priority, description, permissions = template
+        return await self.create_role(
+            actor,
+            name=name or default_name,
+            priority=default_priority if priority is None else priority,
+            permissions=list(permissions),
+            description=description,
+        )
+
+    async def update_role(
+        self,
+        actor: Actor,
+        role_id: str,
+        *,
+        name: str | None,
+        priority: Any,
+        permissions: Any,
+        description: str | None,
+    ) -> Role:
+        """Change a custom role; its holders follow a rename.
+
+        Raises:
+            Forbidden: a built-in role, or one at or above the caller's priority.
+            NotFound: no such role.
+        """
+        authorize(actor, "roles.manage")
+        current = self._custom(actor, role_id)
+        role = Role(
+            current.name if name is None else self._check_name(name),
+            current.priority if priority is None else self._check_priority(actor, priority),
+            current.permissions
+            if permissions is None
+            else self._check_permissions(actor, permissions),
+            current.role_id,
+            current.description if description is None else _description(description),
+            current.created_at,
+        )
+
+        def write(conn: Connection) -> list[str]:
+            if not repo.update_role(conn, role):
+                raise Conflict(f"a role named {role.name} exists", "role_exists")
+            if role.name != current.name:
+                return accounts_repo.move_role(conn, current.name, role.name)
+            return []
+
+        def changed(moved: list[str]) -> None:
+            self._policy.put_role(role, replacing=current.name)
+            for participant_id in moved:
+                self._accounts.forget(participant_id)
+
+        await self._db.write(write, then=changed)
+        return role
+
+    async def delete_role(self, actor: Actor, role_id: str) -> None:
+        """Delete a custom role no one holds (409 ``role_in_use`` otherwise:
+        reassign its holders first, so nobody's access changes silently)."""
+        authorize(actor, "roles.manage")
+        role = self._custom(actor, role_id)
+
+        def write(conn: Connection) -> None:
+            holders = accounts_repo.count_with_role(conn, role.name)
+            if holders:
+                raise Conflict(
+                    f"{holders} participant(s) hold this role: assign them another first",
+                    "role_in_use",
+                )
+            repo.delete_role(conn, role_id)
+
+        await self._db.write(write, then=lambda _: self._policy.drop_role(role.name))
+
+    def _custom(self, actor: Actor, role_id: str) -> Role:
+        if role_id in BUILTIN_ROLES:
+            raise Forbidden("built-in roles cannot be changed or deleted", "builtin_role")
+        role = next((r for r in self._policy.roles.values() if r.role_id == role_id), None)
+        if role is None:
+            raise NotFound("no such role", "role_not_found")
+        if role.priority >= actor.priority:
+            raise Forbidden("that role is at or above your own", "role_too_high")
+        return role
+
+    def _check_name(self, name: Any) -> str:
+        if not isinstance(name, str) or not _ROLE_NAME.fullmatch(name):
+            raise BadRequest(
+                "a role name is 1-40 characters: a-z first, then a-z 0-9 _ -", "invalid_name"
+            )
+        if name in BUILTIN_ROLES:
+            raise Conflict(f"{name} is a built-in role", "role_exists")
+        return name
+
+    def _check_priority(self, actor: Actor, priority: Any) -> int:
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 998:
+            raise BadRequest("priority must be a whole number from 1 to 998", "invalid_priority")
+        if priority >= actor.priority:
+            raise Forbidden(
+                f"a role's priority must be below your own ({actor.priority})", "role_too_high"
+            )
+        return priority
+
+    def _check_permissions(self, actor: Actor, permissions: Any) -> frozenset[str]:
+        if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
+            raise BadRequest("permissions must be a list of permission names", "invalid_field")
+        unknown = sorted(set(permissions) - set(PERMISSIONS))
+        if unknown:
+            raise BadRequest(
+                f"unknown permissions: {', '.join(unknown)[:200]}", "unknown_permission"
+            )
+        own = actor.policy.role(actor.role)
+        lacking = sorted(p for p in set(permissions) if own is None or not own.holds(p))
+        if lacking:
+            raise Forbidden(
+                f"you cannot grant what you do not hold: {', '.join(lacking)}",
+                "permission_too_high",
+            )
+        return frozenset(permissions)
+
+    # assigning roles ----------------------------------------------------------
+
+    async def assign(self, actor: Actor, participant_id: str, role_name: Any) -> Participant:
+        """Give a participant a role: only a participant below the caller's
+        priority, and only a role below it.
+
+        Raises:
+            Forbidden: may not assign roles, or would escalate.
+            NotFound: no such participant or role.
+        """
+        authorize(actor, "participants.role")
+        role = self._policy.role(role_name) if isinstance(role_name, str) else None
+        if role is None:
+            raise NotFound("no such role", "role_not_found")
+        if role.priority >= actor.priority:
+            raise Forbidden("you may assign only roles below your own", "role_too_high")
+        target = (
+            await self._db.read(lambda conn: accounts_repo.get_participant(conn, participant_id))
+            if is_ulid(participant_id)
+            else None
+        )
+        if target is None:
+            raise NotFound("no such participant", "participant_not_found")
+        if self._policy.priority(target.role) >= actor.priority:
+            raise Forbidden(
+                "you may change the role only of participants below you", "participant_too_high"
+            )
+        updated = await self._accounts.set_role(participant_id, role.name)
+        if updated is None:
+            raise NotFound("no such participant", "participant_not_found")
+        return updated
+
+    # room rules ---------------------------------------------------------------
+
+    async def room_rules(self, actor: Actor, room_id: str) -> dict[str, Any]:
+        """The room's preset and overrides (anyone who may read rooms)."""
+        authorize(actor, "rooms.read")
+        await self._room(actor, room_id)
+        return {
+            "roomId": room_id,
+            "preset": self._policy.presets.get(room_id),
+            "overrides": [o.to_json() for o in self._policy.overrides(room_id)],
+        }
+
+    async def set_override(
+        self,
+        actor: Actor,
+        room_id: str,
+        *,
+        target_type: Any,
+        target: Any,
+        permission: Any,
+        effect: Any,
+    ) -> Override:
+        """Allow or deny *permission* in a room to a role or a participant
+        (room creators, and admins and above). Members who may no longer be
+        in the room (a ``rooms.join`` denial) are removed from it.
+
+        Raises:
+            Forbidden: may not set the room's rules, or would escalate.
+            BadRequest: bad values; a DM.
+            NotFound: no such room, role or participant.
+        """
+        room = await self._room(actor, room_id)
+        authorize(actor, "rooms.permissions", RoomRef(room_id, room.kind, room.created_by))
+        if permission not in ROOM_PERMISSIONS:
+            raise BadRequest(
+                f"permission must be one of {', '.join(ROOM_PERMISSIONS)}", "invalid_permission"
+            )
+        if effect not in ("allow", "deny"):
+            raise BadRequest("effect must be allow or deny", "invalid_effect")
+        if target_type == "role":
+            role = self._policy.role(target) if isinstance(target, str) else None
+            if role is None:
+                raise NotFound("no such role", "role_not_found")
+            target_priority = role.priority
+        elif target_type == "participant":
+            found = (
+                await self._db.read(lambda conn: accounts_repo.get_participant(conn, target))
+                if is_ulid(target)
+                else None
+            )
+            if found is None:
+                raise NotFound("no such participant", "participant_not_found")
+            target_priority = self._policy.priority(found.role)
+        else:
+            raise BadRequest("targetType must be role or participant", "invalid_target")
+        if target_priority >= actor.priority:
+            raise Forbidden("you may set rules only for those below you", "target_too_high")
+        own = actor.policy.role(actor.role)
+        if effect == "allow" and (own is None or not own.holds(permission)):
+            raise Forbidden("you cannot grant what you do not hold", "permission_too_high")
+        override = Override(new_id(), room_id, target_type, str(target), permission, effect)
+        stored = await self._db.write(
+            lambda conn: repo.put_override(conn, override, actor.participant_id, now_ms()),
+            then=self._policy.add_override,
+        )
+        await self._evict(room_id)
+        return stored
+
+    async def remove_override(self, actor: Actor, room_id: str, override_id: str) -> None:
+        room = await self._room(actor, room_id)
+        authorize(actor, "rooms.permissions", RoomRef(room_id, room.kind, room.created_by))
+        if not any(o.override_id == override_id for o in self._policy.overrides(room_id)):
+            raise NotFound("no such override in this room", "override_not_found")
+        await self._db.write(
+            lambda conn: repo.delete_override(conn, room_id, override_id),
+            then=lambda _: self._policy.remove_override(room_id, override_id),
+        )
+
+    async def apply_preset(self, actor: Actor, room_id: str, preset: Any) -> dict[str, Any]:
+        """Apply a preset; ``default`` clears the preset and every override."""
+        room = await self._room(actor, room_id)
+        authorize(actor, "rooms.permissions", RoomRef(room_id, room.kind, room.created_by))
+        if preset not in PRESETS:
+            raise BadRequest(f"preset must be one of {', '.join(PRESETS)}", "invalid_preset")
+        value = None if preset == "default" else str(preset)
+        await self._db.write(
+            lambda conn: repo.set_preset(conn, room_id, value),
+            then=lambda _: self._policy.set_preset(room_id, value),
+        )
+        await self._evict(room_id)
+        return await self.room_rules(actor, room_id)
+
+    async def _room(self, actor: Actor, room_id: str) -> Any:
+        room = (
+            await self._db.read(lambda conn: rooms_repo.get_room(conn, room_id))
+            if is_ulid(room_id)
+            else None
+        )
+        if room is None:
+            raise NotFound("no such room", "room_not_found")
+        if room.kind == "dm":
+            raise BadRequest("direct-message rooms have no permission rules", "is_dm")
+        return room
+
+    async def _evict(self, room_id: str) -> None:
+        """Remove the members who may no longer join the room (e.g. bots from a
+        ``humans_only`` room): they leave it like anyone leaving, so no
+        transport sends them its events any more."""
+        ref = RoomRef(room_id)
+        gone: list[Participant] = []
+        for participant_id in self._broker.members(room_id):
+            member = await self._accounts.actor_of(participant_id)
+            if member is None:
+                continue
+            try:
+                authorize(member, "rooms.join", ref)
+            except Forbidden:
+                found = await self._db.read(
+                    partial(accounts_repo.get_participant, participant_id=participant_id)
+                )
+                if found is not None:
+                    gone.append(found)
+        for participant in gone:
+
+            def write(conn: Connection, pid: str = participant.participant_id) -> bool:
+                return rooms_repo.remove_member(conn, room_id, pid)
+
+            def left(removed: bool, participant: Participant = participant) -> None:
+                if removed:
+                    self._broker.publish(ParticipantLeft(room_id, participant=participant))
+                    self._broker.leave(room_id, participant.participant_id)
+
+            await self._db.write(write, then=left)
+
+
+def _description(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 500:
+        raise BadRequest("description must be a string of at most 500 characters", "invalid_field")
+    return value

@@ -1,0 +1,154 @@
+"""Repository: custom roles, room overrides and room presets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..services.authz import Override, Role
+from .schema import custom_roles, room_overrides, rooms
+
+__all__ = [
+    "delete_override",
+    "delete_role",
+    "insert_role",
+    "list_overrides",
+    "list_presets",
+    "list_roles",
+    "put_override",
+    "set_preset",
+    "update_role",
+]
+
+
+def _role(row: Any) -> Role:
+    return Role(
+        row.name,
+        row.priority,
+        frozenset(json.loads(row.permissions)),
+        row.role_id,
+        row.description,
+        row.created_at,
+    )
+
+
+def list_roles(conn: Connection) -> list[Role]:
+    return [_role(r) for r in conn.execute(sa.select(custom_roles).order_by(custom_roles.c.name))]
+
+
+def insert_role(conn: Connection, role: Role, created_by: str | None) -> bool:
+    """False if the name is taken."""
+    taken = conn.execute(
+        sa.select(custom_roles.c.role_id).where(custom_roles.c.name == role.name)
+    ).first()
+    if taken is not None:
+        return False
+    conn.execute(
+        custom_roles.insert().values(
+            role_id=role.role_id,
+            name=role.name,
+            priority=role.priority,
+            permissions=json.dumps(sorted(role.permissions or ())),
+            description=role.description,
+            created_by=created_by,
+            created_at=role.created_at,
+        )
+    )
+    return True
+
+
+def update_role(conn: Connection, role: Role) -> bool:
+    """Store *role*'s new name, priority, permissions; False if the name is taken."""
+    taken = conn.execute(
+        sa.select(custom_roles.c.role_id).where(
+            custom_roles.c.name == role.name, custom_roles.c.role_id != role.role_id
+        )
+    ).first()
+    if taken is not None:
+        return False
+    conn.execute(
+        custom_roles.update()
+        .where(custom_roles.c.role_id == role.role_id)
+        .values(
+            name=role.name,
+            priority=role.priority,
+            permissions=json.dumps(sorted(role.permissions or ())),
+            description=role.description,
+        )
+    )
+    return True
+
+
+def delete_role(conn: Connection, role_id: str) -> None:
+    conn.execute(custom_roles.delete().where(custom_roles.c.role_id == role_id))
+
+
+def _override(row: Any) -> Override:
+    return Override(
+        row.override_id, row.room_id, row.target_type, row.target, row.permission, row.effect
+    )
+
+
+def list_overrides(conn: Connection) -> list[Override]:
+    query = sa.select(room_overrides).order_by(
+        room_overrides.c.room_id, room_overrides.c.override_id
+    )
+    return [_override(r) for r in conn.execute(query)]
+
+
+def put_override(conn: Connection, override: Override, created_by: str, at: int) -> Override:
+    """Insert or replace the room's rule for (target, permission)."""
+    key = sa.and_(
+        room_overrides.c.room_id == override.room_id,
+        room_overrides.c.target_type == override.target_type,
+        room_overrides.c.target == override.target,
+        room_overrides.c.permission == override.permission,
+    )
+    existing = conn.execute(sa.select(room_overrides.c.override_id).where(key)).first()
+    if existing is not None:
+        conn.execute(room_overrides.update().where(key).values(effect=override.effect))
+        return Override(
+            existing.override_id,
+            override.room_id,
+            override.target_type,
+            override.target,
+            override.permission,
+            override.effect,
+        )
+    conn.execute(
+        room_overrides.insert().values(
+            override_id=override.override_id,
+            room_id=override.room_id,
+            target_type=override.target_type,
+            target=override.target,
+            permission=override.permission,
+            effect=override.effect,
+            created_by=created_by,
+            created_at=at,
+        )
+    )
+    return override
+
+
+def delete_override(conn: Connection, room_id: str, override_id: str) -> bool:
+    result = conn.execute(
+        room_overrides.delete().where(
+            room_overrides.c.room_id == room_id, room_overrides.c.override_id == override_id
+        )
+    )
+    return result.rowcount > 0
+
+
+def list_presets(conn: Connection) -> list[tuple[str, str]]:
+    query = sa.select(rooms.c.room_id, rooms.c.preset).where(rooms.c.preset.is_not(None))
+    return [(r.room_id, r.preset) for r in conn.execute(query)]
+
+
+def set_preset(conn: Connection, room_id: str, preset: str | None) -> None:
+    """Set the room's preset; ``None`` also clears every override of the room."""
+    conn.execute(rooms.update().where(rooms.c.room_id == room_id).values(preset=preset))
+    if preset is None:
+        conn.execute(room_overrides.delete().where(room_overrides.c.room_id == room_id))
