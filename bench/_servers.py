@@ -30,6 +30,7 @@ async def until_terminated() -> None:
 
 async def run_node(data_dir: Path, *, store: bool) -> None:
     from quart_mesh import Settings, create_app, serve
+    from quart_mesh.config import RateLimits
     from quart_mesh.events import MessagePosted
     from quart_mesh.ids import new_id
     from quart_mesh.models import Message, now_ms
@@ -66,7 +67,11 @@ async def run_node(data_dir: Path, *, store: bool) -> None:
 
         Messages.submit_send = send_without_store  # type: ignore[method-assign]
 
-    app = create_app(Settings(data_dir=data_dir, subscriber_buffer=4096))
+    # benchmarks measure throughput: the per-participant rate limits are off
+    settings = Settings(
+        data_dir=data_dir, subscriber_buffer=4096, rate_limits=RateLimits(enabled=False)
+    )
+    app = create_app(settings)
     await serve(app, host="127.0.0.1", port=0, shutdown_trigger=until_terminated)
 
 
