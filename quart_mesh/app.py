@@ -21,7 +21,9 @@ from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
 from .api import BLUEPRINTS
+from .api.apps import APPS_PREFIX
 from .api.models import PROXY_PREFIX
+from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, RateLimited, error_body
@@ -48,13 +50,21 @@ _HTTP_CODES = {
 
 def _request_class(settings: Settings) -> type[TrioRequest]:
     """Requests whose body limit is ``max_body_bytes``, except on the model
-    proxy, which takes chat histories up to ``max_completion_body_bytes``."""
+    proxy, which takes chat histories up to ``max_completion_body_bytes``, and
+    on apps, whose source takes up to ``max_app_body_bytes``, and on uploads,
+    which stream files of up to ``max_upload_bytes`` to disk."""
     large = settings.max_completion_body_bytes
+    app_source = settings.limits.max_app_body_bytes
+    upload = upload_body_limit(settings.limits)
 
     class MeshRequest(TrioRequest):
         def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any):
             if path.startswith(PROXY_PREFIX):
                 kwargs["max_content_length"] = large
+            elif path.startswith(APPS_PREFIX):
+                kwargs["max_content_length"] = app_source
+            elif path == UPLOAD_PATH:
+                kwargs["max_content_length"] = upload
             super().__init__(method, scheme, path, *args, **kwargs)
 
     return MeshRequest

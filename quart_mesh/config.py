@@ -81,6 +81,24 @@ class Limits:
     max_did_challenges: int = 10_000
     #: Seconds a DID challenge may be answered after it was issued.
     did_challenge_ttl_seconds: int = 300
+    #: Largest source of one app version (UTF-8 bytes of html + css + js); 413 beyond.
+    max_app_source_bytes: int = 256 * 1024
+    #: Largest request body of ``POST /api/apps`` and ``PUT /api/apps/:id/source``
+    #: (JSON escaping makes a body larger than the source it carries).
+    max_app_body_bytes: int = 1024 * 1024
+    #: Apps one participant may own; beyond, creating one is refused (409).
+    max_apps_per_participant: int = 200
+    #: Source versions kept per app; older ones are dropped as new ones arrive.
+    max_app_versions: int = 50
+    #: Longest ``prompt`` of ``POST /api/apps/generate`` (characters).
+    max_app_prompt_chars: int = 8000
+    #: Largest uploaded file (``POST /api/upload``, bytes); 413 beyond, refused while
+    #: the body streams in (and at once if ``Content-Length`` says so).
+    max_upload_bytes: int = 10 * 1024 * 1024
+    #: Most attachments (uploads) one message may carry.
+    max_attachments: int = 10
+    #: Seconds one upload may take to arrive, and one served file to be sent.
+    upload_timeout_seconds: int = 300
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -281,6 +299,9 @@ class Settings:
     max_completion_body_bytes: int = 1024 * 1024
     #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
     rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
+    #: Total bytes of uploads one participant below admin may keep (admins and the
+    #: owner are not limited); 0 turns the quota off.
+    upload_quota_bytes: int = 1024 * 1024 * 1024
 
     @property
     def resolved_database_url(self) -> str:
@@ -358,6 +379,10 @@ class Settings:
             values["limits"] = Limits(**limits)
         if rate_limits := _rate_limits_from_env(env):
             values["rate_limits"] = rate_limits
+        if (v := env.get("MESH_UPLOAD_QUOTA_BYTES")) is not None:
+            values["upload_quota_bytes"] = (
+                0 if v.strip() == "0" else _positive_int(v, "MESH_UPLOAD_QUOTA_BYTES")
+            )
         return cls(**values)
 
 

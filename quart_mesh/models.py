@@ -17,6 +17,7 @@ __all__ = [
     "Participant",
     "Reaction",
     "Room",
+    "Upload",
     "iso",
     "now_ms",
 ]
@@ -112,6 +113,44 @@ class Reaction:
 
 
 @dataclass(frozen=True, slots=True)
+class Upload:
+    """An uploaded file (``docs/uploads.md``), served at ``/uploads/<stored_name>``."""
+
+    upload_id: str
+    stored_name: str
+    filename: str  # the client's, sanitized: metadata only
+    content_type: str  # detected from the bytes
+    size: int
+    uploader_id: str
+    created_at: int
+
+    @property
+    def path(self) -> str:
+        """Where the node serves it (relative to the node's base URL)."""
+        return "/uploads/" + self.stored_name
+
+    def to_json(self, base_url: str) -> dict[str, Any]:
+        """The answer to ``POST /api/upload`` (*base_url*: the node's public URL)."""
+        return {
+            "url": base_url.rstrip("/") + self.path,
+            "filename": self.filename,
+            "size": self.size,
+            "contentType": self.content_type,
+            "uploadId": self.upload_id,
+        }
+
+    def attachment_json(self) -> dict[str, Any]:
+        """As an attachment of a message: ``url`` is the path on this node."""
+        return {
+            "uploadId": self.upload_id,
+            "url": self.path,
+            "filename": self.filename,
+            "contentType": self.content_type,
+            "size": self.size,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     seq: int
     message_id: str
@@ -124,6 +163,7 @@ class Message:
     thread_id: str | None = None
     edited_at: int | None = None
     reactions: tuple[Reaction, ...] = field(default=())
+    attachments: tuple[Upload, ...] = field(default=())
 
     @property
     def cursor(self) -> str:
@@ -141,5 +181,6 @@ class Message:
             "threadId": self.thread_id,
             "editedAt": iso(self.edited_at),
             "reactions": [r.to_json() for r in self.reactions],
+            "attachments": [a.attachment_json() for a in self.attachments],
             "cursor": self.cursor,
         }

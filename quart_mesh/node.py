@@ -26,6 +26,7 @@ from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.admin import Admin
 from .services.agents import Agents
+from .services.apps import Apps
 from .services.authz import Policy
 from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
@@ -36,6 +37,7 @@ from .services.presence import Presence
 from .services.ratelimit import RateLimiter
 from .services.roles import Roles
 from .services.rooms import Rooms
+from .services.uploads import Uploads
 from .services.vault import Vault
 from .services.webhooks import Webhooks
 from .services.world import World
@@ -85,7 +87,10 @@ class Node:
         self.polling: Polling
         self.admin: Admin
         self.did_auth: DidAuth
+        self.apps: Apps
         self.vault = Vault(settings.limits, self.db)
+        #: uploaded files (``<data_dir>/uploads/``)
+        self.uploads = Uploads(settings, self.db)
         #: the address clients use; set from settings or, when serving, the bound address
         self.public_url: str | None = settings.public_url
 
@@ -118,9 +123,11 @@ class Node:
         secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
         self._tokens = Tokens(secret)
         self.model_proxy = ModelProxy(self.settings, self.db, secret, self.rate_limits)
+        self.apps = Apps(self.settings, self.db, self.model_proxy)
         self._identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
         await self.db.open()
         try:
+            await self.uploads.prepare()
             accounts = Accounts(
                 self.settings,
                 self.db,

@@ -10,6 +10,9 @@ the requested ``model``:
 - ``bad-request-model``: 400 in OpenAI's error shape.
 - ``broken-model``: 500.
 - ``coder-model``: answers with an HTML page in a fenced block.
+- ``app-model``: answers an app in the format the last message asks for:
+  ``json`` (a JSON object), ``document`` (one fenced HTML document),
+  ``nothing`` (prose, no code); otherwise fenced html, css and js blocks.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class Upstream:
         text = "echo: " + str(body["messages"][-1].get("content", ""))
         if model == "coder-model":
             text = "```html\n<!doctype html><title>Hi</title><h1>Hello</h1>\n```\nA greeting page."
+        if model == "app-model":
+            text = _app_answer(str(body["messages"][-1].get("content", "")))
         if not body.get("stream"):
             await respond(200, _completion(model, text))
             return
@@ -192,3 +197,29 @@ def _completion(model: Any, text: str) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
     }
+
+
+def _app_answer(prompt: str) -> str:
+    """``app-model``'s answer to *prompt* (see the module docstring)."""
+    if "nothing" in prompt:
+        return "I would rather not build that today."
+    if "json" in prompt:
+        app = {
+            "name": "Json Counter",
+            "html": '<button id="b">0</button>',
+            "css": "button { font-size: 2em; }",
+            "js": "b.onclick = () => { b.textContent = +b.textContent + 1; };",
+        }
+        return json.dumps(app)
+    if "document" in prompt:
+        return (
+            "Here you go:\n```html\n<!DOCTYPE html><html><head><title>Doc</title></head>"
+            "<body><h1 id=t>Doc app</h1><script>document.title = 'ran';</script></body>"
+            "</html>\n```\nEnjoy."
+        )
+    return (
+        'Sure! Here is a counter.\n\n```html\n<h1>Counter</h1><button id="c">0</button>\n```\n'
+        "```css\nbutton { color: teal; }\n```\n"
+        "```javascript\nc.onclick = () => { c.textContent = +c.textContent + 1; };\n```\n"
+        "Click the button to count."
+    )

@@ -11,6 +11,7 @@ from quart import Blueprint
 from . import (
     admin,
     agents,
+    apps,
     auth,
     discovery,
     dms,
@@ -21,6 +22,7 @@ from . import (
     roles,
     rooms,
     state,
+    uploads,
     vault,
 )
 
@@ -40,4 +42,6 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     identity.bp,
     vault.bp,
     admin.bp,
+    apps.bp,
+    uploads.bp,
 )

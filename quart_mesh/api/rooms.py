@@ -87,6 +87,7 @@ async def send_message(room_id: str) -> tuple[Any, int]:
         fields.req_str("content"),
         to=fields.opt_str("to"),
         thread_id=fields.opt_str("threadId"),
+        attachments=fields.data.get("attachments"),
     )
     return reply(message.to_json(), 201)
 

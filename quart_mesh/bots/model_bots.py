@@ -88,6 +88,8 @@ class ModelBot(Bot):
         self._bot_replies: dict[str, deque[float]] = defaultdict(deque)
         self.last_error: str | None = None
         self.apps_posted = 0
+        #: the app this coder built or changed last
+        self.last_app: str | None = None
 
     @classmethod
     def from_env(cls, ws: Any, me: str, bot_type: str, env: Any, nursery: trio.Nursery) -> ModelBot:
@@ -109,10 +111,8 @@ class ModelBot(Bot):
     def status(self) -> dict[str, Any]:
         status = super().status() | {"model": self.model, "lastError": self.last_error}
         if self.bot_type == "coder":
-            status["apps"] = (
-                "no app store on this node yet: generated apps are posted in chat as source"
-            )
             status["appsPosted"] = self.apps_posted
+            status["lastApp"] = self.last_app
         return status
 
     async def on_message(self, event: dict[str, Any]) -> None:
@@ -127,7 +127,7 @@ class ModelBot(Bot):
         elif not addressed and await self._room_kind(room_id) != "dm":
             return
         self.handled += 1
-        self._nursery.start_soon(self._answer, room_id, int(event["cursor"]))
+        self._nursery.start_soon(self._answer, room_id, int(event["cursor"]), content)
 
     def _may_answer_bot(self, room_id: str) -> bool:
         recent, now = self._bot_replies[room_id], time.monotonic()
@@ -149,17 +149,17 @@ class ModelBot(Bot):
                 return "room"
         return self._room_kinds[room_id]
 
-    async def _answer(self, room_id: str, upto: int) -> None:
+    async def _answer(self, room_id: str, upto: int, request: str) -> None:
         async with self._room_locks[room_id], trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_typing, room_id)
             try:
-                text = await self._generate(room_id, upto)
+                if self.bot_type == "coder":
+                    text = await self._build(room_id, upto, request)
+                else:
+                    text = await self._generate(room_id, upto)
             except ModelError as error:
                 self.last_error = str(error)
                 text = f"(I could not answer: {error})"
-            else:
-                if self.bot_type == "coder":
-                    text = self._present_app(text)
             nursery.cancel_scope.cancel()
         await self.send({"type": "send_message", "roomId": room_id, "content": _fit(text)})
 
@@ -221,6 +221,97 @@ class ModelBot(Bot):
             raise ModelError("the model gave an empty answer")
         return text
 
+    # the coder -------------------------------------------------------------
+
+    async def _build(self, room_id: str, upto: int, request: str) -> str:
+        """Build an app (or change the last one) and answer with its run URL.
+
+        Through the node's own API with the bot's token: ``POST
+        /api/apps/generate`` (the node asks the model through its proxy),
+        then ``POST /api/apps/:id/deploy``. "Change the last app" asks the
+        model for a new version of the bot's most recently updated app and
+        stores it with ``PUT /api/apps/:id/source``. A node without apps gets
+        the source in chat instead. The bot never runs generated code.
+        """
+        if _CHANGE_LAST.search(request):
+            last = await self._last_app()
+            if last is not None:
+                return await self._change(last, request)
+        prompt = _without_mention(request, self.name)
+        r = await self._api(
+            "POST",
+            "/api/apps/generate",
+            {"prompt": prompt, "model": self.model, "name": _name(prompt)},
+        )
+        if r.status_code == 404 and r.json().get("code") == "not_found":
+            # a node without the app store: the source goes into the chat
+            return self._present_app(await self._generate(room_id, upto))
+        app = _answer_json(r)
+        deployed = _answer_json(await self._api("POST", f"/api/apps/{app['appId']}/deploy"))
+        self.apps_posted += 1
+        self.last_app = str(app["appId"])
+        run_url = deployed.get("runUrl", app["runUrl"])
+        return f"Built **{app['name']}** and put it in the app store: {run_url}"
+
+    async def _last_app(self) -> dict[str, Any] | None:
+        r = await self._api("GET", "/api/apps")
+        if not r.is_success:
+            return None
+        mine = [a for a in r.json() if a.get("ownerId") == self.me]
+        return max(mine, key=lambda a: str(a.get("updatedAt")), default=None)
+
+    async def _change(self, last: dict[str, Any], request: str) -> str:
+        current = _answer_json(await self._api("GET", f"/api/apps/{last['appId']}"))
+        source = "\n".join(
+            f"```{kind}\n{current.get(kind) or ''}\n```" for kind in ("html", "css", "js")
+        )
+        messages = [
+            {"role": "system", "content": CODER_PROMPT.format(name=self.name)},
+            {
+                "role": "user",
+                "content": f"Here is the current app:\n{source}\n\nChange it: "
+                + _without_mention(request, self.name),
+            },
+        ]
+        answer = await self._complete(messages)
+        from ..services.apps import parse_app_source
+
+        parsed = parse_app_source(answer)
+        if parsed is None:
+            raise ModelError("the model's answer held no app")
+        r = await self._api("PUT", f"/api/apps/{last['appId']}/source", parsed)
+        app = _answer_json(r)
+        self.last_app = str(app["appId"])
+        return (
+            f"Updated **{app['name']}** to version {app['version']}: "
+            f"{app.get('runUrl', last.get('runUrl'))}"
+        )
+
+    async def _api(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        try:
+            return await self._http.request(
+                method, self.api_url + path, json=body, headers=self._headers
+            )
+        except httpx.HTTPError as error:
+            raise ModelError(f"the node's API is unreachable ({type(error).__name__})") from None
+
+    async def _complete(self, messages: list[dict[str, str]]) -> str:
+        body = {"model": self.model, "messages": messages}
+        try:
+            r = await self._http.post(
+                f"{self.model_url}/chat/completions", json=body, headers=self._headers
+            )
+        except httpx.HTTPError as error:
+            raise ModelError(f"the model proxy is unreachable ({type(error).__name__})") from None
+        if not r.is_success:
+            raise ModelError(_error_message(r.content, r.status_code))
+        try:
+            return str(r.json()["choices"][0]["message"]["content"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ModelError("the model sent something unreadable") from None
+
     def _present_app(self, text: str) -> str:
         match = _FENCE.search(text)
         if match is None:
@@ -235,6 +326,36 @@ class ModelBot(Bot):
 
 class ModelError(Exception):
     """The model could not answer; the message is shown in the room."""
+
+
+_CHANGE_LAST = re.compile(
+    r"\b(change|update|modify|fix|edit|improve|make)\b.*\b(last|previous|that|the)\s+app\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _without_mention(text: str, name: str) -> str:
+    return re.sub(rf"@{re.escape(name)}\b", "", text, flags=re.IGNORECASE).strip() if name else text
+
+
+def _name(prompt: str) -> str:
+    """A short app name from the request ("build a counter app" -> "counter app")."""
+    words = re.sub(
+        r"^(please\s+)?(build|make|create|write)\s+(me\s+)?(an?\s+)?", "", prompt, flags=re.I
+    )
+    return (words.strip(" .!?") or "app")[:60]
+
+
+def _answer_json(response: httpx.Response) -> dict[str, Any]:
+    """The JSON object of a successful answer, or ModelError with the node's message."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not response.is_success or not isinstance(data, dict):
+        message = data.get("error") if isinstance(data, dict) else None
+        raise ModelError(str(message or f"the node answered {response.status_code}")[:300])
+    return data
 
 
 def _error_message(raw: bytes, status: int) -> str:

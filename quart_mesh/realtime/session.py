@@ -287,6 +287,7 @@ class Session:
             f.req_str("content"),
             to=f.opt_str("to"),
             thread_id=f.opt_str("threadId"),
+            attachments=f.data.get("attachments"),
         )
         await self._in_flight.acquire()
         self._nursery.start_soon(self._finish_send, stored)

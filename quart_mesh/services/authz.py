@@ -134,11 +134,23 @@ PERMISSIONS: Final = _catalog(
     ("roles.manage", "create, change and delete custom roles", "roles", OWNER),
     ("admin.stats", "see the node's statistics and setup checklist", "admin", ADMIN),
     ("mesh.settings", "change the mesh's settings", "admin", ADMIN),
+    ("apps.read", "list one's own apps and read deployed ones", "apps", SPECTATOR),
+    ("apps.create", "create and AI-generate apps, and change their source", "apps", AGENT),
+    ("apps.deploy", "deploy one's apps to the app store and take them down", "apps", AGENT),
+    ("apps.manage", "change, deploy and delete others' apps (owners: their own)", "apps", ADMIN),
+    ("files.upload", "upload files (served publicly) and attach them to messages", "files", AGENT),
 )
 
 #: permissions a participant holds on its own things (room, message, bot)
 _OWN_ALLOWED: Final = frozenset(
-    {"rooms.delete", "rooms.permissions", "messages.edit", "messages.delete", "agents.command"}
+    {
+        "rooms.delete",
+        "rooms.permissions",
+        "messages.edit",
+        "messages.delete",
+        "agents.command",
+        "apps.manage",
+    }
 )
 
 #: room presets: name -> description (rules in :meth:`Policy._preset_rule`)

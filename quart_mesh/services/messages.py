@@ -7,6 +7,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from sqlalchemy.engine import Connection
 
@@ -31,6 +32,7 @@ from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
 from .ratelimit import RateLimiter
 from .rooms import require_member
+from .uploads import attachment_refs, resolve_attachments
 from .validation import check_content, check_emoji, check_id, cursor_number
 
 __all__ = ["Messages", "parse_cursor"]
@@ -89,16 +91,22 @@ class Messages:
         *,
         to: str | None = None,
         thread_id: str | None = None,
+        attachments: object = None,
     ) -> Message:
         """Store a message from *actor* in *room_id*, publish it, and return it.
 
+        *attachments* is the client's ``attachments`` value: ``None`` or a
+        list of upload ids or URLs of this node (see ``docs/uploads.md``).
+
         Raises:
             NotFound: unknown room.
-            Forbidden: not a member, or the role may not send.
-            BadRequest: empty content, unknown ``to`` or ``threadId``.
+            Forbidden: not a member, or the role may not send (or attach).
+            BadRequest: empty content, unknown ``to``, ``threadId`` or attachment.
             PayloadTooLarge: content over the limit.
         """
-        return await self.submit_send(actor, room_id, content, to=to, thread_id=thread_id)
+        return await self.submit_send(
+            actor, room_id, content, to=to, thread_id=thread_id, attachments=attachments
+        )
 
     def submit_send(
         self,
@@ -108,6 +116,7 @@ class Messages:
         *,
         to: str | None = None,
         thread_id: str | None = None,
+        attachments: object = None,
     ) -> Awaitable[Message]:
         """:meth:`send` in two steps: check and queue now (raising at once for
         what can be checked without the store), await the stored message later.
@@ -116,12 +125,15 @@ class Messages:
         Raises:
             NotFound: unknown room.
             Forbidden: not a member, or the role may not send.
-            BadRequest: empty content, unknown ``to`` or ``threadId``.
+            BadRequest: empty content, unknown ``to``, ``threadId`` or attachment.
             PayloadTooLarge: content over the limit.
             RateLimited: the actor sends too fast (the ``messages`` rule).
         """
         authorize(actor, "messages.send", RoomRef(room_id))
         check_content(content, self._limits)
+        refs = attachment_refs(attachments, self._limits)
+        if refs:
+            authorize(actor, "files.upload", RoomRef(room_id))
         if to is not None:
             check_id(to, "to")
         if thread_id is not None:
@@ -152,7 +164,12 @@ class Messages:
                 parent = repo.get_message(conn, thread_id)
                 if parent is None or parent.room_id != room_id:
                     raise BadRequest("threadId names no message in this room", "unknown_thread")
-            stored = repo.insert_message(conn, message)
+            if refs:
+                attached = resolve_attachments(conn, refs)
+                stored = repo.insert_message(conn, replace(message, attachments=attached))
+                repo.add_attachments(conn, stored.message_id, [a.upload_id for a in attached])
+            else:
+                stored = repo.insert_message(conn, message)
             if kind == "dm":
                 rooms_repo.unhide_all(conn, room_id)
             return stored

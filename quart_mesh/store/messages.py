@@ -10,10 +10,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Message, Reaction
-from .schema import messages, reactions, room_members, room_reads, rooms
+from ..models import Message, Reaction, Upload
+from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
+from .uploads import upload_from_row, uploads_table
 
 __all__ = [
+    "add_attachments",
     "add_reaction",
     "backlog_cutoff",
     "delete_message",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-def _message(row: Any, reacts: Sequence[Reaction] = ()) -> Message:
+def _message(row: Any, reacts: Sequence[Reaction] = (), attached: Sequence[Upload] = ()) -> Message:
     return Message(
         seq=row.seq,
         message_id=row.message_id,
@@ -41,6 +43,7 @@ def _message(row: Any, reacts: Sequence[Reaction] = ()) -> Message:
         thread_id=row.thread_id,
         edited_at=row.edited_at,
         reactions=tuple(reacts),
+        attachments=tuple(attached),
     )
 
 
@@ -59,6 +62,43 @@ def _reactions_for(conn: Connection, message_ids: list[str]) -> dict[str, list[R
         mid: [Reaction(emoji, tuple(pids)) for emoji, pids in by_emoji.items()]
         for mid, by_emoji in grouped.items()
     }
+
+
+def _attachments_for(conn: Connection, message_ids: list[str]) -> dict[str, list[Upload]]:
+    if not message_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(message_attachments.c.message_id, uploads_table)
+        .join(uploads_table, uploads_table.c.upload_id == message_attachments.c.upload_id)
+        .where(message_attachments.c.message_id.in_(message_ids))
+        .order_by(message_attachments.c.message_id, message_attachments.c.position)
+    )
+    grouped: dict[str, list[Upload]] = defaultdict(list)
+    for row in rows:
+        grouped[row.message_id].append(upload_from_row(row))
+    return grouped
+
+
+def _messages(conn: Connection, rows: Sequence[Any]) -> list[Message]:
+    ids = [row.message_id for row in rows]
+    reacts = _reactions_for(conn, ids)
+    attached = _attachments_for(conn, ids)
+    return [
+        _message(row, reacts.get(row.message_id, ()), attached.get(row.message_id, ()))
+        for row in rows
+    ]
+
+
+def add_attachments(conn: Connection, message_id: str, upload_ids: Sequence[str]) -> None:
+    """Attach uploads (which must exist) to a stored message, in order."""
+    if upload_ids:
+        conn.execute(
+            message_attachments.insert(),
+            [
+                {"message_id": message_id, "position": i, "upload_id": upload_id}
+                for i, upload_id in enumerate(upload_ids)
+            ],
+        )
 
 
 # The hottest statement of the node, written once as SQL: building and caching
@@ -93,7 +133,7 @@ def get_message(conn: Connection, message_id: str) -> Message | None:
     row = conn.execute(sa.select(messages).where(messages.c.message_id == message_id)).first()
     if row is None:
         return None
-    return _message(row, _reactions_for(conn, [message_id]).get(message_id, ()))
+    return _messages(conn, [row])[0]
 
 
 def seq_of(conn: Connection, room_id: str, message_id: str) -> int | None:
@@ -126,8 +166,7 @@ def list_messages(
     else:
         query = query.order_by(messages.c.seq.desc()).limit(limit)
         rows = list(conn.execute(query))[::-1]
-    reacts = _reactions_for(conn, [row.message_id for row in rows])
-    return [_message(row, reacts.get(row.message_id, ())) for row in rows]
+    return _messages(conn, rows)
 
 
 def head_seq(conn: Connection) -> int:
@@ -199,8 +238,7 @@ def messages_after(
             )
         )
     rows = list(conn.execute(query.order_by(messages.c.seq).limit(limit)))
-    reacts = _reactions_for(conn, [row.message_id for row in rows])
-    return [_message(row, reacts.get(row.message_id, ())) for row in rows]
+    return _messages(conn, rows)
 
 
 def update_content(conn: Connection, message_id: str, content: str, at: int) -> None:
@@ -212,7 +250,7 @@ def update_content(conn: Connection, message_id: str, content: str, at: int) -> 
 
 
 def delete_message(conn: Connection, message_id: str) -> bool:
-    # reactions go with it (ON DELETE CASCADE)
+    # reactions and attachment links go with it (ON DELETE CASCADE); uploads stay
     return conn.execute(messages.delete().where(messages.c.message_id == message_id)).rowcount > 0
 
 

@@ -319,3 +319,73 @@ vault_entries = Table(
 
 # rate limits an admin changed at run time (JSON, see services/admin.py); NULL: none
 mesh_config.append_column(Column("rate_limits", Text, nullable=True))
+
+#: apps (HTML/CSS/JS) of the app store; the source lives in ``app_versions``
+apps = Table(
+    "apps",
+    metadata,
+    Column("app_id", String(26), primary_key=True),
+    Column(
+        "owner_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("name", String(100), nullable=False),
+    Column("description", Text, nullable=False),
+    #: the current version (the newest row of ``app_versions``)
+    Column("version", Integer, nullable=False),
+    Column("deployed", Boolean, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_apps_owner_id", "owner_id"),
+    Index("ix_apps_deployed", "deployed"),
+)
+
+#: every stored version of an app's source (the oldest are pruned past a limit)
+app_versions = Table(
+    "app_versions",
+    metadata,
+    Column("app_id", String(26), ForeignKey("apps.app_id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("html", Text, nullable=False),
+    Column("css", Text, nullable=False),
+    Column("js", Text, nullable=False),
+    #: UTF-8 bytes of html + css + js
+    Column("size", Integer, nullable=False),
+    Column("created_by", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+#: uploaded files (``POST /api/upload``); the bytes live in ``<data_dir>/uploads/<stored_name>``
+uploads = Table(
+    "uploads",
+    metadata,
+    Column("upload_id", String(26), primary_key=True),
+    #: the server-chosen file name: the lower-cased id and an extension of the detected type
+    Column("stored_name", String(40), nullable=False, unique=True),
+    #: the client's file name, sanitized; metadata only, never a path
+    Column("filename", String(255), nullable=False),
+    #: the detected type (``Content-Type`` when served)
+    Column("content_type", String(100), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    # no foreign key: uploads outlive their uploader (messages may still show them)
+    Column("uploader_id", String(26), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_uploads_uploader_id", "uploader_id"),
+)
+
+#: the uploads a message carries, in order (deleting a message keeps the uploads)
+message_attachments = Table(
+    "message_attachments",
+    metadata,
+    Column(
+        "message_id",
+        String(26),
+        ForeignKey("messages.message_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("position", Integer, primary_key=True),
+    Column("upload_id", String(26), ForeignKey("uploads.upload_id"), nullable=False),
+    Index("ix_message_attachments_upload_id", "upload_id"),
+)

@@ -69,7 +69,8 @@ async def test_a_connected_agent_gets_the_command_live_and_answers(
         await ws.send(type="command_result", commandId=sent["commandId"], result={"summary": "hi"})
         await ws.send(type="command_result", commandId=sent["commandId"])
         assert (await ws.expect("error", frame="command_result"))["code"] == "already_answered"
-        await ws.send(type="command_result", commandId=event["commandId"][:-1] + "0")
+        wrong_id = event["commandId"][:-1] + ("1" if event["commandId"].endswith("0") else "0")
+        await ws.send(type="command_result", commandId=wrong_id)
         assert (await ws.expect("error"))["code"] == "command_not_found"
     answered = (await mesh.http.get(url, headers=owner.headers)).json()
     assert (answered["status"], answered["ok"], answered["result"]) == (

@@ -321,9 +321,9 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     # capabilities: what this build serves, nothing it does not
     caps = manifest["capabilities"]
     present = ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks")
-    for name in (*present, "model-proxy", "roles", "vault", "did-auth"):
+    for name in (*present, "model-proxy", "roles", "vault", "did-auth", "uploads", "apps"):
         assert name in caps
-    for name in ("apps", "uploads", "federation"):
+    for name in ("federation",):
         assert name not in caps
     assert manifest["federation"] == {"enabled": False, "policy": "none"}
 

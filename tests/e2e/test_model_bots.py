@@ -32,6 +32,7 @@ def settings(tmp_path: Path, upstream: Upstream) -> Settings:
             ModelConfig("smart", url, "echo-model"),
             ModelConfig("broken", url, "broken-model"),
             ModelConfig("builder", url, "coder-model"),
+            ModelConfig("apps", url, "app-model"),
         ),
     )
 
@@ -127,18 +128,46 @@ async def test_model_errors_become_a_short_reply(base_url: str, mesh: Mesh) -> N
     assert next(a for a in agents if a["agentId"] == sorry)["status"] == "running"
 
 
-async def test_the_coder_bot_posts_the_generated_app_and_says_so(base_url: str, mesh: Mesh) -> None:
+async def test_the_coder_bot_builds_deploys_and_changes_apps(
+    base_url: str, mesh: Mesh, upstream: Upstream
+) -> None:
     owner = await mesh.setup()
     room_id = (await mesh.create_room(owner, "workshop"))["roomId"]
-    coder = await spawn(mesh, owner, name="coder", type="coder", model="builder", rooms=[room_id])
+    coder = await spawn(mesh, owner, name="coder", type="coder", model="apps", rooms=[room_id])
     await in_room(mesh, owner, room_id, coder)
     agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
     assert next(a for a in agents if a["agentId"] == coder)["role"] == "super_agent"
     async with connect(base_url, owner) as ws:
-        await ws.send(type="send_message", roomId=room_id, content="@coder build a greeting")
+        await ws.send(type="send_message", roomId=room_id, content="@coder build a counter app")
         reply = await ws.expect("message", timeout=20, senderId=coder)
-    assert "no app store yet" in reply["content"]
-    assert "```html\n<!doctype html><title>Hi</title><h1>Hello</h1>\n```" in reply["content"]
+    # it generated the app through the node (and its model proxy), deployed
+    # it, and answered with the run URL; the app store lists it
+    run_url = reply["content"].split(": ")[-1]
+    assert reply["content"].startswith("Built **counter app**")
+    deployed = (await mesh.http.get("/api/apps/deployed")).json()
+    assert [(a["name"], a["author"], a["runUrl"]) for a in deployed] == [
+        ("counter app", "coder", run_url)
+    ]
+    page = await mesh.http.get(run_url)
+    assert page.status_code == 200
+    assert "<button" in page.text
+    assert "sandbox" in page.headers["content-security-policy"]
+    asked = [s for s in upstream.requests if s.path.endswith("/chat/completions")]
+    assert asked[-1].body["model"] == "app-model"
+
+    # "change the last app" makes a new version of that app
+    async with connect(base_url, owner) as ws:
+        await ws.send(
+            type="send_message",
+            roomId=room_id,
+            content="@coder change the last app into a json counter",
+        )
+        changed = await ws.expect("message", timeout=20, senderId=coder)
+    assert changed["content"].startswith("Updated **counter app** to version 2")
+    app_id = deployed[0]["appId"]
+    app = (await mesh.http.get(f"/api/apps/{app_id}", headers=owner.headers)).json()
+    assert app["version"] == 2
+    assert "font-size: 2em" in app["css"]
     r = await mesh.http.post(
         f"/api/agents/{coder}/command", json={"command": "status"}, headers=owner.headers
     )
@@ -149,9 +178,7 @@ async def test_the_coder_bot_posts_the_generated_app_and_says_so(base_url: str, 
 
     await wait_for(answered)
     status = (await mesh.http.get(url, headers=owner.headers)).json()["result"]
-    assert status["appsPosted"] == 1
-    assert "no app store" in status["apps"]
-    assert status["model"] == "builder"
+    assert (status["appsPosted"], status["lastApp"], status["model"]) == (1, app_id, "apps")
 
 
 async def test_a_model_bot_without_a_model_fails_clearly(base_url: str, mesh: Mesh) -> None:

@@ -1,0 +1,462 @@
+"""Uploads: store a file streamed in, find it to serve, resolve attachments.
+
+A file arrives as an async stream of chunks (the transport has already taken
+it out of its multipart envelope). It is written, while counted, to a
+temporary file in ``<data_dir>/uploads/`` and refused (413) as soon as it
+passes the limit, so memory use does not depend on the file's size. Once
+complete, its type is detected from its first bytes (the client's claim can
+only make it stricter, never more trusted: ``docs/uploads.md``), it is
+renamed to a server-chosen name (the lower-cased upload id and an extension
+of the detected type) and recorded in the store. The client's file name is
+metadata only: sanitized, stored, shown; never a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+import unicodedata
+from collections.abc import AsyncIterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, ClassVar
+from urllib.parse import urlsplit
+
+import trio
+from sqlalchemy.engine import Connection
+
+from ..config import Limits, Settings
+from ..errors import BadRequest, MeshError, NotFound, PayloadTooLarge
+from ..ids import is_ulid, new_id
+from ..models import Upload, now_ms
+from ..store import Database
+from ..store import uploads as repo
+from .authz import ADMIN, Actor, authorize
+
+__all__ = [
+    "ACTIVE_TYPES",
+    "STORED_NAME",
+    "UploadTimeout",
+    "Uploads",
+    "attachment_refs",
+    "sanitize_filename",
+    "sniff",
+]
+
+log = logging.getLogger(__name__)
+
+#: bytes of a file looked at to detect its type
+SNIFF_BYTES = 64 * 1024
+#: bytes gathered before one write to disk (one thread hop per write)
+_WRITE_BATCH = 256 * 1024
+#: a temporary file older than this (seconds) is left over from a crash
+_STALE_PARTIAL_SECONDS = 3600
+_PARTIAL_PREFIX = ".partial-"
+
+#: detected type -> (extension, Content-Type served)
+_TYPES: dict[str, tuple[str, str]] = {
+    "png": ("png", "image/png"),
+    "jpeg": ("jpg", "image/jpeg"),
+    "gif": ("gif", "image/gif"),
+    "webp": ("webp", "image/webp"),
+    "pdf": ("pdf", "application/pdf"),
+    "zip": ("zip", "application/zip"),
+    "text": ("txt", "text/plain; charset=utf-8"),
+    "json": ("json", "application/json"),
+    "html": ("html", "text/html; charset=utf-8"),
+    "svg": ("svg", "image/svg+xml"),
+    "xml": ("xml", "application/xml"),
+    "js": ("js", "text/javascript; charset=utf-8"),
+    "binary": ("bin", "application/octet-stream"),
+}
+#: types a browser could run script in, or that are unknown: served as an
+#: attachment under a sandbox CSP
+ACTIVE_TYPES = frozenset(
+    ct for kind, (_, ct) in _TYPES.items() if kind in ("html", "svg", "xml", "js", "binary")
+)
+#: every name the node gives a file: nothing else reaches the filesystem
+_EXTENSIONS = "|".join(sorted({ext for ext, _ in _TYPES.values()}))
+STORED_NAME = re.compile(rf"[0-9a-hjkmnp-tv-z]{{26}}\.(?:{_EXTENSIONS})")
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"%PDF-", "pdf"),
+    (b"PK\x03\x04", "zip"),
+    (b"PK\x05\x06", "zip"),
+    (b"PK\x07\x08", "zip"),
+)
+# the WHATWG sniffing table's HTML openers (as lower-case prefixes)
+_HTML_OPENERS = (
+    b"<!doctype html",
+    b"<html",
+    b"<head",
+    b"<body",
+    b"<script",
+    b"<iframe",
+    b"<h1",
+    b"<div",
+    b"<font",
+    b"<table",
+    b"<a",
+    b"<style",
+    b"<title",
+    b"<b",
+    b"<br",
+    b"<p",
+    b"<!--",
+    b"<meta",
+    b"<img",
+    b"<svg",
+    b"<object",
+    b"<embed",
+    b"<form",
+)
+#: what may follow an opener for it to be a tag (end of the file included)
+_TAG_ENDS = (b"", b" ", b">", b"/", b"\t", b"\n", b"\r", b"\x0c")
+_CLAIMS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    # (client Content-Types, file-name endings, kind) — claims that make a text stricter
+    (("text/html", "application/xhtml+xml"), (".html", ".htm", ".xhtml", ".shtml"), "html"),
+    (("image/svg+xml",), (".svg", ".svgz"), "svg"),
+    (("application/xml", "text/xml"), (".xml", ".xsl", ".xslt", ".rss", ".atom"), "xml"),
+    (
+        ("text/javascript", "application/javascript", "application/ecmascript", "module"),
+        (".js", ".mjs", ".cjs"),
+        "js",
+    ),
+)
+
+
+def sniff(head: bytes, size: int, claimed_type: str, filename: str) -> tuple[str, str]:
+    """Detect a file's type from its first bytes (*head*, up to :data:`SNIFF_BYTES`).
+
+    Binary formats are known by their magic bytes whatever the client says.
+    A text file is plain text, JSON, HTML, SVG or XML by its content; if the
+    client *claims* (by Content-Type or file name) that it is HTML, SVG, XML
+    or JavaScript, it is treated as such, since that is only stricter.
+    Anything else is ``application/octet-stream``.
+
+    Returns:
+        ``(extension, Content-Type)``.
+    """
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return _TYPES[kind]
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return _TYPES["webp"]
+    text_kind = _text_kind(head, complete=size <= len(head))
+    if text_kind is None:
+        return _TYPES["binary"]
+    claimed = claimed_type.split(";", 1)[0].strip().lower()
+    lowered = filename.lower()
+    for types, endings, claim in _CLAIMS:
+        if text_kind not in ("html", "svg") and (claimed in types or lowered.endswith(endings)):
+            return _TYPES[claim]
+    return _TYPES[text_kind]
+
+
+def _text_kind(head: bytes, *, complete: bool) -> str | None:
+    """``text``, ``json``, ``html``, ``svg`` or ``xml`` if *head* is UTF-8 text; else None."""
+    body = head.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # a character cut at the end of the window is still text
+        if complete or error.start < len(body) - 3:
+            return None
+        text = body[: error.start].decode("utf-8")
+    if any(ch in text for ch in "\x00\x7f") or any(
+        ord(ch) < 32 and ch not in "\t\n\r\f\x1b" for ch in text
+    ):
+        return None
+    stripped = text.lstrip().lower().encode()
+    if stripped.startswith(b"<?xml") or stripped.startswith(b"<!doctype svg"):
+        return "svg" if b"<svg" in stripped else "xml"
+    for opener in _HTML_OPENERS:
+        if stripped.startswith(opener):
+            after = stripped[len(opener) : len(opener) + 1]
+            if opener == b"<!--" or after in _TAG_ENDS:
+                return "svg" if opener == b"<svg" else "html"
+    if stripped.startswith(b"<") and b"<svg" in stripped:
+        return "svg"
+    if complete and stripped[:1] in (b"{", b"["):
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            return "json"
+    return "text"
+
+
+def sanitize_filename(name: str | None) -> str:
+    """The client's file name as metadata: its last path segment, without
+    control characters, at most 255 characters; ``file`` if nothing is left."""
+    name = unicodedata.normalize("NFC", name or "")
+    name = re.split(r"[/\\]", name)[-1]
+    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
+    name = name.strip().strip(".").strip()
+    return name[:255] or "file"
+
+
+def attachment_refs(value: object, limits: Limits) -> tuple[tuple[str, str | None], ...]:
+    """Parse a message's ``attachments``: a list of upload ids, upload URLs
+    (``http(s)://<host>/uploads/<name>``) or paths (``/uploads/<name>``).
+
+    Returns:
+        ``(upload_id, stored_name or None)`` per distinct upload, in order.
+
+    Raises:
+        BadRequest: not such a list (``invalid_attachments``).
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise BadRequest("attachments must be a list of upload URLs or ids", "invalid_attachments")
+    if len(value) > limits.max_attachments:
+        raise BadRequest(
+            f"a message may carry at most {limits.max_attachments} attachments",
+            "invalid_attachments",
+        )
+    refs: dict[str, str | None] = {}
+    for item in value:
+        if not isinstance(item, str) or len(item) > 2048:
+            raise BadRequest("each attachment must be an upload URL or id", "invalid_attachments")
+        if is_ulid(item):
+            refs.setdefault(item, None)
+            continue
+        try:
+            parts = urlsplit(item)
+        except ValueError:
+            parts = None
+        name = parts.path.removeprefix("/uploads/") if parts is not None else ""
+        if (
+            parts is None
+            or parts.scheme not in ("", "http", "https")
+            or bool(parts.scheme) != bool(parts.netloc)
+            or not parts.path.startswith("/uploads/")
+            or parts.query
+            or parts.fragment
+            or not STORED_NAME.fullmatch(name)
+        ):
+            raise BadRequest(
+                "each attachment must be an upload URL or id of this node", "invalid_attachments"
+            )
+        refs.setdefault(name[:26].upper(), name)
+    return tuple(refs.items())
+
+
+def resolve_attachments(
+    conn: Connection, refs: Sequence[tuple[str, str | None]]
+) -> tuple[Upload, ...]:
+    """The uploads *refs* name, in order (inside a store transaction).
+
+    Raises:
+        BadRequest: one names no upload on this node (``unknown_attachment``).
+    """
+    found = repo.get_many(conn, [upload_id for upload_id, _ in refs])
+    uploads = []
+    for upload_id, name in refs:
+        upload = found.get(upload_id)
+        if upload is None or (name is not None and upload.stored_name != name):
+            raise BadRequest("an attachment names no upload on this node", "unknown_attachment")
+        uploads.append(upload)
+    return tuple(uploads)
+
+
+class UploadTimeout(MeshError):
+    """The upload did not arrive within ``upload_timeout_seconds``."""
+
+    status: ClassVar[int] = 408
+    default_code: ClassVar[str] = "request_timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """An upload to serve: its record and an open file (the caller closes it)."""
+
+    upload: Upload
+    file: IO[bytes]
+    size: int
+
+
+class Uploads:
+    """Receives, records and finds uploaded files.
+
+    Owns ``<data_dir>/uploads/`` (mode 0700; files 0600).
+    """
+
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self._limits = settings.limits
+        self._quota = max(0, settings.upload_quota_bytes)
+        self._db = db
+        self.directory = settings.data_dir / "uploads"
+        self._prepared = False
+
+    async def prepare(self) -> None:
+        """Create the folder if needed and remove temporary files left by a crash."""
+        await trio.to_thread.run_sync(self._prepare_sync)
+
+    def _prepare_sync(self) -> None:
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        cutoff = time.time() - _STALE_PARTIAL_SECONDS
+        for path in self.directory.glob(_PARTIAL_PREFIX + "*"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+        self._prepared = True
+
+    async def check_allowed(self, actor: Actor, declared_bytes: int | None = None) -> None:
+        """Refuse early, before a body is read: permission, and (if the client
+        declared a length) size limit and quota. *declared_bytes* is the least
+        the file can be: the body's length less what a multipart envelope may add.
+
+        Raises:
+            Forbidden: the role may not upload.
+            PayloadTooLarge: the file cannot fit the limit or the quota.
+        """
+        authorize(actor, "files.upload")
+        if declared_bytes is None:
+            return
+        if declared_bytes > self._limits.max_upload_bytes:
+            raise self._too_large()
+        left = await self._quota_left(actor)
+        if left is not None and declared_bytes > left:
+            raise self._over_quota(left)
+
+    async def store(
+        self,
+        actor: Actor,
+        filename: str | None,
+        claimed_type: str,
+        chunks: AsyncIterable[bytes],
+    ) -> Upload:
+        """Write the file streamed in *chunks* and record it.
+
+        The stream is read to its end (the transport may check what follows
+        the file then). Nothing is left on disk if this fails or is cancelled.
+
+        Raises:
+            Forbidden: the role may not upload.
+            PayloadTooLarge: over ``max_upload_bytes`` or the actor's quota.
+            UploadTimeout: the stream took longer than ``upload_timeout_seconds``.
+            BadRequest: the stream was malformed (raised by *chunks*).
+        """
+        authorize(actor, "files.upload")
+        left = await self._quota_left(actor)
+        cap = (
+            self._limits.max_upload_bytes
+            if left is None
+            else min(left, self._limits.max_upload_bytes)
+        )
+        if not self._prepared:
+            await self.prepare()
+        upload_id = new_id()
+        temp = self.directory / f"{_PARTIAL_PREFIX}{upload_id.lower()}"
+        final: Path | None = None
+        out = await trio.to_thread.run_sync(_create_private, temp)
+        try:
+            size = 0
+            head = bytearray()
+            pending = bytearray()
+            with trio.move_on_after(self._limits.upload_timeout_seconds) as deadline:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > cap:
+                        raise (
+                            self._too_large()
+                            if left is None or cap < left
+                            else self._over_quota(left)
+                        )
+                    if len(head) < SNIFF_BYTES:
+                        head += chunk[: SNIFF_BYTES - len(head)]
+                    pending += chunk
+                    if len(pending) >= _WRITE_BATCH:
+                        await trio.to_thread.run_sync(out.write, bytes(pending))
+                        pending.clear()
+            if deadline.cancelled_caught:
+                raise UploadTimeout(
+                    f"the upload must arrive within {self._limits.upload_timeout_seconds} s"
+                )
+            if pending:
+                await trio.to_thread.run_sync(out.write, bytes(pending))
+            await trio.to_thread.run_sync(out.close)
+            name = sanitize_filename(filename)
+            ext, content_type = sniff(bytes(head), size, claimed_type, name)
+            upload = Upload(
+                upload_id=upload_id,
+                stored_name=f"{upload_id.lower()}.{ext}",
+                filename=name,
+                content_type=content_type,
+                size=size,
+                uploader_id=actor.participant_id,
+                created_at=now_ms(),
+            )
+            final = self.directory / upload.stored_name
+            await trio.to_thread.run_sync(os.rename, temp, final)
+            await self._db.write(lambda conn: repo.insert_upload(conn, upload))
+            final = None  # recorded: keep it
+            return upload
+        finally:
+            out.close()
+            for path in (temp, final):
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+
+    async def open(self, stored_name: str) -> StoredFile:
+        """An upload and its open file, by the name it is served under.
+
+        The name is checked against :data:`STORED_NAME` before anything else:
+        no other name reaches the store or the filesystem.
+
+        Raises:
+            NotFound: no such upload (``upload_not_found``).
+        """
+        if not STORED_NAME.fullmatch(stored_name):
+            raise NotFound("no such upload", "upload_not_found")
+        upload = await self._db.read(lambda conn: repo.get_by_name(conn, stored_name))
+        if upload is None:
+            raise NotFound("no such upload", "upload_not_found")
+        path = self.directory / upload.stored_name
+        try:
+            file, size = await trio.to_thread.run_sync(_open_for_reading, path)
+        except FileNotFoundError:
+            log.warning("upload %s is recorded but its file is missing", upload.stored_name)
+            raise NotFound("no such upload", "upload_not_found") from None
+        return StoredFile(upload, file, size)
+
+    async def _quota_left(self, actor: Actor) -> int | None:
+        """Bytes the actor may still upload; None if not limited."""
+        if not self._quota or actor.priority >= ADMIN:
+            return None
+        used = await self._db.read(lambda conn: repo.bytes_used(conn, actor.participant_id))
+        return max(0, self._quota - used)
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"a file may be at most {self._limits.max_upload_bytes} bytes", "upload_too_large"
+        )
+
+    def _over_quota(self, left: int) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"this file would exceed your upload quota ({left} bytes left)", "quota_exceeded"
+        )
+
+
+def _create_private(path: Path) -> IO[bytes]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    return os.fdopen(fd, "wb")
+
+
+def _open_for_reading(path: Path) -> tuple[IO[bytes], int]:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    file = os.fdopen(fd, "rb")
+    return file, os.fstat(file.fileno()).st_size
