@@ -14,9 +14,12 @@ the answer is posted when complete. The spawn's ``apiKey``, if any, goes along
 in ``X-Upstream-Api-Key``. An error from the
 model becomes a short visible reply, not a crash.
 
-The ``coder`` bot asks the model for a single-file HTML/CSS/JS app. This node
-has no app store yet, so it posts the generated source in the room and its
-``status`` says so.
+The ``coder`` bot builds apps through the node's own API with its token:
+``POST /api/apps/generate`` (the node asks the model through its proxy),
+deploys the app and replies with its run URL; asked to change "the last app",
+it asks the model for a new version and stores it with ``PUT
+/api/apps/:id/source``. It never runs generated code. (On a node without the
+app store it would post the source in the room instead.)
 
 Messages are acknowledged to the supervisor when received, not when
 answered: a bot that crashes while generating does not answer that message
