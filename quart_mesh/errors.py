@@ -24,10 +24,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "BadGateway",
     "BadRequest",
     "ConfigError",
     "Conflict",
     "Forbidden",
+    "GatewayTimeout",
     "MeshError",
     "NotFound",
     "PayloadTooLarge",
@@ -94,6 +96,20 @@ class RateLimited(MeshError):
     def __init__(self, message: str, retry_after: float, code: str | None = None) -> None:
         super().__init__(message, code)
         self.retry_after = retry_after
+
+
+class BadGateway(MeshError):
+    """Something the node called (a model upstream) failed or answered nonsense."""
+
+    status = 502
+    default_code = "upstream_error"
+
+
+class GatewayTimeout(MeshError):
+    """Something the node called did not answer in time."""
+
+    status = 504
+    default_code = "upstream_timeout"
 
 
 class Unavailable(MeshError):

@@ -13,6 +13,7 @@ import trio
 
 from quart_mesh import MeshApp, Settings, create_app, serve
 from tests.helpers import Mesh
+from tests.upstream import Upstream
 
 if TYPE_CHECKING:
     from quart.typing import TestClientProtocol
@@ -53,3 +54,11 @@ async def http(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def mesh(http: httpx.AsyncClient) -> Mesh:
     return Mesh(http)
+
+
+@pytest.fixture
+async def upstream(nursery: trio.Nursery) -> Upstream:
+    """A real OpenAI-compatible upstream on loopback (see tests/upstream.py)."""
+    server = Upstream()
+    await server.start(nursery)
+    return server

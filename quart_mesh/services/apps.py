@@ -31,9 +31,11 @@ from sqlalchemy.engine import Connection
 
 from ..config import Limits, Settings
 from ..errors import (
+    BadGateway,
     BadRequest,
     Conflict,
     Forbidden,
+    GatewayTimeout,
     MeshError,
     NotFound,
     PayloadTooLarge,
@@ -72,20 +74,6 @@ APP_PROMPT = (
     "images with CSS, SVG, canvas or data: URLs and keep state in memory. "
     "Write nothing outside the code blocks except at most one short sentence."
 )
-
-
-class BadGateway(MeshError):
-    """The model failed or answered something unusable."""
-
-    status = 502
-    default_code = "upstream_error"
-
-
-class GatewayTimeout(MeshError):
-    """The model did not answer in time."""
-
-    status = 504
-    default_code = "upstream_timeout"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-import trio
 
 from quart_mesh import Settings, create_app
 from quart_mesh.config import Limits, ModelConfig
@@ -34,13 +33,6 @@ FIELDS = {
     "updatedAt",
     "runUrl",
 }
-
-
-@pytest.fixture
-async def upstream(nursery: trio.Nursery) -> Upstream:
-    server = Upstream()
-    await server.start(nursery)
-    return server
 
 
 @pytest.fixture

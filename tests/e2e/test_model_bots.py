@@ -17,13 +17,6 @@ from tests.upstream import Upstream
 
 
 @pytest.fixture
-async def upstream(nursery: trio.Nursery) -> Upstream:
-    server = Upstream()
-    await server.start(nursery)
-    return server
-
-
-@pytest.fixture
 def settings(tmp_path: Path, upstream: Upstream) -> Settings:
     url = f"http://127.0.0.1:{upstream.port}/v1"
     return Settings(

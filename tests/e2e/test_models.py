@@ -24,13 +24,6 @@ UPSTREAM_KEY = "sk-upstream-secret-4d1f"
 
 
 @pytest.fixture
-async def upstream(nursery: trio.Nursery) -> Upstream:
-    server = Upstream()
-    await server.start(nursery)
-    return server
-
-
-@pytest.fixture
 def settings(tmp_path: Path, upstream: Upstream) -> Settings:
     configured = ModelConfig("configured", f"http://127.0.0.1:{upstream.port}/v1", "echo-model")
     return Settings(

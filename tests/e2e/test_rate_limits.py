@@ -27,13 +27,6 @@ from tests.upstream import Upstream
 
 
 @pytest.fixture
-async def upstream(nursery: trio.Nursery) -> Upstream:
-    server = Upstream()
-    await server.start(nursery)
-    return server
-
-
-@pytest.fixture
 def settings(tmp_path: Path, upstream: Upstream) -> Settings:
     return Settings(
         data_dir=tmp_path / "mesh-data",
