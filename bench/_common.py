@@ -163,10 +163,21 @@ def start_server(kind: str, data_dir: Path, *extra: str) -> ServerProcess:
             process.kill()
             raise RuntimeError(f"server did not start: {output.decode(errors='replace')}")
         output += line
-    # keep draining its output so the pipe never fills
+    # keep draining its output so the pipe never fills (into BENCH_SERVER_LOG, if set)
+    import os
     import threading
 
-    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    log_path = os.environ.get("BENCH_SERVER_LOG")
+
+    def drain() -> None:
+        assert process.stdout is not None
+        with open(log_path or os.devnull, "ab") as log:
+            log.write(output)
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+
+    threading.Thread(target=drain, daemon=True).start()
     return ServerProcess(process, match.group(1).decode())
 
 

@@ -34,16 +34,19 @@ async def run_node(data_dir: Path, *, store: bool) -> None:
     from quart_mesh.events import MessagePosted
     from quart_mesh.ids import new_id
     from quart_mesh.models import Message, now_ms
-    from quart_mesh.services.authz import authorize
+    from quart_mesh.services.authz import RoomRef, authorize
     from quart_mesh.services.messages import Messages
     from quart_mesh.services.validation import check_content
 
     if not store:
         seq = count(1_000_000)
 
-        def send_without_store(self: Messages, actor, room_id, content, *, to=None, thread_id=None):  # type: ignore[no-untyped-def]
-            """Messages.submit_send minus the store: same checks, same publish."""
-            authorize(actor, "messages.send")
+        def send_without_store(
+            self: Messages, actor, room_id, content, *, to=None, thread_id=None, attachments=None
+        ):  # type: ignore[no-untyped-def]  # noqa: E501
+            """Messages.submit_send minus the store: same checks, same publish
+            (no attachments: the benchmark sends none)."""
+            authorize(actor, "messages.send", RoomRef(room_id))
             check_content(content, self._limits)
             if room_id not in self._broker.rooms_of(actor.participant_id):
                 raise ValueError("not a member")
