@@ -43,7 +43,7 @@ async def run_node(data_dir: Path, *, store: bool) -> None:
 
         def send_without_store(
             self: Messages, actor, room_id, content, *, to=None, thread_id=None, attachments=None
-        ):  # type: ignore[no-untyped-def]  # noqa: E501
+        ):  # type: ignore[no-untyped-def]
             """Messages.submit_send minus the store: same checks, same publish
             (no attachments: the benchmark sends none)."""
             authorize(actor, "messages.send", RoomRef(room_id))

@@ -302,6 +302,18 @@ class Settings:
     #: Total bytes of uploads one participant below admin may keep (admins and the
     #: owner are not limited); 0 turns the quota off.
     upload_quota_bytes: int = 1024 * 1024 * 1024
+    #: Whether this node takes part in federation (``docs/federation.md``): when
+    #: off it neither sends nor accepts connection requests.
+    federation_enabled: bool = True
+    #: Largest difference, in seconds, between a signed request's timestamp and
+    #: this node's clock; seen nonces are kept this long.
+    federation_max_skew_seconds: int = 300
+    #: Most nonces remembered at once (signed requests beyond it get 503 ``busy``).
+    federation_max_nonces: int = 100_000
+    #: Most inbound connection requests pending at once (beyond: 429).
+    federation_max_pending: int = 100
+    #: Seconds to wait for a peer node's answer.
+    federation_timeout: float = 10.0
 
     @property
     def resolved_database_url(self) -> str:
@@ -379,6 +391,17 @@ class Settings:
             values["limits"] = Limits(**limits)
         if rate_limits := _rate_limits_from_env(env):
             values["rate_limits"] = rate_limits
+        if v := env.get("MESH_FEDERATION_ENABLED"):
+            values["federation_enabled"] = _bool(v, "MESH_FEDERATION_ENABLED")
+        for name in (
+            "federation_max_skew_seconds",
+            "federation_max_nonces",
+            "federation_max_pending",
+        ):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_int(v, "MESH_" + name.upper())
+        if v := env.get("MESH_FEDERATION_TIMEOUT"):
+            values["federation_timeout"] = _positive_float(v, "MESH_FEDERATION_TIMEOUT")
         if (v := env.get("MESH_UPLOAD_QUOTA_BYTES")) is not None:
             values["upload_quota_bytes"] = (
                 0 if v.strip() == "0" else _positive_int(v, "MESH_UPLOAD_QUOTA_BYTES")

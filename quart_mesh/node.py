@@ -20,6 +20,7 @@ from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
 from .errors import Unavailable
+from .federation import Federation
 from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
@@ -88,6 +89,7 @@ class Node:
         self.admin: Admin
         self.did_auth: DidAuth
         self.apps: Apps
+        self.federation: Federation
         self.vault = Vault(settings.limits, self.db)
         #: uploaded files (``<data_dir>/uploads/``)
         self.uploads = Uploads(settings, self.db)
@@ -154,6 +156,7 @@ class Node:
             self.polling = Polling(
                 self.settings, self.db, self.broker, self.presence, self.world, self.agents
             )
+            self.federation = Federation(self.settings, self.db, self._identity)
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()
@@ -165,6 +168,7 @@ class Node:
                 await nursery.start(self.supervisor.run)
                 await nursery.start(self.webhooks.run)
                 await nursery.start(self.model_proxy.run)
+                await nursery.start(self.federation.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -15,6 +15,7 @@ from . import (
     auth,
     discovery,
     dms,
+    federation,
     health,
     identity,
     models,
@@ -44,4 +45,5 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     admin.bp,
     apps.bp,
     uploads.bp,
+    federation.bp,
 )

@@ -41,6 +41,7 @@ async def manifest() -> tuple[dict[str, object], int, dict[str, str]]:
         mesh=mesh_node.accounts.mesh,
         identity=mesh_node.identity,
         capabilities=_capabilities(),
+        federation_enabled=mesh_node.settings.federation_enabled,
     )
     # public facts, meant to be read by other sites' pages too
     return data, 200, {"Cache-Control": "no-cache", "Access-Control-Allow-Origin": "*"}

@@ -139,6 +139,12 @@ PERMISSIONS: Final = _catalog(
     ("apps.deploy", "deploy one's apps to the app store and take them down", "apps", AGENT),
     ("apps.manage", "change, deploy and delete others' apps (owners: their own)", "apps", ADMIN),
     ("files.upload", "upload files (served publicly) and attach them to messages", "files", AGENT),
+    (
+        "federation.manage",
+        "request, accept, decline and end connections with other nodes",
+        "federation",
+        ADMIN,
+    ),
 )
 
 #: permissions a participant holds on its own things (room, message, bot)

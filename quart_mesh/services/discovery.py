@@ -248,6 +248,7 @@ async def manifest(
     mesh: MeshConfig | None,
     identity: NodeIdentity,
     capabilities: list[str],
+    federation_enabled: bool = False,
 ) -> dict[str, Any]:
     """``/.well-known/mesh-manifest.json``: who this node is and what it serves.
 
@@ -277,8 +278,12 @@ async def manifest(
         "registration": registration(mesh),
         "visibility": None if mesh is None else mesh.visibility,
         "agents": [{"agentId": b.agent_id, "name": b.name, "type": b.type} for b in bots],
-        # federation is not built yet: this node accepts no connections
-        "federation": {"enabled": False, "policy": "none"},
+        # ``manual``: an admin accepts or declines each connection request
+        "federation": (
+            {"enabled": True, "policy": "manual"}
+            if federation_enabled
+            else {"enabled": False, "policy": "none"}
+        ),
     }
 
 

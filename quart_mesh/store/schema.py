@@ -389,3 +389,23 @@ message_attachments = Table(
     Column("upload_id", String(26), ForeignKey("uploads.upload_id"), nullable=False),
     Index("ix_message_attachments_upload_id", "upload_id"),
 )
+
+#: mesh connections with other nodes (``docs/federation.md``); one row per peer
+#: node (its DID); both nodes keep the same ``connection_id``
+connections = Table(
+    "connections",
+    metadata,
+    Column("connection_id", String(26), primary_key=True),
+    Column("peer_did", String(128), nullable=False, unique=True),
+    Column("peer_name", String(200), nullable=False),
+    #: the peer's base URL (no trailing slash)
+    Column("peer_url", String(2048), nullable=False),
+    #: ``outbound`` (this node asked) or ``inbound`` (the peer asked)
+    Column("direction", String(10), nullable=False),
+    #: ``pending``, ``accepted``, ``declined`` or ``disconnected``
+    Column("status", String(20), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_connections_status", "status"),
+)

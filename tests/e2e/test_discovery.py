@@ -323,9 +323,8 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     present = ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks")
     for name in (*present, "model-proxy", "roles", "vault", "did-auth", "uploads", "apps"):
         assert name in caps
-    for name in ("federation",):
-        assert name not in caps
-    assert manifest["federation"] == {"enabled": False, "policy": "none"}
+    assert "federation" in caps
+    assert manifest["federation"] == {"enabled": True, "policy": "manual"}
 
     # the DID is the key in the data folder: a signature made with the key file verifies
     key_file = settings.data_dir / "node.key"

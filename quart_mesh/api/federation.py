@@ -1,0 +1,94 @@
+"""Mesh connections (spec §3.1, §4.13) and the node-to-node paths of federation.
+
+``POST /api/connections/request`` serves two callers: with an
+``Authorization`` header it is the admin asking this node to connect to
+another; without one it is another node's signed request (``X-Mesh-*``
+headers, ``docs/federation.md``). ``/api/connections/accepted``,
+``/declined`` and ``/disconnected`` are node-to-node only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, request
+
+from ..federation.service import SignedRequest
+from ..wire import parse_json_object
+from ._common import body, caller, node, reply
+
+bp = Blueprint("federation", __name__)
+
+
+def _own_url() -> str:
+    return (node().public_url or request.host_url).rstrip("/")
+
+
+async def _signed() -> tuple[str, dict[str, Any]]:
+    """The verified sender DID and JSON body of a node-to-node request."""
+    data = await request.get_data(cache=False)
+    raw = data.encode() if isinstance(data, str) else data
+    signed = SignedRequest(dict(request.headers), request.method, request.path, raw)
+    did = node().federation.authenticate(signed)
+    return did, (parse_json_object(raw) if raw.strip() else {})
+
+
+@bp.get("/api/connections")
+async def list_connections() -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await node().federation.list_connections(actor))
+
+
+@bp.post("/api/connections/request")
+async def request_connection() -> tuple[Any, int]:
+    federation = node().federation
+    if "Authorization" not in request.headers:
+        did, fields = await _signed()
+        return reply(await federation.receive_request(did, fields), 201)
+    actor = await caller()
+    given = await body()
+    mesh = node().accounts.mesh
+    connection = await federation.request(
+        actor,
+        url=given.req_str("url"),
+        message=given.opt_str("message") or "",
+        own_url=_own_url(),
+        own_name=_own_url() if mesh is None else mesh.name,
+    )
+    return reply(connection, 201)
+
+
+@bp.post("/api/connections/<connection_id>/accept")
+async def accept(connection_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await node().federation.accept(actor, connection_id))
+
+
+@bp.post("/api/connections/<connection_id>/decline")
+async def decline(connection_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await node().federation.decline(actor, connection_id))
+
+
+@bp.delete("/api/connections/<connection_id>")
+async def disconnect(connection_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await node().federation.disconnect(actor, connection_id))
+
+
+@bp.post("/api/connections/accepted")
+async def peer_accepted() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await node().federation.receive_notice(did, fields, "accepted"))
+
+
+@bp.post("/api/connections/declined")
+async def peer_declined() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await node().federation.receive_notice(did, fields, "declined"))
+
+
+@bp.post("/api/connections/disconnected")
+async def peer_disconnected() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await node().federation.receive_notice(did, fields, "disconnected"))

@@ -1,0 +1,397 @@
+"""Mesh connections between nodes (spec §3.1, §4.13; ``docs/federation.md``).
+
+Every change that involves the peer is made there first and here second: the
+remote call is the step that can fail, so when the peer cannot be reached or
+refuses, nothing is written locally and the caller gets ``502`` (decision
+0027). Both nodes keep the same connection id (a ULID chosen by the
+requester), one row per peer DID.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from ..config import Settings
+from ..errors import (
+    BadGateway,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    RateLimited,
+    Unauthorized,
+)
+from ..identity import NodeIdentity, public_key_from_did
+from ..ids import is_ulid, new_id
+from ..models import iso, now_ms
+from ..services.authz import Actor, authorize
+from ..store import Database
+from ..store import connections as repo
+from .signing import NonceCache, sign_request, verify_request
+
+__all__ = ["Federation", "PeerError", "SignedRequest"]
+
+log = logging.getLogger(__name__)
+
+#: longest peer URL, peer name and request message accepted
+MAX_URL_CHARS = 2048
+MAX_PEER_NAME_CHARS = 200
+MAX_MESSAGE_CHARS = 1000
+#: most bytes read from a peer's answer
+_MAX_ANSWER_BYTES = 64 * 1024
+MANIFEST_PATH = "/.well-known/mesh-manifest.json"
+REQUEST_PATH = "/api/connections/request"
+ACCEPTED_PATH = "/api/connections/accepted"
+DECLINED_PATH = "/api/connections/declined"
+DISCONNECTED_PATH = "/api/connections/disconnected"
+
+
+class PeerError(BadGateway):
+    """The peer node could not be reached (``peer_unreachable``) or refused
+    (``peer_refused``); its own errors are never passed through."""
+
+    default_code = "peer_unreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """What the transport hands over of a node-to-node request."""
+
+    headers: dict[str, str]
+    method: str
+    path: str
+    body: bytes
+
+
+class Federation:
+    """Connections with other nodes; runs in the node's nursery (:meth:`run`
+    owns the outbound HTTP client)."""
+
+    def __init__(self, settings: Settings, db: Database, identity: NodeIdentity) -> None:
+        self._settings = settings
+        self._db = db
+        self._identity = identity
+        self.nonces = NonceCache(
+            settings.federation_max_skew_seconds, settings.federation_max_nonces
+        )
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.federation_enabled
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with httpx.AsyncClient(
+            timeout=self._settings.federation_timeout,
+            follow_redirects=False,
+            trust_env=False,
+            headers={"User-Agent": "quart-mesh-federation"},
+        ) as client:
+            self._client = client
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._client = None
+
+    # -- admin operations -------------------------------------------------
+
+    async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
+        authorize(actor, "federation.manage")
+        return [to_json(row) for row in await self._db.read(repo.list_connections)]
+
+    async def request(
+        self, actor: Actor, *, url: str, message: str, own_url: str, own_name: str
+    ) -> dict[str, Any]:
+        """Ask the node at *url* to connect; recorded here only once it has the request.
+
+        Raises:
+            Forbidden, BadRequest, Conflict, PeerError.
+        """
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        base = _base_url(url)
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise BadRequest(f"message: at most {MAX_MESSAGE_CHARS} characters", "invalid_field")
+        manifest = await self._get_json(f"{base}{MANIFEST_PATH}")
+        did, name = manifest.get("did"), manifest.get("name")
+        if not isinstance(did, str) or not _is_did(did):
+            raise PeerError(f"{base} does not serve a mesh manifest with a did", "peer_invalid")
+        if did == self._identity.did:
+            raise BadRequest("this is this node's own address", "self_connection")
+        peer_name = (name if isinstance(name, str) and name else base)[:MAX_PEER_NAME_CHARS]
+        existing = await self._db.read(lambda c: repo.get_by_did(c, did))
+        if existing is not None and existing.status in ("pending", "accepted"):
+            raise Conflict(
+                f"there is already a {existing.status} connection with this node",
+                "connection_exists",
+            )
+        connection_id = new_id()
+        body = {
+            "did": self._identity.did,
+            "name": own_name,
+            "url": own_url,
+            "message": message,
+            "connectionId": connection_id,
+        }
+        await self._post_signed(base, REQUEST_PATH, body)
+        now = now_ms()
+        row = repo.ConnectionRow(
+            connection_id, did, peer_name, base, "outbound", "pending", message, now, now
+        )
+        await self._db.write(lambda c: repo.replace_connection(c, row))
+        return to_json(row)
+
+    async def accept(self, actor: Actor, connection_id: str) -> dict[str, Any]:
+        return await self._answer(actor, connection_id, "accepted", ACCEPTED_PATH)
+
+    async def decline(self, actor: Actor, connection_id: str) -> dict[str, Any]:
+        return await self._answer(actor, connection_id, "declined", DECLINED_PATH)
+
+    async def disconnect(self, actor: Actor, connection_id: str) -> dict[str, Any]:
+        """End a pending or accepted connection, on the peer first, then here."""
+        authorize(actor, "federation.manage")
+        row = await self._get(connection_id)
+        if row.status not in ("pending", "accepted"):
+            raise Conflict(f"this connection is already {row.status}", "invalid_state")
+        await self._post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
+        return await self._set(row, "disconnected")
+
+    async def _answer(
+        self, actor: Actor, connection_id: str, status: str, path: str
+    ) -> dict[str, Any]:
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        row = await self._get(connection_id)
+        if not (row.status == "pending" and row.direction == "inbound"):
+            raise Conflict(
+                "only a pending request from another node can be accepted or declined",
+                "invalid_state",
+            )
+        await self._post_signed(row.peer_url, path, self._notice(connection_id))
+        return await self._set(row, status)
+
+    # -- node-to-node (inbound) -------------------------------------------
+
+    def authenticate(self, request: SignedRequest) -> str:
+        """The DID that signed *request*.
+
+        Raises:
+            Forbidden: federation is off here.
+            Unauthorized: ``unsigned``, ``stale``, ``bad_signature``, ``replayed``.
+        """
+        self._require_enabled()
+        return verify_request(
+            request.headers,
+            request.method,
+            request.path,
+            request.body,
+            nonces=self.nonces,
+            max_skew=self._settings.federation_max_skew_seconds,
+        )
+
+    async def receive_request(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """A peer asks to connect: record it as an inbound ``pending`` request."""
+        if fields.get("did") != did:
+            raise BadRequest("did must be the signing node's DID", "invalid_field")
+        connection_id = fields.get("connectionId")
+        if not isinstance(connection_id, str) or not is_ulid(connection_id):
+            raise BadRequest("connectionId must be a ULID", "invalid_field")
+        url = fields.get("url")
+        if not isinstance(url, str):
+            raise BadRequest("url is required", "invalid_field")
+        base = _base_url(url)
+        name = fields.get("name")
+        message = fields.get("message", "")
+        if not isinstance(name, str) or not isinstance(message, str):
+            raise BadRequest("name and message must be strings", "invalid_field")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise BadRequest(f"message: at most {MAX_MESSAGE_CHARS} characters", "invalid_field")
+        now = now_ms()
+        row = repo.ConnectionRow(
+            connection_id,
+            did,
+            (name or base)[:MAX_PEER_NAME_CHARS],
+            base,
+            "inbound",
+            "pending",
+            message,
+            now,
+            now,
+        )
+        limit = self._settings.federation_max_pending
+
+        def store(conn: Any) -> None:
+            existing = repo.get_by_did(conn, did)
+            if existing is not None and existing.status in ("pending", "accepted"):
+                raise Conflict(
+                    f"there is already a {existing.status} connection with this node",
+                    "connection_exists",
+                )
+            taken = repo.get_connection(conn, connection_id)
+            if taken is not None and taken.peer_did != did:
+                raise Conflict("connectionId is taken", "connection_exists")
+            if repo.count_pending_inbound(conn) >= limit:
+                raise RateLimited("too many pending connection requests", 60)
+            repo.replace_connection(conn, row)
+
+        await self._db.write(store)
+        log.info("connection request %s from %s (%s)", connection_id, row.peer_name, did)
+        return {"ok": True, "connectionId": connection_id, "status": "pending"}
+
+    async def receive_notice(self, did: str, fields: dict[str, Any], status: str) -> dict[str, Any]:
+        """The peer accepted, declined or ended the connection *connectionId*.
+
+        Raises:
+            NotFound, Unauthorized (``wrong_peer``), Conflict (``invalid_state``).
+        """
+        connection_id = fields.get("connectionId")
+        if not isinstance(connection_id, str) or not is_ulid(connection_id):
+            raise BadRequest("connectionId must be a ULID", "invalid_field")
+        row = await self._db.read(lambda c: repo.get_connection(c, connection_id))
+        if row is None:
+            raise NotFound("no such connection", "connection_not_found")
+        if row.peer_did != did:
+            raise Unauthorized("this connection is with another node", "wrong_peer")
+        if status == "disconnected":
+            if row.status != "disconnected":
+                await self._set(row, status)
+        elif not (row.status == "pending" and row.direction == "outbound"):
+            raise Conflict(f"this connection is {row.status}", "invalid_state")
+        else:
+            await self._set(row, status)
+        return {"ok": True, "connectionId": connection_id, "status": status}
+
+    # -- helpers ----------------------------------------------------------
+
+    def _require_enabled(self) -> None:
+        if not self.enabled:
+            raise Forbidden("federation is turned off on this node", "federation_disabled")
+
+    def _notice(self, connection_id: str) -> dict[str, Any]:
+        return {"connectionId": connection_id, "did": self._identity.did}
+
+    async def _get(self, connection_id: str) -> repo.ConnectionRow:
+        row = None
+        if is_ulid(connection_id):
+            row = await self._db.read(lambda c: repo.get_connection(c, connection_id))
+        if row is None:
+            raise NotFound("no such connection", "connection_not_found")
+        return row
+
+    async def _set(self, row: repo.ConnectionRow, status: str) -> dict[str, Any]:
+        now = now_ms()
+        await self._db.write(lambda c: repo.set_status(c, row.connection_id, status, now))
+        return to_json(
+            repo.ConnectionRow(
+                row.connection_id,
+                row.peer_did,
+                row.peer_name,
+                row.peer_url,
+                row.direction,
+                status,
+                row.message,
+                row.created_at,
+                now,
+            )
+        )
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("federation is not running")
+        return self._client
+
+    async def _get_json(self, url: str) -> dict[str, Any]:
+        try:
+            response = await self._http().get(url)
+        except httpx.HTTPError as error:
+            raise PeerError(f"cannot reach {url}: {type(error).__name__}") from None
+        if response.status_code != 200:
+            raise PeerError(f"{url} answered {response.status_code}", "peer_invalid")
+        return _json_object(response.content, url)
+
+    async def _post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        headers = sign_request(self._identity, "POST", path, raw)
+        headers["Content-Type"] = "application/json"
+        url = f"{base}{path}"
+        try:
+            response = await self._http().post(url, content=raw, headers=headers)
+        except httpx.HTTPError as error:
+            raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
+        if not 200 <= response.status_code < 300:
+            code = _error_code(response.content)
+            raise PeerError(f"the peer refused ({response.status_code} {code})", "peer_refused")
+        return _json_object(response.content, url)
+
+
+def to_json(row: repo.ConnectionRow) -> dict[str, Any]:
+    """A connection as ``GET /api/connections`` lists it."""
+    return {
+        "id": row.connection_id,
+        "status": row.status,
+        "direction": row.direction,
+        "name": row.peer_name,
+        "url": row.peer_url,
+        "did": row.peer_did,
+        "message": row.message,
+        "sharedRooms": [],
+        "createdAt": iso(row.created_at),
+        "updatedAt": iso(row.updated_at),
+    }
+
+
+def _base_url(url: str) -> str:
+    """*url* checked as an http(s) base URL, without trailing slash.
+
+    Raises:
+        BadRequest: ``invalid_url``.
+    """
+    text = url.strip().rstrip("/")
+    parts = urlsplit(text)
+    if (
+        len(text) > MAX_URL_CHARS
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or any(ch.isspace() for ch in text)
+    ):
+        raise BadRequest("url must be the peer's http(s) base URL", "invalid_url")
+    return text
+
+
+def _is_did(did: str) -> bool:
+    try:
+        public_key_from_did(did)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_object(raw: bytes, url: str) -> dict[str, Any]:
+    if len(raw) > _MAX_ANSWER_BYTES:
+        raise PeerError(f"{url} answered too much", "peer_invalid")
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise PeerError(f"{url} did not answer JSON", "peer_invalid") from None
+    if not isinstance(data, dict):
+        raise PeerError(f"{url} did not answer a JSON object", "peer_invalid")
+    return data
+
+
+def _error_code(raw: bytes) -> str:
+    try:
+        data = json.loads(raw[:_MAX_ANSWER_BYTES])
+    except ValueError:
+        return "error"
+    code = data.get("code") if isinstance(data, dict) else None
+    return code[:64] if isinstance(code, str) and code.isascii() else "error"
