@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 
@@ -314,6 +315,15 @@ class Settings:
     federation_max_pending: int = 100
     #: Seconds to wait for a peer node's answer.
     federation_timeout: float = 10.0
+    #: Registry this node announces itself to while its mesh is public
+    #: (``POST {registry_url}/api/meshes/heartbeat``); ``None``: no heartbeat.
+    registry_url: str | None = None
+    #: Seconds between two heartbeats to the registry (the first is sent at start).
+    heartbeat_interval: float = 300.0
+    #: As a registry: seconds after its last heartbeat that a mesh stops being listed.
+    registry_ttl: float = 900.0
+    #: As a registry: most meshes kept at once (beyond, heartbeats of new ones get 429).
+    registry_max_entries: int = 10_000
 
     @property
     def resolved_database_url(self) -> str:
@@ -406,6 +416,15 @@ class Settings:
             values["upload_quota_bytes"] = (
                 0 if v.strip() == "0" else _positive_int(v, "MESH_UPLOAD_QUOTA_BYTES")
             )
+        if v := env.get("MESH_REGISTRY_URL"):
+            values["registry_url"] = _url(v.strip(), "MESH_REGISTRY_URL")
+            if not urlsplit(values["registry_url"]).hostname:
+                raise ConfigError(f"MESH_REGISTRY_URL must name a host, not {v!r}")
+        for name in ("heartbeat_interval", "registry_ttl"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_float(v, "MESH_" + name.upper())
+        if v := env.get("MESH_REGISTRY_MAX_ENTRIES"):
+            values["registry_max_entries"] = _positive_int(v, "MESH_REGISTRY_MAX_ENTRIES")
         return cls(**values)
 
 

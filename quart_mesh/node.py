@@ -20,7 +20,7 @@ from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
 from .errors import Unavailable
-from .federation import Federation
+from .federation import Federation, Heartbeat, Registry
 from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
@@ -90,6 +90,8 @@ class Node:
         self.did_auth: DidAuth
         self.apps: Apps
         self.federation: Federation
+        #: this node as a registry of public meshes (``GET /api/meshes/public``)
+        self.registry = Registry(settings, self.db)
         self.vault = Vault(settings.limits, self.db)
         #: uploaded files (``<data_dir>/uploads/``)
         self.uploads = Uploads(settings, self.db)
@@ -169,6 +171,11 @@ class Node:
                 await nursery.start(self.webhooks.run)
                 await nursery.start(self.model_proxy.run)
                 await nursery.start(self.federation.run)
+                if self.settings.registry_url and self.settings.federation_enabled:
+                    heartbeat = Heartbeat(
+                        self.settings, self.db, self._identity, accounts, lambda: self.public_url
+                    )
+                    await nursery.start(heartbeat.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -5,6 +5,10 @@
 another; without one it is another node's signed request (``X-Mesh-*``
 headers, ``docs/federation.md``). ``/api/connections/accepted``,
 ``/declined`` and ``/disconnected`` are node-to-node only.
+
+The registry (decision 0028): ``POST /api/meshes/heartbeat`` takes another
+node's signed heartbeat; ``GET /api/meshes/public`` lists the meshes heard
+from recently, without a token.
 """
 
 from __future__ import annotations
@@ -92,3 +96,14 @@ async def peer_declined() -> tuple[Any, int]:
 async def peer_disconnected() -> tuple[Any, int]:
     did, fields = await _signed()
     return reply(await node().federation.receive_notice(did, fields, "disconnected"))
+
+
+@bp.post("/api/meshes/heartbeat")
+async def heartbeat() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await node().registry.receive_heartbeat(did, fields))
+
+
+@bp.get("/api/meshes/public")
+async def public_meshes() -> tuple[Any, int]:
+    return reply(await node().registry.list_public())

@@ -249,6 +249,7 @@ async def manifest(
     identity: NodeIdentity,
     capabilities: list[str],
     federation_enabled: bool = False,
+    registry: str | None = None,
 ) -> dict[str, Any]:
     """``/.well-known/mesh-manifest.json``: who this node is and what it serves.
 
@@ -280,9 +281,9 @@ async def manifest(
         "agents": [{"agentId": b.agent_id, "name": b.name, "type": b.type} for b in bots],
         # ``manual``: an admin accepts or declines each connection request
         "federation": (
-            {"enabled": True, "policy": "manual"}
+            {"enabled": True, "policy": "manual", "registry": registry}
             if federation_enabled
-            else {"enabled": False, "policy": "none"}
+            else {"enabled": False, "policy": "none", "registry": None}
         ),
     }
 

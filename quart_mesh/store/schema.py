@@ -409,3 +409,22 @@ connections = Table(
     Column("updated_at", BigInteger, nullable=False),
     Index("ix_connections_status", "status"),
 )
+
+#: as a registry: meshes that announced themselves (``POST /api/meshes/heartbeat``),
+#: one row per node DID; listed while ``last_seen`` is within ``registry_ttl``
+registry_entries = Table(
+    "registry_entries",
+    metadata,
+    Column("did", String(128), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("description", Text, nullable=False),
+    #: the mesh's public base URL (no trailing slash)
+    Column("url", String(2048), nullable=False),
+    #: humans and bots, as the mesh reported them
+    Column("members", BigInteger, nullable=False),
+    Column("bots", BigInteger, nullable=False),
+    Column("version", String(64), nullable=False),
+    #: unix milliseconds of the last heartbeat
+    Column("last_seen", BigInteger, nullable=False),
+    Index("ix_registry_entries_last_seen", "last_seen"),
+)

@@ -74,7 +74,11 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             did_a = (await a.get("/.well-known/mesh-manifest.json")).json()["did"]
             manifest_b = (await b.get("/.well-known/mesh-manifest.json")).json()
             did_b = manifest_b["did"]
-            assert manifest_b["federation"] == {"enabled": True, "policy": "manual"}
+            assert manifest_b["federation"] == {
+                "enabled": True,
+                "policy": "manual",
+                "registry": None,
+            }
             assert "federation" in manifest_b["capabilities"]
 
             # members are not admins

@@ -1,0 +1,219 @@
+"""The public mesh registry and the heartbeat (``docs/federation.md``, decision 0028).
+
+Two sides, both in this module:
+
+* :class:`Heartbeat` (every node with ``registry_url``): while the mesh is set
+  up and public, POSTs a signed ``{name, description, url, did, status: "ok",
+  members, bots, version}`` to ``{registry_url}/api/meshes/heartbeat`` every
+  ``heartbeat_interval`` seconds, the first at start. When a listed mesh turns
+  private it sends one ``status: "withdrawn"``, which removes it. Failures are
+  logged and retried at the next interval; they never stop the node.
+* :class:`Registry` (every node): takes those heartbeats, signed with the same
+  scheme as node-to-node requests (:mod:`.signing`), and lists the meshes
+  heard from within ``registry_ttl`` (``GET /api/meshes/public``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+
+from .._version import __version__
+from ..config import Settings
+from ..errors import BadRequest, RateLimited
+from ..identity import NodeIdentity
+from ..models import iso, now_ms
+from ..services.accounts import Accounts
+from ..store import Database
+from ..store import admin as admin_repo
+from ..store import registry as repo
+from .service import MAX_PEER_NAME_CHARS, _base_url
+from .signing import sign_request
+
+__all__ = ["HEARTBEAT_PATH", "Heartbeat", "Registry"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_PATH = "/api/meshes/heartbeat"
+#: longest description and version string a registry keeps
+MAX_DESCRIPTION_CHARS = 2000
+MAX_VERSION_CHARS = 64
+#: largest member or bot count a registry accepts
+MAX_COUNT = 1_000_000_000
+#: most meshes ``GET /api/meshes/public`` lists
+MAX_LISTED = 1000
+STATUSES = ("ok", "withdrawn")
+
+
+class Registry:
+    """This node as a registry: heartbeats in, the public list out."""
+
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self._settings = settings
+        self._db = db
+
+    async def receive_heartbeat(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Record (or, ``status: "withdrawn"``, remove) the mesh of the node *did*.
+
+        Args:
+            did: the DID that signed the request (already verified).
+
+        Raises:
+            BadRequest: ``invalid_field`` (the body's ``did`` is not the
+                signer's, or a field is missing, too long or of the wrong type),
+                ``invalid_url``.
+            RateLimited: the registry is full of live entries.
+        """
+        if fields.get("did") != did:
+            raise BadRequest("did must be the signing node's DID", "invalid_field")
+        status = fields.get("status")
+        if status not in STATUSES:
+            raise BadRequest("status must be 'ok' or 'withdrawn'", "invalid_field")
+        if status == "withdrawn":
+            await self._db.write(lambda c: repo.delete_entry(c, did))
+            log.info("registry: %s withdrew", did)
+            return {"ok": True, "status": "withdrawn"}
+        url = fields.get("url")
+        if not isinstance(url, str):
+            raise BadRequest("url is required", "invalid_field")
+        row = repo.RegistryRow(
+            did=did,
+            name=_text(fields, "name", MAX_PEER_NAME_CHARS, required=True),
+            description=_text(fields, "description", MAX_DESCRIPTION_CHARS),
+            url=_base_url(url),
+            members=_count(fields, "members"),
+            bots=_count(fields, "bots"),
+            version=_text(fields, "version", MAX_VERSION_CHARS),
+            last_seen=now_ms(),
+        )
+        cutoff = row.last_seen - int(self._settings.registry_ttl * 1000)
+        limit = self._settings.registry_max_entries
+        stored = await self._db.write(
+            lambda c: repo.upsert_entry(c, row, max_entries=limit, cutoff=cutoff)
+        )
+        if not stored:
+            raise RateLimited("the registry is full; try again later", 60, "registry_full")
+        return {"ok": True, "status": "ok"}
+
+    async def list_public(self) -> list[dict[str, Any]]:
+        """``GET /api/meshes/public``: meshes heard from within ``registry_ttl``, newest first."""
+        since = now_ms() - int(self._settings.registry_ttl * 1000)
+        rows = await self._db.read(lambda c: repo.list_recent(c, since, MAX_LISTED))
+        return [
+            {
+                "name": r.name,
+                "description": r.description,
+                "url": r.url,
+                "did": r.did,
+                "members": r.members,
+                "bots": r.bots,
+                "version": r.version,
+                "lastSeen": iso(r.last_seen),
+            }
+            for r in rows
+        ]
+
+
+class Heartbeat:
+    """Announces this mesh to ``settings.registry_url``; runs in the node's nursery.
+
+    :meth:`run` owns its HTTP client. Each round is independent: an error is
+    logged and the next round comes ``heartbeat_interval`` seconds later;
+    cancellation ends the loop at once (no final heartbeat: a stopped node
+    drops out of the registry after its TTL).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        identity: NodeIdentity,
+        accounts: Accounts,
+        public_url: Callable[[], str | None],
+    ) -> None:
+        if settings.registry_url is None:
+            raise ValueError("Heartbeat needs settings.registry_url")
+        self._settings = settings
+        self._registry = settings.registry_url.rstrip("/")
+        self._db = db
+        self._identity = identity
+        self._accounts = accounts
+        self._public_url = public_url
+        #: whether the last heartbeat sent listed this mesh (so going private withdraws it)
+        self._listed = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with httpx.AsyncClient(
+            timeout=self._settings.federation_timeout,
+            follow_redirects=False,
+            trust_env=False,
+            headers={"User-Agent": "quart-mesh-heartbeat"},
+        ) as client:
+            task_status.started()
+            while True:
+                try:
+                    await self.beat(client)
+                except (httpx.HTTPError, OSError, ValueError) as error:
+                    log.warning("heartbeat to %s failed: %s", self._registry, error)
+                except Exception:
+                    log.exception("heartbeat to %s failed", self._registry)
+                await trio.sleep(self._settings.heartbeat_interval)
+
+    async def beat(self, client: httpx.AsyncClient) -> str | None:
+        """Send one heartbeat if there is one to send; return its status.
+
+        Raises:
+            httpx.HTTPError: the registry cannot be reached.
+            ValueError: the registry refused the heartbeat.
+        """
+        body = await self._body()
+        if body is None:
+            return None
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        headers = sign_request(self._identity, "POST", HEARTBEAT_PATH, raw)
+        headers["Content-Type"] = "application/json"
+        response = await client.post(self._registry + HEARTBEAT_PATH, content=raw, headers=headers)
+        if not 200 <= response.status_code < 300:
+            raise ValueError(f"the registry answered {response.status_code}")
+        self._listed = body["status"] == "ok"
+        return str(body["status"])
+
+    async def _body(self) -> dict[str, Any] | None:
+        mesh = self._accounts.mesh
+        url = self._public_url()
+        if mesh is None or mesh.visibility != "public" or url is None:
+            if not self._listed:
+                return None
+            return {"did": self._identity.did, "status": "withdrawn"}
+        counts = await self._db.read(admin_repo.count_everything)
+        return {
+            "name": mesh.name,
+            "description": mesh.description,
+            "url": url.rstrip("/"),
+            "did": self._identity.did,
+            "status": "ok",
+            "members": counts.participants.get("human", 0),
+            "bots": counts.participants.get("bot", 0),
+            "version": __version__,
+        }
+
+
+def _text(fields: dict[str, Any], name: str, max_chars: int, *, required: bool = False) -> str:
+    value = fields.get(name, None if required else "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise BadRequest(f"{name} must be a {'non-empty ' * required}string", "invalid_field")
+    if len(value) > max_chars:
+        raise BadRequest(f"{name}: at most {max_chars} characters", "invalid_field")
+    return value
+
+
+def _count(fields: dict[str, Any], name: str) -> int:
+    value = fields.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise BadRequest(f"{name} must be a whole number from 0 to {MAX_COUNT}", "invalid_field")
+    return value
