@@ -15,7 +15,7 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from ..errors import NotFound, Unauthorized
-from ..services.apps import render_document
+from ..services.apps import render_document, source_json
 from ..services.authz import Actor
 from ._common import body, caller, node, reply
 
@@ -136,7 +136,7 @@ async def list_versions(app_id: str) -> tuple[Any, int]:
 async def get_version(app_id: str, version: str) -> tuple[Any, int]:
     actor = await caller()
     source = await node().apps.version(actor, app_id, _version_number(version))
-    return reply({"appId": app_id, **source.to_json()})
+    return reply({"appId": app_id, **source_json(source)})
 
 
 @bp.post("/api/apps/<app_id>/deploy")

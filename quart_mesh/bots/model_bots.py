@@ -18,8 +18,7 @@ The ``coder`` bot builds apps through the node's own API with its token:
 ``POST /api/apps/generate`` (the node asks the model through its proxy),
 deploys the app and replies with its run URL; asked to change "the last app",
 it asks the model for a new version and stores it with ``PUT
-/api/apps/:id/source``. It never runs generated code. (On a node without the
-app store it would post the source in the room instead.)
+/api/apps/:id/source``. It never runs generated code.
 
 Messages are acknowledged to the supervisor when received, not when
 answered: a bot that crashes while generating does not answer that message
@@ -37,6 +36,7 @@ from typing import Any
 import httpx
 import trio
 
+from ..services.apps import parse_app_source
 from .base import Bot
 
 __all__ = ["BOT_REPLIES_PER_MINUTE", "ModelBot"]
@@ -60,7 +60,6 @@ CODER_PROMPT = (
     "<style> and <script>, no external resources) in a single ```html fenced "
     "code block, followed by one sentence describing it."
 )
-_FENCE = re.compile(r"```(?:html)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
 class ModelBot(Bot):
@@ -157,7 +156,7 @@ class ModelBot(Bot):
             nursery.start_soon(self._keep_typing, room_id)
             try:
                 if self.bot_type == "coder":
-                    text = await self._build(room_id, upto, request)
+                    text = await self._build(request)
                 else:
                     text = await self._generate(room_id, upto)
             except ModelError as error:
@@ -226,7 +225,7 @@ class ModelBot(Bot):
 
     # the coder -------------------------------------------------------------
 
-    async def _build(self, room_id: str, upto: int, request: str) -> str:
+    async def _build(self, request: str) -> str:
         """Build an app (or change the last one) and answer with its run URL.
 
         Through the node's own API with the bot's token: ``POST
@@ -246,9 +245,6 @@ class ModelBot(Bot):
             "/api/apps/generate",
             {"prompt": prompt, "model": self.model, "name": _name(prompt)},
         )
-        if r.status_code == 404 and r.json().get("code") == "not_found":
-            # a node without the app store: the source goes into the chat
-            return self._present_app(await self._generate(room_id, upto))
         app = _answer_json(r)
         deployed = _answer_json(await self._api("POST", f"/api/apps/{app['appId']}/deploy"))
         self.apps_posted += 1
@@ -277,8 +273,6 @@ class ModelBot(Bot):
             },
         ]
         answer = await self._complete(messages)
-        from ..services.apps import parse_app_source
-
         parsed = parse_app_source(answer)
         if parsed is None:
             raise ModelError("the model's answer held no app")
@@ -314,17 +308,6 @@ class ModelBot(Bot):
             return str(r.json()["choices"][0]["message"]["content"])
         except (ValueError, KeyError, IndexError, TypeError):
             raise ModelError("the model sent something unreadable") from None
-
-    def _present_app(self, text: str) -> str:
-        match = _FENCE.search(text)
-        if match is None:
-            return text
-        self.apps_posted += 1
-        source = match.group(1).strip()
-        return (
-            "Here is the app (this node has no app store yet, so here is its source; "
-            "save it as an .html file and open it):\n```html\n" + source + "\n```"
-        )
 
 
 class ModelError(Exception):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -52,13 +52,11 @@ from .model_proxy import ModelProxy, OpenAIError, Stream
 __all__ = [
     "APP_PROMPT",
     "App",
-    "AppSource",
     "Apps",
-    "BadGateway",
-    "GatewayTimeout",
     "parse_answer",
     "parse_app_source",
     "render_document",
+    "source_json",
 ]
 
 _MAX_NAME = 100
@@ -76,26 +74,16 @@ APP_PROMPT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class AppSource:
-    """One version of an app's source."""
-
-    version: int
-    html: str = field(repr=False)
-    css: str = field(repr=False)
-    js: str = field(repr=False)
-    size: int
-    created_at: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "html": self.html,
-            "css": self.css,
-            "js": self.js,
-            "size": self.size,
-            "createdAt": iso(self.created_at),
-        }
+def source_json(source: repo.Source) -> dict[str, Any]:
+    """One version of an app's source, as ``GET /api/apps/:id/versions/:n`` shows it."""
+    return {
+        "version": source.version,
+        "html": source.html,
+        "css": source.css,
+        "js": source.js,
+        "size": source.size,
+        "createdAt": iso(source.created_at),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +98,7 @@ class App:
     created_at: int
     updated_at: int
     #: the current version's source, where it was asked for
-    source: AppSource | None = None
+    source: repo.Source | None = None
 
     def run_url(self, base: str) -> str:
         return f"{base.rstrip('/')}/api/apps/{self.app_id}/run"
@@ -156,13 +144,7 @@ def _app(row: repo.AppRow, source: repo.Source | None = None) -> App:
         row.deployed,
         row.created_at,
         row.updated_at,
-        None if source is None else _source(source),
-    )
-
-
-def _source(source: repo.Source) -> AppSource:
-    return AppSource(
-        source.version, source.html, source.css, source.js, source.size, source.created_at
+        source,
     )
 
 
@@ -216,7 +198,7 @@ class Apps:
 
         return await self._db.read(read)
 
-    async def version(self, actor: Actor, app_id: str, version: int) -> AppSource:
+    async def version(self, actor: Actor, app_id: str, version: int) -> repo.Source:
         """One stored version's source.
 
         Raises:
@@ -231,7 +213,7 @@ class Apps:
         source = await self._db.read(read)
         if source is None:
             raise NotFound(f"app {app_id} has no version {version}", "version_not_found")
-        return _source(source)
+        return source
 
     async def runnable(self, actor: Actor | None, app_id: str) -> App:
         """The app to serve at ``/run``, with its current source: any deployed
