@@ -60,31 +60,9 @@ class Receiver:
     async def _connection(self, stream: trio.SocketStream) -> None:
         async with stream:
             conn = h11.Connection(h11.SERVER)
-            request: h11.Request | None = None
-            body = b""
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
-                    conn.receive_data(data)
-                    if not data and conn.their_state is not h11.DONE:
-                        return
-                    continue
-                if isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-                elif isinstance(event, h11.ConnectionClosed):
-                    return
-            assert request is not None
-            recorded = Request(
-                request.method.decode(),
-                request.target.decode(),
-                {k.decode().lower(): v.decode() for k, v in request.headers},
-                body,
-            )
+            recorded = await read_request(stream, conn)
+            if recorded is None:
+                return
             self.requests.append(recorded)
             status, answer = self.handler(recorded)
             payload = b"" if answer is None else json.dumps(answer).encode()
@@ -96,6 +74,33 @@ class Receiver:
             await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
             await stream.send_all(conn.send(h11.Data(data=payload)))
             await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def read_request(stream: trio.SocketStream, conn: h11.Connection) -> Request | None:
+    """Read one HTTP request off *stream*; ``None`` if the client hung up first."""
+    request: h11.Request | None = None
+    body = b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(65536)
+            if not data:
+                return None
+            conn.receive_data(data)
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert request is not None
+            return Request(
+                request.method.decode(),
+                request.target.decode(),
+                {k.decode().lower(): v.decode() for k, v in request.headers},
+                body,
+            )
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
 
 
 def free_port() -> int:

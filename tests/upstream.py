@@ -25,6 +25,8 @@ from typing import Any
 import h11
 import trio
 
+from tests.receiver import read_request
+
 
 @dataclass
 class Seen:
@@ -56,32 +58,12 @@ class Upstream:
     async def _connection(self, stream: trio.SocketStream) -> None:
         async with stream:
             conn = h11.Connection(h11.SERVER)
-            request: h11.Request | None = None
-            body = b""
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    conn.receive_data(data)
-                    continue
-                if isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-            assert request is not None
-            payload = json.loads(body) if body else None
-            self.requests.append(
-                Seen(
-                    request.target.decode(),
-                    {k.decode().lower(): v.decode() for k, v in request.headers},
-                    payload,
-                )
-            )
-            await self._answer(stream, conn, request.target.decode(), payload)
+            request = await read_request(stream, conn)
+            if request is None:
+                return
+            payload = json.loads(request.body) if request.body else None
+            self.requests.append(Seen(request.path, request.headers, payload))
+            await self._answer(stream, conn, request.path, payload)
 
     async def _answer(
         self, stream: trio.SocketStream, conn: h11.Connection, path: str, body: Any
