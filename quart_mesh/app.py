@@ -27,6 +27,7 @@ from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, RateLimited, error_body
+from .federation.relay import MAX_RELAY_BYTES, RELAY_PATH
 from .node import Node
 
 __all__ = ["MeshApp", "create_app"]
@@ -52,7 +53,8 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
     """Requests whose body limit is ``max_body_bytes``, except on the model
     proxy, which takes chat histories up to ``max_completion_body_bytes``, and
     on apps, whose source takes up to ``max_app_body_bytes``, and on uploads,
-    which stream files of up to ``max_upload_bytes`` to disk."""
+    which stream files of up to ``max_upload_bytes`` to disk, and on the
+    federation relay, whose batches take up to ``MAX_RELAY_BYTES``."""
     large = settings.max_completion_body_bytes
     app_source = settings.limits.max_app_body_bytes
     upload = upload_body_limit(settings.limits)
@@ -65,6 +67,8 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
                 kwargs["max_content_length"] = app_source
             elif path == UPLOAD_PATH:
                 kwargs["max_content_length"] = upload
+            elif path == RELAY_PATH:
+                kwargs["max_content_length"] = MAX_RELAY_BYTES
             super().__init__(method, scheme, path, *args, **kwargs)
 
     return MeshRequest

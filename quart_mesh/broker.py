@@ -174,6 +174,7 @@ class Broker:
         self._all: set[Subscription] = set()
         self._drops = 0
         self._published = 0
+        self._observers: list[Callable[[Event], object]] = []
 
     # membership mirror ------------------------------------------------------
 
@@ -259,12 +260,20 @@ class Broker:
             if room_subs is not None:
                 room_subs.discard(sub)
 
+    def observe(self, observer: Callable[[Event], object]) -> None:
+        """Call *observer* with every published event (synchronously: it must
+        not block, e.g. it sets a ``trio.Event``). The federation's link
+        tasks wake this way."""
+        self._observers.append(observer)
+
     # publishing -------------------------------------------------------------
 
     def publish(self, event: Event) -> int:
         """Deliver *event* to its room's subscribers (or to all, for mesh-wide
         events). Never blocks; returns how many subscriptions got it."""
         self._published += 1
+        for observer in self._observers:
+            observer(event)
         targets = self._all if event.room_id is None else self._room_subs.get(event.room_id, ())
         exclude = event.exclude
         delivered = 0

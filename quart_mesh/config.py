@@ -154,6 +154,7 @@ RATE_RULES = (
     "login_name",
     "login_address",
     "registration_address",
+    "federation_relay",
 )
 #: how many times the base limits each role gets (the owner is never limited)
 DEFAULT_ROLE_MULTIPLIERS: Mapping[str, float] = MappingProxyType(
@@ -171,7 +172,8 @@ class RateLimits:
     is dropped silently). Per login name: ``login_name``. Per client address
     (not for ``exempt_addresses``): ``login_address`` (logins, DID
     verifications) and ``registration_address`` (registrations, guest
-    sessions, bot bootstraps). An admin can change the rules and multipliers
+    sessions, bot bootstraps). Per peer node: ``federation_relay`` (events
+    relayed in from a connected node). An admin can change the rules and multipliers
     at run time (``PUT /api/admin/mesh/settings``); those changes are stored
     and win over these values.
     """
@@ -185,6 +187,7 @@ class RateLimits:
     login_name: Rate | None = Rate(10, 60)
     login_address: Rate | None = Rate(30, 60)
     registration_address: Rate | None = Rate(20, 3600)
+    federation_relay: Rate | None = Rate(600, 60, 300)
     role_multipliers: Mapping[str, float] = dataclasses.field(
         default_factory=lambda: DEFAULT_ROLE_MULTIPLIERS
     )
@@ -315,6 +318,11 @@ class Settings:
     federation_max_pending: int = 100
     #: Seconds to wait for a peer node's answer.
     federation_timeout: float = 10.0
+    #: Longest wait, in seconds, between two attempts of a link task to relay
+    #: to a peer that is down (waits double from 0.5 s up to this).
+    federation_retry_max: float = 30.0
+    #: Most events relayed to a peer in one request.
+    federation_batch: int = 100
     #: Registry this node announces itself to while its mesh is public
     #: (``POST {registry_url}/api/meshes/heartbeat``); ``None``: no heartbeat.
     registry_url: str | None = None
@@ -412,6 +420,10 @@ class Settings:
                 values[name] = _positive_int(v, "MESH_" + name.upper())
         if v := env.get("MESH_FEDERATION_TIMEOUT"):
             values["federation_timeout"] = _positive_float(v, "MESH_FEDERATION_TIMEOUT")
+        if v := env.get("MESH_FEDERATION_RETRY_MAX"):
+            values["federation_retry_max"] = _positive_float(v, "MESH_FEDERATION_RETRY_MAX")
+        if v := env.get("MESH_FEDERATION_BATCH"):
+            values["federation_batch"] = _positive_int(v, "MESH_FEDERATION_BATCH")
         if (v := env.get("MESH_UPLOAD_QUOTA_BYTES")) is not None:
             values["upload_quota_bytes"] = (
                 0 if v.strip() == "0" else _positive_int(v, "MESH_UPLOAD_QUOTA_BYTES")

@@ -20,11 +20,18 @@ __all__ = [
     "Upload",
     "iso",
     "now_ms",
+    "trust_level",
 ]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def trust_level(origin: str | None) -> str:
+    """``local`` for this node's own participants and messages; ``federated``
+    for those relayed from another node (untrusted input: ``docs/federation.md``)."""
+    return "local" if origin is None else "federated"
 
 
 def iso(ms: int | None) -> str | None:
@@ -64,6 +71,8 @@ class Participant:
     last_seen_at: int | None = None
     online: bool = False
     description: str = ""
+    #: the home node's DID of a participant of another node (``name@peer``)
+    origin: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +83,8 @@ class Participant:
             "online": self.online,
             "lastSeen": iso(self.last_seen_at),
             "createdAt": iso(self.created_at),
+            "origin": self.origin,
+            "trustLevel": trust_level(self.origin),
         }
 
 
@@ -86,6 +97,8 @@ class Room:
     created_by: str | None
     created_at: int
     member_count: int = 0
+    #: the home node's DID of a room another node shares with this one
+    origin: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +109,7 @@ class Room:
             "createdAt": iso(self.created_at),
             "createdBy": self.created_by,
             "memberCount": self.member_count,
+            "origin": self.origin,
         }
 
 
@@ -164,6 +178,8 @@ class Message:
     edited_at: int | None = None
     reactions: tuple[Reaction, ...] = field(default=())
     attachments: tuple[Upload, ...] = field(default=())
+    #: the sender's home node DID, for a message relayed from another node
+    origin: str | None = None
 
     @property
     def cursor(self) -> str:
@@ -183,4 +199,6 @@ class Message:
             "reactions": [r.to_json() for r in self.reactions],
             "attachments": [a.attachment_json() for a in self.attachments],
             "cursor": self.cursor,
+            "origin": self.origin,
+            "trustLevel": trust_level(self.origin),
         }

@@ -21,6 +21,7 @@ from .broker import Broker
 from .config import Settings
 from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
+from .federation.relay import Relay
 from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
 from .security import Passwords, Tokens, load_or_create_secret
@@ -159,6 +160,17 @@ class Node:
                 self.settings, self.db, self.broker, self.presence, self.world, self.agents
             )
             self.federation = Federation(self.settings, self.db, self._identity)
+            self.federation.relay = Relay(
+                self.settings,
+                self.db,
+                self._identity,
+                broker=self.broker,
+                rooms=self.rooms,
+                messages=self.messages,
+                accounts=accounts,
+                rate_limits=self.rate_limits,
+                post=self.federation.post_signed,
+            )
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()

@@ -6,6 +6,12 @@ another; without one it is another node's signed request (``X-Mesh-*``
 headers, ``docs/federation.md``). ``/api/connections/accepted``,
 ``/declined`` and ``/disconnected`` are node-to-node only.
 
+Shared rooms (decision 0029): ``POST /api/connections/:id/rooms`` shares a
+room of this node with the peer, ``DELETE /api/connections/:id/rooms/:roomId``
+stops; the peer learns of it through ``POST /api/federation/rooms`` and
+``/api/federation/rooms/unshared``, and changes in shared rooms travel as
+batches of events to ``POST /api/federation/relay`` (all node-to-node, signed).
+
 The registry (decision 0028): ``POST /api/meshes/heartbeat`` takes another
 node's signed heartbeat; ``GET /api/meshes/public`` lists the meshes heard
 from recently, without a token.
@@ -17,11 +23,20 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from ..errors import Unavailable
+from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
 from ._common import body, caller, node, reply
 
 bp = Blueprint("federation", __name__)
+
+
+def _relay() -> Relay:
+    relay = node().federation.relay
+    if relay is None:
+        raise Unavailable("the relay is not running", "unavailable")
+    return relay
 
 
 def _own_url() -> str:
@@ -78,6 +93,37 @@ async def decline(connection_id: str) -> tuple[Any, int]:
 async def disconnect(connection_id: str) -> tuple[Any, int]:
     actor = await caller()
     return reply(await node().federation.disconnect(actor, connection_id))
+
+
+@bp.post("/api/connections/<connection_id>/rooms")
+async def share_room(connection_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    given = await body()
+    return reply(await _relay().share(actor, connection_id, given.req_str("roomId")), 201)
+
+
+@bp.delete("/api/connections/<connection_id>/rooms/<room_id>")
+async def unshare_room(connection_id: str, room_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    return reply(await _relay().unshare(actor, connection_id, room_id))
+
+
+@bp.post("/api/federation/rooms")
+async def peer_shared_room() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await _relay().receive_share(did, fields), 201)
+
+
+@bp.post("/api/federation/rooms/unshared")
+async def peer_unshared_room() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await _relay().receive_unshare(did, fields))
+
+
+@bp.post("/api/federation/relay")
+async def peer_relay() -> tuple[Any, int]:
+    did, fields = await _signed()
+    return reply(await _relay().receive_relay(did, fields))
 
 
 @bp.post("/api/connections/accepted")

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
+from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..errors import (
@@ -34,6 +35,8 @@ from ..models import iso, now_ms
 from ..services.authz import Actor, authorize
 from ..store import Database
 from ..store import connections as repo
+from ..store import relay as relay_repo
+from .relay import Relay
 from .signing import NonceCache, sign_request, verify_request
 
 __all__ = ["Federation", "PeerError", "SignedRequest"]
@@ -82,6 +85,8 @@ class Federation:
             settings.federation_max_skew_seconds, settings.federation_max_nonces
         )
         self._client: httpx.AsyncClient | None = None
+        #: shared rooms and the relay (set by the node before :meth:`run`)
+        self.relay: Relay | None = None
 
     @property
     def enabled(self) -> bool:
@@ -95,9 +100,12 @@ class Federation:
             headers={"User-Agent": "quart-mesh-federation"},
         ) as client:
             self._client = client
-            task_status.started()
             try:
-                await trio.sleep_forever()
+                async with trio.open_nursery() as nursery:
+                    if self.relay is not None:
+                        await nursery.start(self.relay.run, client)
+                    task_status.started()
+                    await trio.sleep_forever()
             finally:
                 self._client = None
 
@@ -105,7 +113,17 @@ class Federation:
 
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
-        return [to_json(row) for row in await self._db.read(repo.list_connections)]
+        rows = await self._db.read(repo.list_connections)
+        shared = await self.relay.shared_rooms() if self.relay is not None else {}
+        links = self.relay.status if self.relay is not None else {}
+        listed = []
+        for row in rows:
+            item = to_json(row)
+            item["sharedRooms"] = shared.get(row.connection_id, [])
+            link = links.get(row.connection_id)
+            item["relay"] = None if link is None else link.to_json()
+            listed.append(item)
+        return listed
 
     async def request(
         self, actor: Actor, *, url: str, message: str, own_url: str, own_name: str
@@ -141,7 +159,7 @@ class Federation:
             "message": message,
             "connectionId": connection_id,
         }
-        await self._post_signed(base, REQUEST_PATH, body)
+        await self.post_signed(base, REQUEST_PATH, body)
         now = now_ms()
         row = repo.ConnectionRow(
             connection_id, did, peer_name, base, "outbound", "pending", message, now, now
@@ -161,7 +179,7 @@ class Federation:
         row = await self._get(connection_id)
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
-        await self._post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
+        await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
         return await self._set(row, "disconnected")
 
     async def _answer(
@@ -175,7 +193,7 @@ class Federation:
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
-        await self._post_signed(row.peer_url, path, self._notice(connection_id))
+        await self.post_signed(row.peer_url, path, self._notice(connection_id))
         return await self._set(row, status)
 
     # -- node-to-node (inbound) -------------------------------------------
@@ -287,8 +305,21 @@ class Federation:
         return row
 
     async def _set(self, row: repo.ConnectionRow, status: str) -> dict[str, Any]:
+        """Store the connection's new status; only an accepted one shares rooms
+        (ending it ends its shares and its link task at once)."""
         now = now_ms()
-        await self._db.write(lambda c: repo.set_status(c, row.connection_id, status, now))
+        connection_id = row.connection_id
+
+        def write(conn: Connection) -> list[str]:
+            repo.set_status(conn, connection_id, status, now)
+            return [] if status == "accepted" else relay_repo.drop_shares(conn, connection_id)
+
+        ended = await self._db.write(write)
+        if self.relay is not None:
+            if status == "accepted":
+                self.relay.start_link(connection_id)
+            else:
+                self.relay.connection_ended(connection_id, ended)
         return to_json(
             repo.ConnectionRow(
                 row.connection_id,
@@ -317,7 +348,12 @@ class Federation:
             raise PeerError(f"{url} answered {response.status_code}", "peer_invalid")
         return _json_object(response.content, url)
 
-    async def _post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST *body* to the peer at *base*, signed; its JSON answer.
+
+        Raises:
+            PeerError: unreachable, refused (non-2xx) or an invalid answer.
+        """
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = sign_request(self._identity, "POST", path, raw)
         headers["Content-Type"] = "application/json"

@@ -89,10 +89,15 @@ class NonceCache:
     nonce early, which would let it be replayed.
     """
 
-    def __init__(self, window_seconds: float, max_entries: int) -> None:
+    def __init__(
+        self, window_seconds: float, max_entries: int, *, not_before: float | None = None
+    ) -> None:
         self._window = window_seconds
         self._max = max_entries
         self._seen: dict[tuple[str, str], float] = {}
+        #: requests signed before this second are refused as ``stale``: nonces
+        #: live in memory, so an earlier run of the node may have seen them
+        self._not_before = int(time.time() if not_before is None else not_before)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -104,6 +109,8 @@ class NonceCache:
             Unauthorized: ``replayed``, it was seen before.
             Unavailable: ``busy``, the cache is full of live nonces.
         """
+        if timestamp < self._not_before:
+            raise Unauthorized("this request was signed before this node started", "stale")
         key = (did, nonce)
         if key in self._seen:
             raise Unauthorized("this signed request was already received", "replayed")

@@ -7,13 +7,13 @@ WebSocket, polling bots, managed bots and federation all call it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
 from ..config import Limits
-from ..errors import BadRequest, Forbidden, NotFound
+from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import (
     MessageDeleted,
     MessageEdited,
@@ -27,6 +27,7 @@ from ..models import Message, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import messages as repo
+from ..store import relay as relay_repo
 from ..store import rooms as rooms_repo
 from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
@@ -35,7 +36,24 @@ from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
 from .validation import check_content, check_emoji, check_id, cursor_number
 
-__all__ = ["Messages", "parse_cursor"]
+__all__ = ["Messages", "Relayed", "parse_cursor"]
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """What a relayed message keeps from its home node (``docs/federation.md``)."""
+
+    message_id: str
+    created_at: int
+    #: the sender's home node DID
+    origin: str
+    #: a participant id here, or ``None``
+    to: str | None = None
+    thread_id: str | None = None
+
+
+async def _first(stored: Awaitable[tuple[Message, bool]]) -> Message:
+    return (await stored)[0]
 
 
 def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
@@ -129,52 +147,133 @@ class Messages:
             PayloadTooLarge: content over the limit.
             RateLimited: the actor sends too fast (the ``messages`` rule).
         """
-        authorize(actor, "messages.send", RoomRef(room_id))
-        check_content(content, self._limits)
         refs = attachment_refs(attachments, self._limits)
-        if refs:
-            authorize(actor, "files.upload", RoomRef(room_id))
         if to is not None:
             check_id(to, "to")
         if thread_id is not None:
             check_id(thread_id, "threadId")
+        message = self._check_send(actor, room_id, content, refs, new_id(), now_ms(), None)
+        stored = self._db.submit(
+            self._storer(actor, message, to, thread_id, refs, relayed=False),
+            then=self._posted_if_new,
+        )
+        return _first(stored)
+
+    async def receive_relayed(
+        self, actor: Actor, room_id: str, content: str, relayed: Relayed
+    ) -> Message | None:
+        """Store a message relayed from another node (``docs/federation.md``):
+        the same checks as :meth:`send` for *actor* (a remote participant),
+        keeping the message's id and time. ``None`` if it is already here
+        (relays are idempotent by message id). A ``to`` or ``threadId``
+        naming nothing here is dropped rather than refused.
+
+        Raises:
+            as :meth:`send`; Conflict if the id is taken by another room's message.
+        """
+        message = self._check_send(
+            actor, room_id, content, (), relayed.message_id, relayed.created_at, relayed.origin
+        )
+        stored, new = await self._db.write(
+            self._storer(actor, message, relayed.to, relayed.thread_id, (), relayed=True),
+            then=self._posted_if_new,
+        )
+        return stored if new else None
+
+    def _check_send(
+        self,
+        actor: Actor,
+        room_id: str,
+        content: str,
+        refs: tuple[tuple[str, str | None], ...],
+        message_id: str,
+        created_at: int,
+        origin: str | None,
+    ) -> Message:
+        authorize(actor, "messages.send", RoomRef(room_id))
+        check_content(content, self._limits)
+        if refs:
+            authorize(actor, "files.upload", RoomRef(room_id))
         self._rate.participant("messages", actor)
-        message = Message(
+        return Message(
             seq=0,
-            message_id=new_id(),
+            message_id=message_id,
             room_id=room_id,
             sender_id=actor.participant_id,
             sender_name=actor.name,
             content=content,
-            created_at=now_ms(),
-            to_id=to,
-            thread_id=thread_id,
+            created_at=created_at,
+            origin=origin,
         )
 
-        def write(conn: Connection) -> Message:
+    def _storer(
+        self,
+        actor: Actor,
+        message: Message,
+        to: str | None,
+        thread_id: str | None,
+        refs: tuple[tuple[str, str | None], ...],
+        *,
+        relayed: bool,
+    ) -> Callable[[Connection], tuple[Message, bool]]:
+        """The unit of work that stores *message* (and queues it for peers if
+        its room is shared): (the message, whether it is new)."""
+        room_id = message.room_id
+
+        def write(conn: Connection) -> tuple[Message, bool]:
             found = rooms_repo.kind_and_membership(conn, room_id, actor.participant_id)
             if found is None or (found[0] == "dm" and not found[1]):
                 raise NotFound("no such room", "room_not_found")
             kind, member = found
             if not member:
                 raise Forbidden("you are not a member of this room", "not_member")
-            if to is not None and accounts_repo.get_participant(conn, to) is None:
-                raise BadRequest("to names no participant", "unknown_participant")
-            if thread_id is not None:
-                parent = repo.get_message(conn, thread_id)
+            if relayed:
+                existing = repo.get_message(conn, message.message_id)
+                if existing is not None:
+                    if existing.room_id != room_id:
+                        raise Conflict("that message id is taken", "message_id_taken")
+                    return existing, False
+            target, thread = to, thread_id
+            if target is not None and accounts_repo.get_participant(conn, target) is None:
+                if not relayed:
+                    raise BadRequest("to names no participant", "unknown_participant")
+                target = None
+            if thread is not None:
+                parent = repo.get_message(conn, thread)
                 if parent is None or parent.room_id != room_id:
-                    raise BadRequest("threadId names no message in this room", "unknown_thread")
+                    if not relayed:
+                        raise BadRequest("threadId names no message in this room", "unknown_thread")
+                    thread = None
+            draft = replace(message, to_id=target, thread_id=thread)
             if refs:
                 attached = resolve_attachments(conn, refs)
-                stored = repo.insert_message(conn, replace(message, attachments=attached))
+                stored = repo.insert_message(conn, replace(draft, attachments=attached))
                 repo.add_attachments(conn, stored.message_id, [a.upload_id for a in attached])
             else:
-                stored = repo.insert_message(conn, message)
+                stored = repo.insert_message(conn, draft)
             if kind == "dm":
                 rooms_repo.unhide_all(conn, room_id)
-            return stored
+            relay_repo.record(
+                conn,
+                room_id,
+                "message",
+                {
+                    "messageId": stored.message_id,
+                    "content": stored.content,
+                    "createdAt": stored.created_at,
+                    "to": stored.to_id,
+                    "threadId": stored.thread_id,
+                },
+                by=actor.participant_id,
+            )
+            return stored, True
 
-        return self._db.submit(write, then=self._posted)
+        return write
+
+    def _posted_if_new(self, result: tuple[Message, bool]) -> None:
+        message, new = result
+        if new:
+            self._posted(message)
 
     async def list_messages(
         self,
@@ -241,6 +340,13 @@ class Messages:
             repo.update_content(conn, message_id, content, now_ms())
             edited = repo.get_message(conn, message_id)
             assert edited is not None
+            relay_repo.record(
+                conn,
+                edited.room_id,
+                "edit",
+                {"messageId": message_id, "content": content},
+                by=actor.participant_id,
+            )
             return edited
 
         def publish(message: Message) -> None:
@@ -258,6 +364,9 @@ class Messages:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.delete", self._ref(conn, message))
             repo.delete_message(conn, message_id)
+            relay_repo.record(
+                conn, message.room_id, "delete", {"messageId": message_id}, by=actor.participant_id
+            )
             return message
 
         def publish(message: Message) -> None:
@@ -282,6 +391,8 @@ class Messages:
                     "too_many_reactions",
                 )
             added = repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
+            if added:
+                self._record_reaction(conn, actor, message, emoji, added=True)
             return self._load(conn, actor, message_id), added
 
         message, _ = await self._db.write(write, then=self._reacted(ReactionAdded, actor, emoji))
@@ -298,6 +409,8 @@ class Messages:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.react", RoomRef(message.room_id))
             removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
+            if removed:
+                self._record_reaction(conn, actor, message, emoji, added=False)
             return self._load(conn, actor, message_id), removed
 
         message, _ = await self._db.write(write, then=self._reacted(ReactionRemoved, actor, emoji))
@@ -321,6 +434,13 @@ class Messages:
                 )
 
         return publish
+
+    @staticmethod
+    def _record_reaction(
+        conn: Connection, actor: Actor, message: Message, emoji: str, *, added: bool
+    ) -> None:
+        body = {"messageId": message.message_id, "emoji": emoji, "added": added}
+        relay_repo.record(conn, message.room_id, "reaction", body, by=actor.participant_id)
 
     @staticmethod
     def _ref(conn: Connection, message: Message) -> RoomRef:

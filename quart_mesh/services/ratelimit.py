@@ -44,6 +44,7 @@ RULE_MESSAGES: Final = {
     "login_name": "too many login attempts for this name",
     "login_address": "too many login attempts from your address",
     "registration_address": "too many registrations from your address",
+    "federation_relay": "this node relays too many events",
 }
 #: idle keys examined for eviction per action (amortized sweeping)
 _SWEEP = 2

@@ -68,6 +68,7 @@ def participant_from_row(row: Any) -> Participant:
         created_at=row.created_at,
         last_seen_at=row.last_seen_at,
         description=row.description,
+        origin=row.origin_did,
     )
 
 
@@ -94,6 +95,7 @@ def insert_participant(
             description=participant.description,
             created_at=participant.created_at,
             last_seen_at=participant.last_seen_at,
+            origin_did=participant.origin,
         )
     )
 

@@ -44,6 +44,7 @@ def _message(row: Any, reacts: Sequence[Reaction] = (), attached: Sequence[Uploa
         edited_at=row.edited_at,
         reactions=tuple(reacts),
         attachments=tuple(attached),
+        origin=row.origin_did,
     )
 
 
@@ -105,8 +106,8 @@ def add_attachments(conn: Connection, message_id: str, upload_ids: Sequence[str]
 # a Core construct costs more than executing it (measured in bench_sends).
 _INSERT_MESSAGE = (
     "INSERT INTO messages (message_id, room_id, sender_id, sender_name, content, to_id,"
-    " thread_id, created_at) VALUES (:message_id, :room_id, :sender_id, :sender_name,"
-    " :content, :to_id, :thread_id, :created_at) RETURNING seq"
+    " thread_id, created_at, origin_did) VALUES (:message_id, :room_id, :sender_id,"
+    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did) RETURNING seq"
 )
 _insert_message = sa.text(_INSERT_MESSAGE).columns(sa.column("seq", sa.Integer))
 
@@ -124,6 +125,7 @@ def insert_message(conn: Connection, message: Message) -> Message:
             "to_id": message.to_id,
             "thread_id": message.thread_id,
             "created_at": message.created_at,
+            "origin_did": message.origin,
         },
     ).scalar_one()
     return dataclasses.replace(message, seq=int(seq), reactions=())

@@ -49,6 +49,7 @@ def _room(row: Any) -> Room:
         created_by=row.created_by,
         created_at=row.created_at,
         member_count=row.member_count,
+        origin=row.origin_did,
     )
 
 
@@ -68,6 +69,7 @@ def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None
             description=room.description,
             created_by=room.created_by,
             created_at=room.created_at,
+            origin_did=room.origin,
         )
     )
 

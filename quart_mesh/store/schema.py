@@ -59,6 +59,8 @@ participants = Table(
     Column("description", Text, nullable=False, default=""),
     Column("created_at", BigInteger, nullable=False),
     Column("last_seen_at", BigInteger, nullable=True),
+    # the home node's DID of a remote participant (federation); NULL for local ones
+    Column("origin_did", String(128), nullable=True),
 )
 
 rooms = Table(
@@ -76,6 +78,8 @@ rooms = Table(
     Column("created_at", BigInteger, nullable=False),
     # a permission preset (announcements, humans_only, read_only) or NULL
     Column("preset", String(32), nullable=True),
+    # the home node's DID of a room shared with this node (federation); NULL otherwise
+    Column("origin_did", String(128), nullable=True),
 )
 
 room_members = Table(
@@ -118,6 +122,8 @@ messages = Table(
     Column("thread_id", String(26), nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("edited_at", BigInteger, nullable=True),
+    # the sender's home node DID for a relayed message (federation); NULL for local ones
+    Column("origin_did", String(128), nullable=True),
     Index("ix_messages_room_id_seq", "room_id", "seq"),
     sqlite_autoincrement=True,
 )
@@ -407,7 +413,65 @@ connections = Table(
     Column("message", Text, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    #: the last ``relay_outbox.seq`` the peer acknowledged
+    Column("relay_cursor", BigInteger, nullable=False, server_default="0"),
     Index("ix_connections_status", "status"),
+)
+
+#: rooms relayed over a connection: ``out`` (a room of this node, shared with the
+#: peer) or ``in`` (the peer's room, mirrored here as a local room)
+shared_rooms = Table(
+    "shared_rooms",
+    metadata,
+    Column(
+        "room_id",
+        String(26),
+        ForeignKey("rooms.room_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("connection_id", String(26), primary_key=True),
+    #: the room's id on its home node (``room_id`` itself for ``out``)
+    Column("home_room_id", String(26), nullable=False),
+    Column("direction", String(3), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("connection_id", "home_room_id"),
+)
+
+#: participants of other nodes, as this node knows them (one local participant
+#: per home node and id on that node)
+remote_participants = Table(
+    "remote_participants",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    #: the connection its events last arrived over
+    Column("connection_id", String(26), nullable=False),
+    Column("node_did", String(128), nullable=False),
+    Column("node_name", String(200), nullable=False),
+    Column("remote_id", String(26), nullable=False),
+    Column("remote_name", String(200), nullable=False),
+    UniqueConstraint("node_did", "remote_id"),
+)
+
+#: events of shared rooms waiting for the peers' link tasks (written in the
+#: same transaction as the change itself; pruned once every peer has them)
+relay_outbox = Table(
+    "relay_outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("room_id", String(26), nullable=False),
+    #: ``message``, ``edit``, ``delete`` or ``reaction``
+    Column("kind", String(16), nullable=False),
+    Column("body", Text, nullable=False),
+    #: the connection the event arrived over (it is not sent back there); NULL: local
+    Column("via_connection", String(26), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_relay_outbox_room_id", "room_id"),
+    sqlite_autoincrement=True,
 )
 
 #: as a registry: meshes that announced themselves (``POST /api/meshes/heartbeat``),

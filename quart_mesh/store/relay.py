@@ -1,0 +1,326 @@
+"""Repository: federation relay — shared rooms, remote participants, the outbox.
+
+The outbox is written by the message services inside the same transaction as
+the change it carries (:func:`record`), so a committed change is never lost
+to a peer; each connection's link task reads it after the connection's
+``relay_cursor`` (``docs/federation.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..models import now_ms
+from .schema import (
+    connections,
+    participants,
+    relay_outbox,
+    remote_participants,
+    rooms,
+    shared_rooms,
+)
+
+__all__ = [
+    "OutboxItem",
+    "RemoteParticipant",
+    "Share",
+    "add_share",
+    "advance_cursor",
+    "cursor_of",
+    "drop_shares",
+    "find_remote",
+    "get_share",
+    "insert_remote",
+    "is_shared",
+    "list_shared_room_ids",
+    "outbox_after",
+    "outbox_head",
+    "participant_ref",
+    "prune_outbox",
+    "record",
+    "remote_of",
+    "remove_share",
+    "set_remote_connection",
+    "share_by_home",
+    "shares_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    room_id: str
+    connection_id: str
+    home_room_id: str
+    #: ``out``: this node's room, shared with the peer; ``in``: the peer's room
+    direction: str
+    created_at: int
+    room_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteParticipant:
+    participant_id: str
+    connection_id: str
+    node_did: str
+    node_name: str
+    remote_id: str
+    remote_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    seq: int
+    room_id: str
+    home_room_id: str
+    kind: str
+    body: dict[str, Any]
+
+
+# shared rooms ---------------------------------------------------------------
+
+
+def _share(row: Any) -> Share:
+    return Share(
+        row.room_id,
+        row.connection_id,
+        row.home_room_id,
+        row.direction,
+        row.created_at,
+        getattr(row, "name", ""),
+    )
+
+
+def add_share(
+    conn: Connection, room_id: str, connection_id: str, home_room_id: str, direction: str
+) -> Share:
+    created = now_ms()
+    conn.execute(
+        shared_rooms.insert().values(
+            room_id=room_id,
+            connection_id=connection_id,
+            home_room_id=home_room_id,
+            direction=direction,
+            created_at=created,
+        )
+    )
+    return Share(room_id, connection_id, home_room_id, direction, created)
+
+
+def remove_share(conn: Connection, room_id: str, connection_id: str) -> bool:
+    c = shared_rooms.c
+    query = shared_rooms.delete().where(c.room_id == room_id, c.connection_id == connection_id)
+    return conn.execute(query).rowcount > 0
+
+
+def drop_shares(conn: Connection, connection_id: str) -> list[str]:
+    """End every share of a connection; the local room ids it had."""
+    c = shared_rooms.c
+    ids = [
+        r.room_id
+        for r in conn.execute(sa.select(c.room_id).where(c.connection_id == connection_id))
+    ]
+    conn.execute(shared_rooms.delete().where(c.connection_id == connection_id))
+    return ids
+
+
+def get_share(conn: Connection, room_id: str, connection_id: str) -> Share | None:
+    c = shared_rooms.c
+    row = conn.execute(
+        sa.select(shared_rooms).where(c.room_id == room_id, c.connection_id == connection_id)
+    ).first()
+    return None if row is None else _share(row)
+
+
+def share_by_home(conn: Connection, connection_id: str, home_room_id: str) -> Share | None:
+    """The share of the room known on its home node as *home_room_id*."""
+    c = shared_rooms.c
+    row = conn.execute(
+        sa.select(shared_rooms).where(
+            c.connection_id == connection_id, c.home_room_id == home_room_id
+        )
+    ).first()
+    return None if row is None else _share(row)
+
+
+def shares_of(conn: Connection, connection_id: str | None = None) -> list[Share]:
+    """Shares (of one connection, or all) with their local room names."""
+    c = shared_rooms.c
+    query = sa.select(shared_rooms, rooms.c.name).join(rooms, rooms.c.room_id == c.room_id)
+    if connection_id is not None:
+        query = query.where(c.connection_id == connection_id)
+    return [_share(r) for r in conn.execute(query.order_by(c.created_at, c.room_id))]
+
+
+def is_shared(conn: Connection, room_id: str) -> bool:
+    c = shared_rooms.c
+    return (
+        conn.execute(sa.select(c.room_id).where(c.room_id == room_id).limit(1)).first() is not None
+    )
+
+
+def list_shared_room_ids(conn: Connection) -> set[str]:
+    return {r.room_id for r in conn.execute(sa.select(shared_rooms.c.room_id))}
+
+
+# remote participants ----------------------------------------------------------
+
+
+def _remote(row: Any) -> RemoteParticipant:
+    return RemoteParticipant(
+        row.participant_id,
+        row.connection_id,
+        row.node_did,
+        row.node_name,
+        row.remote_id,
+        row.remote_name,
+    )
+
+
+def find_remote(conn: Connection, node_did: str, remote_id: str) -> RemoteParticipant | None:
+    c = remote_participants.c
+    row = conn.execute(
+        sa.select(remote_participants).where(c.node_did == node_did, c.remote_id == remote_id)
+    ).first()
+    return None if row is None else _remote(row)
+
+
+def set_remote_connection(conn: Connection, participant_id: str, connection_id: str) -> None:
+    """Note the connection a remote participant's events now arrive over."""
+    c = remote_participants.c
+    conn.execute(
+        sa.update(remote_participants)
+        .where(c.participant_id == participant_id)
+        .values(connection_id=connection_id)
+    )
+
+
+def remote_of(conn: Connection, participant_id: str) -> RemoteParticipant | None:
+    c = remote_participants.c
+    row = conn.execute(
+        sa.select(remote_participants).where(c.participant_id == participant_id)
+    ).first()
+    return None if row is None else _remote(row)
+
+
+def insert_remote(conn: Connection, remote: RemoteParticipant) -> None:
+    conn.execute(
+        remote_participants.insert().values(
+            participant_id=remote.participant_id,
+            connection_id=remote.connection_id,
+            node_did=remote.node_did,
+            node_name=remote.node_name,
+            remote_id=remote.remote_id,
+            remote_name=remote.remote_name,
+        )
+    )
+
+
+def participant_ref(conn: Connection, participant_id: str) -> tuple[dict[str, Any], str | None]:
+    """How a participant is named to peers, and the connection it arrived over.
+
+    A local participant is ``{"id", "name", "kind", "type", "node": None}``
+    (the link task fills in this node); a remote one keeps its home node's
+    id, name and node.
+    """
+    c = participants.c
+    row = conn.execute(
+        sa.select(c.name, c.kind, c.type).where(c.participant_id == participant_id)
+    ).first()
+    remote = remote_of(conn, participant_id)
+    kind, type_ = (row.kind, row.type) if row is not None else ("human", "human")
+    if remote is None:
+        name = row.name if row is not None else participant_id
+        return {"id": participant_id, "name": name, "kind": kind, "type": type_, "node": None}, None
+    node = {"did": remote.node_did, "name": remote.node_name}
+    ref = {"id": remote.remote_id, "name": remote.remote_name, "kind": kind, "type": type_}
+    return {**ref, "node": node}, remote.connection_id
+
+
+# the outbox -------------------------------------------------------------------
+
+
+def record(conn: Connection, room_id: str, kind: str, body: dict[str, Any], by: str) -> None:
+    """Queue a change of *room_id* by participant *by* for the peers the room
+    is shared with (nothing if it is not shared). Call inside the change's
+    own transaction."""
+    if not is_shared(conn, room_id):
+        return
+    ref, via = participant_ref(conn, by)
+    payload = {**body, "by": ref}
+    to = payload.get("to")
+    if isinstance(to, str):
+        payload["to"] = participant_ref(conn, to)[0]
+    conn.execute(
+        relay_outbox.insert().values(
+            room_id=room_id,
+            kind=kind,
+            body=json.dumps(payload, separators=(",", ":")),
+            via_connection=via,
+            created_at=now_ms(),
+        )
+    )
+
+
+def outbox_head(conn: Connection) -> int:
+    return int(
+        conn.execute(sa.select(sa.func.coalesce(sa.func.max(relay_outbox.c.seq), 0))).scalar_one()
+    )
+
+
+def outbox_after(
+    conn: Connection, connection_id: str, cursor: int, limit: int
+) -> tuple[list[OutboxItem], int]:
+    """Up to *limit* events for the peer of *connection_id* after *cursor*
+    (oldest first: events of rooms shared over it, recorded since they were
+    shared, that did not arrive over it), and the outbox head."""
+    o, s = relay_outbox.c, shared_rooms.c
+    query = (
+        sa.select(o.seq, o.room_id, o.kind, o.body, s.home_room_id)
+        .join(shared_rooms, sa.and_(s.room_id == o.room_id, s.connection_id == connection_id))
+        .where(
+            o.seq > cursor,
+            o.created_at >= s.created_at,
+            sa.or_(o.via_connection.is_(None), o.via_connection != connection_id),
+        )
+        .order_by(o.seq)
+        .limit(limit)
+    )
+    items = [
+        OutboxItem(r.seq, r.room_id, r.home_room_id, r.kind, json.loads(r.body))
+        for r in conn.execute(query)
+    ]
+    return items, outbox_head(conn)
+
+
+def cursor_of(conn: Connection, connection_id: str) -> int:
+    c = connections.c
+    value = conn.execute(
+        sa.select(c.relay_cursor).where(c.connection_id == connection_id)
+    ).scalar_one_or_none()
+    return int(value or 0)
+
+
+def advance_cursor(conn: Connection, connection_id: str, cursor: int) -> None:
+    c = connections.c
+    conn.execute(
+        sa.update(connections)
+        .where(c.connection_id == connection_id, c.relay_cursor < cursor)
+        .values(relay_cursor=cursor)
+    )
+
+
+def prune_outbox(conn: Connection) -> int:
+    """Delete events every accepted connection has passed; how many."""
+    c = connections.c
+    low = conn.execute(
+        sa.select(sa.func.min(c.relay_cursor)).where(c.status == "accepted")
+    ).scalar_one()
+    query = relay_outbox.delete()
+    if low is not None:
+        query = query.where(relay_outbox.c.seq <= low)
+    return int(conn.execute(query).rowcount)
