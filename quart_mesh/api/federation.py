@@ -23,7 +23,7 @@ from typing import Any
 
 from quart import Blueprint, request
 
-from ..errors import Unavailable
+from ..errors import BadRequest, Unavailable
 from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
@@ -92,7 +92,11 @@ async def decline(connection_id: str) -> tuple[Any, int]:
 @bp.delete("/api/connections/<connection_id>")
 async def disconnect(connection_id: str) -> tuple[Any, int]:
     actor = await caller()
-    return reply(await node().federation.disconnect(actor, connection_id))
+    force = request.args.get("force", "false").lower()
+    if force not in ("true", "false", "1", "0"):
+        raise BadRequest("force must be true or false", "invalid_field")
+    result = await node().federation.disconnect(actor, connection_id, force=force in ("true", "1"))
+    return reply(result)
 
 
 @bp.post("/api/connections/<connection_id>/rooms")

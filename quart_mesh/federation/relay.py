@@ -34,7 +34,7 @@ from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, RateLimited
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
-from ..models import Participant, Room, iso, now_ms
+from ..models import Message, Participant, Room, iso, now_ms
 from ..services.authz import MEMBER, Actor, authorize
 from ..services.messages import Relayed
 from ..services.validation import check_room_name
@@ -75,6 +75,8 @@ _KINDS = frozenset({"message", "edit", "delete", "reaction"})
 _FIRST_RETRY = 0.5
 #: a link looks at its outbox at least this often, woken or not
 _IDLE_POLL = 10.0
+#: remote participants whose local id is remembered in memory at most
+_MAX_REMEMBERED = 10_000
 _SLUG = re.compile(r"[^a-z0-9]+")
 _NAME_CHARS = re.compile(r"[^\w.-]")
 
@@ -144,6 +146,8 @@ class Relay:
         self._wakeups: dict[str, trio.Event] = {}
         self._locks: collections.defaultdict[str, trio.Lock] = collections.defaultdict(trio.Lock)
         self._shared: set[str] = set()
+        #: (home node DID, id there) -> (participant id here, connection)
+        self._remote_ids: dict[tuple[str, str], tuple[str, str]] = {}
         self.status: dict[str, LinkStatus] = {}
 
     # -- life -------------------------------------------------------------
@@ -457,22 +461,48 @@ class Relay:
         if len(events) > MAX_EVENTS:
             raise BadRequest(f"at most {MAX_EVENTS} events per request", "too_many_events")
         results: list[dict[str, Any]] = []
+        # messages are queued without waiting for their commit (the store's
+        # writer keeps them, and every later write, in order) and awaited at
+        # the end, so a batch commits in few transactions
+        pending: list[tuple[dict[str, Any], Awaitable[Message | None]]] = []
+        shares: dict[str, repo.Share | None] = {}
         async with self._locks[row.connection_id]:
-            for event in events:
-                seq = event.get("seq") if isinstance(event, dict) else None
-                self._rate.key("federation_relay", did)
-                try:
-                    outcome = await self._apply(row, event)
-                except RateLimited:
-                    raise
-                except MeshError as error:
-                    log.info("refused relayed event from %s: %s", row.peer_name, error.code)
-                    results.append({"seq": seq, "status": "refused", "code": error.code})
-                else:
-                    results.append({"seq": seq, "status": outcome})
+            try:
+                for event in events:
+                    slot: dict[str, Any] = {
+                        "seq": event.get("seq") if isinstance(event, dict) else None
+                    }
+                    self._rate.key("federation_relay", did)
+                    try:
+                        outcome = await self._apply(row, event, shares)
+                    except RateLimited:
+                        raise
+                    except MeshError as error:
+                        log.info("refused relayed event from %s: %s", row.peer_name, error.code)
+                        slot.update(status="refused", code=error.code)
+                    else:
+                        if isinstance(outcome, str):
+                            slot["status"] = outcome
+                        else:
+                            pending.append((slot, outcome))
+                    results.append(slot)
+            finally:
+                with trio.CancelScope(shield=True):
+                    for slot, stored in pending:
+                        try:
+                            slot["status"] = "ok" if await stored is not None else "duplicate"
+                        except MeshError as error:
+                            slot.update(status="refused", code=error.code)
         return {"ok": True, "results": results}
 
-    async def _apply(self, row: connections_repo.ConnectionRow, event: object) -> str:
+    async def _apply(
+        self,
+        row: connections_repo.ConnectionRow,
+        event: object,
+        shares: dict[str, repo.Share | None],
+    ) -> str | Awaitable[Message | None]:
+        """Apply one event: its outcome, or for a message the awaitable of its
+        queued write (see :meth:`receive_relay`)."""
         if not isinstance(event, dict):
             raise BadRequest("each event must be an object", "invalid_event")
         kind = event.get("kind")
@@ -481,7 +511,11 @@ class Relay:
         home_id = event.get("room")
         if not isinstance(home_id, str) or not is_ulid(home_id):
             raise BadRequest("room must be a ULID", "invalid_event")
-        share = await self._db.read(lambda c: repo.share_by_home(c, row.connection_id, home_id))
+        if home_id not in shares:
+            shares[home_id] = await self._db.read(
+                lambda c: repo.share_by_home(c, row.connection_id, home_id)
+            )
+        share = shares[home_id]
         if share is None:
             raise NotFound("this room is not shared with this node", "room_not_shared")
         by = _participant_ref(event.get("by"), "by")
@@ -512,8 +546,7 @@ class Relay:
                 to=await self._local_participant(row, event.get("to")),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
             )
-            stored = await self._messages.receive_relayed(actor, room_id, content, relayed)
-            return "ok" if stored is not None else "duplicate"
+            return self._messages.submit_relayed(actor, room_id, content, relayed)
         if kind == "edit":
             content = event.get("content")
             if not isinstance(content, str):
@@ -576,8 +609,17 @@ class Relay:
             repo.insert_remote(conn, remote)
             return participant
 
-        participant = await self._db.write(write)
-        actor = self._accounts.actor_for(participant)
+        key = (node["did"], by["id"])
+        known = self._remote_ids.get(key)
+        actor = None
+        if known is not None and known[1] == connection_id:
+            actor = await self._accounts.actor_of(known[0])  # None if deleted since
+        if actor is None:
+            participant = await self._db.write(write)
+            if len(self._remote_ids) >= _MAX_REMEMBERED:
+                self._remote_ids.clear()
+            self._remote_ids[key] = (participant.participant_id, connection_id)
+            actor = self._accounts.actor_for(participant)
         if actor.priority >= MEMBER:  # Tier 4 at most, whatever role it was given here
             actor = replace(actor, role="agent")
         if room_id not in self._broker.rooms_of(actor.participant_id):

@@ -173,14 +173,29 @@ class Federation:
     async def decline(self, actor: Actor, connection_id: str) -> dict[str, Any]:
         return await self._answer(actor, connection_id, "declined", DECLINED_PATH)
 
-    async def disconnect(self, actor: Actor, connection_id: str) -> dict[str, Any]:
-        """End a pending or accepted connection, on the peer first, then here."""
+    async def disconnect(
+        self, actor: Actor, connection_id: str, *, force: bool = False
+    ) -> dict[str, Any]:
+        """End a pending or accepted connection, on the peer first, then here.
+        With *force*, end it here even if the peer cannot be told
+        (``peerNotified`` says whether it was).
+
+        Raises:
+            Forbidden, NotFound, Conflict (``invalid_state``), PeerError (without *force*).
+        """
         authorize(actor, "federation.manage")
         row = await self._get(connection_id)
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
-        await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
-        return await self._set(row, "disconnected")
+        notified = True
+        try:
+            await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
+        except PeerError as error:
+            if not force:
+                raise
+            log.warning("connection %s ended without telling the peer: %s", connection_id, error)
+            notified = False
+        return {**await self._set(row, "disconnected"), "peerNotified": notified}
 
     async def _answer(
         self, actor: Actor, connection_id: str, status: str, path: str

@@ -56,6 +56,11 @@ async def _first(stored: Awaitable[tuple[Message, bool]]) -> Message:
     return (await stored)[0]
 
 
+async def _if_new(stored: Awaitable[tuple[Message, bool]]) -> Message | None:
+    message, new = await stored
+    return message if new else None
+
+
 def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
     """A ``before``/``since`` value: a cursor (decimal) or a message id in this room.
 
@@ -159,26 +164,27 @@ class Messages:
         )
         return _first(stored)
 
-    async def receive_relayed(
+    def submit_relayed(
         self, actor: Actor, room_id: str, content: str, relayed: Relayed
-    ) -> Message | None:
+    ) -> Awaitable[Message | None]:
         """Store a message relayed from another node (``docs/federation.md``):
         the same checks as :meth:`send` for *actor* (a remote participant),
-        keeping the message's id and time. ``None`` if it is already here
-        (relays are idempotent by message id). A ``to`` or ``threadId``
-        naming nothing here is dropped rather than refused.
+        keeping the message's id and time. Checks and queues now, like
+        :meth:`submit_send`; the awaitable gives the stored message, or
+        ``None`` if it was here already (relays are idempotent by message id).
+        A ``to`` or ``threadId`` naming nothing here is dropped, not refused.
 
         Raises:
-            as :meth:`send`; Conflict if the id is taken by another room's message.
+            as :meth:`send`; Conflict (on await) if another room's message has the id.
         """
         message = self._check_send(
             actor, room_id, content, (), relayed.message_id, relayed.created_at, relayed.origin
         )
-        stored, new = await self._db.write(
+        stored = self._db.submit(
             self._storer(actor, message, relayed.to, relayed.thread_id, (), relayed=True),
             then=self._posted_if_new,
         )
-        return stored if new else None
+        return _if_new(stored)
 
     def _check_send(
         self,

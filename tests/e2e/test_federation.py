@@ -185,3 +185,74 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             assert await _connections(a, owner_a) == before
         assert b"Traceback" not in node_a.output + node_b.output
         await node_a.stop()
+
+
+async def test_a_node_with_federation_off_stands_alone(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    with trio.fail_after(45):
+        node = ServerProcess(tmp_path / "solo", env={"MESH_FEDERATION_ENABLED": "false"})
+        peer = ServerProcess(tmp_path / "peer")
+        url = await node.start(nursery)
+        url_peer = await peer.start(nursery)
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=10) as solo,
+            httpx.AsyncClient(base_url=url_peer, timeout=10) as other,
+        ):
+            owner = await Mesh(solo).setup()
+            owner_peer = await Mesh(other).setup()
+            manifest = (await solo.get("/.well-known/mesh-manifest.json")).json()
+            assert manifest["federation"] == {"enabled": False, "policy": "none", "registry": None}
+            # no connections either way
+            r = await solo.post(
+                "/api/connections/request", json={"url": url_peer}, headers=owner.headers
+            )
+            assert_error(r, 403, "federation_disabled")
+            r = await other.post(
+                "/api/connections/request", json={"url": url}, headers=owner_peer.headers
+            )
+            assert_error(r, 502, "peer_refused")
+            assert await _connections(solo, owner) == []
+            assert await _connections(other, owner_peer) == []
+            # every node-to-node path refuses, signed or not
+            key, did = _key()
+            for path in ("/api/federation/relay", "/api/federation/rooms"):
+                raw, headers = _signed(key, did, path, {"connectionId": new_id()})
+                r = await solo.post(path, content=raw, headers=headers)
+                assert_error(r, 403, "federation_disabled")
+            # and everything else works: rooms, messages, history
+            mesh = Mesh(solo)
+            room = await mesh.create_room(owner, "local")
+            sent = await mesh.send(owner, room["roomId"], "still here")
+            assert (sent["origin"], sent["trustLevel"]) == (None, "local")
+            [stored] = await mesh.messages(owner, room["roomId"])
+            assert stored["messageId"] == sent["messageId"]
+        assert b"Traceback" not in node.output + peer.output
+        await node.stop()
+        await peer.stop()
+
+
+async def test_pending_requests_are_capped(tmp_path: Path, nursery: trio.Nursery) -> None:
+    with trio.fail_after(30):
+        node = ServerProcess(tmp_path / "capped", env={"MESH_FEDERATION_MAX_PENDING": "2"})
+        url = await node.start(nursery)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            owner = await Mesh(http).setup()
+            statuses = []
+            for i in range(3):
+                key, did = _key()
+                body = {
+                    "did": did,
+                    "name": f"stranger {i}",
+                    "url": f"http://127.0.0.1:{9 + i}",
+                    "message": "let me in",
+                    "connectionId": new_id(),
+                }
+                path = "/api/connections/request"
+                raw, headers = _signed(key, did, path, body)
+                r = await http.post(path, content=raw, headers=headers)
+                statuses.append(r.status_code)
+            assert statuses == [201, 201, 429]
+            assert_error(r, 429, "rate_limited")
+            assert [c["status"] for c in await _connections(http, owner)] == ["pending"] * 2
+        await node.stop()

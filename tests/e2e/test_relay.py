@@ -334,6 +334,34 @@ async def test_relay_is_durable_across_downtime_and_restarts(
             await wait_for_messages(a, alice, room["roomId"], 26, timeout=2)
             raise AssertionError("a message arrived twice")
 
+        # ending a connection with a peer that is down: refused, unless forced
+        assert await b.process.stop() == 0
+        r = await a.http.delete(f"/api/connections/{connection_id}", headers=a.owner.headers)
+        assert_error(r, 502, "peer_unreachable")
+        r = await a.http.delete(
+            f"/api/connections/{connection_id}?force=true", headers=a.owner.headers
+        )
+        assert r.status_code == 200, r.text
+        assert (r.json()["status"], r.json()["peerNotified"]) == ("disconnected", False)
+        # B comes back with a message still to relay: A refuses it, B keeps retrying
+        await b.start(nursery)
+        await b.mesh.send(bob, mirror_id, "after A left")
+        with trio.fail_after(15):
+            while (await b.connections())[0]["relay"]["lastError"] != "the peer answered 403":
+                await trio.sleep(0.1)
+        assert len(await a.mesh.messages(alice, room["roomId"], limit=200)) == 25
+        # B's admin ends it too: both disconnected, nothing shared
+        r = await b.http.delete(f"/api/connections/{connection_id}", headers=b.owner.headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["peerNotified"] is True
+        for node in (a, b):
+            [conn] = await node.connections()
+            assert (conn["status"], conn["sharedRooms"], conn["relay"]) == (
+                "disconnected",
+                [],
+                None,
+            )
+
 
 async def test_three_nodes_share_one_room(tmp_path: Path, nursery: trio.Nursery) -> None:
     async with nodes(tmp_path, nursery, "a", "b", "c") as (a, b, c):
