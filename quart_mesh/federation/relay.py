@@ -145,7 +145,10 @@ class Relay:
         self._links: dict[str, trio.CancelScope] = {}
         self._wakeups: dict[str, trio.Event] = {}
         self._locks: collections.defaultdict[str, trio.Lock] = collections.defaultdict(trio.Lock)
+        #: rooms that are (or were, since the node started) shared: a superset,
+        #: so that writes in other rooms skip the outbox without a lookup
         self._shared: set[str] = set()
+        messages.federated_rooms = self._shared
         #: (home node DID, id there) -> (participant id here, connection)
         self._remote_ids: dict[tuple[str, str], tuple[str, str]] = {}
         self.status: dict[str, LinkStatus] = {}
@@ -160,7 +163,7 @@ class Relay:
     ) -> None:
         """Start one link task per accepted connection; run until cancelled."""
         self._client = client
-        self._shared = await self._db.read(repo.list_shared_room_ids)
+        self._shared.update(await self._db.read(repo.list_shared_room_ids))
         self._broker.observe(self._observe)
         accepted = [
             row.connection_id
@@ -192,13 +195,6 @@ class Relay:
         if scope is not None:
             scope.cancel()
         self.status.pop(connection_id, None)
-        self._shared.difference_update(room_ids)
-        # a room may still be shared over another connection
-        if self._nursery is not None and room_ids:
-            self._nursery.start_soon(self._reload_shared)
-
-    async def _reload_shared(self) -> None:
-        self._shared = await self._db.read(repo.list_shared_room_ids)
 
     def _observe(self, event: Event) -> None:
         if event.room_id is not None and event.room_id in self._shared:
@@ -345,6 +341,7 @@ class Relay:
             return room
 
         room = await self._db.read(check)
+        self._shared.add(room_id)  # before the share exists: no change can slip past
         await self._post(
             row.peer_url,
             SHARE_PATH,
@@ -364,7 +361,6 @@ class Relay:
                 ) from None
 
         share = await self._db.write(write)
-        self._shared.add(room_id)
         return share_json(replace(share, room_name=room.name))
 
     async def unshare(self, actor: Actor, connection_id: str, room_id: str) -> dict[str, Any]:
@@ -380,7 +376,6 @@ class Relay:
             body = {"connectionId": connection_id, "roomId": share.home_room_id}
             await self._post(row.peer_url, UNSHARE_PATH, body)
         await self._db.write(lambda c: repo.remove_share(c, room_id, connection_id))
-        await self._reload_shared()
         return {"ok": True, "roomId": room_id, "connectionId": connection_id}
 
     async def shared_rooms(self) -> dict[str, list[dict[str, Any]]]:
@@ -412,7 +407,6 @@ class Relay:
             existing = repo.share_by_home(conn, row.connection_id, home_id)
             if existing is not None:
                 return existing
-            room_id = new_id()
             for n in range(1, 100):
                 candidate = base + suffix if n == 1 else f"{base}-{n}{suffix}"
                 mirror = Room(room_id, "room", candidate, description, None, now_ms(), origin=did)
@@ -426,8 +420,9 @@ class Relay:
                 raise Conflict("no free name for the shared room", "room_name_taken")
             return repo.add_share(conn, room_id, row.connection_id, home_id, "in")
 
+        room_id = new_id()
+        self._shared.add(room_id)
         share = await self._db.write(write)
-        self._shared.add(share.room_id)
         log.info("room %s shared by %s as %s", home_id, row.peer_name, share.room_id)
         return {"ok": True, "roomId": share.room_id}
 
@@ -442,7 +437,6 @@ class Relay:
             return share is not None and repo.remove_share(conn, share.room_id, row.connection_id)
 
         await self._db.write(write)
-        await self._reload_shared()
         return {"ok": True}
 
     async def receive_relay(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:

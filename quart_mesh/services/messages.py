@@ -6,7 +6,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
@@ -91,6 +91,9 @@ class Messages:
         self._limits = limits
         self._broker = broker
         self._rate = rate_limits or RateLimiter()
+        #: rooms whose changes may have to be relayed to other nodes (set by the
+        #: federation relay; a superset: the store has the last word)
+        self.federated_rooms: Container[str] = frozenset()
 
     def typing(self, actor: Actor, room_id: str) -> None:
         """Tell the room's other members the actor is typing (rate-limited,
@@ -259,7 +262,7 @@ class Messages:
                 stored = repo.insert_message(conn, draft)
             if kind == "dm":
                 rooms_repo.unhide_all(conn, room_id)
-            relay_repo.record(
+            self._record(
                 conn,
                 room_id,
                 "message",
@@ -346,7 +349,7 @@ class Messages:
             repo.update_content(conn, message_id, content, now_ms())
             edited = repo.get_message(conn, message_id)
             assert edited is not None
-            relay_repo.record(
+            self._record(
                 conn,
                 edited.room_id,
                 "edit",
@@ -370,7 +373,7 @@ class Messages:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.delete", self._ref(conn, message))
             repo.delete_message(conn, message_id)
-            relay_repo.record(
+            self._record(
                 conn, message.room_id, "delete", {"messageId": message_id}, by=actor.participant_id
             )
             return message
@@ -441,12 +444,19 @@ class Messages:
 
         return publish
 
-    @staticmethod
+    def _record(
+        self, conn: Connection, room_id: str, kind: str, body: dict[str, object], *, by: str
+    ) -> None:
+        """Queue a change for the nodes its room is shared with, if it is (in
+        the change's own transaction: ``docs/federation.md``)."""
+        if room_id in self.federated_rooms:
+            relay_repo.record(conn, room_id, kind, body, by)
+
     def _record_reaction(
-        conn: Connection, actor: Actor, message: Message, emoji: str, *, added: bool
+        self, conn: Connection, actor: Actor, message: Message, emoji: str, *, added: bool
     ) -> None:
         body = {"messageId": message.message_id, "emoji": emoji, "added": added}
-        relay_repo.record(conn, message.room_id, "reaction", body, by=actor.participant_id)
+        self._record(conn, message.room_id, "reaction", body, by=actor.participant_id)
 
     @staticmethod
     def _ref(conn: Connection, message: Message) -> RoomRef:

@@ -394,6 +394,21 @@ async def test_three_nodes_share_one_room(tmp_path: Path, nursery: trio.Nursery)
             assert [f for f in await bob_ws.quiet(1.0) if f["type"] == "message"] == []
             assert len(await c.mesh.messages(carol, on_c)) == 2
 
+            # a managed bot on C answers bob on B: the ordinary bot path, both ways
+            spawn = {"name": "echo", "type": "echo", "model": "none", "rooms": [on_c]}
+            r = await c.http.post("/api/agents/spawn", json=spawn, headers=c.owner.headers)
+            assert r.status_code == 201, r.text
+            with trio.fail_after(20):
+                while True:
+                    room = await c.get(f"/api/rooms/{on_c}")
+                    if "echo" in {m["name"] for m in room["members"]}:
+                        break
+                    await trio.sleep(0.1)
+            await bob_ws.send(type="send_message", roomId=on_b, content="ping")
+            echo = await bob_ws.expect("message", timeout=20, content="echo: ping")
+            assert (echo["senderName"], echo["origin"]) == ("echo@mesh-c", c.did)
+            assert echo["trustLevel"] == "federated"
+
 
 async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
     tmp_path: Path, nursery: trio.Nursery
