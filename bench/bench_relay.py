@@ -130,7 +130,7 @@ async def latency(url: str, reader: str, room: str, a_url: str, sender: str, rou
         for _ in range(rounds):
             result: dict[str, Any] = {}
 
-            async def wait(result: dict[str, Any] = result) -> None:
+            async def wait(result: dict[str, Any] = result, cursor: str = cursor) -> None:
                 r = await reader_http.post(
                     "/api/poll", json={"cursor": cursor, "timeout": 10}, headers=hr
                 )

@@ -171,6 +171,7 @@ class Node:
                 rate_limits=self.rate_limits,
                 post=self.federation.post_signed,
             )
+            await self.federation.relay.load()
             self.broker.load(await self.db.read(rooms_repo.all_memberships))
             self._accounts = accounts
             self.started_at = time.monotonic()

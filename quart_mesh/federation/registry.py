@@ -32,6 +32,7 @@ from ..services.accounts import Accounts
 from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
+from .http import exchange
 from .service import MAX_PEER_NAME_CHARS, _base_url
 from .signing import sign_request
 
@@ -177,9 +178,11 @@ class Heartbeat:
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = sign_request(self._identity, "POST", HEARTBEAT_PATH, raw)
         headers["Content-Type"] = "application/json"
-        response = await client.post(self._registry + HEARTBEAT_PATH, content=raw, headers=headers)
-        if not 200 <= response.status_code < 300:
-            raise ValueError(f"the registry answered {response.status_code}")
+        answer = await exchange(
+            client, "POST", self._registry + HEARTBEAT_PATH, content=raw, headers=headers
+        )
+        if not 200 <= answer.status < 300:
+            raise ValueError(f"the registry answered {answer.status}")
         self._listed = body["status"] == "ok"
         return str(body["status"])
 

@@ -31,18 +31,27 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from ..config import Settings
-from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, RateLimited
+from ..errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MeshError,
+    NotFound,
+    RateLimited,
+    Unavailable,
+)
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..models import Message, Participant, Room, iso, now_ms
 from ..services.authz import MEMBER, Actor, authorize
-from ..services.messages import Relayed
+from ..services.messages import Relayed, RelaySource
 from ..services.validation import check_room_name
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import connections as connections_repo
 from ..store import relay as repo
 from ..store import rooms as rooms_repo
+from .http import exchange
 from .signing import sign_request
 
 if TYPE_CHECKING:
@@ -70,11 +79,19 @@ MAX_EVENTS = 500
 #: largest relay request body accepted (a link sends at most a quarter of it)
 MAX_RELAY_BYTES = 4 * 1024 * 1024
 _BATCH_BYTES = MAX_RELAY_BYTES // 4
+#: most bytes of a peer's answer to a batch read (per-event results)
+_MAX_ANSWER_BYTES = 256 * 1024
 _KINDS = frozenset({"message", "edit", "delete", "reaction"})
 #: first wait after a failed relay attempt (doubling up to ``federation_retry_max``)
 _FIRST_RETRY = 0.5
 #: a link looks at its outbox at least this often, woken or not
 _IDLE_POLL = 10.0
+#: most rooms shared over one connection (both directions together)
+MAX_SHARES = 200
+#: most remote participants one connection may bring
+MAX_REMOTES = 10_000
+#: longest part of a remote participant's name before ``@node``
+_MAX_BASE_NAME = 24
 #: remote participants whose local id is remembered in memory at most
 _MAX_REMEMBERED = 10_000
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -163,7 +180,6 @@ class Relay:
     ) -> None:
         """Start one link task per accepted connection; run until cancelled."""
         self._client = client
-        self._shared.update(await self._db.read(repo.list_shared_room_ids))
         self._broker.observe(self._observe)
         accepted = [
             row.connection_id
@@ -181,6 +197,11 @@ class Relay:
             self._nursery = None
             self._client = None
 
+    async def load(self) -> None:
+        """Learn which rooms are shared; call before the node takes any write
+        (a write in a shared room must reach the outbox)."""
+        self._shared.update(await self._db.read(repo.list_shared_room_ids))
+
     def start_link(self, connection_id: str) -> None:
         """Supervise a link task for an accepted connection (idempotent)."""
         if self._nursery is None or connection_id in self._links:
@@ -189,8 +210,8 @@ class Relay:
         self._links[connection_id] = scope
         self._nursery.start_soon(self._supervise, connection_id, scope)
 
-    def connection_ended(self, connection_id: str, room_ids: list[str]) -> None:
-        """The connection is no longer accepted: stop its link, forget its shares."""
+    def connection_ended(self, connection_id: str) -> None:
+        """The connection is no longer accepted (its shares are gone): stop its link."""
         scope = self._links.pop(connection_id, None)
         if scope is not None:
             scope.cancel()
@@ -289,13 +310,18 @@ class Relay:
         if client is None:
             raise _Retry("not running")
         try:
-            response = await client.post(
-                f"{row.peer_url}{RELAY_PATH}", content=raw, headers=headers
+            answer = await exchange(
+                client,
+                "POST",
+                f"{row.peer_url}{RELAY_PATH}",
+                content=raw,
+                headers=headers,
+                limit=_MAX_ANSWER_BYTES,
             )
         except httpx.HTTPError as error:
             raise _Retry(f"cannot reach the peer: {type(error).__name__}") from None
-        if response.status_code == 200:
-            for result in _results(response.content):
+        if answer.status == 200:
+            for result in _results(answer.body):
                 if result.get("status") == "refused":
                     log.warning(
                         "peer %s refused relayed event %s: %s",
@@ -305,12 +331,12 @@ class Relay:
                     )
             return len(encoded)
         after = 0.0
-        if response.status_code in (429, 503):
+        if answer.status in (429, 503):
             try:
-                after = min(float(response.headers.get("Retry-After", "0")), 3600.0)
+                after = min(float(answer.headers.get("Retry-After", "0")), 3600.0)
             except ValueError:
                 after = 0.0
-        raise _Retry(f"the peer answered {response.status_code}", after)
+        raise _Retry(f"the peer answered {answer.status}", after)
 
     def _own_name(self) -> str:
         mesh = self._accounts.mesh
@@ -352,6 +378,11 @@ class Relay:
         )
 
         def write(conn: Connection) -> repo.Share:
+            _require_accepted(conn, connection_id)
+            if repo.count_shares(conn, connection_id) >= MAX_SHARES:
+                raise Conflict(
+                    f"at most {MAX_SHARES} rooms are shared over one connection", "too_many_shares"
+                )
             try:
                 with conn.begin_nested():
                     return repo.add_share(conn, room_id, connection_id, room_id, "out")
@@ -366,7 +397,7 @@ class Relay:
     async def unshare(self, actor: Actor, connection_id: str, room_id: str) -> dict[str, Any]:
         """Stop sharing a room (either side may): on the peer first, then here."""
         authorize(actor, "federation.manage")
-        row = await self._get_connection(connection_id)
+        row = await get_connection(self._db, connection_id)
         share = await self._db.read(
             lambda c: repo.get_share(c, room_id, connection_id) if is_ulid(room_id) else None
         )
@@ -404,9 +435,14 @@ class Relay:
         description = description[: limits.max_description_chars]
 
         def write(conn: Connection) -> repo.Share:
+            _require_accepted(conn, row.connection_id)
             existing = repo.share_by_home(conn, row.connection_id, home_id)
             if existing is not None:
                 return existing
+            if repo.count_shares(conn, row.connection_id) >= MAX_SHARES:
+                raise Conflict(
+                    f"at most {MAX_SHARES} rooms are shared over one connection", "too_many_shares"
+                )
             for n in range(1, 100):
                 candidate = base + suffix if n == 1 else f"{base}-{n}{suffix}"
                 mirror = Room(room_id, "room", candidate, description, None, now_ms(), origin=did)
@@ -442,11 +478,16 @@ class Relay:
     async def receive_relay(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Apply a batch of relayed events, in order (one batch per peer at a time).
 
-        Per event: ``ok``, ``duplicate`` (already applied) or ``refused`` with
-        the code this node's checks gave. A rate limit (the peer's or a
-        participant's) ends the batch with 429: the peer keeps the events in
-        its outbox and sends them again, and those applied already are
-        recognized then.
+        Per event: ``ok``, ``duplicate`` (applied before: its ``seq`` is at or
+        below the connection's ``relay_applied`` mark, or its message is here
+        already) or ``refused`` with the code this node's checks gave. Each
+        applied change moves the mark in its own transaction, so an event is
+        applied once even when the peer sends its batch again.
+
+        Raises:
+            RateLimited: the peer's or a participant's rate limit; the events
+                before it are applied and marked, the peer sends the rest again.
+            Unavailable: the store failed; likewise.
         """
         row = await self._peer_connection(did, fields)
         events = fields.get("events")
@@ -454,24 +495,37 @@ class Relay:
             raise BadRequest("events must be a list", "invalid_field")
         if len(events) > MAX_EVENTS:
             raise BadRequest(f"at most {MAX_EVENTS} events per request", "too_many_events")
+        connection_id = row.connection_id
         results: list[dict[str, Any]] = []
         # messages are queued without waiting for their commit (the store's
         # writer keeps them, and every later write, in order) and awaited at
         # the end, so a batch commits in few transactions
         pending: list[tuple[dict[str, Any], Awaitable[Message | None]]] = []
         shares: dict[str, repo.Share | None] = {}
-        async with self._locks[row.connection_id]:
+        stop: MeshError | None = None
+        async with self._locks[connection_id]:
+            applied = await self._db.read(lambda c: repo.applied_of(c, connection_id))
+            last = applied
             try:
                 for event in events:
-                    slot: dict[str, Any] = {
-                        "seq": event.get("seq") if isinstance(event, dict) else None
-                    }
-                    self._rate.key("federation_relay", did)
+                    seq = event.get("seq") if isinstance(event, dict) else None
+                    slot: dict[str, Any] = {"seq": seq}
+                    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= last:
+                        if isinstance(seq, int) and not isinstance(seq, bool) and seq <= applied:
+                            slot["status"] = "duplicate"
+                        else:
+                            slot.update(status="refused", code="invalid_event")
+                        results.append(slot)
+                        continue
                     try:
-                        outcome = await self._apply(row, event, shares)
-                    except RateLimited:
-                        raise
+                        self._rate.key("federation_relay", did)
+                        outcome = await self._apply(
+                            row, event, shares, RelaySource(connection_id, seq)
+                        )
                     except MeshError as error:
+                        if isinstance(error, RateLimited) or error.status >= 500:
+                            stop = error
+                            break
                         log.info("refused relayed event from %s: %s", row.peer_name, error.code)
                         slot.update(status="refused", code=error.code)
                     else:
@@ -479,6 +533,7 @@ class Relay:
                             slot["status"] = outcome
                         else:
                             pending.append((slot, outcome))
+                    last = seq
                     results.append(slot)
             finally:
                 with trio.CancelScope(shield=True):
@@ -487,6 +542,24 @@ class Relay:
                             slot["status"] = "ok" if await stored is not None else "duplicate"
                         except MeshError as error:
                             slot.update(status="refused", code=error.code)
+                            if error.status >= 500:
+                                slot["status"] = "failed"
+                                stop = stop or error
+                        except Exception:  # a bug: logged, answered as failed, retried
+                            log.exception("relayed message from %s failed", row.peer_name)
+                            slot.update(status="failed", code="internal_error")
+                            stop = stop or Unavailable("relay failed", "unavailable")
+            # everything before the first failure is applied (or refused for good)
+            done = applied
+            for slot in results:
+                if slot.get("status") == "failed":
+                    break
+                if isinstance(slot["seq"], int) and not isinstance(slot["seq"], bool):
+                    done = max(done, slot["seq"])
+            if done > applied:
+                await self._db.write(lambda c: repo.mark_applied(c, connection_id, done))
+        if stop is not None:
+            raise stop
         return {"ok": True, "results": results}
 
     async def _apply(
@@ -494,6 +567,7 @@ class Relay:
         row: connections_repo.ConnectionRow,
         event: object,
         shares: dict[str, repo.Share | None],
+        source: RelaySource,
     ) -> str | Awaitable[Message | None]:
         """Apply one event: its outcome, or for a message the awaitable of its
         queued write (see :meth:`receive_relay`)."""
@@ -537,6 +611,7 @@ class Relay:
                 message_id,
                 min(created, now_ms()),
                 node_did,
+                source,
                 to=await self._local_participant(row, event.get("to")),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
             )
@@ -545,11 +620,11 @@ class Relay:
             content = event.get("content")
             if not isinstance(content, str):
                 raise BadRequest("content must be a string", "invalid_event")
-            await self._messages.edit(actor, message_id, content, room_id=room_id)
+            await self._messages.edit(actor, message_id, content, room_id=room_id, source=source)
             return "ok"
         if kind == "delete":
             try:
-                await self._messages.delete(actor, message_id, room_id=room_id)
+                await self._messages.delete(actor, message_id, room_id=room_id, source=source)
             except NotFound:
                 return "duplicate"
             return "ok"
@@ -557,9 +632,13 @@ class Relay:
         if not isinstance(emoji, str) or not isinstance(added, bool):
             raise BadRequest("emoji must be a string and added a boolean", "invalid_event")
         if added:
-            await self._messages.add_reaction(actor, message_id, emoji, room_id=room_id)
+            await self._messages.add_reaction(
+                actor, message_id, emoji, room_id=room_id, source=source
+            )
         else:
-            await self._messages.remove_reaction(actor, message_id, emoji, room_id=room_id)
+            await self._messages.remove_reaction(
+                actor, message_id, emoji, room_id=room_id, source=source
+            )
         return "ok"
 
     async def _remote_actor(
@@ -579,8 +658,13 @@ class Relay:
                     if known.connection_id != connection_id:
                         repo.set_remote_connection(conn, known.participant_id, connection_id)
                     return found
-            base = _NAME_CHARS.sub("_", by["name"])[:64] or "someone"
-            suffix = "@" + handle_of(node["name"])
+            if repo.count_remotes(conn, connection_id) >= MAX_REMOTES:
+                raise Conflict(
+                    "this connection has brought as many participants as allowed",
+                    "too_many_participants",
+                )
+            base = _NAME_CHARS.sub("_", by["name"])[:_MAX_BASE_NAME] or "someone"
+            suffix = "@" + handle_of(_node_name(conn, row, node))
             kind = by["kind"] if by["kind"] in ("human", "bot", "guest") else "bot"
             for n in range(1, 100):
                 name = base + suffix if n == 1 else f"{base}-{n}{suffix}"
@@ -596,7 +680,7 @@ class Relay:
                 participant.participant_id,
                 connection_id,
                 node["did"],
-                node["name"],
+                _node_name(conn, row, node),
                 by["id"],
                 by["name"],
             )
@@ -637,16 +721,8 @@ class Relay:
 
     # -- helpers ----------------------------------------------------------
 
-    async def _get_connection(self, connection_id: str) -> connections_repo.ConnectionRow:
-        row = None
-        if is_ulid(connection_id):
-            row = await self._db.read(lambda c: connections_repo.get_connection(c, connection_id))
-        if row is None:
-            raise NotFound("no such connection", "connection_not_found")
-        return row
-
     async def _accepted(self, connection_id: str) -> connections_repo.ConnectionRow:
-        row = await self._get_connection(connection_id)
+        row = await get_connection(self._db, connection_id)
         if row.status != "accepted":
             raise Conflict(f"this connection is {row.status}, not accepted", "not_accepted")
         return row
@@ -673,6 +749,38 @@ def share_json(share: repo.Share) -> dict[str, Any]:
         "direction": "outbound" if share.direction == "out" else "inbound",
         "sharedAt": iso(share.created_at),
     }
+
+
+async def get_connection(db: Database, connection_id: str) -> connections_repo.ConnectionRow:
+    """The connection *connection_id*.
+
+    Raises:
+        NotFound: ``connection_not_found`` (also for a malformed id).
+    """
+    row = None
+    if is_ulid(connection_id):
+        row = await db.read(lambda c: connections_repo.get_connection(c, connection_id))
+    if row is None:
+        raise NotFound("no such connection", "connection_not_found")
+    return row
+
+
+def _require_accepted(conn: Connection, connection_id: str) -> None:
+    """Raises Conflict (``not_accepted``) unless the connection is accepted now."""
+    row = connections_repo.get_connection(conn, connection_id)
+    if row is None or row.status != "accepted":
+        raise Conflict("this connection is not accepted", "not_accepted")
+
+
+def _node_name(conn: Connection, row: connections_repo.ConnectionRow, node: dict[str, str]) -> str:
+    """The name a node's participants are shown with (``name@<handle>``): the
+    peer's name as recorded for its connection, not what an event claims; for
+    a third node, the name of this node's own connection with it if there is
+    one, else the name the relaying home node gives."""
+    if node["did"] == row.peer_did:
+        return row.peer_name
+    known = connections_repo.get_by_did(conn, node["did"])
+    return known.peer_name if known is not None else node["name"]
 
 
 def _pending(
@@ -738,7 +846,7 @@ def _participant_ref(value: object, field: str) -> dict[str, Any]:
 
 def _results(raw: bytes) -> list[dict[str, Any]]:
     try:
-        data = json.loads(raw[: 4 * 1024 * 1024])
+        data = json.loads(raw)
     except ValueError:
         return []
     results = data.get("results") if isinstance(data, dict) else None

@@ -36,7 +36,8 @@ from ..services.authz import Actor, authorize
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
-from .relay import Relay
+from .http import Answer, exchange
+from .relay import Relay, get_connection
 from .signing import NonceCache, sign_request, verify_request
 
 __all__ = ["Federation", "PeerError", "SignedRequest"]
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 MAX_URL_CHARS = 2048
 MAX_PEER_NAME_CHARS = 200
 MAX_MESSAGE_CHARS = 1000
-#: most bytes read from a peer's answer
-_MAX_ANSWER_BYTES = 64 * 1024
 MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 REQUEST_PATH = "/api/connections/request"
 ACCEPTED_PATH = "/api/connections/accepted"
@@ -184,7 +183,7 @@ class Federation:
             Forbidden, NotFound, Conflict (``invalid_state``), PeerError (without *force*).
         """
         authorize(actor, "federation.manage")
-        row = await self._get(connection_id)
+        row = await get_connection(self._db, connection_id)
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
         notified = True
@@ -202,7 +201,7 @@ class Federation:
     ) -> dict[str, Any]:
         authorize(actor, "federation.manage")
         self._require_enabled()
-        row = await self._get(connection_id)
+        row = await get_connection(self._db, connection_id)
         if not (row.status == "pending" and row.direction == "inbound"):
             raise Conflict(
                 "only a pending request from another node can be accepted or declined",
@@ -311,30 +310,23 @@ class Federation:
     def _notice(self, connection_id: str) -> dict[str, Any]:
         return {"connectionId": connection_id, "did": self._identity.did}
 
-    async def _get(self, connection_id: str) -> repo.ConnectionRow:
-        row = None
-        if is_ulid(connection_id):
-            row = await self._db.read(lambda c: repo.get_connection(c, connection_id))
-        if row is None:
-            raise NotFound("no such connection", "connection_not_found")
-        return row
-
     async def _set(self, row: repo.ConnectionRow, status: str) -> dict[str, Any]:
         """Store the connection's new status; only an accepted one shares rooms
         (ending it ends its shares and its link task at once)."""
         now = now_ms()
         connection_id = row.connection_id
 
-        def write(conn: Connection) -> list[str]:
+        def write(conn: Connection) -> None:
             repo.set_status(conn, connection_id, status, now)
-            return [] if status == "accepted" else relay_repo.drop_shares(conn, connection_id)
+            if status != "accepted":
+                relay_repo.drop_shares(conn, connection_id)
 
-        ended = await self._db.write(write)
+        await self._db.write(write)
         if self.relay is not None:
             if status == "accepted":
                 self.relay.start_link(connection_id)
             else:
-                self.relay.connection_ended(connection_id, ended)
+                self.relay.connection_ended(connection_id)
         return to_json(
             repo.ConnectionRow(
                 row.connection_id,
@@ -356,12 +348,12 @@ class Federation:
 
     async def _get_json(self, url: str) -> dict[str, Any]:
         try:
-            response = await self._http().get(url)
+            answer = await exchange(self._http(), "GET", url)
         except httpx.HTTPError as error:
             raise PeerError(f"cannot reach {url}: {type(error).__name__}") from None
-        if response.status_code != 200:
-            raise PeerError(f"{url} answered {response.status_code}", "peer_invalid")
-        return _json_object(response.content, url)
+        if answer.status != 200:
+            raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
+        return _json_object(answer, url)
 
     async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST *body* to the peer at *base*, signed; its JSON answer.
@@ -374,13 +366,13 @@ class Federation:
         headers["Content-Type"] = "application/json"
         url = f"{base}{path}"
         try:
-            response = await self._http().post(url, content=raw, headers=headers)
+            answer = await exchange(self._http(), "POST", url, content=raw, headers=headers)
         except httpx.HTTPError as error:
             raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
-        if not 200 <= response.status_code < 300:
-            code = _error_code(response.content)
-            raise PeerError(f"the peer refused ({response.status_code} {code})", "peer_refused")
-        return _json_object(response.content, url)
+        if not 200 <= answer.status < 300:
+            code = _error_code(answer.body)
+            raise PeerError(f"the peer refused ({answer.status} {code})", "peer_refused")
+        return _json_object(answer, url)
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:
@@ -427,8 +419,9 @@ def _is_did(did: str) -> bool:
     return True
 
 
-def _json_object(raw: bytes, url: str) -> dict[str, Any]:
-    if len(raw) > _MAX_ANSWER_BYTES:
+def _json_object(answer: Answer, url: str) -> dict[str, Any]:
+    raw = answer.body
+    if answer.truncated:
         raise PeerError(f"{url} answered too much", "peer_invalid")
     try:
         data = json.loads(raw) if raw.strip() else {}
@@ -441,7 +434,7 @@ def _json_object(raw: bytes, url: str) -> dict[str, Any]:
 
 def _error_code(raw: bytes) -> str:
     try:
-        data = json.loads(raw[:_MAX_ANSWER_BYTES])
+        data = json.loads(raw)
     except ValueError:
         return "error"
     code = data.get("code") if isinstance(data, dict) else None

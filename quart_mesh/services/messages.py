@@ -36,7 +36,17 @@ from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
 from .validation import check_content, check_emoji, check_id, cursor_number
 
-__all__ = ["Messages", "Relayed", "parse_cursor"]
+__all__ = ["Messages", "RelaySource", "Relayed", "parse_cursor"]
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySource:
+    """Where a relayed change came from: the connection and the peer's outbox
+    position. Stored with the change (the change is not sent back over that
+    connection, and the position is marked applied in the same transaction)."""
+
+    connection_id: str
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,7 @@ class Relayed:
     created_at: int
     #: the sender's home node DID
     origin: str
+    source: RelaySource
     #: a participant id here, or ``None``
     to: str | None = None
     thread_id: str | None = None
@@ -162,7 +173,7 @@ class Messages:
             check_id(thread_id, "threadId")
         message = self._check_send(actor, room_id, content, refs, new_id(), now_ms(), None)
         stored = self._db.submit(
-            self._storer(actor, message, to, thread_id, refs, relayed=False),
+            self._storer(actor, message, to, thread_id, refs, source=None),
             then=self._posted_if_new,
         )
         return _first(stored)
@@ -184,7 +195,7 @@ class Messages:
             actor, room_id, content, (), relayed.message_id, relayed.created_at, relayed.origin
         )
         stored = self._db.submit(
-            self._storer(actor, message, relayed.to, relayed.thread_id, (), relayed=True),
+            self._storer(actor, message, relayed.to, relayed.thread_id, (), source=relayed.source),
             then=self._posted_if_new,
         )
         return _if_new(stored)
@@ -223,11 +234,12 @@ class Messages:
         thread_id: str | None,
         refs: tuple[tuple[str, str | None], ...],
         *,
-        relayed: bool,
+        source: RelaySource | None,
     ) -> Callable[[Connection], tuple[Message, bool]]:
         """The unit of work that stores *message* (and queues it for peers if
         its room is shared): (the message, whether it is new)."""
         room_id = message.room_id
+        relayed = source is not None
 
         def write(conn: Connection) -> tuple[Message, bool]:
             found = rooms_repo.kind_and_membership(conn, room_id, actor.participant_id)
@@ -236,11 +248,12 @@ class Messages:
             kind, member = found
             if not member:
                 raise Forbidden("you are not a member of this room", "not_member")
-            if relayed:
+            if source is not None:
                 existing = repo.get_message(conn, message.message_id)
                 if existing is not None:
                     if existing.room_id != room_id:
                         raise Conflict("that message id is taken", "message_id_taken")
+                    relay_repo.mark_applied(conn, source.connection_id, source.seq)
                     return existing, False
             target, thread = to, thread_id
             if target is not None and accounts_repo.get_participant(conn, target) is None:
@@ -274,6 +287,7 @@ class Messages:
                     "threadId": stored.thread_id,
                 },
                 by=actor.participant_id,
+                source=source,
             )
             return stored, True
 
@@ -336,7 +350,13 @@ class Messages:
         return await self._db.read(lambda conn: self._load(conn, actor, message_id, room_id))
 
     async def edit(
-        self, actor: Actor, message_id: str, content: str, *, room_id: str | None = None
+        self,
+        actor: Actor,
+        message_id: str,
+        content: str,
+        *,
+        room_id: str | None = None,
+        source: RelaySource | None = None,
     ) -> Message:
         """Replace a message's content: its author, or moderator and above.
         Edits count against the ``messages`` rate limit."""
@@ -355,6 +375,7 @@ class Messages:
                 "edit",
                 {"messageId": message_id, "content": content},
                 by=actor.participant_id,
+                source=source,
             )
             return edited
 
@@ -363,7 +384,14 @@ class Messages:
 
         return await self._db.write(write, then=publish)
 
-    async def delete(self, actor: Actor, message_id: str, *, room_id: str | None = None) -> Message:
+    async def delete(
+        self,
+        actor: Actor,
+        message_id: str,
+        *,
+        room_id: str | None = None,
+        source: RelaySource | None = None,
+    ) -> Message:
         """Delete a message (and its reactions): its author, or moderator and above.
 
         Returns the message as it was.
@@ -373,8 +401,9 @@ class Messages:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.delete", self._ref(conn, message))
             repo.delete_message(conn, message_id)
+            body: dict[str, object] = {"messageId": message_id}
             self._record(
-                conn, message.room_id, "delete", {"messageId": message_id}, by=actor.participant_id
+                conn, message.room_id, "delete", body, by=actor.participant_id, source=source
             )
             return message
 
@@ -384,7 +413,13 @@ class Messages:
         return await self._db.write(write, then=publish)
 
     async def add_reaction(
-        self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
+        self,
+        actor: Actor,
+        message_id: str,
+        emoji: str,
+        *,
+        room_id: str | None = None,
+        source: RelaySource | None = None,
     ) -> Message:
         """React with *emoji* (idempotent per participant and emoji; rate-limited)."""
         check_emoji(emoji, self._limits)
@@ -401,14 +436,20 @@ class Messages:
                 )
             added = repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
             if added:
-                self._record_reaction(conn, actor, message, emoji, added=True)
+                self._record_reaction(conn, actor, message, emoji, True, source)
             return self._load(conn, actor, message_id), added
 
         message, _ = await self._db.write(write, then=self._reacted(ReactionAdded, actor, emoji))
         return message
 
     async def remove_reaction(
-        self, actor: Actor, message_id: str, emoji: str, *, room_id: str | None = None
+        self,
+        actor: Actor,
+        message_id: str,
+        emoji: str,
+        *,
+        room_id: str | None = None,
+        source: RelaySource | None = None,
     ) -> Message:
         """Withdraw the actor's *emoji* reaction (idempotent; rate-limited)."""
         check_emoji(emoji, self._limits)
@@ -419,7 +460,7 @@ class Messages:
             authorize(actor, "messages.react", RoomRef(message.room_id))
             removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
             if removed:
-                self._record_reaction(conn, actor, message, emoji, added=False)
+                self._record_reaction(conn, actor, message, emoji, False, source)
             return self._load(conn, actor, message_id), removed
 
         message, _ = await self._db.write(write, then=self._reacted(ReactionRemoved, actor, emoji))
@@ -445,18 +486,38 @@ class Messages:
         return publish
 
     def _record(
-        self, conn: Connection, room_id: str, kind: str, body: dict[str, object], *, by: str
+        self,
+        conn: Connection,
+        room_id: str,
+        kind: str,
+        body: dict[str, object],
+        *,
+        by: str,
+        source: RelaySource | None,
     ) -> None:
-        """Queue a change for the nodes its room is shared with, if it is (in
-        the change's own transaction: ``docs/federation.md``)."""
+        """Queue a change for the nodes its room is shared with, if it is, and
+        mark a relayed change applied (in the change's own transaction:
+        ``docs/federation.md``)."""
+        via = None
+        if source is not None:
+            via = source.connection_id
+            relay_repo.mark_applied(conn, source.connection_id, source.seq)
         if room_id in self.federated_rooms:
-            relay_repo.record(conn, room_id, kind, body, by)
+            relay_repo.record(conn, room_id, kind, body, by, via=via)
 
     def _record_reaction(
-        self, conn: Connection, actor: Actor, message: Message, emoji: str, *, added: bool
+        self,
+        conn: Connection,
+        actor: Actor,
+        message: Message,
+        emoji: str,
+        added: bool,
+        source: RelaySource | None,
     ) -> None:
         body = {"messageId": message.message_id, "emoji": emoji, "added": added}
-        self._record(conn, message.room_id, "reaction", body, by=actor.participant_id)
+        self._record(
+            conn, message.room_id, "reaction", body, by=actor.participant_id, source=source
+        )
 
     @staticmethod
     def _ref(conn: Connection, message: Message) -> RoomRef:

@@ -31,6 +31,9 @@ __all__ = [
     "Share",
     "add_share",
     "advance_cursor",
+    "applied_of",
+    "count_remotes",
+    "count_shares",
     "cursor_of",
     "drop_shares",
     "find_remote",
@@ -38,6 +41,7 @@ __all__ = [
     "insert_remote",
     "is_shared",
     "list_shared_room_ids",
+    "mark_applied",
     "outbox_after",
     "outbox_head",
     "participant_ref",
@@ -98,6 +102,7 @@ def _share(row: Any) -> Share:
 def add_share(
     conn: Connection, room_id: str, connection_id: str, home_room_id: str, direction: str
 ) -> Share:
+    """Share a room over a connection: the peer gets the room's changes from now on."""
     created = now_ms()
     conn.execute(
         shared_rooms.insert().values(
@@ -105,6 +110,7 @@ def add_share(
             connection_id=connection_id,
             home_room_id=home_room_id,
             direction=direction,
+            from_seq=outbox_head(conn),
             created_at=created,
         )
     )
@@ -117,15 +123,9 @@ def remove_share(conn: Connection, room_id: str, connection_id: str) -> bool:
     return conn.execute(query).rowcount > 0
 
 
-def drop_shares(conn: Connection, connection_id: str) -> list[str]:
-    """End every share of a connection; the local room ids it had."""
-    c = shared_rooms.c
-    ids = [
-        r.room_id
-        for r in conn.execute(sa.select(c.room_id).where(c.connection_id == connection_id))
-    ]
-    conn.execute(shared_rooms.delete().where(c.connection_id == connection_id))
-    return ids
+def drop_shares(conn: Connection, connection_id: str) -> None:
+    """End every share of a connection."""
+    conn.execute(shared_rooms.delete().where(shared_rooms.c.connection_id == connection_id))
 
 
 def get_share(conn: Connection, room_id: str, connection_id: str) -> Share | None:
@@ -154,6 +154,12 @@ def shares_of(conn: Connection, connection_id: str | None = None) -> list[Share]
     if connection_id is not None:
         query = query.where(c.connection_id == connection_id)
     return [_share(r) for r in conn.execute(query.order_by(c.created_at, c.room_id))]
+
+
+def count_shares(conn: Connection, connection_id: str) -> int:
+    c = shared_rooms.c
+    query = sa.select(sa.func.count()).where(c.connection_id == connection_id)
+    return int(conn.execute(query).scalar_one())
 
 
 def is_shared(conn: Connection, room_id: str) -> bool:
@@ -207,6 +213,12 @@ def remote_of(conn: Connection, participant_id: str) -> RemoteParticipant | None
     return None if row is None else _remote(row)
 
 
+def count_remotes(conn: Connection, connection_id: str) -> int:
+    c = remote_participants.c
+    query = sa.select(sa.func.count()).where(c.connection_id == connection_id)
+    return int(conn.execute(query).scalar_one())
+
+
 def insert_remote(conn: Connection, remote: RemoteParticipant) -> None:
     conn.execute(
         remote_participants.insert().values(
@@ -220,8 +232,8 @@ def insert_remote(conn: Connection, remote: RemoteParticipant) -> None:
     )
 
 
-def participant_ref(conn: Connection, participant_id: str) -> tuple[dict[str, Any], str | None]:
-    """How a participant is named to peers, and the connection it arrived over.
+def participant_ref(conn: Connection, participant_id: str) -> dict[str, Any]:
+    """How a participant is named to peers.
 
     A local participant is ``{"id", "name", "kind", "type", "node": None}``
     (the link task fills in this node); a remote one keeps its home node's
@@ -235,26 +247,34 @@ def participant_ref(conn: Connection, participant_id: str) -> tuple[dict[str, An
     kind, type_ = (row.kind, row.type) if row is not None else ("human", "human")
     if remote is None:
         name = row.name if row is not None else participant_id
-        return {"id": participant_id, "name": name, "kind": kind, "type": type_, "node": None}, None
+        return {"id": participant_id, "name": name, "kind": kind, "type": type_, "node": None}
     node = {"did": remote.node_did, "name": remote.node_name}
     ref = {"id": remote.remote_id, "name": remote.remote_name, "kind": kind, "type": type_}
-    return {**ref, "node": node}, remote.connection_id
+    return {**ref, "node": node}
 
 
 # the outbox -------------------------------------------------------------------
 
 
-def record(conn: Connection, room_id: str, kind: str, body: dict[str, Any], by: str) -> None:
+def record(
+    conn: Connection,
+    room_id: str,
+    kind: str,
+    body: dict[str, Any],
+    by: str,
+    *,
+    via: str | None = None,
+) -> None:
     """Queue a change of *room_id* by participant *by* for the peers the room
-    is shared with (nothing if it is not shared). Call inside the change's
+    is shared with (nothing if it is not shared). *via*: the connection the
+    change arrived over (it is not sent back there). Call inside the change's
     own transaction."""
     if not is_shared(conn, room_id):
         return
-    ref, via = participant_ref(conn, by)
-    payload = {**body, "by": ref}
+    payload = {**body, "by": participant_ref(conn, by)}
     to = payload.get("to")
     if isinstance(to, str):
-        payload["to"] = participant_ref(conn, to)[0]
+        payload["to"] = participant_ref(conn, to)
     conn.execute(
         relay_outbox.insert().values(
             room_id=room_id,
@@ -263,6 +283,30 @@ def record(conn: Connection, room_id: str, kind: str, body: dict[str, Any], by: 
             via_connection=via,
             created_at=now_ms(),
         )
+    )
+
+
+def applied_of(conn: Connection, connection_id: str) -> int:
+    """The last of the peer's outbox positions applied here."""
+    return _position(conn, connections.c.relay_applied, connection_id)
+
+
+def mark_applied(conn: Connection, connection_id: str, seq: int) -> None:
+    """The peer's event *seq* (and every one before it) is applied here."""
+    _advance(conn, connections.c.relay_applied, connection_id, seq)
+
+
+def _position(conn: Connection, column: sa.Column[Any], connection_id: str) -> int:
+    query = sa.select(column).where(connections.c.connection_id == connection_id)
+    return int(conn.execute(query).scalar_one_or_none() or 0)
+
+
+def _advance(conn: Connection, column: sa.Column[Any], connection_id: str, value: int) -> None:
+    """Move a connection's position forward to *value* (never back)."""
+    conn.execute(
+        sa.update(connections)
+        .where(connections.c.connection_id == connection_id, column < value)
+        .values({column.name: value})
     )
 
 
@@ -284,7 +328,7 @@ def outbox_after(
         .join(shared_rooms, sa.and_(s.room_id == o.room_id, s.connection_id == connection_id))
         .where(
             o.seq > cursor,
-            o.created_at >= s.created_at,
+            o.seq > s.from_seq,
             sa.or_(o.via_connection.is_(None), o.via_connection != connection_id),
         )
         .order_by(o.seq)
@@ -298,20 +342,12 @@ def outbox_after(
 
 
 def cursor_of(conn: Connection, connection_id: str) -> int:
-    c = connections.c
-    value = conn.execute(
-        sa.select(c.relay_cursor).where(c.connection_id == connection_id)
-    ).scalar_one_or_none()
-    return int(value or 0)
+    """The last of this node's outbox positions the peer acknowledged."""
+    return _position(conn, connections.c.relay_cursor, connection_id)
 
 
 def advance_cursor(conn: Connection, connection_id: str, cursor: int) -> None:
-    c = connections.c
-    conn.execute(
-        sa.update(connections)
-        .where(c.connection_id == connection_id, c.relay_cursor < cursor)
-        .values(relay_cursor=cursor)
-    )
+    _advance(conn, connections.c.relay_cursor, connection_id, cursor)
 
 
 def prune_outbox(conn: Connection) -> int:

@@ -415,6 +415,9 @@ connections = Table(
     Column("updated_at", BigInteger, nullable=False),
     #: the last ``relay_outbox.seq`` the peer acknowledged
     Column("relay_cursor", BigInteger, nullable=False, server_default="0"),
+    #: the last of the peer's own outbox positions applied here (relays at or
+    #: below it are recognized as already applied)
+    Column("relay_applied", BigInteger, nullable=False, server_default="0"),
     Index("ix_connections_status", "status"),
 )
 
@@ -433,6 +436,8 @@ shared_rooms = Table(
     #: the room's id on its home node (``room_id`` itself for ``out``)
     Column("home_room_id", String(26), nullable=False),
     Column("direction", String(3), nullable=False),
+    #: the outbox head when it was shared: only later events go to the peer
+    Column("from_seq", BigInteger, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     UniqueConstraint("connection_id", "home_room_id"),
 )

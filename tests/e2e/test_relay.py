@@ -413,7 +413,8 @@ async def test_three_nodes_share_one_room(tmp_path: Path, nursery: trio.Nursery)
 async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    env = {"MESH_RATE_FEDERATION_RELAY": "30/1min:30"}
+    # the per-peer limit refills at 10 events a second, in bursts of 30
+    env = {"MESH_RATE_FEDERATION_RELAY": "600/1min:30"}
     async with nodes(tmp_path, nursery, "a", "b", env=env) as (a, b):
         alice = await a.mesh.register("alice")
         room = await a.mesh.create_room(a.owner, "guarded")
@@ -421,8 +422,9 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
         connection_id = await connect_nodes(a, b)
         await share(a, connection_id, room["roomId"], b)
         note = await a.mesh.send(alice, room["roomId"], "alice's note")
-        # the test speaks as node B, with B's own key
+        # the test speaks as node B, with B's own key (and claims another name)
         identity = load_or_create_node_identity(b.data_dir)
+        seqs = iter(range(1, 10_000))
 
         async def relay(events: list[Any], *, connection: str = connection_id) -> httpx.Response:
             raw = json.dumps({"connectionId": connection, "events": events}).encode()
@@ -436,34 +438,32 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
                 "name": name,
                 "kind": "human",
                 "type": "human",
-                "node": {"did": did, "name": "Mesh B"},
+                "node": {"did": did, "name": "Mesh Admin"},
             }
 
-        mallory = by()
-        base = {"room": room["roomId"], "by": mallory}
+        base = {"room": room["roomId"], "by": by()}
+
+        def event(kind: str, **fields: Any) -> dict[str, Any]:
+            return {"seq": next(seqs), **base, "kind": kind, **fields}
 
         def message(content: str, **extra: Any) -> dict[str, Any]:
-            return {
-                **base,
-                "kind": "message",
-                "messageId": new_id(),
-                "content": content,
-                "createdAt": 1,
-                **extra,
-            }
+            fields = {"messageId": new_id(), "content": content, "createdAt": 1, **extra}
+            return event("message", **fields)
 
         ok = message("mallory was here")
+        again = {**ok, "seq": next(seqs)}  # the same message under a new position
         r = await relay(
             [
                 ok,
-                ok,  # the same message again: recognized
-                {**base, "kind": "delete", "messageId": note["messageId"]},  # not hers
-                {**base, "kind": "edit", "messageId": note["messageId"], "content": "owned"},
+                again,
+                event("delete", messageId=note["messageId"]),  # not hers
+                event("edit", messageId=note["messageId"], content="owned"),
                 message("x" * 17_000),  # over the content limit (16 KiB)
                 {**message("as alice"), "by": by("alice", did=a.did, pid=alice.participant_id)},
                 {**message("as a third node"), "by": by("eve", did=load_did(tmp_path))},
                 {**message("elsewhere"), "room": new_id()},
-                {"kind": "nonsense"},
+                {**message("no position"), "seq": None},
+                event("nonsense"),
                 "not an object",
             ]
         )
@@ -480,8 +480,13 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
             ("refused", "room_not_shared"),
             ("refused", "invalid_event"),
             ("refused", "invalid_event"),
+            ("refused", "invalid_event"),
         ]
+        # the same batch again: every position is known, nothing is applied twice
+        r = await relay([ok])
+        assert [x["status"] for x in r.json()["results"]] == ["duplicate"]
         page = await a.mesh.messages(alice, room["roomId"])
+        # the name comes from the connection (Mesh B), not from what B claims
         assert [(m["senderName"], m["content"]) for m in page] == [
             ("alice", "alice's note"),
             ("mallory@mesh-b", "mallory was here"),
@@ -496,19 +501,47 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
         assert r.status_code == 200, r.text
         r = await relay([message("in a read-only room")])
         assert [x["code"] for x in r.json()["results"]] == ["forbidden"]
+        r = await a.http.post(
+            f"/api/rooms/{room['roomId']}/permissions/preset",
+            json={"preset": "default"},
+            headers=a.owner.headers,
+        )
+        assert r.status_code == 200, r.text
 
-        # not signed, signed by another key, or for a connection that is not B's
+        # not signed, forged, replayed, for a connection that is not B's, too many events
         r = await a.http.post("/api/federation/relay", json={"events": []})
         assert_error(r, 401, "unsigned")
+        raw = json.dumps({"connectionId": connection_id, "events": [message("forged")]}).encode()
+        forger = load_or_create_node_identity(tmp_path / "forger")
+        headers = sign_request(forger, "POST", "/api/federation/relay", raw)
+        headers["X-Mesh-DID"] = b.did  # B's name, another key
+        r = await a.http.post("/api/federation/relay", content=raw, headers=headers)
+        assert_error(r, 401, "bad_signature")
+        raw = json.dumps({"connectionId": connection_id, "events": [message("once")]}).encode()
+        headers = sign_request(identity, "POST", "/api/federation/relay", raw)
+        headers["Content-Type"] = "application/json"
+        r = await a.http.post("/api/federation/relay", content=raw, headers=headers)
+        assert [x["status"] for x in r.json()["results"]] == ["ok"]
+        r = await a.http.post("/api/federation/relay", content=raw, headers=headers)
+        assert_error(r, 401, "replayed")
         assert_error(await relay([], connection=new_id()), 404, "connection_not_found")
         assert_error(await relay([{}] * 501), 400, "too_many_events")
 
-        # the per-peer rate limit: 429 with Retry-After, nothing half-applied
-        with trio.fail_after(10):
-            while (r := await relay([{"kind": "nonsense"}] * 10)).status_code == 200:
-                pass
+        # the per-peer rate limit: 429 with Retry-After part way through a
+        # batch; sent again, the batch resumes where it stopped (what was
+        # applied is not charged or applied again) until all of it is in
+        batch = [message(f"burst {i}") for i in range(40)]
+        r = await relay(batch)
         assert_error(r, 429, "rate_limited")
-        assert float(r.headers["Retry-After"]) > 0
+        with trio.fail_after(30):
+            while r.status_code == 429:
+                await trio.sleep(float(r.headers["Retry-After"]))
+                r = await relay(batch)
+        assert r.status_code == 200, r.text
+        statuses = [x["status"] for x in r.json()["results"]]
+        assert (statuses[0], statuses[-1]) == ("duplicate", "ok"), statuses
+        page = await a.mesh.messages(alice, room["roomId"], limit=200)
+        assert [m["content"] for m in page[3:]] == [f"burst {i}" for i in range(40)]
 
 
 def load_did(tmp_path: Path) -> str:

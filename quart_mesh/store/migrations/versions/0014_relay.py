@@ -24,12 +24,17 @@ def upgrade() -> None:
         "connections",
         sa.Column("relay_cursor", sa.BigInteger(), nullable=False, server_default="0"),
     )
+    op.add_column(
+        "connections",
+        sa.Column("relay_applied", sa.BigInteger(), nullable=False, server_default="0"),
+    )
     op.create_table(
         "shared_rooms",
         sa.Column("room_id", sa.String(26), nullable=False),
         sa.Column("connection_id", sa.String(26), nullable=False),
         sa.Column("home_room_id", sa.String(26), nullable=False),
         sa.Column("direction", sa.String(3), nullable=False),
+        sa.Column("from_seq", sa.BigInteger(), nullable=False),
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(
             ["room_id"],
@@ -81,6 +86,7 @@ def downgrade() -> None:
     op.drop_table("remote_participants")
     op.drop_table("shared_rooms")
     with op.batch_alter_table("connections") as batch:
+        batch.drop_column("relay_applied")
         batch.drop_column("relay_cursor")
     with op.batch_alter_table("messages") as batch:
         batch.drop_column("origin_did")
