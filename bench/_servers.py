@@ -4,6 +4,8 @@
     python bench/_servers.py node-nostore DATA_DIR    the node's send path without the store
     python bench/_servers.py trio-websocket DATA_DIR  a minimal trio-websocket broadcast server
 
+An optional third argument is the port (default: any free one).
+
 Each prints ``listening on http://HOST:PORT`` and runs until SIGTERM.
 """
 
@@ -28,7 +30,7 @@ async def until_terminated() -> None:
             return
 
 
-async def run_node(data_dir: Path, *, store: bool) -> None:
+async def run_node(data_dir: Path, *, store: bool, port: int = 0) -> None:
     from quart_mesh import Settings, create_app, serve
     from quart_mesh.config import RateLimits
     from quart_mesh.events import MessagePosted
@@ -75,7 +77,7 @@ async def run_node(data_dir: Path, *, store: bool) -> None:
         data_dir=data_dir, subscriber_buffer=4096, rate_limits=RateLimits(enabled=False)
     )
     app = create_app(settings)
-    await serve(app, host="127.0.0.1", port=0, shutdown_trigger=until_terminated)
+    await serve(app, host="127.0.0.1", port=port, shutdown_trigger=until_terminated)
 
 
 async def run_trio_websocket() -> None:
@@ -118,12 +120,13 @@ async def run_trio_websocket() -> None:
 def main() -> None:
     raise_fd_limit()
     kind, data_dir = sys.argv[1], Path(sys.argv[2])
+    port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if kind == "trio-websocket":
         trio.run(run_trio_websocket)
     else:
-        trio.run(lambda: run_node(data_dir, store=kind == "node"))
+        trio.run(lambda: run_node(data_dir, store=kind == "node", port=port))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Federation relay between two real nodes on loopback: how fast a burst of
-messages sent on node A reaches node B's mirror of the shared room, and the
-latency of one relayed message (B's long-poll returns), each against the same
+messages sent on node A reaches node B's mirror of the shared room, the
+latency of one relayed message (B's long-poll returns), and how fast a
+backlog drains when B comes back after being down — each against the same
 figure on A itself (A's own long-poll, A's own send rate) measured in the same
 run, as ratios.
 
-    python bench/bench_relay.py [--messages 500] [--senders 8] [--rounds 100] [--runs 3]
+    python bench/bench_relay.py [--messages 500] [--backlog 2000] [--senders 8]
+                                [--rounds 100] [--runs 3]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import httpx
 import trio
-from _common import command_line, median, percentile, raise_fd_limit, start_server
+from _common import ServerProcess, command_line, median, percentile, raise_fd_limit, start_server
 
 PASSWORD = "bench passphrase"
 
@@ -147,15 +149,71 @@ async def latency(url: str, reader: str, room: str, a_url: str, sender: str, rou
     return percentile(times, 50)
 
 
+async def drain(
+    a_url: str, b: ServerProcess, b_dir: Path, mesh: dict[str, Any], backlog: int
+) -> tuple[ServerProcess, dict[str, float]]:
+    """Stop B, send *backlog* messages on A, start B again on its port: A's
+    send rate, and the rate at which the backlog became readable on B (from
+    the first relayed message to the last, so A's retry wait does not count)."""
+    port = b.host_port[1]
+    hb = {"Authorization": f"Bearer {mesh['reader_b']}"}
+    async with httpx.AsyncClient(base_url=b.url, timeout=60) as http:
+        cursor = (await http.post("/api/poll", json={}, headers=hb)).json()["cursor"]
+    b.stop()
+    per_sender = backlog // len(mesh["senders"])
+    total = per_sender * len(mesh["senders"])
+    limits = httpx.Limits(max_connections=len(mesh["senders"]))
+    async with httpx.AsyncClient(base_url=a_url, limits=limits, timeout=60) as a:
+
+        async def send(token: str) -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            for _ in range(per_sender):
+                r = await a.post(
+                    f"/api/rooms/{mesh['room']}/messages", json={"content": "y"}, headers=headers
+                )
+                assert r.status_code == 201, r.text
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for token in mesh["senders"]:
+                nursery.start_soon(send, token)
+        sent = total / (time.perf_counter() - t0)
+    b = start_server("node", b_dir, str(port))
+    async with httpx.AsyncClient(base_url=b.url, timeout=60) as http:
+        arrived, first, first_batch = 0, 0.0, 0
+        with trio.fail_after(300):
+            while arrived < total:
+                r = await http.post(
+                    "/api/poll", json={"cursor": cursor, "timeout": 30, "limit": 200}, headers=hb
+                )
+                body = r.json()
+                if body["messages"] and not first:
+                    first, first_batch = time.perf_counter(), len(body["messages"])
+                arrived += len(body["messages"])
+                cursor = body["cursor"]
+        last = time.perf_counter()
+    # counted from the first poll that returned any: what came after it
+    drained = (arrived - first_batch) / (last - first)
+    return b, {"send_per_s": sent, "drain_per_s": drained}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument("--backlog", type=int, default=2000)
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     raise_fd_limit()
-    rows: dict[str, list[float]] = {"send": [], "relay": [], "local_ms": [], "relay_ms": []}
+    rows: dict[str, list[float]] = {
+        "send": [],
+        "relay": [],
+        "local_ms": [],
+        "relay_ms": [],
+        "backlog_send": [],
+        "drain": [],
+    }
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             a = start_server("node", Path(tmp) / "a")
@@ -174,6 +232,9 @@ async def main() -> None:
                 rates = await burst(a.url, b.url, mesh, args.messages)
                 rows["send"].append(rates["send_per_s"])
                 rows["relay"].append(rates["relay_per_s"])
+                b, drained = await drain(a.url, b, Path(tmp) / "b", mesh, args.backlog)
+                rows["backlog_send"].append(drained["send_per_s"])
+                rows["drain"].append(drained["drain_per_s"])
             finally:
                 a.stop()
                 b.stop()
@@ -187,6 +248,11 @@ async def main() -> None:
     print(
         f"latency p50: A's own long-poll {local_ms:.1f} ms, B's long-poll {relay_ms:.1f} ms "
         f"({relay_ms / local_ms:.1f}x)"
+    )
+    backlog_send, drained = median(rows["backlog_send"]), median(rows["drain"])
+    print(
+        f"backlog of {args.backlog} sent while B was down: sent on A {backlog_send:.0f}/s, "
+        f"drained to B {drained:.0f}/s ({drained / backlog_send:.2f}x)"
     )
     print(f"reproduce: {command_line()}")
 
