@@ -74,6 +74,22 @@ async def setup(a_url: str, b_url: str, senders: int) -> dict[str, Any]:
     }
 
 
+async def send_all(a: httpx.AsyncClient, mesh: dict[str, Any], each: int, content: str) -> None:
+    """Every sender posts *each* messages over REST on A, all at once."""
+
+    async def send(token: str) -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        for _ in range(each):
+            r = await a.post(
+                f"/api/rooms/{mesh['room']}/messages", json={"content": content}, headers=headers
+            )
+            assert r.status_code == 201, r.text
+
+    async with trio.open_nursery() as nursery:
+        for token in mesh["senders"]:
+            nursery.start_soon(send, token)
+
+
 async def burst(a_url: str, b_url: str, mesh: dict[str, Any], messages: int) -> dict[str, float]:
     """Send *messages* on A from every sender at once; A's send rate, and the
     rate at which they became readable on B (from the first send)."""
@@ -90,14 +106,6 @@ async def burst(a_url: str, b_url: str, mesh: dict[str, Any], messages: int) -> 
         sent_at = 0.0
         relayed_at = 0.0
 
-        async def send(token: str) -> None:
-            headers = {"Authorization": f"Bearer {token}"}
-            for _ in range(per_sender):
-                r = await a.post(
-                    f"/api/rooms/{mesh['room']}/messages", json={"content": "x"}, headers=headers
-                )
-                assert r.status_code == 201, r.text
-
         async def read() -> None:
             nonlocal arrived, cursor, relayed_at
             while arrived < total:
@@ -112,9 +120,7 @@ async def burst(a_url: str, b_url: str, mesh: dict[str, Any], messages: int) -> 
         t0 = time.perf_counter()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read)
-            async with trio.open_nursery() as senders:
-                for token in mesh["senders"]:
-                    senders.start_soon(send, token)
+            await send_all(a, mesh, per_sender, "x")
             sent_at = time.perf_counter()
     return {"send_per_s": total / (sent_at - t0), "relay_per_s": total / (relayed_at - t0)}
 
@@ -164,19 +170,8 @@ async def drain(
     total = per_sender * len(mesh["senders"])
     limits = httpx.Limits(max_connections=len(mesh["senders"]))
     async with httpx.AsyncClient(base_url=a_url, limits=limits, timeout=60) as a:
-
-        async def send(token: str) -> None:
-            headers = {"Authorization": f"Bearer {token}"}
-            for _ in range(per_sender):
-                r = await a.post(
-                    f"/api/rooms/{mesh['room']}/messages", json={"content": "y"}, headers=headers
-                )
-                assert r.status_code == 201, r.text
-
         t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for token in mesh["senders"]:
-                nursery.start_soon(send, token)
+        await send_all(a, mesh, per_sender, "y")
         sent = total / (time.perf_counter() - t0)
     b = start_server("node", b_dir, str(port))
     async with httpx.AsyncClient(base_url=b.url, timeout=60) as http:
