@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +78,7 @@ class Session:
         authenticated = await self._authenticate()
         if authenticated is None:
             return
-        actor, since = authenticated
+        actor, since, expires_at = authenticated
         self.actor = actor
         node = self.node
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
@@ -91,6 +92,7 @@ class Session:
             ):
                 self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
+                nursery.start_soon(self._expire, expires_at, sub)
                 try:
                     await self._start(actor, since, sub)
                 except MeshError as error:  # e.g. the store is unavailable
@@ -104,7 +106,13 @@ class Session:
                         await self._in_flight.acquire()
                 nursery.cancel_scope.cancel()
 
-    async def _authenticate(self) -> tuple[Actor, int | None] | None:
+    async def _expire(self, expires_at: int, sub: Subscription) -> None:
+        """End the session when its token expires: the client authenticates
+        again with a new one (``token_expired``, as REST answers then)."""
+        await trio.sleep(max(0.0, expires_at - time.time()))
+        sub.fail("expired")
+
+    async def _authenticate(self) -> tuple[Actor, int | None, int] | None:
         timeout = self.node.settings.auth_timeout
         try:
             with trio.fail_after(timeout):
@@ -124,10 +132,11 @@ class Session:
             token = fields.req_str("token")
             since = _cursor(fields.data.get("since"))
             actor = await self.node.accounts.authenticate(token)
+            expires_at = self.node.tokens.check(token).expires_at
         except MeshError as error:
             await self._refuse(error.message, error.code)
             return None
-        return actor, since
+        return actor, since, expires_at
 
     async def _refuse(self, message: str, code: str) -> None:
         with trio.move_on_after(self.node.settings.ws_send_timeout):
@@ -210,6 +219,10 @@ class Session:
         elif sub.failed == "removed":
             await self.ws.send_text(error_frame("this participant was removed", "removed"))
             await self.ws.close(POLICY_VIOLATION, "removed")
+        elif sub.failed == "expired":
+            text = "the token has expired; authenticate again with a new one"
+            await self.ws.send_text(error_frame(text, "token_expired"))
+            await self.ws.close(POLICY_VIOLATION, "token_expired")
         elif sub.failed == "revoked":  # a guest, and the mesh went private
             text = "guest access to this mesh has ended"
             await self.ws.send_text(error_frame(text, "token_revoked"))

@@ -15,7 +15,7 @@ import trio
 from trio_websocket import ConnectionClosed
 
 from quart_mesh import Settings, create_app, serve
-from tests.helpers import Mesh, User, assert_error, connect, open_client
+from tests.helpers import PASSWORD, Mesh, User, assert_error, connect, open_client
 
 
 @pytest.fixture
@@ -471,3 +471,26 @@ async def test_quick_reconnects_and_poll_loops_do_not_flap(
             if f["type"] == "presence" and f["participantId"] == bob.participant_id
         ]
         assert bob_events == [True, False]
+
+
+async def test_a_session_ends_when_its_token_expires(tmp_path: Path, nursery: trio.Nursery) -> None:
+    app = create_app(Settings(data_dir=tmp_path, token_ttl_seconds=3))
+    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        await mesh.setup()
+        bob = await mesh.register("bob")
+        async with connect(url, bob) as ws:
+            # the session works while the token is valid, and ends when it expires
+            await ws.send(type="typing", roomId="01ARZ3NDEKTSV4RRFFQ69G5FAV")
+            assert (await ws.expect("error"))["code"] == "not_member"
+            error = await ws.expect("error", timeout=6)
+            assert error["code"] == "token_expired"
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+        assert_error(await http.get("/api/auth/me", headers=bob.headers), 401, "token_expired")
+        # a new token opens a new session
+        r = await http.post("/api/auth/login", json={"name": "bob", "password": PASSWORD})
+        fresh = User(bob.participant_id, "bob", r.json()["token"])
+        async with connect(url, fresh) as ws:
+            assert ws.snapshot["type"] == "snapshot"  # type: ignore[attr-defined]
