@@ -409,6 +409,21 @@ class Relay:
         await self._db.write(lambda c: repo.remove_share(c, room_id, connection_id))
         return {"ok": True, "roomId": room_id, "connectionId": connection_id}
 
+    async def link_states(self, connection_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The link state of each running link among *connection_ids*, with
+        ``waiting``: events in the outbox not yet acknowledged by the peer."""
+        running = [cid for cid in connection_ids if cid in self.status]
+
+        def read(conn: Connection) -> dict[str, int]:
+            return {cid: repo.waiting_for(conn, cid) for cid in running}
+
+        waiting = await self._db.read(read) if running else {}
+        return {
+            cid: {**self.status[cid].to_json(), "waiting": waiting[cid]}
+            for cid in running
+            if cid in self.status
+        }
+
     async def shared_rooms(self) -> dict[str, list[dict[str, Any]]]:
         """Each connection's shares, for ``GET /api/connections``."""
         by_connection: dict[str, list[dict[str, Any]]] = {}

@@ -113,14 +113,16 @@ class Federation:
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
         rows = await self._db.read(repo.list_connections)
-        shared = await self.relay.shared_rooms() if self.relay is not None else {}
-        links = self.relay.status if self.relay is not None else {}
+        shared: dict[str, list[dict[str, Any]]] = {}
+        links: dict[str, dict[str, Any]] = {}
+        if self.relay is not None:
+            shared = await self.relay.shared_rooms()
+            links = await self.relay.link_states([row.connection_id for row in rows])
         listed = []
         for row in rows:
             item = to_json(row)
             item["sharedRooms"] = shared.get(row.connection_id, [])
-            link = links.get(row.connection_id)
-            item["relay"] = None if link is None else link.to_json()
+            item["relay"] = links.get(row.connection_id)
             listed.append(item)
         return listed
 

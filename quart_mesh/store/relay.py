@@ -52,6 +52,7 @@ __all__ = [
     "set_remote_connection",
     "share_by_home",
     "shares_of",
+    "waiting_for",
 ]
 
 
@@ -316,29 +317,40 @@ def outbox_head(conn: Connection) -> int:
     )
 
 
+def _for_peer(query: Any, connection_id: str, cursor: int) -> Any:
+    """*query* over the outbox narrowed to what the peer of *connection_id*
+    still needs after *cursor*: events of rooms shared over it, recorded
+    since they were shared, that did not arrive over it."""
+    o, s = relay_outbox.c, shared_rooms.c
+    return query.join(
+        shared_rooms, sa.and_(s.room_id == o.room_id, s.connection_id == connection_id)
+    ).where(
+        o.seq > cursor,
+        o.seq > s.from_seq,
+        sa.or_(o.via_connection.is_(None), o.via_connection != connection_id),
+    )
+
+
 def outbox_after(
     conn: Connection, connection_id: str, cursor: int, limit: int
 ) -> tuple[list[OutboxItem], int]:
-    """Up to *limit* events for the peer of *connection_id* after *cursor*
-    (oldest first: events of rooms shared over it, recorded since they were
-    shared, that did not arrive over it), and the outbox head."""
+    """Up to *limit* events for the peer of *connection_id* after *cursor*,
+    oldest first, and the outbox head."""
     o, s = relay_outbox.c, shared_rooms.c
-    query = (
-        sa.select(o.seq, o.room_id, o.kind, o.body, s.home_room_id)
-        .join(shared_rooms, sa.and_(s.room_id == o.room_id, s.connection_id == connection_id))
-        .where(
-            o.seq > cursor,
-            o.seq > s.from_seq,
-            sa.or_(o.via_connection.is_(None), o.via_connection != connection_id),
-        )
-        .order_by(o.seq)
-        .limit(limit)
-    )
+    query = sa.select(o.seq, o.room_id, o.kind, o.body, s.home_room_id).select_from(relay_outbox)
+    query = _for_peer(query, connection_id, cursor).order_by(o.seq).limit(limit)
     items = [
         OutboxItem(r.seq, r.room_id, r.home_room_id, r.kind, json.loads(r.body))
         for r in conn.execute(query)
     ]
     return items, outbox_head(conn)
+
+
+def waiting_for(conn: Connection, connection_id: str) -> int:
+    """How many events wait for the peer of *connection_id*."""
+    query = sa.select(sa.func.count()).select_from(relay_outbox)
+    cursor = cursor_of(conn, connection_id)
+    return int(conn.execute(_for_peer(query, connection_id, cursor)).scalar_one())
 
 
 def cursor_of(conn: Connection, connection_id: str) -> int:

@@ -312,6 +312,7 @@ async def test_relay_is_durable_across_downtime_and_restarts(
                 await trio.sleep(0.1)
         [link] = await a.connections()
         assert "cannot reach the peer" in link["relay"]["lastError"]
+        assert link["relay"]["waiting"] == 10
         await a.restart(nursery)
         sent += [await a.mesh.send(alice, room["roomId"], f"m{i}") for i in range(10, 20)]
 
@@ -320,6 +321,9 @@ async def test_relay_is_durable_across_downtime_and_restarts(
         got = await wait_for_messages(b, bob, mirror_id, 20)
         assert [m["messageId"] for m in got] == [m["messageId"] for m in sent]
         assert [m["content"] for m in got] == [f"m{i}" for i in range(20)]
+        with trio.fail_after(10):  # A hears B's answer to the last batch
+            while (await a.connections())[0]["relay"]["waiting"]:
+                await trio.sleep(0.1)
 
         # the other way round: A down, B sends, B restarts, A comes back
         assert await a.process.stop() == 0
