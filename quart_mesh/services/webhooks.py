@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import trio
@@ -296,11 +296,13 @@ class Webhooks:
         headers: dict[str, str],
         state: WebhookState,
     ) -> Any:
+        url, extensions = target.url, dict[str, Any]()
         if not target.private_ok and not self._settings.webhook_allow_private:
-            await _check_public(target.url)
+            url, host, extensions = await _pin_public(target.url)
+            headers = {**headers, "Host": host}
         try:
             async with self._client.stream(
-                "POST", target.url, content=body, headers=headers
+                "POST", url, content=body, headers=headers, extensions=extensions
             ) as response:
                 raw = b""
                 async for chunk in response.aiter_bytes():
@@ -332,18 +334,35 @@ def _addressed(message: Message, actor: Actor) -> bool:
     )
 
 
-async def _check_public(url: str) -> None:
-    """Refuse (as a retryable failure) a host that resolves to a non-public
-    address: a bot registered without an admin must not reach the node's own
-    network (SSRF)."""
-    host = urlsplit(url).hostname or ""
-    port = urlsplit(url).port or 80
+async def _pin_public(url: str) -> tuple[str, str, dict[str, Any]]:
+    """Resolve *url*'s host once and pin the connection to that address, if
+    every address it resolves to is public: a bot registered without an
+    admin must not reach the node's own network (SSRF), and a name that
+    resolves differently for the check and for the connection (DNS
+    rebinding) must not get past it. Returns the URL with the address in
+    place of the name, the ``Host`` header, and for HTTPS the request
+    extensions that keep the name for SNI and certificate checks.
+
+    Raises:
+        _Retry: the name does not resolve, or resolves to a private address.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        infos = await trio.socket.getaddrinfo(host, port)
+        infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except OSError as error:
         raise _Retry(f"cannot resolve {host}: {error}") from None
-    if any(is_private_address(str(info[4][0])) for info in infos):
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses or any(is_private_address(a) for a in addresses):
         raise _Retry(
             f"{host} is a private address; only bots an admin registers may use one "
             "(or set MESH_WEBHOOK_ALLOW_PRIVATE)"
         )
+    address = addresses[0]
+    literal = f"[{address}]" if ":" in address else address
+    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+    pinned = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    host_header = parts.netloc.rpartition("@")[2]  # as written: [v6]:port stays bracketed
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    return pinned, host_header, extensions

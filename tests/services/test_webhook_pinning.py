@@ -1,0 +1,55 @@
+"""The webhook SSRF check resolves a bot's host once and connects to that
+address: a name that resolves to a public address for the check and to a
+private one later (DNS rebinding) cannot reach the node's network."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from quart_mesh.services.webhooks import _pin_public, _Retry
+
+
+class Rebinding:
+    """A resolver that answers a public address first, then loopback."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def getaddrinfo(self, host: Any, port: Any, *args: Any) -> list[Any]:
+        self.calls += 1
+        address = "8.8.8.8" if self.calls == 1 else "127.0.0.1"
+        return [(trio.socket.AF_INET, trio.socket.SOCK_STREAM, 6, "", (address, port))]
+
+    async def getnameinfo(self, sockaddr: Any, flags: int) -> Any:
+        raise NotImplementedError
+
+
+async def test_the_checked_address_is_the_one_connected_to() -> None:
+    resolver = Rebinding()
+    previous = trio.socket.set_custom_hostname_resolver(resolver)
+    try:
+        url, host, extensions = await _pin_public("https://hooks.example:8443/in?x=1")
+        assert url == "https://8.8.8.8:8443/in?x=1"  # nothing left to resolve again
+        assert host == "hooks.example:8443"
+        assert extensions == {"sni_hostname": "hooks.example"}  # TLS still checks the name
+        # the next resolution says loopback: refused, not connected to
+        with pytest.raises(_Retry, match="private address"):
+            await _pin_public("http://hooks.example/in")
+    finally:
+        trio.socket.set_custom_hostname_resolver(previous)
+    assert resolver.calls == 2
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/x", "http://localhost/x", "http://[::1]/x"])
+async def test_private_addresses_are_refused(url: str) -> None:
+    with pytest.raises(_Retry, match="private address"):
+        await _pin_public(url)
+
+
+async def test_literal_public_addresses_are_kept() -> None:
+    assert await _pin_public("http://8.8.8.8/h") == ("http://8.8.8.8/h", "8.8.8.8", {})
+    url, host, _ = await _pin_public("http://[2001:4860:4860::8888]:8080/h")
+    assert (url, host) == ("http://[2001:4860:4860::8888]:8080/h", "[2001:4860:4860::8888]:8080")
