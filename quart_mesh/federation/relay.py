@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import httpx
 import trio
@@ -49,6 +49,7 @@ from ..services.validation import check_room_name
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import connections as connections_repo
+from ..store import messages as messages_repo
 from ..store import relay as repo
 from ..store import rooms as rooms_repo
 from .http import exchange
@@ -512,26 +513,50 @@ class Relay:
             raise BadRequest(f"at most {MAX_EVENTS} events per request", "too_many_events")
         connection_id = row.connection_id
         results: list[dict[str, Any]] = []
-        # messages are queued without waiting for their commit (the store's
-        # writer keeps them, and every later write, in order) and awaited at
-        # the end, so a batch commits in few transactions
+        # a run of messages is queued without waiting for each commit (the
+        # store's writer keeps them in order) and awaited before the next
+        # event of another kind, so a batch commits in few transactions
         pending: list[tuple[dict[str, Any], Awaitable[Message | None]]] = []
         shares: dict[str, repo.Share | None] = {}
         stop: MeshError | None = None
+
+        async def settle() -> None:
+            """Await the queued messages; a store failure stops the batch."""
+            nonlocal stop
+            for slot, stored in pending:
+                try:
+                    slot["status"] = "ok" if await stored is not None else "duplicate"
+                except MeshError as error:
+                    slot.update(status="refused", code=error.code)
+                    if error.status >= 500:
+                        slot["status"] = "failed"
+                        stop = stop or error
+                except Exception:  # a bug: logged, answered as failed, retried
+                    log.exception("relayed message from %s failed", row.peer_name)
+                    slot.update(status="failed", code="internal_error")
+                    stop = stop or Unavailable("relay failed", "unavailable")
+            pending.clear()
+
         async with self._locks[connection_id]:
             applied = await self._db.read(lambda c: repo.applied_of(c, connection_id))
             last = applied
             try:
                 for event in events:
-                    seq = event.get("seq") if isinstance(event, dict) else None
-                    slot: dict[str, Any] = {"seq": seq}
-                    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= last:
-                        if isinstance(seq, int) and not isinstance(seq, bool) and seq <= applied:
-                            slot["status"] = "duplicate"
-                        else:
-                            slot.update(status="refused", code="invalid_event")
+                    raw = event.get("seq") if isinstance(event, dict) else None
+                    slot: dict[str, Any] = {"seq": raw}
+                    seq = raw if _is_seq(raw) else None
+                    if seq is None or applied < seq <= last:
+                        slot.update(status="refused", code="invalid_event")
                         results.append(slot)
                         continue
+                    if seq <= applied and not await self._missing_message(event):
+                        slot["status"] = "duplicate"  # applied before: not again
+                        results.append(slot)
+                        continue
+                    if event.get("kind") != "message":
+                        await settle()  # what follows may depend on them
+                        if stop is not None:
+                            break
                     try:
                         self._rate.key("federation_relay", did)
                         outcome = await self._apply(
@@ -539,7 +564,7 @@ class Relay:
                         )
                     except MeshError as error:
                         if isinstance(error, RateLimited) or error.status >= 500:
-                            stop = error
+                            stop = stop or error
                             break
                         log.info("refused relayed event from %s: %s", row.peer_name, error.code)
                         slot.update(status="refused", code=error.code)
@@ -548,34 +573,36 @@ class Relay:
                             slot["status"] = outcome
                         else:
                             pending.append((slot, outcome))
-                    last = seq
+                    last = max(last, seq)
                     results.append(slot)
             finally:
                 with trio.CancelScope(shield=True):
-                    for slot, stored in pending:
-                        try:
-                            slot["status"] = "ok" if await stored is not None else "duplicate"
-                        except MeshError as error:
-                            slot.update(status="refused", code=error.code)
-                            if error.status >= 500:
-                                slot["status"] = "failed"
-                                stop = stop or error
-                        except Exception:  # a bug: logged, answered as failed, retried
-                            log.exception("relayed message from %s failed", row.peer_name)
-                            slot.update(status="failed", code="internal_error")
-                            stop = stop or Unavailable("relay failed", "unavailable")
+                    await settle()
             # everything before the first failure is applied (or refused for good)
             done = applied
             for slot in results:
                 if slot.get("status") == "failed":
                     break
-                if isinstance(slot["seq"], int) and not isinstance(slot["seq"], bool):
-                    done = max(done, slot["seq"])
+                position = slot["seq"]
+                if _is_seq(position):
+                    done = max(done, position)
             if done > applied:
                 await self._db.write(lambda c: repo.mark_applied(c, connection_id, done))
         if stop is not None:
             raise stop
         return {"ok": True, "results": results}
+
+    async def _missing_message(self, event: dict[str, Any]) -> bool:
+        """Whether *event* is a message this node does not have: messages are
+        recognized by their id, so one whose position was marked after a
+        store failure is applied when it comes again."""
+        message_id = event.get("messageId")
+        if event.get("kind") != "message" or not isinstance(message_id, str):
+            return False
+        if not is_ulid(message_id):
+            return False
+        found = await self._db.read(lambda c: messages_repo.get_message(c, message_id))
+        return found is None
 
     async def _apply(
         self,
@@ -778,6 +805,11 @@ async def get_connection(db: Database, connection_id: str) -> connections_repo.C
     if row is None:
         raise NotFound("no such connection", "connection_not_found")
     return row
+
+
+def _is_seq(value: object) -> TypeGuard[int]:
+    """A peer's outbox position: a whole number the store can hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
 def _require_accepted(conn: Connection, connection_id: str) -> None:

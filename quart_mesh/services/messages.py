@@ -253,7 +253,6 @@ class Messages:
                 if existing is not None:
                     if existing.room_id != room_id:
                         raise Conflict("that message id is taken", "message_id_taken")
-                    relay_repo.mark_applied(conn, source.connection_id, source.seq)
                     return existing, False
             target, thread = to, thread_id
             if target is not None and accounts_repo.get_participant(conn, target) is None:
@@ -288,6 +287,7 @@ class Messages:
                 },
                 by=actor.participant_id,
                 source=source,
+                mark=False,  # relayed messages are recognized by their id
             )
             return stored, True
 
@@ -494,14 +494,16 @@ class Messages:
         *,
         by: str,
         source: RelaySource | None,
+        mark: bool = True,
     ) -> None:
         """Queue a change for the nodes its room is shared with, if it is, and
-        mark a relayed change applied (in the change's own transaction:
-        ``docs/federation.md``)."""
+        (with *mark*) mark a relayed change applied, in the change's own
+        transaction (``docs/federation.md``)."""
         via = None
         if source is not None:
             via = source.connection_id
-            relay_repo.mark_applied(conn, source.connection_id, source.seq)
+            if mark:
+                relay_repo.mark_applied(conn, source.connection_id, source.seq)
         if room_id in self.federated_rooms:
             relay_repo.record(conn, room_id, kind, body, by, via=via)
 
