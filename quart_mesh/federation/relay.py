@@ -654,7 +654,7 @@ class Relay:
                 min(created, now_ms()),
                 node_did,
                 source,
-                to=await self._local_participant(row, event.get("to")),
+                to=await self._local_participant(event.get("to")),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
             )
             return self._messages.submit_relayed(actor, room_id, content, relayed)
@@ -746,9 +746,7 @@ class Relay:
             await self._rooms.join(actor, room_id)
         return actor
 
-    async def _local_participant(
-        self, row: connections_repo.ConnectionRow, value: object
-    ) -> str | None:
+    async def _local_participant(self, value: object) -> str | None:
         """A relayed ``to`` as a participant id here (``None`` if unknown)."""
         if value is None:
             return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -329,19 +329,7 @@ class Federation:
                 self.relay.start_link(connection_id)
             else:
                 self.relay.connection_ended(connection_id)
-        return to_json(
-            repo.ConnectionRow(
-                row.connection_id,
-                row.peer_did,
-                row.peer_name,
-                row.peer_url,
-                row.direction,
-                status,
-                row.message,
-                row.created_at,
-                now,
-            )
-        )
+        return to_json(replace(row, status=status, updated_at=now))
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -148,12 +148,10 @@ def share_by_home(conn: Connection, connection_id: str, home_room_id: str) -> Sh
     return None if row is None else _share(row)
 
 
-def shares_of(conn: Connection, connection_id: str | None = None) -> list[Share]:
-    """Shares (of one connection, or all) with their local room names."""
+def shares_of(conn: Connection) -> list[Share]:
+    """Every share, with its local room's name."""
     c = shared_rooms.c
     query = sa.select(shared_rooms, rooms.c.name).join(rooms, rooms.c.room_id == c.room_id)
-    if connection_id is not None:
-        query = query.where(c.connection_id == connection_id)
     return [_share(r) for r in conn.execute(query.order_by(c.created_at, c.room_id))]
 
 
