@@ -8,10 +8,21 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Answer", "exchange"]
+__all__ = ["Answer", "exchange", "peer_client"]
 
 #: most bytes of a peer's answer read by default
 DEFAULT_LIMIT = 64 * 1024
+
+
+def peer_client(timeout: float, user_agent: str) -> httpx.AsyncClient:
+    """The HTTP client for calls to other nodes and registries: a time limit,
+    no redirects followed, no proxy settings taken from the environment."""
+    return httpx.AsyncClient(
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": user_agent},
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from ..services.accounts import Accounts
 from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
-from .http import exchange
+from .http import exchange, peer_client
 from .service import MAX_PEER_NAME_CHARS, _base_url
 from .signing import sign_request
 
@@ -149,12 +149,7 @@ class Heartbeat:
         self._listed = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with httpx.AsyncClient(
-            timeout=self._settings.federation_timeout,
-            follow_redirects=False,
-            trust_env=False,
-            headers={"User-Agent": "quart-mesh-heartbeat"},
-        ) as client:
+        async with peer_client(self._settings.federation_timeout, "quart-mesh-heartbeat") as client:
             task_status.started()
             while True:
                 try:

@@ -36,7 +36,7 @@ from ..services.authz import Actor, authorize
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
-from .http import Answer, exchange
+from .http import Answer, exchange, peer_client
 from .relay import Relay, get_connection
 from .signing import NonceCache, sign_request, verify_request
 
@@ -92,11 +92,8 @@ class Federation:
         return self._settings.federation_enabled
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with httpx.AsyncClient(
-            timeout=self._settings.federation_timeout,
-            follow_redirects=False,
-            trust_env=False,
-            headers={"User-Agent": "quart-mesh-federation"},
+        async with peer_client(
+            self._settings.federation_timeout, "quart-mesh-federation"
         ) as client:
             self._client = client
             try:

@@ -299,6 +299,21 @@ class Roles:
 
     # assigning roles ----------------------------------------------------------
 
+    async def _participant(self, participant_id: object) -> Participant:
+        """The participant *participant_id*.
+
+        Raises:
+            NotFound: ``participant_not_found`` (also for a malformed id).
+        """
+        found = None
+        if isinstance(participant_id, str) and is_ulid(participant_id):
+            found = await self._db.read(
+                lambda conn: accounts_repo.get_participant(conn, participant_id)
+            )
+        if found is None:
+            raise NotFound("no such participant", "participant_not_found")
+        return found
+
     async def assign(self, actor: Actor, participant_id: str, role_name: Any) -> Participant:
         """Give a participant a role: only a participant below the caller's
         priority, and only a role below it.
@@ -313,13 +328,7 @@ class Roles:
             raise NotFound("no such role", "role_not_found")
         if role.priority >= actor.priority:
             raise Forbidden("you may assign only roles below your own", "role_too_high")
-        target = (
-            await self._db.read(lambda conn: accounts_repo.get_participant(conn, participant_id))
-            if is_ulid(participant_id)
-            else None
-        )
-        if target is None:
-            raise NotFound("no such participant", "participant_not_found")
+        target = await self._participant(participant_id)
         if self._policy.priority(target.role) >= actor.priority:
             raise Forbidden(
                 "you may change the role only of participants below you", "participant_too_high"
@@ -374,13 +383,7 @@ class Roles:
                 raise NotFound("no such role", "role_not_found")
             target_priority = role.priority
         elif target_type == "participant":
-            found = (
-                await self._db.read(lambda conn: accounts_repo.get_participant(conn, target))
-                if is_ulid(target)
-                else None
-            )
-            if found is None:
-                raise NotFound("no such participant", "participant_not_found")
+            found = await self._participant(target)
             target_priority = self._policy.priority(found.role)
         else:
             raise BadRequest("targetType must be role or participant", "invalid_target")
