@@ -50,25 +50,25 @@ _HTTP_CODES = {
 
 
 def _request_class(settings: Settings) -> type[TrioRequest]:
-    """Requests whose body limit is ``max_body_bytes``, except on the model
-    proxy, which takes chat histories up to ``max_completion_body_bytes``, and
-    on apps, whose source takes up to ``max_app_body_bytes``, and on uploads,
-    which stream files of up to ``max_upload_bytes`` to disk, and on the
-    federation relay, whose batches take up to ``MAX_RELAY_BYTES``."""
-    large = settings.max_completion_body_bytes
-    app_source = settings.limits.max_app_body_bytes
-    upload = upload_body_limit(settings.limits)
+    """Requests whose body limit is ``max_body_bytes``, except on the paths
+    below: the model proxy takes chat histories up to
+    ``max_completion_body_bytes``, apps their source up to
+    ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
+    to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
+    #: (path, whether it is a prefix, body limit), first match wins
+    body_limits = (
+        (PROXY_PREFIX, True, settings.max_completion_body_bytes),
+        (APPS_PREFIX, True, settings.limits.max_app_body_bytes),
+        (UPLOAD_PATH, False, upload_body_limit(settings.limits)),
+        (RELAY_PATH, False, MAX_RELAY_BYTES),
+    )
 
     class MeshRequest(TrioRequest):
         def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any):
-            if path.startswith(PROXY_PREFIX):
-                kwargs["max_content_length"] = large
-            elif path.startswith(APPS_PREFIX):
-                kwargs["max_content_length"] = app_source
-            elif path == UPLOAD_PATH:
-                kwargs["max_content_length"] = upload
-            elif path == RELAY_PATH:
-                kwargs["max_content_length"] = MAX_RELAY_BYTES
+            for where, prefix, limit in body_limits:
+                if path.startswith(where) if prefix else path == where:
+                    kwargs["max_content_length"] = limit
+                    break
             super().__init__(method, scheme, path, *args, **kwargs)
 
     return MeshRequest
