@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -87,17 +87,9 @@ def source_json(source: repo.Source) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class App:
-    app_id: str
-    owner_id: str
-    owner_name: str
-    name: str
-    description: str
-    version: int
-    deployed: bool
-    created_at: int
-    updated_at: int
-    #: the current version's source, where it was asked for
+class App(repo.AppRow):
+    """An app as the store keeps it, with its current source where asked for."""
+
     source: repo.Source | None = None
 
     def run_url(self, base: str) -> str:
@@ -134,18 +126,7 @@ class App:
 
 
 def _app(row: repo.AppRow, source: repo.Source | None = None) -> App:
-    return App(
-        row.app_id,
-        row.owner_id,
-        row.owner_name,
-        row.name,
-        row.description,
-        row.version,
-        row.deployed,
-        row.created_at,
-        row.updated_at,
-        source,
-    )
+    return App(**{f.name: getattr(row, f.name) for f in fields(repo.AppRow)}, source=source)
 
 
 class Apps:
