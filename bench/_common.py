@@ -12,6 +12,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,8 +153,14 @@ class ServerProcess:
 
 def start_server(kind: str, data_dir: Path, *extra: str) -> ServerProcess:
     """Start a server process: ``node``, ``node-nostore`` or ``trio-websocket``."""
-    args = [sys.executable, str(ROOT / "bench" / "_servers.py"), kind, str(data_dir), *extra]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return spawn([sys.executable, str(ROOT / "bench" / "_servers.py"), kind, str(data_dir), *extra])
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
+    """Start a process that prints ``listening on http://...``; wait for that line.
+    Its output keeps being read so the pipe never fills (into the file named by
+    ``BENCH_SERVER_LOG``, if set)."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert process.stdout is not None
     output = b""
     deadline = time.monotonic() + 30
@@ -161,12 +168,8 @@ def start_server(kind: str, data_dir: Path, *extra: str) -> ServerProcess:
         line = process.stdout.readline()
         if not line or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError(f"server did not start: {output.decode(errors='replace')}")
+            raise RuntimeError(f"did not start: {output.decode(errors='replace')}")
         output += line
-    # keep draining its output so the pipe never fills (into BENCH_SERVER_LOG, if set)
-    import os
-    import threading
-
     log_path = os.environ.get("BENCH_SERVER_LOG")
 
     def drain() -> None:

@@ -19,12 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,9 +36,9 @@ from _common import (
     percentile,
     raise_fd_limit,
     setup_mesh,
+    spawn,
 )
 
-_LISTENING = re.compile(rb"listening on (http://\S+)")
 #: one streamed event, as OpenAI sends them (48 bytes on the wire, plus chunk framing)
 EVENT = b'data: {"choices":[{"delta":{"content":"ab"}}]}\n\n'
 DONE = b"data: [DONE]\n\n"
@@ -116,23 +113,6 @@ async def serve_upstream() -> None:
 
 
 # processes
-
-
-def spawn(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
-    """Start a process that prints ``listening on http://...``; wait for that line."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    assert process.stdout is not None
-    output = b""
-    deadline = time.monotonic() + 30
-    while not (match := _LISTENING.search(output)):
-        line = process.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"did not start: {output.decode(errors='replace')}")
-        output += line
-    # keep draining its output so the pipe never fills
-    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
-    return ServerProcess(process, match.group(1).decode())
 
 
 def start_upstream() -> ServerProcess:
