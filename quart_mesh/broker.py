@@ -50,6 +50,9 @@ class Subscription:
         self.capacity = capacity
         #: whether chat traffic is delivered (not to tool-only ``simple`` bots)
         self.chat = chat
+        #: the id of the token the owner authenticated with, if any (a signed-out
+        #: token ends its subscriptions: :meth:`Broker.disconnect_token`)
+        self.token_id: str | None = None
         self._items: collections.deque[Delivery] = collections.deque()
         self._held: collections.deque[Event] | None = None
         self._wakeup = trio.Event()
@@ -220,6 +223,15 @@ class Broker:
         """End *participant_id*'s subscriptions as *reason* (their owners tell
         the client and close), keeping its memberships; how many ended."""
         subs = list(self._subs_of.get(participant_id, ()))
+        for sub in subs:
+            sub.fail(reason)
+            self._unsubscribe(sub)
+        return len(subs)
+
+    def disconnect_token(self, participant_id: str, token_id: str, reason: str) -> int:
+        """End the subscriptions of *participant_id* opened with the token
+        *token_id* as *reason*; how many ended."""
+        subs = [s for s in self._subs_of.get(participant_id, ()) if s.token_id == token_id]
         for sub in subs:
             sub.fail(reason)
             self._unsubscribe(sub)

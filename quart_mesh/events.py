@@ -28,6 +28,7 @@ __all__ = [
     "ReactionAdded",
     "ReactionRemoved",
     "RoomDeleted",
+    "RoomRead",
     "Typing",
     "error_frame",
     "frame_of",
@@ -164,6 +165,26 @@ class RoomDeleted(Event):
 
     def payload(self) -> dict[str, Any]:
         return {"roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class RoomRead(Event):
+    """Extension: the participant's read position in a room moved (``mark_read``);
+    sent to that participant's own sessions only (:meth:`Broker.send_to`), so
+    its other tabs and devices update their unread badges."""
+
+    type: ClassVar[str] = "room_read"
+    cursor: int = field(kw_only=True)
+    unread: int = field(kw_only=True)
+    mentions: int = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "cursor": str(self.cursor),
+            "unread": self.unread,
+            "mentions": self.mentions,
+        }
 
 
 @dataclass(frozen=True, slots=True)

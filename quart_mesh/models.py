@@ -51,6 +51,8 @@ class MeshConfig:
     guests_can_send: bool
     owner_id: str
     created_at: int
+    #: the room new participants are offered (``docs/decisions/0030-web-client.md``)
+    default_room_id: str | None = None
 
     def public_json(self) -> dict[str, Any]:
         return {
@@ -180,13 +182,15 @@ class Message:
     attachments: tuple[Upload, ...] = field(default=())
     #: the sender's home node DID, for a message relayed from another node
     origin: str | None = None
+    #: the sender's own id for this send (``clientId``): retries find the message
+    client_id: str | None = None
 
     @property
     def cursor(self) -> str:
         return str(self.seq)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "roomId": self.room_id,
             "messageId": self.message_id,
             "senderId": self.sender_id,
@@ -202,3 +206,7 @@ class Message:
             "origin": self.origin,
             "trustLevel": trust_level(self.origin),
         }
+        if self.client_id is not None:
+            # only when the sender gave one: the shape stays as it was for others
+            data["clientId"] = self.client_id
+        return data

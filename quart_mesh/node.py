@@ -141,6 +141,7 @@ class Node:
                 self.presence,
                 self.policy,
                 self.rate_limits,
+                self.broker,
             )
             await accounts.load()
             self.admin = Admin(self, accounts)

@@ -27,7 +27,7 @@ async def test_serve_and_use(example: ModuleType, tmp_path: Path) -> None:
 
 
 async def test_node_without_http(example: ModuleType, tmp_path: Path) -> None:
-    assert await example.node_without_http(tmp_path) == 0
+    assert await example.node_without_http(tmp_path) == ["Town Square"]
     # the store is closed and reusable: a second run finds the mesh set up
     from quart_mesh import Node, Settings
 

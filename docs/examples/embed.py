@@ -47,8 +47,9 @@ async def serve_and_use(data_dir: Path) -> list[str]:
     return contents
 
 
-async def node_without_http(data_dir: Path) -> int:
-    """Run only the Node (no HTTP server) and use its services."""
+async def node_without_http(data_dir: Path) -> list[str]:
+    """Run only the Node (no HTTP server) and use its services: the names of
+    the rooms a new mesh has (setup makes its default room)."""
     node = Node(Settings(data_dir=data_dir))
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)  # opens the store, applies migrations
@@ -58,12 +59,12 @@ async def node_without_http(data_dir: Path) -> int:
         actor = node.accounts.actor_for(owner.participant)
         rooms = await node.rooms.list_rooms(actor)
         nursery.cancel_scope.cancel()
-    return len(rooms)
+    return [room.name for room, _joined in rooms]
 
 
 async def main(data_dir: Path = Path("embedded-mesh-data")) -> None:
     print(await serve_and_use(data_dir / "served"))
-    print(await node_without_http(data_dir / "headless"), "rooms")
+    print(await node_without_http(data_dir / "headless"))
 
 
 if __name__ == "__main__":

@@ -14,11 +14,18 @@ if TYPE_CHECKING:
     from ..app import MeshApp
     from ..node import Node
 
-__all__ = ["body", "caller", "node", "query_int", "reply"]
+__all__ = ["bearer_token", "body", "caller", "node", "query_int", "reply"]
 
 
 def node() -> Node:
     return cast("MeshApp", current_app).node
+
+
+def bearer_token() -> str:
+    """The request's bearer token (``""`` if there is none)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 async def caller() -> Actor:
@@ -29,11 +36,7 @@ async def caller() -> Actor:
     """
     actor: Actor | None = g.get("actor")
     if actor is None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer":
-            token = ""
-        actor = await node().accounts.authenticate(token.strip())
+        actor = await node().accounts.authenticate(bearer_token())
         g.actor = actor
     return actor
 

@@ -48,6 +48,7 @@ async def update_mesh_settings() -> tuple[Any, int]:
         visibility=fields.opt_str("visibility"),
         registration_mode=fields.opt_str("registrationMode"),
         guests_can_send=fields.opt_bool("guestsCanSend"),
+        default_room_id=fields.opt_str("defaultRoomId"),
         rate_limits=rate_limits,
         role_multipliers=multipliers,
     )

@@ -6,8 +6,8 @@ from typing import Any
 
 from quart import Blueprint, request
 
-from ..services.authz import tier_of
-from ._common import body, caller, node, reply
+from ..services.authz import held_permissions, tier_of
+from ._common import bearer_token, body, caller, node, reply
 
 bp = Blueprint("auth", __name__)
 
@@ -47,5 +47,13 @@ async def me() -> tuple[Any, int]:
             "kind": participant.kind,
             "priority": actor.priority,
             "tier": tier_of(actor.priority),
+            "permissions": held_permissions(actor),
         }
     )
+
+
+@bp.post("/api/auth/logout")
+async def logout() -> tuple[Any, int]:
+    actor = await caller()
+    await node().accounts.logout(actor, bearer_token())
+    return reply({"ok": True})

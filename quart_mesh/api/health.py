@@ -6,6 +6,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from ..services.accounts import DEFAULT_ROOM_NAME
 from ._common import body, node, reply
 
 bp = Blueprint("health", __name__)
@@ -32,6 +33,7 @@ async def setup_init() -> tuple[Any, int]:
         description=_default(fields.opt_str("description"), ""),
         visibility=_default(fields.opt_str("visibility"), "public"),
         registration_mode=_default(fields.opt_str("registrationMode"), "open"),
+        default_room_name=fields.opt_str("defaultRoomName") or DEFAULT_ROOM_NAME,
     )
     return reply(session.to_json(), 201)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from ..errors import BadRequest
 from ._common import body, caller, node, query_int, reply
 
 bp = Blueprint("rooms", __name__)
@@ -39,6 +40,7 @@ async def get_room(room_id: str) -> tuple[Any, int]:
             **details.room.to_json(),
             "joined": details.joined,
             "members": [m.to_json() for m in details.members],
+            "permissions": details.permissions,
         }
     )
 
@@ -73,6 +75,7 @@ async def list_messages(room_id: str) -> tuple[Any, int]:
         before=request.args.get("before") or None,
         since=request.args.get("since") or None,
         limit=query_int("limit"),
+        thread_id=request.args.get("threadId") or None,
     )
     return reply([m.to_json() for m in messages])
 
@@ -88,8 +91,20 @@ async def send_message(room_id: str) -> tuple[Any, int]:
         to=fields.opt_str("to"),
         thread_id=fields.opt_str("threadId"),
         attachments=fields.data.get("attachments"),
+        client_id=fields.opt_str("clientId"),
     )
     return reply(message.to_json(), 201)
+
+
+@bp.post("/api/rooms/<room_id>/read")
+async def mark_read(room_id: str) -> tuple[Any, int]:
+    actor = await caller()
+    fields = await body()
+    cursor = fields.data.get("cursor")
+    if cursor is None:
+        raise BadRequest("cursor is required", "missing_field")
+    read = await node().world.mark_room_read(actor, room_id, cursor)
+    return reply(read.payload())
 
 
 @bp.get("/api/rooms/<room_id>/messages/<message_id>")

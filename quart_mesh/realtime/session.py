@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -22,7 +23,7 @@ from ..errors import BadRequest, MeshError, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
 from ..services.agents import command_event
 from ..services.authz import Actor
-from ..services.validation import cursor_number
+from ..services.validation import cursor_number, is_client_id
 from ..store import messages as messages_repo
 from ..wire import Fields, parse_json_object
 from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
@@ -49,6 +50,19 @@ def _wire(event: Event | None, frame: str) -> bytes:
     return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
 
 
+@dataclass(frozen=True, slots=True)
+class _Auth:
+    """What ``authenticate`` established."""
+
+    actor: Actor
+    since: int | None
+    #: the token's expiry (unix seconds): the session ends then
+    expires_at: int
+    token_id: str
+    #: whether delivered messages move read positions (``autoRead``, default true)
+    auto_read: bool
+
+
 class Session:
     """One authenticated client on one WebSocket."""
 
@@ -56,6 +70,7 @@ class Session:
         self.node = node
         self.ws = ws
         self.actor: Actor | None = None
+        self._auto_read = True
         self._nursery: trio.Nursery
         self._sub: Subscription
         self._in_flight = trio.Semaphore(_MAX_IN_FLIGHT)
@@ -68,6 +83,7 @@ class Session:
             "add_reaction": self._add_reaction,
             "remove_reaction": self._remove_reaction,
             "typing": self._typing,
+            "mark_read": self._mark_read,
             "move": self._move,
             "command_result": self._command_result,
         }
@@ -75,16 +91,18 @@ class Session:
     # lifecycle ---------------------------------------------------------------
 
     async def run(self) -> None:
-        authenticated = await self._authenticate()
-        if authenticated is None:
+        auth = await self._authenticate()
+        if auth is None:
             return
-        actor, since, expires_at = authenticated
+        actor = auth.actor
         self.actor = actor
+        self._auto_read = auth.auto_read
         node = self.node
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
         with node.broker.subscribe(actor.participant_id, chat=chat) as sub:
             self._sub = sub
+            sub.token_id = auth.token_id
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
             async with (
                 node.presence.attached(actor.participant_id),
@@ -92,9 +110,9 @@ class Session:
             ):
                 self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
-                nursery.start_soon(self._expire, expires_at, sub)
+                nursery.start_soon(self._expire, auth.expires_at, sub)
                 try:
-                    await self._start(actor, since, sub)
+                    await self._start(actor, auth.since, sub)
                 except MeshError as error:  # e.g. the store is unavailable
                     sub.push(None, error_frame(error.message, error.code))
                     sub.fail("unavailable")
@@ -112,7 +130,7 @@ class Session:
         await trio.sleep(max(0.0, expires_at - time.time()))
         sub.fail("expired")
 
-    async def _authenticate(self) -> tuple[Actor, int | None, int] | None:
+    async def _authenticate(self) -> _Auth | None:
         timeout = self.node.settings.auth_timeout
         try:
             with trio.fail_after(timeout):
@@ -131,12 +149,13 @@ class Session:
                 raise BadRequest("the first frame must be authenticate", "auth_required")
             token = fields.req_str("token")
             since = _cursor(fields.data.get("since"))
+            auto_read = fields.opt_bool("autoRead") is not False
             actor = await self.node.accounts.authenticate(token)
-            expires_at = self.node.tokens.check(token).expires_at
+            claims = self.node.tokens.check(token)
         except MeshError as error:
             await self._refuse(error.message, error.code)
             return None
-        return actor, since, expires_at
+        return _Auth(actor, since, claims.expires_at, claims.token_id, auto_read)
 
     async def _refuse(self, message: str, code: str) -> None:
         with trio.move_on_after(self.node.settings.ws_send_timeout):
@@ -227,14 +246,18 @@ class Session:
             text = "guest access to this mesh has ended"
             await self.ws.send_text(error_frame(text, "token_revoked"))
             await self.ws.close(POLICY_VIOLATION, "token_revoked")
+        elif sub.failed == "signed_out":  # POST /api/auth/logout with this token
+            await self.ws.send_text(error_frame("this token was signed out", "token_revoked"))
+            await self.ws.close(POLICY_VIOLATION, "token_revoked")
 
     def _note_delivered(self, batch: list[Delivery]) -> None:
-        """Delivered messages count as read (written in batches by the world);
+        """Delivered messages count as read (written in batches by the world),
+        unless the client marks what was read itself (``autoRead: false``);
         delivered commands are marked so (in the background)."""
         assert self.actor is not None
         commands: list[str] = []
         for event, _ in batch:
-            if isinstance(event, MessagePosted):
+            if isinstance(event, MessagePosted) and self._auto_read:
                 message = event.message
                 self.node.world.note_read(self.actor.participant_id, message.room_id, message.seq)
             elif isinstance(event, CommandIssued):
@@ -266,9 +289,11 @@ class Session:
 
     async def _handle(self, actor: Actor, sub: Subscription, text: str) -> None:
         kind: Any = None
+        client_id: Any = None
         try:
             fields = Fields(parse_json_object(text))
             kind = fields.data.get("type")
+            client_id = fields.data.get("clientId")
             if not isinstance(kind, str):
                 raise BadRequest("every frame needs a string type", "missing_type")
             handler = self._handlers.get(kind)
@@ -280,10 +305,11 @@ class Session:
             current = await self.node.accounts.actor_of(actor.participant_id)
             await handler(current or actor, fields)
         except MeshError as error:
-            sub.push(None, _error(error.message, error.code, kind, _retry_after(error)))
+            sub.push(None, _error(error.message, error.code, kind, _retry_after(error), client_id))
         except Exception:
             log.exception("frame %r failed", kind)
-            sub.push(None, _error("internal error handling this frame", "internal_error", kind))
+            text = "internal error handling this frame"
+            sub.push(None, _error(text, "internal_error", kind, None, client_id))
 
     async def _join_room(self, actor: Actor, f: Fields) -> None:
         await self.node.rooms.join(actor, f.req_str("roomId"))
@@ -294,6 +320,7 @@ class Session:
     async def _send_message(self, actor: Actor, f: Fields) -> None:
         # queued now, awaited in the background: a client may pipeline sends
         # (they are stored in the order sent); the semaphore bounds how many
+        client_id = f.opt_str("clientId")
         stored = self.node.messages.submit_send(
             actor,
             f.req_str("roomId"),
@@ -301,18 +328,21 @@ class Session:
             to=f.opt_str("to"),
             thread_id=f.opt_str("threadId"),
             attachments=f.data.get("attachments"),
+            client_id=client_id,
         )
         await self._in_flight.acquire()
-        self._nursery.start_soon(self._finish_send, stored)
+        self._nursery.start_soon(self._finish_send, stored, client_id)
 
-    async def _finish_send(self, stored: Awaitable[object]) -> None:
+    async def _finish_send(self, stored: Awaitable[object], client_id: str | None) -> None:
         try:
             await stored
         except MeshError as error:
-            self._sub.push(None, _error(error.message, error.code, "send_message"))
+            self._sub.push(None, _error(error.message, error.code, "send_message", None, client_id))
         except Exception:
             log.exception("send_message failed")
-            self._sub.push(None, _error("internal error", "internal_error", "send_message"))
+            self._sub.push(
+                None, _error("internal error", "internal_error", "send_message", None, client_id)
+            )
         finally:
             self._in_flight.release()
 
@@ -331,6 +361,12 @@ class Session:
     async def _typing(self, actor: Actor, f: Fields) -> None:
         self.node.messages.typing(actor, f.req_str("roomId"))
 
+    async def _mark_read(self, actor: Actor, f: Fields) -> None:
+        cursor = f.data.get("cursor")
+        if cursor is None:
+            raise BadRequest("cursor is required", "missing_field")
+        await self.node.world.mark_room_read(actor, f.req_str("roomId"), cursor)
+
     async def _command_result(self, actor: Actor, f: Fields) -> None:
         await self.node.agents.complete_command(
             actor,
@@ -345,12 +381,21 @@ class Session:
         await self.node.world.move(actor, room_id, x, y, z)
 
 
-def _error(message: str, code: str, frame_type: Any, retry_after: float | None = None) -> str:
+def _error(
+    message: str,
+    code: str,
+    frame_type: Any,
+    retry_after: float | None = None,
+    client_id: Any = None,
+) -> str:
     payload: dict[str, Any] = {"type": "error", "message": message, "code": code}
     if isinstance(frame_type, str):
         payload["frame"] = frame_type[:40]
     if retry_after is not None:
         payload["retryAfter"] = retry_after
+    if isinstance(client_id, str) and is_client_id(client_id):
+        # which send failed, for a client that gave its sends ids
+        payload["clientId"] = client_id
     return frame_of(payload)
 
 

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from ..broker import Broker
 from ..config import Settings
-from ..errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
+from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
-from ..models import MeshConfig, Participant, now_ms
+from ..models import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database
 from ..store import accounts as repo
+from ..store import rooms as rooms_repo
 from .authz import Actor, Policy, authorize
 from .presence import Presence
 from .ratelimit import RateLimiter
-from .validation import check_description, check_name, check_password
+from .validation import check_description, check_name, check_password, check_room_name
 
 __all__ = [
     "Accounts",
@@ -32,6 +35,8 @@ __all__ = [
 VISIBILITIES = ("public", "private")
 _KNOWN_MAX = 10_000
 REGISTRATION_MODES = ("open", "closed")
+#: the room setup creates for everyone to start in (as Mattermost's Town Square)
+DEFAULT_ROOM_NAME = "Town Square"
 
 
 def check_mesh_name(mesh_name: str) -> str:
@@ -85,8 +90,12 @@ class Accounts:
         presence: Presence,
         policy: Policy | None = None,
         rate_limits: RateLimiter | None = None,
+        broker: Broker | None = None,
     ) -> None:
         self._settings = settings
+        #: routes events; told of the owner joining the default room, and ends
+        #: the sessions of signed-out tokens
+        self._broker = broker or Broker()
         #: the node's rate limiter (logins, registrations, guests; shared with
         #: the other services)
         self.rate_limits = rate_limits or RateLimiter(settings.rate_limits)
@@ -100,10 +109,16 @@ class Accounts:
         self._presence = presence
         #: participants by id, for the token check of every request (see forget)
         self._known: dict[str, Participant] = {}
+        #: signed-out tokens (token id -> expiry, unix seconds), until they expire
+        self._revoked: dict[str, int] = {}
 
     async def load(self) -> None:
-        """Read the mesh configuration; called once the store is open."""
+        """Read the mesh configuration and the signed-out tokens; called once
+        the store is open."""
         self._mesh = await self._db.read(repo.get_mesh_config)
+        self._revoked = await self._db.read(
+            lambda conn: repo.list_revoked_tokens(conn, int(time.time()))
+        )
 
     @property
     def mesh(self) -> MeshConfig | None:
@@ -125,6 +140,7 @@ class Accounts:
             "registrationMode": mesh.registration_mode if mesh else "closed",
             "visibility": mesh.visibility if mesh else "private",
             "meshName": mesh.name if mesh else None,
+            "defaultRoomId": mesh.default_room_id if mesh else None,
         }
 
     async def init_setup(
@@ -136,8 +152,10 @@ class Accounts:
         description: str = "",
         visibility: str = "public",
         registration_mode: str = "open",
+        default_room_name: str = DEFAULT_ROOM_NAME,
     ) -> Session:
-        """Create the owner and the mesh configuration. Allowed once.
+        """Create the owner, the mesh configuration and the mesh's default
+        room (the owner its first member), in one transaction. Allowed once.
 
         Raises:
             Conflict: the mesh is already initialized (``already_initialized``).
@@ -151,9 +169,14 @@ class Accounts:
         check_description(description, self._limits)
         check_visibility(visibility)
         check_registration_mode(registration_mode)
+        try:
+            default_room_name = check_room_name(default_room_name, self._limits)
+        except MeshError as error:
+            raise BadRequest(f"defaultRoomName: {error.message}", "invalid_default_room") from None
         password_hash = await self._passwords.hash(password)
         now = now_ms()
         owner = Participant(new_id(), name, "human", "human", "owner", now)
+        room = Room(new_id(), "room", default_room_name, "", owner.participant_id, now)
         mesh = MeshConfig(
             name=mesh_name,
             description=description,
@@ -162,15 +185,20 @@ class Accounts:
             guests_can_send=False,
             owner_id=owner.participant_id,
             created_at=now,
+            default_room_id=room.room_id,
         )
 
         def write(conn: Connection) -> None:
             if repo.get_mesh_config(conn) is not None:
                 raise Conflict("the mesh is already initialized", "already_initialized")
             self._insert(conn, owner, password_hash)
+            rooms_repo.insert_room(conn, room)
+            rooms_repo.add_member(conn, room.room_id, owner.participant_id, now)
             repo.insert_mesh_config(conn, mesh)
 
-        await self._db.write(write)
+        await self._db.write(
+            write, then=lambda _: self._broker.join(room.room_id, owner.participant_id)
+        )
         self._mesh = mesh
         return self._session(owner)
 
@@ -282,6 +310,8 @@ class Accounts:
         claims = self._tokens.check(token)
         if not is_ulid(claims.participant_id):
             raise Unauthorized("the token is not valid", "invalid_token")
+        if claims.token_id in self._revoked:
+            raise Unauthorized("this token was signed out", "token_revoked")
         participant = self._known.get(claims.participant_id)
         if participant is None:
             participant = await self._db.read(
@@ -301,6 +331,22 @@ class Accounts:
         if participant.kind == "guest" and not self.guests_allowed:
             raise Unauthorized("guest access to this mesh has ended", "token_revoked")
         return self.actor_for(participant)
+
+    async def logout(self, actor: Actor, token: str) -> None:
+        """Sign *token* (the actor's own, just authenticated) out: it is refused
+        from now on (401 ``token_revoked``) and the WebSocket sessions opened
+        with it end. The participant's other tokens stay valid."""
+        claims = self._tokens.check(token)
+        now = int(time.time())
+
+        def write(conn: Connection) -> None:
+            repo.prune_revoked_tokens(conn, now)
+            repo.revoke_token(conn, claims.token_id, actor.participant_id, claims.expires_at)
+
+        await self._db.write(write)
+        self._revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
+        self._revoked[claims.token_id] = claims.expires_at
+        self._broker.disconnect_token(actor.participant_id, claims.token_id, "signed_out")
 
     def _remember(self, participant: Participant) -> None:
         known = self._known

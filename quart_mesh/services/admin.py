@@ -25,12 +25,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
+from sqlalchemy.engine import Connection
 
 from .._version import __version__
 from ..config import RATE_RULES, Rate, RateLimits, check_role_multipliers, parse_rate
 from ..errors import BadRequest, ConfigError, Forbidden
+from ..ids import is_ulid
 from ..models import MeshConfig
 from ..store import admin as repo
+from ..store import rooms as rooms_repo
 from .accounts import Accounts, check_mesh_name, check_registration_mode, check_visibility
 from .authz import Actor, authorize
 from .validation import check_description
@@ -222,6 +225,7 @@ class Admin:
         visibility: str | None = None,
         registration_mode: str | None = None,
         guests_can_send: bool | None = None,
+        default_room_id: str | None = None,
         rate_limits: Any = None,
         role_multipliers: Any = None,
     ) -> dict[str, Any]:
@@ -231,6 +235,7 @@ class Admin:
         *rate_limits* maps API rule names to ``{"count", "per", "burst"?}``,
         a rate string (``"20/10s:30"``), ``"off"`` or ``"default"``;
         *role_multipliers* is a whole new map of role to number, or ``"default"``.
+        *default_room_id* is an ordinary room of this node, or ``""`` for none.
 
         Raises:
             Forbidden: the actor lacks ``mesh.settings``, or before setup.
@@ -254,10 +259,24 @@ class Admin:
                 mesh = replace(mesh, registration_mode=registration_mode)
             if guests_can_send is not None:
                 mesh = replace(mesh, guests_can_send=guests_can_send)
+            if default_room_id is not None:
+                mesh = replace(mesh, default_room_id=default_room_id or None)
             overrides = self._changed_overrides(rate_limits, role_multipliers)
             effective = overrides.apply(self._settings.rate_limits)
             text = overrides.to_text()
-            await self._db.write(lambda conn: repo.update_mesh_settings(conn, mesh, text))
+
+            def write(conn: Connection) -> None:
+                new_default = mesh.default_room_id
+                if new_default is not None and new_default != old.default_room_id:
+                    room = rooms_repo.get_room(conn, new_default) if is_ulid(new_default) else None
+                    if room is None or room.kind != "room" or room.origin is not None:
+                        raise BadRequest(
+                            "defaultRoomId must name an ordinary room of this node, or be ''",
+                            "invalid_default_room",
+                        )
+                repo.update_mesh_settings(conn, mesh, text)
+
+            await self._db.write(write)
             self._accounts.mesh_changed(mesh)
             self._overrides = overrides
             self._rate.configure(effective)
@@ -346,6 +365,7 @@ class Admin:
             "visibility": mesh.visibility,
             "registrationMode": mesh.registration_mode,
             "guestsCanSend": mesh.guests_can_send,
+            "defaultRoomId": mesh.default_room_id,
             "rateLimits": rules,
             "roleMultipliers": dict(config.role_multipliers),
             "roleMultipliersSource": "settings" if self._overrides.multipliers is None else "admin",

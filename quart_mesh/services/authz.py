@@ -46,6 +46,7 @@ __all__ = [
     "Role",
     "RoomRef",
     "authorize",
+    "held_permissions",
     "priority_of",
     "tier_of",
 ]
@@ -409,3 +410,17 @@ def authorize(
             return
     where = " in this room" if explicit else ""
     raise Forbidden(f"your role ({actor.role}) may not do this{where}: {permission}", "forbidden")
+
+
+def held_permissions(actor: Actor, room: RoomRef | None = None) -> list[str]:
+    """The permissions :func:`authorize` grants *actor* (in *room*, if given),
+    in catalog order: what a client may offer its user. Leaves out what the
+    actor may do only on its own things (its messages, rooms and bots)."""
+    held = []
+    for permission in PERMISSIONS:
+        try:
+            authorize(actor, permission, room)
+        except Forbidden:
+            continue
+        held.append(permission)
+    return held

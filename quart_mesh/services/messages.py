@@ -34,7 +34,7 @@ from .authz import Actor, RoomRef, authorize
 from .ratelimit import RateLimiter
 from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
-from .validation import check_content, check_emoji, check_id, cursor_number
+from .validation import check_client_id, check_content, check_emoji, check_id, cursor_number
 
 __all__ = ["Messages", "RelaySource", "Relayed", "parse_cursor"]
 
@@ -129,20 +129,31 @@ class Messages:
         to: str | None = None,
         thread_id: str | None = None,
         attachments: object = None,
+        client_id: str | None = None,
     ) -> Message:
         """Store a message from *actor* in *room_id*, publish it, and return it.
 
         *attachments* is the client's ``attachments`` value: ``None`` or a
         list of upload ids or URLs of this node (see ``docs/uploads.md``).
+        *client_id* is the sender's own id for this send: if the sender
+        already sent a message with it, that message is returned and nothing
+        new is stored or published (a retry after a lost answer).
 
         Raises:
             NotFound: unknown room.
             Forbidden: not a member, or the role may not send (or attach).
             BadRequest: empty content, unknown ``to``, ``threadId`` or attachment.
+            Conflict: *client_id* names the sender's message in another room.
             PayloadTooLarge: content over the limit.
         """
         return await self.submit_send(
-            actor, room_id, content, to=to, thread_id=thread_id, attachments=attachments
+            actor,
+            room_id,
+            content,
+            to=to,
+            thread_id=thread_id,
+            attachments=attachments,
+            client_id=client_id,
         )
 
     def submit_send(
@@ -154,6 +165,7 @@ class Messages:
         to: str | None = None,
         thread_id: str | None = None,
         attachments: object = None,
+        client_id: str | None = None,
     ) -> Awaitable[Message]:
         """:meth:`send` in two steps: check and queue now (raising at once for
         what can be checked without the store), await the stored message later.
@@ -171,7 +183,10 @@ class Messages:
             check_id(to, "to")
         if thread_id is not None:
             check_id(thread_id, "threadId")
+        if client_id is not None:
+            check_client_id(client_id)
         message = self._check_send(actor, room_id, content, refs, new_id(), now_ms(), None)
+        message = replace(message, client_id=client_id)
         stored = self._db.submit(
             self._storer(actor, message, to, thread_id, refs, source=None),
             then=self._posted_if_new,
@@ -254,6 +269,17 @@ class Messages:
                     if existing.room_id != room_id:
                         raise Conflict("that message id is taken", "message_id_taken")
                     return existing, False
+            if message.client_id is not None:
+                existing = repo.get_message_by_client_id(
+                    conn, actor.participant_id, message.client_id
+                )
+                if existing is not None:  # a retried send: answer as the first time
+                    if existing.room_id != room_id:
+                        raise Conflict(
+                            "you sent a message with this clientId in another room",
+                            "client_id_taken",
+                        )
+                    return existing, False
             target, thread = to, thread_id
             if target is not None and accounts_repo.get_participant(conn, target) is None:
                 if not relayed:
@@ -306,11 +332,13 @@ class Messages:
         before: str | None = None,
         since: str | None = None,
         limit: int | None = None,
+        thread_id: str | None = None,
     ) -> list[Message]:
-        """A page of messages, oldest first (see ``docs/rest.md``).
+        """A page of messages, oldest first (see ``docs/rest.md``); with
+        *thread_id*, only the replies to that message.
 
         Raises:
-            BadRequest: a bad ``before``/``since``/``limit``.
+            BadRequest: a bad ``before``/``since``/``limit``/``threadId``.
         """
         authorize(actor, "rooms.read", RoomRef(room_id))
         if limit is None:
@@ -319,17 +347,19 @@ class Messages:
             raise BadRequest(
                 f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
             )
+        if thread_id is not None and not is_ulid(thread_id):
+            raise BadRequest("threadId must be a message id", "invalid_query")
 
         def read(conn: Connection) -> list[Message]:
             require_member(conn, actor, room_id)
             before_seq = None if before is None else parse_cursor(conn, room_id, before, "before")
             since_seq = None if since is None else parse_cursor(conn, room_id, since, "since")
             return repo.list_messages(
-                conn, room_id, before=before_seq, since=since_seq, limit=limit
+                conn, room_id, before=before_seq, since=since_seq, limit=limit, thread_id=thread_id
             )
 
         page = await self._db.read(read)
-        if page:  # reading advances the caller's read position
+        if page and thread_id is None:  # reading advances the caller's read position
             newest = page[-1].seq
             await self._db.write(
                 lambda conn: state_repo.advance_reads(conn, actor.participant_id, {room_id: newest})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -16,7 +16,7 @@ from ..models import Participant, Room, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
-from .authz import Actor, RoomRef, authorize
+from .authz import Actor, RoomRef, authorize, held_permissions
 from .presence import Presence
 from .validation import check_description, check_room_name
 
@@ -58,6 +58,8 @@ class RoomDetails:
     room: Room
     members: list[Participant]
     joined: bool
+    #: what the actor may do in this room (:func:`held_permissions`)
+    permissions: list[str]
 
 
 def _me(conn: Connection, actor: Actor) -> Participant:
@@ -132,11 +134,12 @@ class Rooms:
             room = require_room(conn, actor, room_id)
             members = list(repo.list_members(conn, room_id))
             joined = any(m.participant_id == actor.participant_id for m in members)
-            return RoomDetails(room, members, joined)
+            held = held_permissions(actor, RoomRef(room.room_id, room.kind))
+            return RoomDetails(room, members, joined, held)
 
         details = await self._db.read(read)
         members = [self._presence.mark(m) for m in details.members]
-        return RoomDetails(details.room, members, details.joined)
+        return replace(details, members=members)
 
     async def delete(self, actor: Actor, room_id: str) -> None:
         """Delete a room and its messages: its creator, or admin and above.
@@ -151,6 +154,13 @@ class Rooms:
                     "direct-message rooms are removed with DELETE /api/dms/:roomId", "is_dm"
                 )
             authorize(actor, "rooms.delete", RoomRef(room.room_id, room.kind, room.created_by))
+            mesh = accounts_repo.get_mesh_config(conn)
+            if mesh is not None and mesh.default_room_id == room_id:
+                raise Conflict(
+                    "this is the mesh's default room: choose another default room "
+                    "(PUT /api/admin/mesh/settings, defaultRoomId) before deleting it",
+                    "default_room",
+                )
             repo.delete_room(conn, room_id)
 
         def deleted(_: None) -> None:

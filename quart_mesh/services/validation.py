@@ -13,6 +13,7 @@ from ..errors import BadRequest, PayloadTooLarge
 from ..ids import is_ulid
 
 __all__ = [
+    "check_client_id",
     "check_content",
     "check_description",
     "check_emoji",
@@ -21,9 +22,11 @@ __all__ = [
     "check_password",
     "check_room_name",
     "cursor_number",
+    "is_client_id",
 ]
 
 _NAME_RE = re.compile(r"\w[\w.-]*")
+_CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _COMMON_PASSWORDS = frozenset(
     {
         "password",
@@ -160,3 +163,22 @@ def check_id(value: str, field: str) -> str:
     if not is_ulid(value):
         raise BadRequest(f"{field} is not a valid id", "invalid_id")
     return value
+
+
+def is_client_id(value: str) -> bool:
+    """Whether *value* is a well-formed ``clientId``: 1-64 characters of ASCII
+    letters, digits, ``.``, ``_``, ``:`` and ``-``."""
+    return _CLIENT_ID_RE.fullmatch(value) is not None
+
+
+def check_client_id(value: str) -> None:
+    """A send's ``clientId`` (the sender's own id for it, for idempotent retries).
+
+    Raises:
+        BadRequest: not 1-64 characters of ``A-Z a-z 0-9 . _ : -`` (``invalid_client_id``).
+    """
+    if not is_client_id(value):
+        raise BadRequest(
+            "clientId must be 1 to 64 characters of letters, digits, '.', '_', ':' and '-'",
+            "invalid_client_id",
+        )

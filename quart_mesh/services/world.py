@@ -12,7 +12,8 @@ import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
-from ..events import ParticipantMoved
+from ..errors import BadRequest
+from ..events import ParticipantMoved, RoomRead
 from ..models import now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
@@ -20,8 +21,9 @@ from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
 from ..store import state as repo
 from .accounts import Accounts
-from .authz import Actor, authorize
+from .authz import Actor, RoomRef, authorize
 from .rooms import require_member
+from .validation import cursor_number
 
 __all__ = ["World"]
 
@@ -141,3 +143,33 @@ class World:
         """Advance the actor's read positions (never backwards)."""
         if reads:
             await self._db.write(lambda conn: repo.advance_reads(conn, actor.participant_id, reads))
+
+    async def mark_room_read(self, actor: Actor, room_id: str, cursor: object) -> RoomRead:
+        """Move the actor's read position in *room_id* up to *cursor* (never
+        back, never past the room's newest message) and tell the actor's own
+        sessions (``room_read``, with the room's unread and mention counts
+        after the move). Clients that mark what a person has seen use this
+        (``autoRead: false``, ``docs/websocket.md``).
+
+        Raises:
+            BadRequest: *cursor* is not a cursor (``invalid_cursor``).
+            NotFound, Forbidden: no such room, or not a member.
+        """
+        authorize(actor, "rooms.read", RoomRef(room_id))
+        seq = cursor_number(cursor)
+        if seq is None:
+            raise BadRequest("cursor must be a message cursor", "invalid_cursor")
+
+        def write(conn: Connection) -> RoomRead:
+            require_member(conn, actor, room_id)
+            upto = min(seq, messages_repo.room_head_seq(conn, room_id))
+            if upto > 0:
+                repo.advance_reads(conn, actor.participant_id, {room_id: upto})
+            summary = repo.unread_summary(conn, actor.participant_id, actor.name, room_id=room_id)
+            unread, mentions, last_read = summary.get(room_id, (0, 0, None))
+            return RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
+
+        def publish(event: RoomRead) -> None:
+            self._broker.send_to(actor.participant_id, event)
+
+        return await self._db.write(write, then=publish)

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..models import MeshConfig, Participant
-from .schema import mesh_config, participants
+from .schema import mesh_config, participants, revoked_tokens
 
 __all__ = [
     "count_with_role",
@@ -20,9 +20,12 @@ __all__ = [
     "insert_mesh_config",
     "insert_participant",
     "list_participants",
+    "list_revoked_tokens",
     "move_role",
     "name_taken",
     "participant_from_row",
+    "prune_revoked_tokens",
+    "revoke_token",
     "set_last_seen",
     "set_role",
 ]
@@ -40,6 +43,7 @@ def get_mesh_config(conn: Connection) -> MeshConfig | None:
         guests_can_send=bool(row.guests_can_send),
         owner_id=row.owner_id,
         created_at=row.created_at,
+        default_room_id=row.default_room_id,
     )
 
 
@@ -54,6 +58,7 @@ def insert_mesh_config(conn: Connection, config: MeshConfig) -> None:
             guests_can_send=config.guests_can_send,
             owner_id=config.owner_id,
             created_at=config.created_at,
+            default_room_id=config.default_room_id,
         )
     )
 
@@ -162,3 +167,31 @@ def move_role(conn: Connection, old: str, new: str) -> list[str]:
 def count_with_role(conn: Connection, role: str) -> int:
     query = sa.select(sa.func.count()).select_from(participants).where(participants.c.role == role)
     return int(conn.execute(query).scalar_one())
+
+
+def revoke_token(conn: Connection, token_id: str, participant_id: str, expires_at: int) -> None:
+    """Record a signed-out token (idempotent)."""
+    exists = conn.execute(
+        sa.select(revoked_tokens.c.token_id).where(revoked_tokens.c.token_id == token_id)
+    ).first()
+    if exists is None:
+        conn.execute(
+            revoked_tokens.insert().values(
+                token_id=token_id, participant_id=participant_id, expires_at=expires_at
+            )
+        )
+
+
+def list_revoked_tokens(conn: Connection, now: int) -> dict[str, int]:
+    """Signed-out tokens that have not expired yet: token id -> expiry (unix seconds)."""
+    rows = conn.execute(
+        sa.select(revoked_tokens.c.token_id, revoked_tokens.c.expires_at).where(
+            revoked_tokens.c.expires_at > now
+        )
+    )
+    return {row.token_id: int(row.expires_at) for row in rows}
+
+
+def prune_revoked_tokens(conn: Connection, now: int) -> None:
+    """Forget signed-out tokens that have expired (they are refused as expired anyway)."""
+    conn.execute(revoked_tokens.delete().where(revoked_tokens.c.expires_at <= now))

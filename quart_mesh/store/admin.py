@@ -49,6 +49,7 @@ def update_mesh_settings(conn: Connection, config: MeshConfig, rate_limits: str 
             visibility=config.visibility,
             registration_mode=config.registration_mode,
             guests_can_send=config.guests_can_send,
+            default_room_id=config.default_room_id,
             rate_limits=rate_limits,
         )
     )

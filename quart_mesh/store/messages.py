@@ -20,11 +20,13 @@ __all__ = [
     "backlog_cutoff",
     "delete_message",
     "get_message",
+    "get_message_by_client_id",
     "head_seq",
     "insert_message",
     "list_messages",
     "messages_after",
     "remove_reaction",
+    "room_head_seq",
     "seq_of",
     "update_content",
 ]
@@ -45,6 +47,7 @@ def _message(row: Any, reacts: Sequence[Reaction] = (), attached: Sequence[Uploa
         reactions=tuple(reacts),
         attachments=tuple(attached),
         origin=row.origin_did,
+        client_id=row.client_id,
     )
 
 
@@ -106,8 +109,9 @@ def add_attachments(conn: Connection, message_id: str, upload_ids: Sequence[str]
 # a Core construct costs more than executing it (measured in bench_sends).
 _INSERT_MESSAGE = (
     "INSERT INTO messages (message_id, room_id, sender_id, sender_name, content, to_id,"
-    " thread_id, created_at, origin_did) VALUES (:message_id, :room_id, :sender_id,"
-    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did) RETURNING seq"
+    " thread_id, created_at, origin_did, client_id) VALUES (:message_id, :room_id, :sender_id,"
+    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
+    " RETURNING seq"
 )
 _insert_message = sa.text(_INSERT_MESSAGE).columns(sa.column("seq", sa.Integer))
 
@@ -126,6 +130,7 @@ def insert_message(conn: Connection, message: Message) -> Message:
             "thread_id": message.thread_id,
             "created_at": message.created_at,
             "origin_did": message.origin,
+            "client_id": message.client_id,
         },
     ).scalar_one()
     return dataclasses.replace(message, seq=int(seq), reactions=())
@@ -133,6 +138,18 @@ def insert_message(conn: Connection, message: Message) -> Message:
 
 def get_message(conn: Connection, message_id: str) -> Message | None:
     row = conn.execute(sa.select(messages).where(messages.c.message_id == message_id)).first()
+    if row is None:
+        return None
+    return _messages(conn, [row])[0]
+
+
+def get_message_by_client_id(conn: Connection, sender_id: str, client_id: str) -> Message | None:
+    """The message *sender_id* sent with *client_id*, if any (a retried send)."""
+    row = conn.execute(
+        sa.select(messages).where(
+            messages.c.sender_id == sender_id, messages.c.client_id == client_id
+        )
+    ).first()
     if row is None:
         return None
     return _messages(conn, [row])[0]
@@ -153,13 +170,17 @@ def list_messages(
     before: int | None,
     since: int | None,
     limit: int,
+    thread_id: str | None = None,
 ) -> list[Message]:
-    """A page of a room's messages, oldest first.
+    """A page of a room's messages, oldest first (with *thread_id*: only the
+    replies to that message).
 
     With *since*: the first *limit* messages after it. Otherwise the last
     *limit* messages (before *before*, if given).
     """
     query = sa.select(messages).where(messages.c.room_id == room_id)
+    if thread_id is not None:
+        query = query.where(messages.c.thread_id == thread_id)
     if before is not None:
         query = query.where(messages.c.seq < before)
     if since is not None:
@@ -175,6 +196,16 @@ def head_seq(conn: Connection) -> int:
     """The newest cursor on the node (0 when there are no messages)."""
     head: int = conn.execute(
         sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
+    ).scalar_one()
+    return head
+
+
+def room_head_seq(conn: Connection, room_id: str) -> int:
+    """The newest cursor in *room_id* (0 when it has no messages)."""
+    head: int = conn.execute(
+        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(
+            messages.c.room_id == room_id
+        )
     ).scalar_one()
     return head
 

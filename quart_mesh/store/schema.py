@@ -43,6 +43,8 @@ mesh_config = Table(
     Column("guests_can_send", Boolean, nullable=False, default=False),
     Column("owner_id", String(26), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    # the room new participants are offered (created by setup); NULL for none
+    Column("default_room_id", String(26), nullable=True),
 )
 
 participants = Table(
@@ -124,7 +126,11 @@ messages = Table(
     Column("edited_at", BigInteger, nullable=True),
     # the sender's home node DID for a relayed message (federation); NULL for local ones
     Column("origin_did", String(128), nullable=True),
+    # the sender's own id for the send (idempotent retries); NULL if none was given
+    Column("client_id", String(64), nullable=True),
     Index("ix_messages_room_id_seq", "room_id", "seq"),
+    Index("ix_messages_sender_id_client_id", "sender_id", "client_id", unique=True),
+    Index("ix_messages_thread_id", "thread_id"),
     sqlite_autoincrement=True,
 )
 
@@ -496,4 +502,15 @@ registry_entries = Table(
     #: unix milliseconds of the last heartbeat
     Column("last_seen", BigInteger, nullable=False),
     Index("ix_registry_entries_last_seen", "last_seen"),
+)
+
+# tokens signed out before they expire (``POST /api/auth/logout``); rows go
+# once the token would have expired anyway
+revoked_tokens = Table(
+    "revoked_tokens",
+    metadata,
+    Column("token_id", String(64), primary_key=True),
+    Column("participant_id", String(26), nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_revoked_tokens_expires_at", "expires_at"),
 )

@@ -90,9 +90,10 @@ def advance_reads(conn: Connection, participant_id: str, reads: dict[str, int]) 
 
 
 def unread_summary(
-    conn: Connection, participant_id: str, name: str
+    conn: Connection, participant_id: str, name: str, *, room_id: str | None = None
 ) -> dict[str, tuple[int, int, int | None]]:
-    """Per room of the participant: (unread, mentions, last_read_seq).
+    """Per room of the participant (or only *room_id*): (unread, mentions,
+    last_read_seq).
 
     Unread messages are others' messages after the read position; mentions
     are those addressed ``to`` the participant or containing ``@name``.
@@ -128,6 +129,8 @@ def unread_summary(
         .where(room_members.c.participant_id == participant_id)
         .group_by(room_members.c.room_id, room_reads.c.last_read_seq)
     )
+    if room_id is not None:
+        query = query.where(room_members.c.room_id == room_id)
     return {
         row.room_id: (row.unread, row.mentions, row.last_read_seq) for row in conn.execute(query)
     }

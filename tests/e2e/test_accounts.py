@@ -16,12 +16,16 @@ async def test_setup_status_before_and_after_init(http: httpx.AsyncClient, mesh:
         "root", description="a test mesh", visibility="private", registrationMode="closed"
     )
     status = (await http.get("/api/setup/status")).json()
+    default_room = status.pop("defaultRoomId")
     assert status == {
         "initialized": True,
         "registrationMode": "closed",
         "visibility": "private",
         "meshName": "Test Mesh",
     }
+    # setup made the default room, with the owner in it
+    room = (await http.get(f"/api/rooms/{default_room}", headers=owner.headers)).json()
+    assert (room["name"], room["joined"], room["memberCount"]) == ("Town Square", True, 1)
     me = (await http.get("/api/auth/me", headers=owner.headers)).json()
     assert me["participantId"] == owner.participant_id
     assert me["role"] == "owner"

@@ -30,7 +30,8 @@ async def test_dm_rooms(http: httpx.AsyncClient, mesh: Mesh) -> None:
     assert [m["content"] for m in await mesh.messages(carol, room_id)] == ["psst"]
 
     # DMs never appear in the room list; only the two can see them
-    assert (await http.get("/api/rooms", headers=bob.headers)).json() == []
+    listed = (await http.get("/api/rooms", headers=bob.headers)).json()
+    assert [(r["name"], r["kind"]) for r in listed] == [("Town Square", "room")]
     assert_error(await http.get(f"/api/rooms/{room_id}/messages", headers=dave.headers), 404)
     assert_error(await http.get(f"/api/rooms/{room_id}", headers=dave.headers), 404)
     assert_error(await http.post(f"/api/rooms/{room_id}/join", headers=dave.headers), 404)

@@ -26,7 +26,11 @@ async def test_room_lifecycle(
     room_id = room["roomId"]
 
     listed = (await http.get("/api/rooms", headers=carol.headers)).json()
-    assert [(r["roomId"], r["joined"]) for r in listed] == [(room_id, False)]
+    default_room = (await http.get("/api/setup/status")).json()["defaultRoomId"]
+    assert [(r["roomId"], r["joined"]) for r in listed] == [
+        (room_id, False),
+        (default_room, False),  # "Town Square", made by setup
+    ]
 
     await mesh.join(carol, room_id)
     await mesh.join(carol, room_id)  # idempotent

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -61,7 +62,10 @@ async def test_auth_ok_and_snapshot(
     room = await mesh.create_room(bob, "lobby")
     async with connect(base_url, bob) as ws:
         snapshot = ws.snapshot  # type: ignore[attr-defined]
-        assert [(r["roomId"], r["joined"]) for r in snapshot["rooms"]] == [(room["roomId"], True)]
+        assert [(r["roomId"], r["name"], r["joined"]) for r in snapshot["rooms"]] == [
+            (room["roomId"], "lobby", True),
+            (ANY, "Town Square", False),  # setup's default room
+        ]
         names = {p["name"]: p for p in snapshot["participants"]}
         assert set(names) == {"owner", "bob", "carol"}
         assert set(names["bob"]) >= {"participantId", "name", "type", "role", "online", "lastSeen"}
