@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from . import web
 from .api import BLUEPRINTS
 from .api.apps import APPS_PREFIX
 from .api.models import PROXY_PREFIX
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    app.register_blueprint(web.bp)
     app.request_class = _request_class(settings)
 
     scopes: list[trio.CancelScope] = []

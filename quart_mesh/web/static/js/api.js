@@ -1,0 +1,144 @@
+// The node's public REST API, as any client uses it (docs/rest.md). The token
+// travels only in the Authorization header, never in a URL.
+
+/** A refused or failed request: `status` (0 when the node could not be
+ * reached), the node's stable `code`, its human `message`. */
+export class ApiError extends Error {
+  constructor(status, code, message, retryAfter = null) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.retryAfter = retryAfter;
+  }
+
+  /** Worth trying again later, unchanged: the node was unreachable, busy or
+   * limiting the rate. */
+  get transient() {
+    return this.status === 0 || this.status === 408 || this.status === 429 || this.status >= 500;
+  }
+}
+
+/** Codes of a 401 that mean the token itself is no good any more. */
+export const SESSION_ENDED = new Set(["unauthorized", "invalid_token", "token_expired", "token_revoked"]);
+
+export class Api {
+  /**
+   * @param {() => string|null} token the current token
+   * @param {(error: ApiError) => void} onSessionEnded called when the node
+   *   refuses the token (expired, signed out, participant removed)
+   */
+  constructor(token, onSessionEnded) {
+    this.token = token;
+    this.onSessionEnded = onSessionEnded;
+  }
+
+  headers(json) {
+    const headers = { Accept: "application/json" };
+    const token = this.token();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    if (json) headers["Content-Type"] = "application/json";
+    return headers;
+  }
+
+  async request(method, path, body) {
+    let response;
+    try {
+      response = await fetch(path, {
+        method,
+        headers: this.headers(body !== undefined),
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: "no-store",
+        credentials: "omit",
+        referrerPolicy: "no-referrer",
+      });
+    } catch {
+      throw new ApiError(0, "unreachable", "The node cannot be reached.");
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+    if (!response.ok) {
+      const retry = response.headers.get("Retry-After");
+      throw this.failed(
+        new ApiError(
+          response.status,
+          (data && data.code) || "http_error",
+          (data && data.error) || `The node answered ${response.status}.`,
+          retry === null ? null : Number(retry),
+        ),
+      );
+    }
+    return data;
+  }
+
+  failed(error) {
+    if (error.status === 401 && this.token() && SESSION_ENDED.has(error.code)) {
+      this.onSessionEnded(error);
+    }
+    return error;
+  }
+
+  get(path) {
+    return this.request("GET", path);
+  }
+  post(path, body = {}) {
+    return this.request("POST", path, body);
+  }
+  patch(path, body) {
+    return this.request("PATCH", path, body);
+  }
+  put(path, body) {
+    return this.request("PUT", path, body);
+  }
+  delete(path) {
+    return this.request("DELETE", path);
+  }
+
+  /**
+   * Upload a file (`POST /api/upload`, multipart field `file`), reporting
+   * progress as a fraction 0..1. Resolves with the upload (`uploadId`, `url`…).
+   */
+  upload(file, onProgress, signal) {
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open("POST", "/api/upload");
+      const token = this.token();
+      if (token) xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+      xhr.responseType = "json";
+      xhr.upload.addEventListener("progress", (event) => {
+        if (event.lengthComputable) onProgress(event.loaded / event.total);
+      });
+      xhr.addEventListener("load", () => {
+        const data = xhr.response;
+        if (xhr.status === 201 && data) {
+          onProgress(1);
+          resolve(data);
+        } else {
+          reject(
+            this.failed(
+              new ApiError(
+                xhr.status,
+                (data && data.code) || "http_error",
+                (data && data.error) || `The upload failed (${xhr.status}).`,
+              ),
+            ),
+          );
+        }
+      });
+      xhr.addEventListener("error", () =>
+        reject(new ApiError(0, "unreachable", "The node cannot be reached.")),
+      );
+      xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", "Upload cancelled.")));
+      if (signal) signal.addEventListener("abort", () => xhr.abort());
+      const form = new FormData();
+      form.append("file", file, file.name);
+      xhr.send(form);
+    });
+  }
+}
+
+/** Path segment, encoded. */
+export const seg = (value) => encodeURIComponent(value);

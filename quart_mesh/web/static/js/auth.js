@@ -1,0 +1,146 @@
+// First run, sign in, register, guest (POST /api/setup/init, /api/auth/*).
+
+import { $ } from "./dom.js";
+
+const FIELD_OF_CODE = {
+  invalid_name: "name",
+  name_taken: "name",
+  weak_password: "password",
+  invalid_password: "password",
+  invalid_mesh_name: "meshName",
+  invalid_credentials: "password",
+};
+
+export class AuthScreen {
+  /**
+   * @param {import("./api.js").Api} api
+   * @param {(session: object) => void} signedIn
+   */
+  constructor(api, signedIn) {
+    this.api = api;
+    this.signedIn = signedIn;
+    this.status = null;
+    this.busy = false;
+    $("setup-form").addEventListener("submit", (e) => this.submit(e, "setup"));
+    $("signin-form").addEventListener("submit", (e) => this.submit(e, "signin"));
+    $("register-form").addEventListener("submit", (e) => this.submit(e, "register"));
+    $("show-register").addEventListener("click", () => this.mode("register"));
+    $("show-signin").addEventListener("click", () => this.mode("signin"));
+    $("guest-button").addEventListener("click", () => this.guest());
+  }
+
+  /** Show the right form for this node (`GET /api/setup/status`), with an
+   * optional notice (why the person is here again). */
+  show(status, notice = "") {
+    this.status = status;
+    $("auth").hidden = false;
+    $("auth-mesh").textContent = status.meshName || "";
+    const noticeEl = $("auth-notice");
+    noticeEl.textContent = notice;
+    noticeEl.hidden = !notice;
+    document.title = status.meshName ? `Sign in · ${status.meshName}` : "Set up your mesh";
+    this.mode(status.initialized ? "signin" : "setup");
+  }
+
+  hide() {
+    $("auth").hidden = true;
+  }
+
+  mode(which) {
+    const status = this.status;
+    const open = status.initialized && status.registrationMode === "open";
+    const titles = { setup: "Set up your mesh", signin: "Sign in", register: "Create an account" };
+    $("auth-title").textContent = titles[which];
+    $("setup-form").hidden = which !== "setup";
+    $("signin-form").hidden = which !== "signin";
+    $("register-form").hidden = which !== "register";
+    $("auth-switch").hidden = which === "setup";
+    $("show-register").hidden = which !== "signin" || !open;
+    $("show-signin").hidden = which !== "register";
+    $("registration-closed").hidden = which !== "signin" || open || !status.initialized;
+    $("guest-section").hidden = which === "setup" || status.visibility !== "public";
+    for (const form of ["setup-form", "signin-form", "register-form"]) this.error($(form), "");
+    const first = { setup: "setup-name", signin: "signin-name", register: "register-name" }[which];
+    $(first).focus();
+  }
+
+  error(container, text) {
+    const el = container.querySelector(".error");
+    el.textContent = text;
+    el.hidden = !text;
+  }
+
+  async submit(event, which) {
+    event.preventDefault();
+    if (this.busy) return;
+    const form = event.currentTarget;
+    const data = Object.fromEntries(new FormData(form).entries());
+    const missing = [...form.querySelectorAll("[required]")].find((input) => !input.value.trim());
+    if (missing) {
+      const label = form.querySelector(`label[for="${missing.id}"]`);
+      this.error(form, `${label ? label.textContent : "This field"} is required.`);
+      missing.setAttribute("aria-invalid", "true");
+      missing.focus();
+      return;
+    }
+    for (const input of form.querySelectorAll("input")) input.removeAttribute("aria-invalid");
+    const path = {
+      setup: "/api/setup/init",
+      signin: "/api/auth/login",
+      register: "/api/auth/register",
+    }[which];
+    this.busy = true;
+    form.querySelector("button[type=submit]").disabled = true;
+    try {
+      const session = await this.api.post(path, data);
+      this.signedIn(session);
+    } catch (error) {
+      this.error(form, this.explain(error, which));
+      const field = FIELD_OF_CODE[error.code];
+      const input = field && form.querySelector(`[name="${field}"]`);
+      if (input) {
+        input.setAttribute("aria-invalid", "true");
+        input.focus();
+      }
+      if (error.code === "already_initialized" || error.code === "registration_closed") {
+        this.refresh(this.explain(error, which));
+      }
+    } finally {
+      this.busy = false;
+      form.querySelector("button[type=submit]").disabled = false;
+    }
+  }
+
+  explain(error, which) {
+    if (error.code === "invalid_credentials") return "Wrong name or password.";
+    if (error.code === "registration_closed") {
+      return "Registration is closed on this mesh: ask an administrator for an account.";
+    }
+    if (error.code === "already_initialized") return "This mesh is already set up: sign in.";
+    if (error.code === "rate_limited") {
+      return `Too many attempts. Try again in ${error.retryAfter || "a few"} seconds.`;
+    }
+    if (error.status === 0) return "The node cannot be reached. Try again in a moment.";
+    return which === "setup" || which === "register" ? `${error.message}.` : error.message;
+  }
+
+  async guest() {
+    const section = $("guest-section");
+    try {
+      const session = await this.api.post("/api/auth/guest", {});
+      this.signedIn(session);
+    } catch (error) {
+      const text =
+        error.code === "guests_not_allowed" ? "This mesh does not admit guests." : error.message;
+      this.error(section, text);
+    }
+  }
+
+  async refresh(notice) {
+    try {
+      this.show(await this.api.get("/api/setup/status"), notice);
+    } catch {
+      // keep what is shown
+    }
+  }
+}

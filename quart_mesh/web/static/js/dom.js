@@ -1,0 +1,146 @@
+// Small DOM helpers. Everything the client shows is built with these from
+// elements and text nodes: no string ever becomes HTML (the page's CSP
+// enforces it with Trusted Types).
+
+/** The element with this id. */
+export const $ = (id) => document.getElementById(id);
+
+/**
+ * Build an element. `attrs` keys: `class`, `text` (text content), `dataset`
+ * (object), `on` (object of event handlers), `hidden`, any `aria-*`/other
+ * attribute (strings; `false`/`null` leave it out, `true` sets it empty).
+ * Children: nodes, strings (as text), arrays, and null/undefined (skipped).
+ */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "on") {
+      for (const [event, handler] of Object.entries(value)) el.addEventListener(event, handler);
+    } else if (key === "hidden") el.hidden = Boolean(value);
+    else if (key === "value") el.value = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else if (child instanceof Node) el.append(child);
+    else el.append(document.createTextNode(String(child)));
+  }
+}
+
+/** Text isolated from its surroundings (names, room names: bidi-safe). */
+export function bdi(text, className) {
+  return h("bdi", { class: className }, text);
+}
+
+/** Replace an element's children. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+}
+
+/** Participant types that are bots (anything but humans and guests). */
+export function isBot(participant) {
+  return Boolean(participant) && participant.type !== "human" && participant.type !== "guest";
+}
+
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+const dateTimeFormat = new Intl.DateTimeFormat(undefined, {
+  year: "numeric",
+  month: "short",
+  day: "numeric",
+  hour: "2-digit",
+  minute: "2-digit",
+});
+const dayFormat = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+const relativeFormat = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+
+/** "14:05" today, "Nov 21, 14:05" on other days. */
+export function shortTime(iso) {
+  if (!iso) return "";
+  const when = new Date(iso);
+  const now = new Date();
+  if (when.toDateString() === now.toDateString()) return timeFormat.format(when);
+  return `${dayFormat.format(when)}, ${timeFormat.format(when)}`;
+}
+
+export function longTime(iso) {
+  return iso ? dateTimeFormat.format(new Date(iso)) : "";
+}
+
+/** "5 minutes ago", "yesterday"… */
+export function ago(iso) {
+  if (!iso) return "never";
+  const seconds = (new Date(iso).getTime() - Date.now()) / 1000;
+  const steps = [
+    [60, "second"],
+    [60, "minute"],
+    [24, "hour"],
+    [7, "day"],
+    [4.35, "week"],
+    [12, "month"],
+    [Infinity, "year"],
+  ];
+  let value = seconds;
+  for (const [size, unit] of steps) {
+    if (Math.abs(value) < size) {
+      if (unit === "second") return "just now";
+      return relativeFormat.format(Math.round(value), unit);
+    }
+    value /= size;
+  }
+  return longTime(iso);
+}
+
+export function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A did:key shortened for display ("did:key:z6Mk…Xy12"). */
+export function shortDid(did) {
+  if (!did) return "";
+  return did.length > 24 ? `${did.slice(0, 14)}…${did.slice(-4)}` : did;
+}
+
+/** Compare two decimal cursors (strings of up to 18 digits). */
+export function cursorCompare(a, b) {
+  const x = BigInt(a);
+  const y = BigInt(b);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/** A random id for idempotent sends (`clientId`). */
+export function newClientId() {
+  const bytes = new Uint8Array(12);
+  crypto.getRandomValues(bytes);
+  return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Whether *content* mentions the participant named *name* (the node's rule:
+ * `@name`, case-insensitive, also inside longer words). */
+export function mentions(content, name) {
+  return content.toLowerCase().includes("@" + name.toLowerCase());
+}
+
+let toastTimer = 0;
+/** A short message for everyone (role=alert), gone after a few seconds. */
+export function toast(text) {
+  const el = $("toast");
+  el.textContent = text;
+  el.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => {
+    el.hidden = true;
+  }, 6000);
+}

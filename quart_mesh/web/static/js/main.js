@@ -1,0 +1,1020 @@
+// The web client for humans (docs/web.md). It talks to the node only through
+// the public REST API and /ws, like any other client.
+//
+// The token is kept in localStorage (docs/decisions/0030-web-client.md): a
+// reload keeps the session; signing out revokes it on the node.
+
+import { Api } from "./api.js";
+import { AuthScreen } from "./auth.js";
+import { Composer } from "./composer.js";
+import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
+import { $, bdi, fill, h, newClientId, toast } from "./dom.js";
+import { Live } from "./live.js";
+import { Timeline } from "./room.js";
+import { Sidebar } from "./sidebar.js";
+import { Outbox, Room, Store } from "./state.js";
+
+const TOKEN_KEY = "mesh.token";
+const PAGE = 50;
+const TYPING_EVERY = 2500;
+const TYPING_SHOWN = 5000;
+const READ_EVERY = 1000;
+
+const SESSION_NOTICES = {
+  token_expired: "Your session has expired. Please sign in again.",
+  token_revoked: "You were signed out. Please sign in again.",
+  invalid_token: "Your session is no longer valid. Please sign in again.",
+  unauthorized: "Please sign in again.",
+  removed: "Your account was removed from this mesh.",
+};
+
+class App {
+  constructor() {
+    this.token = localStorage.getItem(TOKEN_KEY);
+    this.api = new Api(() => this.token, (error) => this.sessionEnded(error.code));
+    this.store = new Store();
+    this.auth = new AuthScreen(this.api, (session) => this.signedIn(session));
+    this.live = null;
+    this.currentRoomId = null;
+    this.drafts = new Map();
+    this.typingSent = new Map(); // roomId -> time
+    this.typingSeen = new Map(); // roomId -> Map(participantId -> until)
+    this.typingTimer = 0;
+    this.readTimer = 0;
+    this.readDue = 0;
+    this.threadRoomId = null;
+    this.threadRootId = null;
+    this.threadHasOlder = false;
+    this.threadLoading = false;
+    this.wired = false;
+    this.outbox = new Outbox(
+      (item) => this.post(item),
+      () => this.outboxChanged(),
+    );
+  }
+
+  // start, sign in, sign out ------------------------------------------------------
+
+  async boot() {
+    window.addEventListener("storage", (event) => {
+      if (event.key === TOKEN_KEY && !event.newValue && this.token) this.signOut("You signed out in another tab.", false);
+    });
+    let status;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        status = await this.api.get("/api/setup/status");
+        break;
+      } catch {
+        $("boot").textContent = "The node cannot be reached. Trying again…";
+        await new Promise((r) => setTimeout(r, Math.min(10000, 1000 * 2 ** attempt)));
+      }
+    }
+    this.store.status = status;
+    $("boot").hidden = true;
+    if (this.token && status.initialized) {
+      await this.enter();
+    } else {
+      this.token = null;
+      this.auth.show(status);
+    }
+  }
+
+  signedIn(session) {
+    this.token = session.token;
+    localStorage.setItem(TOKEN_KEY, session.token);
+    this.enter();
+  }
+
+  async enter() {
+    let me;
+    try {
+      me = await this.api.get("/api/auth/me");
+      this.store.status = await this.api.get("/api/setup/status");
+    } catch (error) {
+      if (this.token === null) return; // the session ended (handled)
+      $("boot").hidden = false;
+      $("boot").textContent = `The node cannot be reached (${error.message}). Reload to try again.`;
+      return;
+    }
+    this.store.me = me;
+    this.auth.hide();
+    this.wire();
+    $("chat").hidden = false;
+    $("me-name").textContent = me.name;
+    $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
+    $("mesh-name").textContent = this.store.status.meshName || "";
+    this.renderGuestBanner();
+    this.live = new Live({
+      token: () => this.token,
+      onSnapshot: (snapshot, resumed) => this.onSnapshot(snapshot, resumed),
+      onEvent: (event) => this.onEvent(event),
+      onStatus: (state, seconds) => this.onConnection(state, seconds),
+      onSessionEnded: (code) => this.sessionEnded(code),
+    });
+    this.live.start();
+  }
+
+  sessionEnded(code) {
+    if (!this.token) return;
+    this.signOut(SESSION_NOTICES[code] || SESSION_NOTICES.invalid_token, false);
+  }
+
+  /** Leave the chat: revoke the token on the node (when the person asked),
+   * forget it, and show the sign-in form with *notice*. */
+  async signOut(notice = "", revoke = true) {
+    const token = this.token;
+    if (revoke && token) {
+      try {
+        await this.api.post("/api/auth/logout", {});
+      } catch {
+        // signed out here anyway
+      }
+    }
+    this.token = null;
+    localStorage.removeItem(TOKEN_KEY);
+    if (this.live) this.live.stop();
+    this.live = null;
+    this.store = new Store();
+    this.outbox.items = [];
+    this.currentRoomId = null;
+    this.drafts.clear();
+    this.closeThread();
+    $("chat").hidden = true;
+    for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
+    history.replaceState(null, "", location.pathname);
+    let status = { initialized: true, registrationMode: "closed", visibility: "private", meshName: "" };
+    try {
+      status = await this.api.get("/api/setup/status");
+    } catch {
+      // show the sign-in form anyway
+    }
+    this.store.status = status;
+    this.auth.show(status, notice);
+  }
+
+  wire() {
+    if (this.wired) return;
+    this.wired = true;
+    this.sidebar = new Sidebar(this);
+    this.timeline = new Timeline(
+      this,
+      { scroll: $("timeline"), list: $("message-list"), status: $("history-status"), jump: $("jump-newest") },
+      false,
+    );
+    this.threadTimeline = new Timeline(
+      this,
+      { scroll: $("thread-timeline"), list: $("thread-list"), status: $("thread-status") },
+      true,
+    );
+    this.composer = new Composer(this, $("composer-slot"), false);
+    this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
+    this.roomBrowser = new RoomBrowser(this);
+    this.dmPicker = new DmPicker(this);
+    $("signout").addEventListener("click", () => this.signOut());
+    $("browse-rooms").addEventListener("click", () => this.roomBrowser.open());
+    $("welcome-browse").addEventListener("click", () => this.roomBrowser.open());
+    $("new-dm").addEventListener("click", () => this.dmPicker.open());
+    $("reconnect-now").addEventListener("click", () => this.live && this.live.reconnectNow());
+    $("close-thread").addEventListener("click", () => this.closeThread(true));
+    $("leave-room").addEventListener("click", () => this.leaveRoom(this.currentRoomId));
+    $("hide-dm").addEventListener("click", () => this.hideDm(this.currentRoomId));
+    $("join-default").addEventListener("click", () => this.joinOffered());
+    $("nav-toggle").addEventListener("click", () => this.toggleNav());
+    $("sidebar").addEventListener("click", (event) => {
+      if (event.target.closest("a.nav-item")) this.toggleNav(false);
+    });
+    window.addEventListener("hashchange", () => this.route());
+    document.addEventListener("visibilitychange", () => this.markVisibleRead());
+    window.addEventListener("focus", () => this.markVisibleRead());
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || event.defaultPrevented) return;
+      if (document.querySelector("dialog[open]")) return;
+      if (!$("thread-panel").hidden && $("thread-panel").contains(document.activeElement)) {
+        this.closeThread(true);
+      } else if ($("chat").classList.contains("nav-open")) {
+        this.toggleNav(false);
+      }
+    });
+  }
+
+  toggleNav(open) {
+    const chat = $("chat");
+    const next = open === undefined ? !chat.classList.contains("nav-open") : open;
+    chat.classList.toggle("nav-open", next);
+    $("nav-toggle").setAttribute("aria-expanded", String(next));
+    $("nav-toggle").setAttribute("aria-label", next ? "Hide rooms and people" : "Show rooms and people");
+    if (next) {
+      const first = $("sidebar").querySelector("a, button");
+      if (first) first.focus();
+    }
+  }
+
+  renderGuestBanner() {
+    const { store } = this;
+    const banner = $("guest-banner");
+    if (store.me.kind !== "guest") {
+      banner.hidden = true;
+      return;
+    }
+    const missing = [
+      ["messages.send", "post messages"],
+      ["messages.react", "react"],
+      ["files.upload", "share files"],
+      ["rooms.create", "create rooms"],
+      ["dms.create", "start direct messages"],
+    ]
+      .filter(([permission]) => !store.can(permission))
+      .map(([, what]) => what);
+    banner.textContent =
+      `You are a guest: you can read and join rooms` +
+      (missing.length ? `, but you cannot ${missing.join(", ")}.` : ".") +
+      " Sign out and create an account to take part.";
+    banner.hidden = false;
+  }
+
+  onConnection(state, seconds) {
+    const el = $("connection");
+    const button = $("reconnect-now");
+    if (state === "connected") {
+      el.textContent = "";
+      el.className = "connection";
+      button.hidden = true;
+      this.outbox.resume();
+    } else if (state === "connecting") {
+      el.textContent = "Connecting…";
+      el.className = "connection busy";
+    } else {
+      el.textContent = `Connection lost. Reconnecting in ${seconds} s…`;
+      el.className = "connection lost";
+      button.hidden = false;
+    }
+  }
+
+  // the live stream -----------------------------------------------------------------
+
+  onSnapshot(snapshot, resumed) {
+    this.snapshotCursor = snapshot.cursor;
+    this.store.applySnapshot(snapshot);
+    if (resumed) {
+      // edits, deletes and reactions of the gap are not replayed: fetch again
+      for (const room of this.store.rooms.values()) {
+        if (room.roomId !== this.currentRoomId) room.forgetMessages();
+      }
+      const current = this.store.rooms.get(this.currentRoomId);
+      if (current) this.loadNewest(current);
+      if (this.threadRootId) this.loadThread();
+    }
+    this.refreshStatus();
+    this.sidebar.render();
+    if (!resumed) this.route();
+    else if (this.currentRoomId && !this.store.rooms.get(this.currentRoomId)) this.showWelcome();
+  }
+
+  async refreshStatus() {
+    try {
+      const status = await this.api.get("/api/status");
+      this.store.applyStatus(status);
+    } catch {
+      return;
+    }
+    this.renderCounts();
+    this.markVisibleRead();
+  }
+
+  onEvent(event) {
+    const { store } = this;
+    switch (event.type) {
+      case "message":
+        return this.onMessage(event);
+      case "message_edited":
+      case "message_deleted":
+      case "reaction_added":
+      case "reaction_removed":
+        return this.onMessageChange(event);
+      case "participant_joined":
+      case "participant_left":
+        return this.onMembership(event);
+      case "room_deleted": {
+        const room = store.rooms.get(event.roomId);
+        store.rooms.delete(event.roomId);
+        if (event.roomId === this.currentRoomId) {
+          this.showWelcome(room ? `The room ${room.name} was deleted.` : "This room was deleted.");
+        }
+        if (event.roomId === this.threadRoomId) this.closeThread();
+        this.sidebar.render();
+        this.renderTitle();
+        return;
+      }
+      case "typing":
+        return this.onTyping(event);
+      case "presence": {
+        const p = store.participant(event.participantId);
+        if (p) {
+          p.online = event.online;
+          if (event.lastSeen) p.lastSeen = event.lastSeen;
+          this.sidebar.renderPeople();
+          this.sidebar.renderDms();
+        }
+        return;
+      }
+      case "participant_moved": {
+        const p = store.participant(event.participantId);
+        if (p) p.position = { roomId: event.roomId, x: event.x, y: event.y, z: event.z };
+        return;
+      }
+      case "room_read": {
+        const room = store.rooms.get(event.roomId);
+        if (room) {
+          room.unread = event.unread;
+          room.mentions = event.mentions;
+          room.markedRead = event.cursor;
+          this.renderCounts();
+        }
+        return;
+      }
+      case "error":
+        return this.onError(event);
+      default:
+        return undefined;
+    }
+  }
+
+  onError(event) {
+    if (event.code === "replay_truncated") {
+      for (const room of this.store.rooms.values()) if (room.roomId !== this.currentRoomId) room.forgetMessages();
+      const current = this.store.rooms.get(this.currentRoomId);
+      if (current) this.loadNewest(current);
+      this.refreshStatus();
+      return;
+    }
+    // typing and read marks are best effort; session-ending errors close the socket
+    if (event.frame === "typing" || event.frame === "mark_read" || !event.frame) return;
+    toast(event.message);
+  }
+
+  async onMessage(message) {
+    const { store } = this;
+    let room = store.rooms.get(message.roomId);
+    if (!room) room = await this.fetchRoom(message.roomId);
+    if (!room) return;
+    if (!store.participant(message.senderId)) this.ensureParticipant(message.senderId);
+    const mine = message.senderId === store.me.participantId;
+    if (room.isDm && room.hidden) {
+      room.hidden = false; // a new message brings a hidden DM back
+    }
+    this.stopTyping(room.roomId, message.senderId);
+    const fresh = this.putMessage(room, message);
+    if (fresh && !mine) {
+      if (this.isVisible(room) && this.timeline.stuck) this.markVisibleRead();
+      else store.countUnread(room, message);
+    }
+    this.renderCounts();
+  }
+
+  /** Keep a message the node gave us (event or page) and show it. */
+  putMessage(room, message) {
+    if (message.clientId && message.senderId === this.store.me.participantId) {
+      this.outbox.confirm(message.clientId);
+    }
+    if (!room.loaded && room.roomId !== this.currentRoomId) {
+      return !room.messages.has(message.messageId);
+    }
+    const fresh = room.put(message);
+    if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
+    if (
+      room.roomId === this.threadRoomId &&
+      (message.threadId === this.threadRootId || message.messageId === this.threadRootId)
+    ) {
+      if (message.messageId === this.threadRootId) this.renderThreadRoot();
+      else this.threadTimeline.upsert(message);
+    }
+    return fresh;
+  }
+
+  onMessageChange(event) {
+    const room = this.store.rooms.get(event.roomId);
+    if (!room) return;
+    const message = room.messages.get(event.messageId);
+    if (event.type === "message_deleted") {
+      room.drop(event.messageId);
+      if (room.roomId === this.currentRoomId) this.timeline.remove(event.messageId);
+      if (room.roomId === this.threadRoomId) {
+        this.threadTimeline.remove(event.messageId);
+        if (event.messageId === this.threadRootId) this.renderThreadRoot();
+      }
+      return;
+    }
+    if (!message) return;
+    let updated;
+    if (event.type === "message_edited") {
+      updated = { ...message, content: event.content, editedAt: event.editedAt };
+    } else {
+      const reactions = message.reactions.map((r) => ({ ...r, participantIds: [...r.participantIds] }));
+      let entry = reactions.find((r) => r.emoji === event.emoji);
+      if (event.type === "reaction_added") {
+        if (!entry) {
+          entry = { emoji: event.emoji, count: 0, participantIds: [] };
+          reactions.push(entry);
+        }
+        if (!entry.participantIds.includes(event.participantId)) entry.participantIds.push(event.participantId);
+      } else if (entry) {
+        entry.participantIds = entry.participantIds.filter((id) => id !== event.participantId);
+      }
+      for (const r of reactions) r.count = r.participantIds.length;
+      updated = { ...message, reactions: reactions.filter((r) => r.count > 0) };
+    }
+    this.putMessage(room, updated);
+  }
+
+  async onMembership(event) {
+    const { store } = this;
+    const who = event.participant;
+    const known = store.participant(who.participantId);
+    store.participants.set(who.participantId, { ...known, ...who });
+    const mine = who.participantId === store.me.participantId;
+    let room = store.rooms.get(event.roomId);
+    if (event.type === "participant_joined") {
+      if (mine) {
+        if (!room) room = await this.fetchRoom(event.roomId);
+        else room.joined = true;
+        if (room && room.isDm) room.hidden = false;
+      }
+      if (room && room.members && !room.members.some((m) => m.participantId === who.participantId)) {
+        room.members.push(who);
+        room.memberCount = room.members.length;
+      }
+    } else if (room) {
+      if (room.members) {
+        room.members = room.members.filter((m) => m.participantId !== who.participantId);
+        room.memberCount = room.members.length;
+      }
+      if (mine && !room.isDm) {
+        room.joined = false;
+        room.forgetMessages();
+        if (room.roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
+        if (room.roomId === this.threadRoomId) this.closeThread();
+      }
+    }
+    if (room && room.roomId === this.currentRoomId) this.renderRoomHeader(room);
+    this.sidebar.render();
+    this.renderTitle();
+  }
+
+  onTyping(event) {
+    if (event.participantId === this.store.me.participantId) return;
+    let seen = this.typingSeen.get(event.roomId);
+    if (!seen) this.typingSeen.set(event.roomId, (seen = new Map()));
+    seen.set(event.participantId, Date.now() + TYPING_SHOWN);
+    if (!this.store.participant(event.participantId)) this.ensureParticipant(event.participantId);
+    this.renderTyping();
+  }
+
+  stopTyping(roomId, participantId) {
+    const seen = this.typingSeen.get(roomId);
+    if (seen && seen.delete(participantId)) this.renderTyping();
+  }
+
+  renderTyping() {
+    clearTimeout(this.typingTimer);
+    const seen = this.typingSeen.get(this.currentRoomId);
+    const now = Date.now();
+    const names = [];
+    if (seen) {
+      for (const [id, until] of seen) {
+        if (until < now) seen.delete(id);
+        else names.push(this.store.nameOf(id));
+      }
+    }
+    let text = "";
+    if (names.length === 1) text = `${names[0]} is typing…`;
+    else if (names.length === 2) text = `${names[0]} and ${names[1]} are typing…`;
+    else if (names.length > 2) text = "Several people are typing…";
+    $("typing").textContent = text;
+    if (names.length) this.typingTimer = setTimeout(() => this.renderTyping(), 1000);
+  }
+
+  // rooms ---------------------------------------------------------------------------
+
+  /** Keep a room object the node answered with (REST). */
+  rememberRoom(data) {
+    let room = this.store.rooms.get(data.roomId);
+    if (room) room.update(data);
+    else {
+      room = new Room(data);
+      this.store.rooms.set(room.roomId, room);
+    }
+    return room;
+  }
+
+  async fetchRoom(roomId) {
+    try {
+      const data = await this.api.get(`/api/rooms/${encodeURIComponent(roomId)}`);
+      if (data.kind === "dm") {
+        const other = data.members.find((m) => m.participantId !== this.store.me.participantId);
+        data.with = other ? other.participantId : null;
+        for (const m of data.members) if (!this.store.participant(m.participantId)) this.store.participants.set(m.participantId, m);
+      }
+      const room = this.rememberRoom(data);
+      room.permissions = data.permissions;
+      room.members = data.members;
+      this.sidebar.render();
+      return room;
+    } catch {
+      return null;
+    }
+  }
+
+  async ensureParticipant(participantId) {
+    if (!this.pendingParticipants) this.pendingParticipants = new Set();
+    if (this.pendingParticipants.has(participantId)) return;
+    this.pendingParticipants.add(participantId);
+    try {
+      const p = await this.api.get(`/api/participants/${encodeURIComponent(participantId)}`);
+      this.store.participants.set(p.participantId, p);
+      this.timeline.renderAll();
+      this.sidebar.renderPeople();
+    } catch {
+      // shown by name only
+    }
+  }
+
+  /** What the person may do in *room*: the room's own answer when loaded,
+   * else the mesh-wide one. */
+  roomCan(room, permission) {
+    if (room && room.permissions) return room.permissions.includes(permission);
+    return this.store.can(permission);
+  }
+
+  go(roomId) {
+    const hash = `#room/${roomId}`;
+    if (location.hash === hash) this.route();
+    else location.hash = hash;
+  }
+
+  route() {
+    if (!this.store.me || !this.live) return;
+    const match = /^#room\/([0-9A-Z]{26})$/.exec(location.hash);
+    const { store } = this;
+    if (match) {
+      const room = store.rooms.get(match[1]);
+      if (room && room.joined) return this.openRoom(room);
+      if (room && !room.isDm) return this.showWelcome("", room);
+      history.replaceState(null, "", location.pathname);
+    }
+    const joined = store.joinedRooms();
+    const preferred = joined.find((r) => r.roomId === store.status.defaultRoomId) || joined[0];
+    if (preferred) {
+      history.replaceState(null, "", `#room/${preferred.roomId}`);
+      return this.openRoom(preferred);
+    }
+    return this.showWelcome();
+  }
+
+  /** The welcome view: an empty mesh never greets anyone; the default room
+   * (or *offer*, a room the person followed a link to) is offered. */
+  showWelcome(notice = "", offer = null) {
+    const { store } = this;
+    this.currentRoomId = null;
+    $("room-view").hidden = true;
+    $("welcome").hidden = false;
+    this.closeThread();
+    $("welcome-title").textContent = `Welcome to ${store.status.meshName || "the mesh"}, ${store.me.name}`;
+    const noticeEl = $("welcome-notice");
+    noticeEl.textContent = notice;
+    noticeEl.hidden = !notice;
+    const room = offer || store.rooms.get(store.status.defaultRoomId);
+    const button = $("join-default");
+    if (room && !room.joined && store.can("rooms.join")) {
+      button.textContent = `Join ${room.name}`;
+      button.dataset.roomId = room.roomId;
+      button.hidden = false;
+      fill(
+        $("welcome-text"),
+        offer ? "You are not in " : "Everyone starts in ",
+        bdi(room.name),
+        offer ? " yet." : ". Join it to see what people are saying, or browse the other rooms.",
+      );
+    } else {
+      button.hidden = true;
+      $("welcome-text").textContent = store.joinedRooms().length
+        ? "Pick a room from the list, or browse the rooms of this mesh."
+        : "Browse the rooms of this mesh and join one to start.";
+    }
+    this.sidebar.render();
+    this.renderTitle();
+  }
+
+  async joinOffered() {
+    const roomId = $("join-default").dataset.roomId;
+    try {
+      await this.joinRoom(roomId);
+    } catch (error) {
+      toast(`Could not join: ${error.message}`);
+    }
+  }
+
+  async joinRoom(roomId) {
+    const data = await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/join`);
+    const room = this.rememberRoom(data);
+    room.joined = true;
+    room.permissions = null;
+    this.sidebar.render();
+    this.go(room.roomId);
+  }
+
+  async leaveRoom(roomId) {
+    const room = this.store.rooms.get(roomId);
+    if (!room) return;
+    await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/leave`);
+    room.joined = false;
+    room.forgetMessages();
+    if (roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
+    this.sidebar.render();
+  }
+
+  async deleteRoom(roomId, name) {
+    const sure = await confirmAction(
+      `Delete ${name}?`,
+      "The room and all of its messages are deleted for everyone. This cannot be undone.",
+      "Delete room",
+    );
+    if (!sure) return;
+    await this.api.delete(`/api/rooms/${encodeURIComponent(roomId)}`);
+    this.store.rooms.delete(roomId);
+    if (roomId === this.currentRoomId) this.showWelcome(`The room ${name} was deleted.`);
+    this.sidebar.render();
+  }
+
+  async openDm(participantId) {
+    const dm = await this.api.post("/api/dms", { participantId });
+    this.store.participants.set(dm.participant.participantId, {
+      ...this.store.participant(dm.participant.participantId),
+      ...dm.participant,
+    });
+    const room = this.rememberRoom({
+      roomId: dm.roomId,
+      kind: "dm",
+      name: "dm",
+      description: "",
+      joined: true,
+      with: dm.participant.participantId,
+    });
+    room.hidden = false;
+    this.sidebar.render();
+    this.go(room.roomId);
+  }
+
+  async hideDm(roomId) {
+    const room = this.store.rooms.get(roomId);
+    if (!room) return;
+    try {
+      await this.api.delete(`/api/dms/${encodeURIComponent(roomId)}`);
+    } catch (error) {
+      toast(error.message);
+      return;
+    }
+    room.hidden = true;
+    if (roomId === this.currentRoomId) this.showWelcome(`The conversation with ${this.store.roomLabel(room)} is hidden until someone writes in it.`);
+    this.sidebar.render();
+  }
+
+  openRoom(room) {
+    const changed = this.currentRoomId !== room.roomId;
+    this.currentRoomId = room.roomId;
+    $("welcome").hidden = true;
+    $("room-view").hidden = false;
+    this.renderRoomHeader(room);
+    if (changed) {
+      this.composer.setTarget(room);
+      this.timeline.show(room);
+      this.renderTyping();
+      if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
+    }
+    if (!room.loaded) this.loadNewest(room);
+    if (!room.permissions) this.loadRoomDetails(room);
+    this.sidebar.render();
+    this.renderTitle();
+    if (changed) this.composer.focus();
+  }
+
+  renderRoomHeader(room) {
+    const { store } = this;
+    if (room.isDm) {
+      const other = store.participant(room.with);
+      fill($("room-title"), "Direct messages with ", bdi(store.roomLabel(room)));
+      $("room-meta").textContent = other ? (other.online ? "online" : "offline") : "";
+    } else {
+      fill($("room-title"), "#", bdi(room.name));
+      const count = room.memberCount === undefined ? "" : `${room.memberCount} member${room.memberCount === 1 ? "" : "s"}`;
+      $("room-meta").replaceChildren(
+        count,
+        room.description ? " · " : "",
+        room.description ? h("span", { dir: "auto", text: room.description }) : "",
+      );
+    }
+    $("leave-room").hidden = room.isDm;
+    $("hide-dm").hidden = !room.isDm;
+  }
+
+  async loadRoomDetails(room) {
+    try {
+      const data = await this.api.get(`/api/rooms/${encodeURIComponent(room.roomId)}`);
+      room.update(data);
+      room.permissions = data.permissions;
+      room.members = data.members;
+      for (const m of data.members) {
+        if (!this.store.participant(m.participantId)) this.store.participants.set(m.participantId, m);
+      }
+    } catch {
+      return;
+    }
+    if (room.roomId === this.currentRoomId) {
+      this.renderRoomHeader(room);
+      this.composer.refreshPermission();
+      this.timeline.renderAll();
+    }
+    if (room.roomId === this.threadRoomId) this.threadComposer.refreshPermission();
+  }
+
+  /** Fetch the newest page of a room and merge it with what is loaded: what
+   * the page covers is replaced (edits, deletes and reactions included). */
+  async loadNewest(room) {
+    if (room.loadingNewest) return;
+    room.loadingNewest = true;
+    const first = !room.loaded;
+    if (first && room.roomId === this.currentRoomId) this.timeline.status("Loading messages…");
+    try {
+      const page = await this.api.get(`/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}`);
+      // the page shows every message of the room in [lower, upper] as it is
+      // now: one loaded here but not in it was deleted meanwhile
+      const snapshotAt = BigInt(this.snapshotCursor || "0");
+      const newest = page.length ? BigInt(page[page.length - 1].cursor) : 0n;
+      const upper = newest > snapshotAt ? newest : snapshotAt;
+      const lower = page.length === PAGE ? BigInt(page[0].cursor) : 0n;
+      const ids = new Set(page.map((m) => m.messageId));
+      for (const m of room.sorted) {
+        const at = BigInt(m.cursor);
+        if (at >= lower && at <= upper && !ids.has(m.messageId)) room.drop(m.messageId);
+      }
+      for (const m of page) {
+        if (m.clientId && m.senderId === this.store.me.participantId) this.outbox.confirm(m.clientId);
+        room.put(m);
+        if (!this.store.participant(m.senderId)) this.ensureParticipant(m.senderId);
+      }
+      if (first) room.hasOlder = page.length === PAGE;
+      room.loaded = true;
+      if (page.length) this.live.noteCursor(page[page.length - 1].cursor);
+    } catch (error) {
+      if (room.roomId === this.currentRoomId) this.timeline.status(`Messages could not be loaded: ${error.message}`);
+      return;
+    } finally {
+      room.loadingNewest = false;
+    }
+    if (room.roomId === this.currentRoomId) {
+      this.timeline.status(room.hasOlder ? "" : "This is the beginning of the conversation.");
+      const stick = this.timeline.stuck;
+      this.timeline.renderAll();
+      if (stick || first) this.timeline.scrollToBottom();
+      this.fillViewport();
+      this.markVisibleRead();
+    }
+  }
+
+  /** Load older messages when the person scrolls near the top. */
+  async loadOlder(timeline) {
+    if (timeline === this.threadTimeline) return this.loadOlderReplies();
+    const room = this.store.rooms.get(this.currentRoomId);
+    if (!room || !room.loaded || !room.hasOlder || room.loadingOlder) return;
+    room.loadingOlder = true;
+    this.timeline.status("Loading older messages…");
+    try {
+      const before = room.oldestCursor;
+      const page = await this.api.get(
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&before=${before}`,
+      );
+      for (const m of page) room.put(m);
+      room.hasOlder = page.length === PAGE;
+    } catch (error) {
+      this.timeline.status(`Older messages could not be loaded: ${error.message}`);
+      return;
+    } finally {
+      room.loadingOlder = false;
+    }
+    if (room.roomId !== this.currentRoomId) return;
+    this.timeline.status(room.hasOlder ? "" : "This is the beginning of the conversation.");
+    this.timeline.renderKeepingPosition();
+    this.fillViewport();
+  }
+
+  /** Until the timeline can scroll, there is nothing to scroll up to: load more. */
+  fillViewport() {
+    const room = this.store.rooms.get(this.currentRoomId);
+    const s = $("timeline");
+    if (room && room.hasOlder && s.scrollHeight <= s.clientHeight + 10) {
+      setTimeout(() => this.loadOlder(this.timeline), 0);
+    }
+  }
+
+  isVisible(room) {
+    return room.roomId === this.currentRoomId && document.visibilityState === "visible";
+  }
+
+  /** The person sees the newest messages of the open room: mark them read
+   * (`mark_read`, at most once a second). */
+  markVisibleRead() {
+    const room = this.store.rooms.get(this.currentRoomId);
+    if (!room || !room.joined || !this.isVisible(room) || !this.timeline.stuck) return;
+    const newest = room.newestCursor;
+    const pendingCount = room.unread || room.mentions;
+    if (!newest || (BigInt(newest) <= BigInt(room.markedRead) && !pendingCount)) return;
+    room.unread = 0;
+    room.mentions = 0;
+    this.renderCounts();
+    if (BigInt(newest) <= BigInt(room.markedRead)) return;
+    const now = Date.now();
+    if (now < this.readDue) {
+      clearTimeout(this.readTimer);
+      this.readTimer = setTimeout(() => this.markVisibleRead(), this.readDue - now);
+      return;
+    }
+    if (this.live && this.live.send({ type: "mark_read", roomId: room.roomId, cursor: newest })) {
+      room.markedRead = newest;
+      this.readDue = now + READ_EVERY;
+    }
+  }
+
+  renderCounts() {
+    this.sidebar.renderRooms();
+    this.sidebar.renderDms();
+    this.renderTitle();
+  }
+
+  renderTitle() {
+    const { store } = this;
+    const total = store.totalUnread();
+    const room = store.rooms.get(this.currentRoomId);
+    const parts = [];
+    if (room) parts.push(room.isDm ? store.roomLabel(room) : `#${room.name}`);
+    if (store.status && store.status.meshName) parts.push(store.status.meshName);
+    document.title = `${total ? `(${total}) ` : ""}${parts.join(" · ") || "Mesh"}`;
+  }
+
+  // messages ------------------------------------------------------------------------
+
+  send(room, { content, to, threadId, attachments }) {
+    this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
+  }
+
+  post(item) {
+    const body = { content: item.content, clientId: item.clientId };
+    if (item.to) body.to = item.to;
+    if (item.threadId) body.threadId = item.threadId;
+    if (item.attachments && item.attachments.length) body.attachments = item.attachments;
+    return this.api.post(`/api/rooms/${encodeURIComponent(item.roomId)}/messages`, body);
+  }
+
+  outboxChanged() {
+    if (this.timeline) this.timeline.renderPending();
+    if (this.threadTimeline && this.threadRootId) this.threadTimeline.renderPending();
+  }
+
+  async editMessage(message, content) {
+    const updated = await this.api.patch(
+      `/api/rooms/${encodeURIComponent(message.roomId)}/messages/${encodeURIComponent(message.messageId)}`,
+      { content },
+    );
+    const room = this.store.rooms.get(message.roomId);
+    if (room) room.put(updated);
+    return updated;
+  }
+
+  async deleteMessage(message) {
+    const sure = await confirmAction(
+      "Delete this message?",
+      `“${message.content.slice(0, 120)}${message.content.length > 120 ? "…" : ""}” is deleted for everyone.`,
+      "Delete message",
+    );
+    if (!sure) return;
+    try {
+      await this.api.delete(
+        `/api/rooms/${encodeURIComponent(message.roomId)}/messages/${encodeURIComponent(message.messageId)}`,
+      );
+    } catch (error) {
+      toast(`Not deleted: ${error.message}`);
+      return;
+    }
+    this.onMessageChange({ type: "message_deleted", roomId: message.roomId, messageId: message.messageId });
+  }
+
+  async toggleReaction(message, emoji, add) {
+    const path = `/api/rooms/${encodeURIComponent(message.roomId)}/messages/${encodeURIComponent(message.messageId)}/reactions`;
+    try {
+      const updated = add
+        ? await this.api.post(path, { emoji })
+        : await this.api.delete(`${path}/${encodeURIComponent(emoji)}`);
+      const room = this.store.rooms.get(message.roomId);
+      if (room && room.messages.has(updated.messageId)) this.putMessage(room, updated);
+    } catch (error) {
+      toast(`Reaction not saved: ${error.message}`);
+    }
+  }
+
+  typing(room) {
+    const now = Date.now();
+    if (now - (this.typingSent.get(room.roomId) || 0) < TYPING_EVERY) return;
+    if (this.live && this.live.send({ type: "typing", roomId: room.roomId })) this.typingSent.set(room.roomId, now);
+  }
+
+  // threads ------------------------------------------------------------------------
+
+  async openThread(roomId, rootId) {
+    const room = this.store.rooms.get(roomId);
+    if (!room) return;
+    this.threadRoomId = roomId;
+    this.threadRootId = rootId;
+    $("thread-panel").hidden = false;
+    $("chat").classList.add("thread-open");
+    this.threadComposer.setTarget(room, rootId);
+    this.threadTimeline.show(room, rootId);
+    this.renderThreadRoot();
+    await this.loadThread();
+    this.threadComposer.focus();
+  }
+
+  closeThread(returnFocus = false) {
+    const rootId = this.threadRootId;
+    this.threadRoomId = null;
+    this.threadRootId = null;
+    $("thread-panel").hidden = true;
+    $("chat").classList.remove("thread-open");
+    if (returnFocus && rootId) {
+      const el = $("message-list").querySelector(`[data-message-id="${rootId}"]`);
+      if (el) el.focus();
+    }
+  }
+
+  renderThreadRoot() {
+    const room = this.store.rooms.get(this.threadRoomId);
+    const root = room && room.messages.get(this.threadRootId);
+    const slot = $("thread-root");
+    if (root) {
+      const view = this.threadTimeline.view(root);
+      this.threadTimeline.views.delete(root.messageId);
+      slot.replaceChildren(view);
+    } else {
+      slot.replaceChildren(h("p", { class: "hint", text: room && room.loaded ? "The first message of this thread was deleted or is not loaded." : "" }));
+    }
+  }
+
+  /** The thread's root and its newest replies (older ones on scrolling up). */
+  async loadThread() {
+    const room = this.store.rooms.get(this.threadRoomId);
+    const rootId = this.threadRootId;
+    if (!room || !rootId) return;
+    const base = `/api/rooms/${encodeURIComponent(room.roomId)}/messages`;
+    this.threadTimeline.status("Loading the thread…");
+    try {
+      if (!room.messages.has(rootId)) {
+        try {
+          room.put(await this.api.get(`${base}/${encodeURIComponent(rootId)}`));
+        } catch (error) {
+          if (error.code !== "message_not_found") throw error;
+        }
+      }
+      const replies = await this.api.get(`${base}?threadId=${encodeURIComponent(rootId)}&limit=${PAGE}`);
+      for (const m of replies) room.put(m);
+      this.threadHasOlder = replies.length === PAGE;
+    } catch (error) {
+      this.threadTimeline.status(`The thread could not be loaded: ${error.message}`);
+      return;
+    }
+    if (this.threadRootId !== rootId) return;
+    this.threadTimeline.status("");
+    this.renderThreadRoot();
+    this.threadTimeline.renderAll();
+    this.threadTimeline.scrollToBottom();
+    if (room.roomId === this.currentRoomId) this.timeline.renderAll();
+  }
+
+  async loadOlderReplies() {
+    const room = this.store.rooms.get(this.threadRoomId);
+    if (!room || !this.threadHasOlder || this.threadLoading) return;
+    const replies = this.threadTimeline.messages();
+    if (!replies.length) return;
+    this.threadLoading = true;
+    try {
+      const page = await this.api.get(
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?threadId=${encodeURIComponent(this.threadRootId)}&limit=${PAGE}&before=${replies[0].cursor}`,
+      );
+      for (const m of page) room.put(m);
+      this.threadHasOlder = page.length === PAGE;
+    } catch {
+      return;
+    } finally {
+      this.threadLoading = false;
+    }
+    this.threadTimeline.renderKeepingPosition();
+  }
+}
+
+new App().boot();

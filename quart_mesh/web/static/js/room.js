@@ -1,0 +1,502 @@
+// A timeline of messages (the room view and the thread panel): messages as
+// text with the safe Markdown subset, attachments, reactions, actions, and
+// the person's own messages while they are pending or failed.
+
+import { bdi, formatBytes, h, longTime, shortTime } from "./dom.js";
+import { render } from "./markdown.js";
+import { participantBadges } from "./sidebar.js";
+
+export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏", "✅", "🚀"];
+const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"]);
+const NEAR_BOTTOM = 80;
+const NEAR_TOP = 150;
+
+/** Attachments: raster images inline, anything else as a download link. */
+function attachmentsView(message) {
+  const items = (message.attachments || []).filter((a) => typeof a.url === "string" && a.url.startsWith("/uploads/"));
+  if (!items.length) return null;
+  return h(
+    "ul",
+    { class: "attachments", "aria-label": "Attachments" },
+    items.map((a) => {
+      if (INLINE_IMAGES.has(a.contentType)) {
+        return h(
+          "li",
+          { class: "attachment image" },
+          h(
+            "a",
+            { href: a.url, target: "_blank", rel: "noopener noreferrer", title: `${a.filename} (${formatBytes(a.size)})` },
+            h("img", { src: a.url, alt: a.filename, loading: "lazy", decoding: "async" }),
+          ),
+        );
+      }
+      return h(
+        "li",
+        { class: "attachment file" },
+        h(
+          "a",
+          { href: a.url, download: a.filename, rel: "noopener noreferrer" },
+          h("span", { "aria-hidden": "true", text: "📎 " }),
+          bdi(a.filename),
+          ` (${formatBytes(a.size)})`,
+        ),
+      );
+    }),
+  );
+}
+
+export class Timeline {
+  /**
+   * @param {object} app
+   * @param {object} els {scroll, list, status, jump?}
+   * @param {boolean} inThread whether this is the thread panel
+   */
+  constructor(app, els, inThread) {
+    this.app = app;
+    this.els = els;
+    this.inThread = inThread;
+    this.room = null;
+    this.threadId = null;
+    this.views = new Map(); // messageId or clientId -> element
+    this.editing = null;
+    this.picking = null;
+    this.stuck = true; // the view follows the newest message
+    els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
+    els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
+    if (els.jump) {
+      els.jump.addEventListener("click", () => {
+        this.scrollToBottom();
+        els.jump.hidden = true;
+      });
+    }
+  }
+
+  /** The messages this timeline shows, oldest first. */
+  messages() {
+    if (!this.room) return [];
+    const all = this.room.sorted;
+    if (!this.inThread) return all;
+    return all.filter((m) => m.threadId === this.threadId);
+  }
+
+  pending() {
+    if (!this.room) return [];
+    const items = this.app.outbox.forRoom(this.room.roomId);
+    return this.inThread ? items.filter((i) => i.threadId === this.threadId) : items;
+  }
+
+  show(room, threadId = null) {
+    this.room = room;
+    this.threadId = threadId;
+    this.editing = null;
+    this.picking = null;
+    this.renderAll();
+    this.scrollToBottom();
+  }
+
+  atBottom() {
+    const s = this.els.scroll;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < NEAR_BOTTOM;
+  }
+
+  scrollToBottom() {
+    const s = this.els.scroll;
+    s.scrollTop = s.scrollHeight;
+    this.stuck = true;
+    if (this.els.jump) this.els.jump.hidden = true;
+  }
+
+  status(text) {
+    this.els.status.textContent = text;
+  }
+
+  /** Rebuild every message element (a room opened, a page arrived). */
+  renderAll() {
+    this.views.clear();
+    const nodes = this.messages().map((m) => this.view(m));
+    for (const item of this.pending()) nodes.push(this.pendingView(item));
+    this.els.list.replaceChildren(...nodes);
+    this.rovingFocus();
+  }
+
+  /** Older messages were put in front: keep what the person looks at in place. */
+  renderKeepingPosition() {
+    const s = this.els.scroll;
+    const fromBottom = s.scrollHeight - s.scrollTop;
+    this.els.scroll.setAttribute("aria-busy", "true");
+    this.renderAll();
+    s.scrollTop = s.scrollHeight - fromBottom;
+    this.els.scroll.removeAttribute("aria-busy");
+  }
+
+  /** A message arrived or changed: update its element (or insert it in order). */
+  upsert(message) {
+    if (this.inThread && message.threadId !== this.threadId) return;
+    const stick = this.atBottom();
+    const old = this.views.get(message.messageId);
+    const fresh = this.view(message);
+    if (old) {
+      const hadFocus = old.contains(document.activeElement);
+      old.replaceWith(fresh);
+      if (hadFocus && !this.editing) fresh.focus();
+    } else {
+      const list = this.messages();
+      const index = list.findIndex((m) => m.messageId === message.messageId);
+      const next = list[index + 1];
+      const before = next ? this.views.get(next.messageId) : this.els.list.querySelector(".msg.pending");
+      this.els.list.insertBefore(fresh, before || null);
+      if (stick) this.scrollToBottom();
+      else if (this.els.jump && message.senderId !== this.app.store.me.participantId) {
+        this.els.jump.hidden = false;
+      }
+    }
+    this.rovingFocus();
+  }
+
+  remove(messageId) {
+    const el = this.views.get(messageId);
+    if (el) {
+      el.remove();
+      this.views.delete(messageId);
+    }
+  }
+
+  /** Pending messages changed: redraw them at the end. */
+  renderPending() {
+    const stick = this.atBottom();
+    for (const el of this.els.list.querySelectorAll(".msg.pending")) el.remove();
+    for (const item of this.pending()) this.els.list.append(this.pendingView(item));
+    if (stick) this.scrollToBottom();
+  }
+
+  onScroll() {
+    this.stuck = this.atBottom();
+    if (this.els.jump && this.stuck) this.els.jump.hidden = true;
+    if (this.els.scroll.scrollTop < NEAR_TOP) this.app.loadOlder(this);
+    if (!this.inThread && this.atBottom()) this.app.markVisibleRead();
+  }
+
+  /** Up/Down move between messages; the timeline is one tab stop. */
+  onKeyDown(event) {
+    if (event.key !== "ArrowUp" && event.key !== "ArrowDown") return;
+    const target = event.target;
+    if (target.closest("textarea, input")) return;
+    const items = [...this.els.list.querySelectorAll(".msg")];
+    if (!items.length) return;
+    let index = items.indexOf(target.closest(".msg"));
+    if (index === -1) index = event.key === "ArrowUp" ? items.length : -1;
+    const next = items[Math.max(0, Math.min(items.length - 1, index + (event.key === "ArrowUp" ? -1 : 1)))];
+    event.preventDefault();
+    next.focus();
+  }
+
+  rovingFocus() {
+    const items = this.els.list.querySelectorAll(".msg");
+    items.forEach((el) => el.setAttribute("tabindex", "-1"));
+  }
+
+  // views ---------------------------------------------------------------------
+
+  view(message) {
+    const { store } = this.app;
+    const me = store.me.participantId;
+    const mine = message.senderId === me;
+    const sender = store.participant(message.senderId);
+    const headId = `h-${this.inThread ? "t" : "m"}-${message.messageId}`;
+    const classes = ["msg"];
+    if (mine) classes.push("mine");
+    if (!mine && store.mentionsMe(message)) classes.push("mentions-me");
+    if (message.trustLevel === "federated") classes.push("federated");
+    const head = h(
+      "header",
+      { class: "msg-head", id: headId },
+      bdi(message.senderName, "msg-sender"),
+      participantBadges(
+        sender || { type: "human", trustLevel: message.trustLevel, origin: message.origin },
+      ),
+      message.to ? h("span", { class: "msg-to" }, "to ", bdi("@" + store.nameOf(message.to))) : null,
+      h("time", { datetime: message.timestamp, title: longTime(message.timestamp), text: shortTime(message.timestamp) }),
+      message.editedAt ? h("span", { class: "edited", title: `edited ${longTime(message.editedAt)}`, text: "(edited)" }) : null,
+    );
+    const el = h(
+      "article",
+      { class: classes.join(" "), tabindex: "-1", "aria-labelledby": headId, dataset: { messageId: message.messageId } },
+      head,
+      message.threadId && !this.inThread ? this.replyContext(message) : null,
+      this.editing === message.messageId ? this.editForm(message) : this.body(message.content),
+      attachmentsView(message),
+      this.reactionsView(message),
+      this.picking === message.messageId ? this.pickerView(message) : null,
+      this.actions(message, mine),
+    );
+    this.views.set(message.messageId, el);
+    for (const img of el.querySelectorAll("img")) {
+      img.addEventListener("load", () => {
+        if (this.stuck) this.scrollToBottom();
+      });
+    }
+    return el;
+  }
+
+  body(content) {
+    const { store } = this.app;
+    return h(
+      "div",
+      { class: "msg-body", dir: "auto" },
+      render(content, { isName: (name) => store.isName(name), me: store.me.name }),
+    );
+  }
+
+  replyContext(message) {
+    const parent = this.room.messages.get(message.threadId);
+    const label = parent
+      ? `${parent.senderName}: ${parent.content.slice(0, 60)}${parent.content.length > 60 ? "…" : ""}`
+      : "an earlier message";
+    return h(
+      "p",
+      { class: "reply-to" },
+      h("span", { "aria-hidden": "true", text: "↪ " }),
+      "in a thread: ",
+      h(
+        "button",
+        {
+          type: "button",
+          class: "link",
+          on: { click: () => this.app.openThread(this.room.roomId, message.threadId) },
+        },
+        bdi(label),
+      ),
+    );
+  }
+
+  reactionsView(message) {
+    if (!message.reactions || !message.reactions.length) return null;
+    const { store } = this.app;
+    const me = store.me.participantId;
+    const canReact = this.app.roomCan(this.room, "messages.react");
+    return h(
+      "div",
+      { class: "reactions", role: "group", "aria-label": "Reactions" },
+      message.reactions.map((r) => {
+        const who = r.participantIds.map((id) => store.nameOf(id));
+        const mineToo = r.participantIds.includes(me);
+        return h(
+          "button",
+          {
+            type: "button",
+            class: mineToo ? "reaction mine" : "reaction",
+            "aria-pressed": mineToo ? "true" : "false",
+            "aria-label": `${r.emoji} ${r.count}: ${who.join(", ")}`,
+            title: who.join(", "),
+            disabled: canReact ? null : true,
+            on: { click: () => this.app.toggleReaction(message, r.emoji, !mineToo) },
+          },
+          h("span", { class: "emoji", text: r.emoji }),
+          h("span", { class: "count", text: String(r.count) }),
+        );
+      }),
+    );
+  }
+
+  pickerView(message) {
+    return h(
+      "div",
+      {
+        class: "picker",
+        role: "group",
+        "aria-label": "Choose a reaction",
+        on: {
+          keydown: (event) => {
+            if (event.key === "Escape") {
+              event.stopPropagation();
+              this.closePicker(message);
+            }
+          },
+        },
+      },
+      QUICK_REACTIONS.map((emoji) =>
+        h("button", {
+          type: "button",
+          class: "pick",
+          "aria-label": `React with ${emoji}`,
+          text: emoji,
+          on: {
+            click: () => {
+              this.picking = null;
+              this.app.toggleReaction(message, emoji, true);
+              this.upsert(message);
+              this.focusAction(message.messageId, "Add reaction");
+            },
+          },
+        }),
+      ),
+    );
+  }
+
+  closePicker(message) {
+    this.picking = null;
+    this.upsert(message);
+    this.focusAction(message.messageId, "Add reaction");
+  }
+
+  focusAction(messageId, label) {
+    const el = this.views.get(messageId);
+    const button = el && [...el.querySelectorAll(".msg-actions button")].find((b) => b.textContent === label);
+    if (button) button.focus();
+  }
+
+  actions(message, mine) {
+    const app = this.app;
+    const room = this.room;
+    const buttons = [];
+    if (app.roomCan(room, "messages.react")) {
+      buttons.push(
+        h("button", {
+          type: "button",
+          text: "Add reaction",
+          "aria-expanded": this.picking === message.messageId ? "true" : "false",
+          on: {
+            click: () => {
+              this.picking = this.picking === message.messageId ? null : message.messageId;
+              this.upsert(message);
+              const first = this.views.get(message.messageId).querySelector(".picker button");
+              if (first) first.focus();
+            },
+          },
+        }),
+      );
+    }
+    if (!this.inThread && app.roomCan(room, "messages.send")) {
+      buttons.push(
+        h("button", {
+          type: "button",
+          text: "Reply in thread",
+          on: { click: () => app.openThread(room.roomId, message.threadId || message.messageId) },
+        }),
+      );
+    }
+    if (mine || app.roomCan(room, "messages.edit")) {
+      buttons.push(
+        h("button", {
+          type: "button",
+          text: "Edit message",
+          on: {
+            click: () => {
+              this.editing = message.messageId;
+              this.upsert(message);
+              const box = this.views.get(message.messageId).querySelector("textarea");
+              box.focus();
+              box.setSelectionRange(box.value.length, box.value.length);
+            },
+          },
+        }),
+      );
+    }
+    if (mine || app.roomCan(room, "messages.delete")) {
+      buttons.push(
+        h("button", {
+          type: "button",
+          text: "Delete message",
+          on: { click: () => app.deleteMessage(message) },
+        }),
+      );
+    }
+    if (!buttons.length) return null;
+    return h(
+      "div",
+      { class: "msg-actions", role: "toolbar", "aria-label": `Actions for the message from ${message.senderName}` },
+      buttons,
+    );
+  }
+
+  editForm(message) {
+    const box = h("textarea", {
+      class: "edit-box",
+      "aria-label": "Edit message",
+      rows: String(Math.min(8, message.content.split("\n").length + 1)),
+      value: message.content,
+    });
+    const error = h("p", { class: "error", role: "alert" });
+    const cancel = () => {
+      this.editing = null;
+      this.upsert(message);
+      this.focusAction(message.messageId, "Edit message");
+    };
+    const save = async () => {
+      const content = box.value;
+      if (!content.trim()) {
+        error.textContent = "A message cannot be empty: delete it instead.";
+        return;
+      }
+      if (content === message.content) return cancel();
+      try {
+        const updated = await this.app.editMessage(message, content);
+        this.editing = null;
+        this.upsert(updated);
+        this.focusAction(message.messageId, "Edit message");
+      } catch (e) {
+        error.textContent = `Not saved: ${e.message}`;
+      }
+    };
+    box.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        save();
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation();
+        cancel();
+      }
+    });
+    return h(
+      "form",
+      { class: "edit-form", on: { submit: (event) => { event.preventDefault(); save(); } } },
+      box,
+      error,
+      h(
+        "p",
+        { class: "edit-buttons" },
+        h("button", { type: "button", text: "Cancel", on: { click: cancel } }),
+        h("button", { type: "submit", class: "primary", text: "Save" }),
+      ),
+    );
+  }
+
+  pendingView(item) {
+    const failed = item.status === "failed";
+    const { store } = this.app;
+    const headId = `h-p-${item.clientId}`;
+    return h(
+      "article",
+      {
+        class: failed ? "msg mine pending failed" : "msg mine pending",
+        tabindex: "-1",
+        "aria-labelledby": headId,
+        dataset: { clientId: item.clientId },
+      },
+      h(
+        "header",
+        { class: "msg-head", id: headId },
+        bdi(store.me.name, "msg-sender"),
+        h("span", { class: "msg-state", text: failed ? "not sent" : "sending…" }),
+      ),
+      this.body(item.content),
+      item.attachments && item.attachments.length
+        ? h("p", { class: "hint", text: `${item.attachments.length} attachment(s)` })
+        : null,
+      failed
+        ? h(
+            "p",
+            { class: "send-error", role: "alert" },
+            `Not sent: ${item.error}`,
+            " ",
+            h("button", { type: "button", text: "Retry", on: { click: () => this.app.outbox.retry(item.clientId) } }),
+            " ",
+            h("button", { type: "button", text: "Discard", on: { click: () => this.app.outbox.discard(item.clientId) } }),
+          )
+        : item.error
+          ? h("p", { class: "hint", text: item.error })
+          : null,
+    );
+  }
+}

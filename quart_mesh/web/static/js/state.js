@@ -1,0 +1,289 @@
+// What the page knows: rooms, participants, the messages loaded per room,
+// unread counts, and the messages on their way out. Views read it; the app
+// changes it from REST answers and live events.
+
+import { cursorCompare, mentions } from "./dom.js";
+
+/** One room or DM as the page sees it. */
+export class Room {
+  constructor(data) {
+    this.roomId = data.roomId;
+    this.messages = new Map(); // messageId -> message
+    this.sortedCache = null;
+    this.loaded = false; // the newest page has been fetched
+    this.hasOlder = true;
+    this.loadingOlder = false;
+    this.permissions = null; // from GET /api/rooms/:id
+    this.members = null;
+    this.unread = 0;
+    this.mentions = 0;
+    this.markedRead = "0"; // newest cursor sent as mark_read
+    this.update(data);
+  }
+
+  update(data) {
+    for (const key of ["kind", "name", "description", "memberCount", "createdBy", "origin"]) {
+      if (data[key] !== undefined) this[key] = data[key];
+    }
+    if (data.joined !== undefined) this.joined = data.joined;
+    if (data.with !== undefined) this.with = data.with;
+  }
+
+  get isDm() {
+    return this.kind === "dm";
+  }
+
+  /** Loaded messages, oldest first. */
+  get sorted() {
+    if (this.sortedCache === null) {
+      this.sortedCache = [...this.messages.values()].sort((a, b) => cursorCompare(a.cursor, b.cursor));
+    }
+    return this.sortedCache;
+  }
+
+  get newestCursor() {
+    const list = this.sorted;
+    return list.length ? list[list.length - 1].cursor : null;
+  }
+
+  get oldestCursor() {
+    const list = this.sorted;
+    return list.length ? list[0].cursor : null;
+  }
+
+  put(message) {
+    const isNew = !this.messages.has(message.messageId);
+    this.messages.set(message.messageId, message);
+    this.sortedCache = null;
+    return isNew;
+  }
+
+  drop(messageId) {
+    const had = this.messages.delete(messageId);
+    if (had) this.sortedCache = null;
+    return had;
+  }
+
+  forgetMessages() {
+    this.messages.clear();
+    this.sortedCache = null;
+    this.loaded = false;
+    this.hasOlder = true;
+  }
+}
+
+/** Everything the page holds for the signed-in participant. */
+export class Store {
+  constructor() {
+    this.me = null; // GET /api/auth/me
+    this.status = null; // GET /api/setup/status
+    this.rooms = new Map();
+    this.participants = new Map();
+    // live messages counted as unread since the last status fetch:
+    // [{roomId, cursor, mention}], kept short
+    this.counted = [];
+  }
+
+  can(permission) {
+    return Boolean(this.me && this.me.permissions.includes(permission));
+  }
+
+  /** Replace rooms and participants from a snapshot, keeping what the page
+   * loaded for rooms that still exist. */
+  applySnapshot(snapshot) {
+    const seen = new Set();
+    for (const data of snapshot.rooms) {
+      seen.add(data.roomId);
+      const room = this.rooms.get(data.roomId);
+      if (room) room.update(data);
+      else this.rooms.set(data.roomId, new Room(data));
+    }
+    for (const roomId of [...this.rooms.keys()]) {
+      const room = this.rooms.get(roomId);
+      // hidden DMs are not in the snapshot but still ours
+      if (!seen.has(roomId) && !(room.isDm && room.joined)) this.rooms.delete(roomId);
+    }
+    this.participants.clear();
+    for (const p of snapshot.participants) this.participants.set(p.participantId, p);
+  }
+
+  joinedRooms() {
+    return [...this.rooms.values()]
+      .filter((r) => !r.isDm && r.joined)
+      .sort((a, b) => a.name.localeCompare(b.name, undefined, { sensitivity: "base" }));
+  }
+
+  dms() {
+    return [...this.rooms.values()].filter((r) => r.isDm && r.joined && !r.hidden);
+  }
+
+  participant(id) {
+    return this.participants.get(id) || null;
+  }
+
+  nameOf(id) {
+    const p = this.participants.get(id);
+    return p ? p.name : "someone";
+  }
+
+  /** The display name of a room: a DM is named after the other person. */
+  roomLabel(room) {
+    if (room.isDm) return room.with ? this.nameOf(room.with) : "direct message";
+    return room.name;
+  }
+
+  isName(name) {
+    const wanted = name.toLowerCase();
+    for (const p of this.participants.values()) if (p.name.toLowerCase() === wanted) return true;
+    return false;
+  }
+
+  mentionsMe(message) {
+    return message.to === this.me.participantId || mentions(message.content, this.me.name);
+  }
+
+  /** Count a live message from someone else as unread in its room. */
+  countUnread(room, message) {
+    const mention = this.mentionsMe(message);
+    room.unread += 1;
+    if (mention) room.mentions += 1;
+    this.counted.push({ roomId: room.roomId, cursor: message.cursor, mention });
+    if (this.counted.length > 2000) this.counted.splice(0, 1000);
+  }
+
+  /** Take `GET /api/status` as the truth, plus live messages counted after
+   * the moment it describes. */
+  applyStatus(status) {
+    const byRoom = new Map(status.rooms.map((r) => [r.roomId, r]));
+    for (const room of this.rooms.values()) {
+      const fresh = byRoom.get(room.roomId);
+      if (!fresh) {
+        if (room.joined) {
+          room.unread = 0;
+          room.mentions = 0;
+        }
+        continue;
+      }
+      room.unread = fresh.unread;
+      room.mentions = fresh.mentions;
+      if (fresh.lastReadCursor) room.markedRead = fresh.lastReadCursor;
+    }
+    for (const item of this.counted) {
+      if (cursorCompare(item.cursor, status.cursor) <= 0) continue;
+      const room = this.rooms.get(item.roomId);
+      if (!room) continue;
+      room.unread += 1;
+      if (item.mention) room.mentions += 1;
+    }
+    this.counted = this.counted.filter((item) => cursorCompare(item.cursor, status.cursor) > 0);
+  }
+
+  totalUnread() {
+    let total = 0;
+    for (const room of this.rooms.values()) if (room.joined) total += room.unread;
+    return total;
+  }
+}
+
+/**
+ * Messages on their way out, sent one at a time in order over REST with a
+ * `clientId`, so a retry after a lost answer never makes a second message.
+ * A message stays pending until the node's own `message` event (or a page
+ * holding it) confirms it; a refusal marks it failed (with the node's
+ * reason) for the person to retry or discard; an unreachable node is tried
+ * again when the connection is back.
+ */
+export class Outbox {
+  /**
+   * @param {(item) => Promise<object>} post sends one item, resolves with the message
+   * @param {() => void} changed called whenever an item changes
+   */
+  constructor(post, changed) {
+    this.post = post;
+    this.changed = changed;
+    this.items = []; // {clientId, roomId, threadId, content, to, attachments, status, error}
+    this.running = false;
+    this.wake = null;
+  }
+
+  add(item) {
+    this.items.push({ ...item, status: "queued", error: null });
+    this.changed();
+    this.pump();
+  }
+
+  forRoom(roomId, threadId = undefined) {
+    return this.items.filter(
+      (i) => i.roomId === roomId && (threadId === undefined || i.threadId === threadId),
+    );
+  }
+
+  /** The node's message with this clientId arrived: the item is done. */
+  confirm(clientId) {
+    const before = this.items.length;
+    this.items = this.items.filter((i) => i.clientId !== clientId);
+    if (this.items.length !== before) this.changed();
+  }
+
+  retry(clientId) {
+    const item = this.items.find((i) => i.clientId === clientId);
+    if (!item) return;
+    item.status = "queued";
+    item.error = null;
+    this.changed();
+    this.pump();
+  }
+
+  discard(clientId) {
+    this.confirm(clientId);
+  }
+
+  /** The node may be reachable again: try waiting items now. */
+  resume() {
+    if (this.wake) this.wake();
+  }
+
+  async pump() {
+    if (this.running) return;
+    this.running = true;
+    try {
+      let attempt = 0;
+      for (;;) {
+        const item = this.items.find((i) => i.status === "queued");
+        if (!item) break;
+        item.status = "sending";
+        this.changed();
+        try {
+          await this.post(item);
+          attempt = 0;
+          // still shown as pending until its event arrives (confirm)
+          if (this.items.includes(item)) item.status = "sent";
+          this.changed();
+        } catch (error) {
+          if (!this.items.includes(item)) continue;
+          if (error.transient) {
+            item.status = "queued";
+            item.error = error.status === 429 ? error.message : null;
+            this.changed();
+            const wait = error.retryAfter ? error.retryAfter * 1000 : Math.min(15000, 1000 * 2 ** attempt);
+            attempt += 1;
+            await new Promise((resolve) => {
+              const timer = setTimeout(resolve, wait);
+              this.wake = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+            });
+            this.wake = null;
+          } else {
+            item.status = "failed";
+            item.error = error.message;
+            this.changed();
+          }
+        }
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+}
