@@ -104,6 +104,7 @@ class App {
     $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
     $("mesh-name").textContent = this.store.status.meshName || "";
     this.renderGuestBanner();
+    $("new-dm").hidden = !this.store.can("dms.create");
     this.live = new Live({
       token: () => this.token,
       onSnapshot: (snapshot, resumed) => this.onSnapshot(snapshot, resumed),
@@ -266,7 +267,11 @@ class App {
     }
     this.refreshStatus();
     this.sidebar.render();
-    if (!resumed) this.route();
+    if (!resumed) {
+      // how long the first room list took (docs/benchmarks.md)
+      performance.mark("mesh:rooms-rendered");
+      this.route();
+    }
     else if (this.currentRoomId && !this.store.rooms.get(this.currentRoomId)) this.showWelcome();
   }
 
@@ -694,6 +699,7 @@ class App {
     if (!room.permissions) this.loadRoomDetails(room);
     this.sidebar.render();
     this.renderTitle();
+    this.markVisibleRead();
     if (changed) this.composer.focus();
   }
 

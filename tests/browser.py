@@ -1,0 +1,256 @@
+"""A real browser for the tests: Debian's chromium driven by Playwright.
+
+Playwright's async API needs asyncio and these tests run under trio, so a
+scenario is a plain function run in a worker thread with Playwright's sync
+API (:func:`in_browser`). From there it reaches the node's REST API through
+the test's own async helpers with :func:`call` (``trio.from_thread.run``).
+
+Rules, as a person using assistive technology would meet the page: controls
+are found by role and accessible name; waits are on what the page shows
+(Playwright's auto-waiting locators and ``expect``), never on sleeps; every
+page must end without an uncaught error and without a CSP violation.
+
+Chromium missing: the tests are skipped, unless ``MESH_REQUIRE_BROWSER=1``
+(CI), then they fail. ``MESH_SCREENSHOTS=<folder>`` keeps the screenshots
+the tests take (``docs/web.md`` shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pytest
+import trio
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Locator, Page
+
+CHROMIUM = os.environ.get("MESH_CHROMIUM", "/usr/bin/chromium")
+REQUIRED = os.environ.get("MESH_REQUIRE_BROWSER") == "1"
+SCREENSHOTS = os.environ.get("MESH_SCREENSHOTS")
+#: as the machine's own probe starts it: no sandbox (root), no GPU, and no
+#: background connections (the network is closed; they would only fail)
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "correct horse battery"
+T = TypeVar("T")
+
+#: records the page's CSP violations where the test can read them
+_CSP_WATCH = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI);
+});
+"""
+
+
+def browser_problem() -> str | None:
+    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        return f"no chromium at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    return None
+
+
+@pytest.fixture
+def browser_ready() -> None:
+    """Skip (or, with MESH_REQUIRE_BROWSER=1, fail) without chromium and playwright.
+
+    A plain fixture, so the skip's reason reaches the report (raised from
+    inside the trio test it would arrive wrapped in an exception group)."""
+    problem = browser_problem()
+    if problem is not None:
+        if REQUIRED:
+            pytest.fail(f"MESH_REQUIRE_BROWSER=1 but {problem}")
+        pytest.skip(problem)
+
+
+async def in_browser(scenario: Callable[..., T], *args: Any, timeout: float = 120) -> T:
+    """Run *scenario* (blocking, Playwright's sync API) in a worker thread."""
+    with trio.fail_after(timeout):
+        return await trio.to_thread.run_sync(scenario, *args)
+
+
+def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """From a scenario's thread: run an async helper in the test's trio loop."""
+    return trio.from_thread.run(fn, *args)
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=15_000)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def shot(page: Page, name: str) -> None:
+    """A screenshot for the docs, kept when ``MESH_SCREENSHOTS`` names a folder."""
+    if SCREENSHOTS:
+        folder = Path(SCREENSHOTS)
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / f"{name}.png"))
+
+
+class Person:
+    """One person at one browser window (its own context: storage, cookies)."""
+
+    def __init__(
+        self,
+        browser: Browser,
+        base_url: str,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        color_scheme: str = "light",
+    ) -> None:
+        self.base_url = base_url
+        self.context = browser.new_context(
+            viewport={"width": width, "height": height},
+            color_scheme=color_scheme,  # type: ignore[arg-type]
+            reduced_motion="reduce",
+        )
+        self.context.set_default_timeout(15_000)
+        self.context.add_init_script(_CSP_WATCH)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.console_errors: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on(
+            "console",
+            lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
+        )
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    # finding things ------------------------------------------------------------
+
+    def button(self, name: str | re.Pattern[str], **kw: Any) -> Locator:
+        return self.page.get_by_role("button", name=name, exact=kw.pop("exact", True), **kw)
+
+    def textbox(self, name: str | re.Pattern[str], **kw: Any) -> Locator:
+        return self.page.get_by_role("textbox", name=name, exact=kw.pop("exact", True), **kw)
+
+    def heading(self, name: str | re.Pattern[str], **kw: Any) -> Locator:
+        return self.page.get_by_role("heading", name=name, exact=kw.pop("exact", True), **kw)
+
+    def room_link(self, name: str) -> Locator:
+        """A joined room in the sidebar (its name, then its counts)."""
+        nav = self.page.get_by_role("navigation", name="Rooms and people")
+        return nav.get_by_role("link", name=re.compile(rf"^{re.escape(name)}(,|$)"))
+
+    def message(self, text: str, *, within: Locator | None = None) -> Locator:
+        """The message (an article) whose text contains *text*."""
+        scope = within if within is not None else self.timeline
+        return scope.get_by_role("article").filter(has_text=text)
+
+    @property
+    def timeline(self) -> Locator:
+        return self.page.get_by_role("main", name="Conversation").get_by_role("log")
+
+    @property
+    def composer(self) -> Locator:
+        return self.page.get_by_role("main", name="Conversation").get_by_role(
+            "textbox", name=re.compile(r"^Message ")
+        )
+
+    # doing things ----------------------------------------------------------------
+
+    def open(self) -> None:
+        self.page.goto(self.base_url + "/")
+
+    def set_up(self, name: str, mesh_name: str, **choices: str) -> None:
+        from playwright.sync_api import expect
+
+        self.open()
+        expect(self.heading("Set up your mesh")).to_be_visible()
+        self.textbox("Your name").fill(name)
+        self.textbox("Password").fill(PASSWORD)
+        self.textbox("Mesh name").fill(mesh_name)
+        for label in choices.values():
+            self.page.get_by_role("radio", name=label).check()
+        self.button("Create mesh").click()
+        expect(self.heading("#Town Square")).to_be_visible()
+
+    def sign_in(self, name: str, password: str = PASSWORD) -> None:
+        from playwright.sync_api import expect
+
+        expect(self.heading("Sign in")).to_be_visible()
+        self.textbox("Name").fill(name)
+        self.textbox("Password").fill(password)
+        self.button("Sign in").click()
+        expect(self.button("Sign out")).to_be_visible()
+
+    def register(self, name: str, password: str = PASSWORD) -> None:
+        from playwright.sync_api import expect
+
+        self.button("Create an account").click()
+        expect(self.heading("Create an account")).to_be_visible()
+        self.textbox("Choose a name").fill(name)
+        self.textbox("Choose a password").fill(password)
+        self.button("Create account").click()
+        expect(self.button("Sign out")).to_be_visible()
+
+    def join_default_room(self) -> None:
+        from playwright.sync_api import expect
+
+        self.button("Join Town Square").click()
+        expect(self.heading("#Town Square")).to_be_visible()
+
+    def open_room(self, name: str) -> None:
+        from playwright.sync_api import expect
+
+        self.room_link(name).click()
+        expect(self.heading(f"#{name}")).to_be_visible()
+
+    def send(self, text: str) -> Locator:
+        """Type *text* and press Enter; the message as it shows in the timeline."""
+        self.composer.fill(text)
+        self.composer.press("Enter")
+        return self.message(text.splitlines()[0])
+
+    def token(self) -> str | None:
+        token: str | None = self.page.evaluate("() => localStorage.getItem('mesh.token')")
+        return token
+
+    def csp_violations(self) -> list[str]:
+        violations: list[str] = self.page.evaluate("() => window.__cspViolations || []")
+        return violations
+
+    def assert_clean(self, *, console: bool = True) -> None:
+        """No uncaught error, no CSP violation, no dialog (and, unless the
+        test provoked failures on purpose, no console error)."""
+        assert self.errors == [], self.errors
+        assert self.csp_violations() == [], self.csp_violations()
+        assert self.dialogs == [], self.dialogs
+        if console:
+            assert self.console_errors == [], self.console_errors
+
+    def close(self) -> None:
+        self.context.close()
