@@ -93,7 +93,7 @@ async def test_direct_messages_rooms_and_people(browser_ready: None, serve_node:
             expect(bob_row.get_by_role("img", name="online")).to_be_visible()
             carol_row = people.get_by_role("listitem").filter(has_text=re.compile(r"^carol"))
             expect(carol_row.get_by_role("img", name="offline")).to_be_visible()
-            expect(carol_row).to_contain_text("last seen")
+            expect(carol_row).to_contain_text("not seen yet")
             helper_row = people.get_by_role("listitem").filter(has_text=re.compile(r"^helper"))
             expect(helper_row.get_by_text("bot", exact=True)).to_be_visible()
             shot(alice.page, "people")

@@ -3,7 +3,7 @@
 // `to`); files upload as soon as they are chosen, with progress; typing is
 // signalled to the room (at most every 2.5 s).
 
-import { bdi, formatBytes, h } from "./dom.js";
+import { bdi, formatBytes, h, icon } from "./dom.js";
 
 let composers = 0;
 const MENTION_AT_CARET = /(?:^|[^\p{L}\p{N}_.])@([\p{L}\p{N}_.\-]{0,64})$/u;
@@ -54,7 +54,7 @@ export class Composer {
     this.attach = h(
       "button",
       { type: "button", class: "icon-button", "aria-label": "Attach files", title: "Attach files" },
-      h("span", { "aria-hidden": "true", text: "📎" }),
+      icon("attach"),
     );
     this.send = h("button", { type: "submit", class: "primary", text: inThread ? "Reply" : "Send" });
     this.uploadList = h("ul", { class: "uploads", "aria-label": "Files to send", hidden: true });
@@ -303,7 +303,7 @@ export class Composer {
         return h(
           "li",
           { class: "upload" },
-          h("span", { "aria-hidden": "true", text: "📎 " }),
+          icon("file"),
           bdi(name),
           " ",
           state,
@@ -322,7 +322,7 @@ export class Composer {
                 },
               },
             },
-            h("span", { "aria-hidden": "true", text: "✕" }),
+            icon("close"),
           ),
         );
       }),

@@ -13,6 +13,10 @@
 import { h } from "./dom.js";
 
 const SAFE_SCHEMES = new Set(["http:", "https:", "mailto:"]);
+// characters that force text direction (U+202D, U+202E): the "Trojan Source"
+// trick that shows "exe.txt" for "txt.exe". Shown as visible marks instead.
+const OVERRIDES = /[\u202d\u202e]/;
+const OVERRIDE_NAMES = { "\u202d": "LRO", "\u202e": "RLO" };
 const MAX_DEPTH = 3;
 const WORD = /[\p{L}\p{N}_]/u;
 const NAME_CHAR = /[\p{L}\p{N}_.\-]/u;
@@ -61,11 +65,32 @@ export function render(content, ctx) {
     if (newline !== -1 && /^[\w+#.-]{0,30}$/.test(code.slice(0, newline))) {
       code = code.slice(newline + 1);
     }
-    fragment.append(h("pre", { class: "code-block" }, h("code", { text: code })));
+    fragment.append(h("pre", { class: "code-block" }, h("code", {}, textWithMarks(code))));
     i = close + 3;
   }
   if (i < content.length) fragment.append(inline(content.slice(i), ctx, 0));
   return fragment;
+}
+
+/** Text, with direction overrides replaced by visible marks. */
+function textWithMarks(text) {
+  if (!OVERRIDES.test(text)) return document.createTextNode(text);
+  const out = document.createDocumentFragment();
+  for (const part of text.split(/([\u202d\u202e])/)) {
+    if (OVERRIDE_NAMES[part]) {
+      const code = part.codePointAt(0).toString(16).toUpperCase();
+      out.append(
+        h("span", {
+          class: "bidi-mark",
+          title: `a hidden character that reverses the direction of text (U+${code})`,
+          text: `[${OVERRIDE_NAMES[part]}]`,
+        }),
+      );
+    } else if (part) {
+      out.append(document.createTextNode(part));
+    }
+  }
+  return out;
 }
 
 /** Searches for delimiters, remembering results so the scan stays linear. */
@@ -109,7 +134,7 @@ function inline(text, ctx, depth) {
   const finder = new Finder(text);
   let plain = "";
   const flush = () => {
-    if (plain) out.append(document.createTextNode(plain));
+    if (plain) out.append(textWithMarks(plain));
     plain = "";
   };
   let i = 0;
@@ -120,7 +145,7 @@ function inline(text, ctx, depth) {
     if (ch === "`") {
       const close = finder.find("`", i + 1);
       if (close > i + 1 && close <= finder.lineEnd(i)) {
-        taken = [h("code", { text: text.slice(i + 1, close) }), close + 1];
+        taken = [h("code", {}, textWithMarks(text.slice(i + 1, close))), close + 1];
       }
     } else if (ch === "*" && text[i + 1] === "*" && depth < MAX_DEPTH) {
       const close = finder.find("**", i + 2);

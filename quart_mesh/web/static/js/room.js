@@ -2,7 +2,7 @@
 // text with the safe Markdown subset, attachments, reactions, actions, and
 // the person's own messages while they are pending or failed.
 
-import { bdi, formatBytes, h, longTime, shortTime } from "./dom.js";
+import { bdi, formatBytes, h, icon, longTime, shortTime } from "./dom.js";
 import { render } from "./markdown.js";
 import { participantBadges } from "./sidebar.js";
 
@@ -36,7 +36,7 @@ function attachmentsView(message) {
         h(
           "a",
           { href: a.url, download: a.filename, rel: "noopener noreferrer" },
-          h("span", { "aria-hidden": "true", text: "📎 " }),
+          icon("file"),
           bdi(a.filename),
           ` (${formatBytes(a.size)})`,
         ),

@@ -1,7 +1,7 @@
 // The sidebar: joined rooms and DMs with unread and mention badges, and the
 // people of the mesh with online dots, last seen, and bot/federated badges.
 
-import { $, ago, bdi, fill, h, isBot, shortDid } from "./dom.js";
+import { $, ago, bdi, fill, h, icon, isBot, shortDid } from "./dom.js";
 
 const PEOPLE_SHOWN = 100;
 
@@ -117,7 +117,7 @@ export class Sidebar {
               title: "Hide conversation",
               on: { click: () => this.app.hideDm(room.roomId) },
             },
-            h("span", { "aria-hidden": "true", text: "✕" }),
+            icon("close"),
           ),
         );
       }),
@@ -151,7 +151,7 @@ export class Sidebar {
           participantBadges(p),
           h("span", {
             class: "seen",
-            text: p.online ? "online" : `last seen ${ago(p.lastSeen)}`,
+            text: p.online ? "online" : p.lastSeen ? `last seen ${ago(p.lastSeen)}` : "not seen yet",
           }),
         ),
         canDm && p.participantId !== me && p.trustLevel !== "federated"
@@ -164,7 +164,7 @@ export class Sidebar {
                 title: "Direct message",
                 on: { click: () => this.app.openDm(p.participantId) },
               },
-              h("span", { "aria-hidden": "true", text: "✉" }),
+              icon("mail"),
             )
           : null,
       ),
