@@ -321,16 +321,22 @@ class Session:
         # queued now, awaited in the background: a client may pipeline sends
         # (they are stored in the order sent); the semaphore bounds how many
         client_id = f.opt_str("clientId")
-        stored = self.node.messages.submit_send(
-            actor,
-            f.req_str("roomId"),
-            f.req_str("content"),
-            to=f.opt_str("to"),
-            thread_id=f.opt_str("threadId"),
-            attachments=f.data.get("attachments"),
-            client_id=client_id,
-        )
+        # a slot first: a send queued here is always awaited by _finish_send,
+        # even if the session ends while this one waits for room
         await self._in_flight.acquire()
+        try:
+            stored = self.node.messages.submit_send(
+                actor,
+                f.req_str("roomId"),
+                f.req_str("content"),
+                to=f.opt_str("to"),
+                thread_id=f.opt_str("threadId"),
+                attachments=f.data.get("attachments"),
+                client_id=client_id,
+            )
+        except BaseException:
+            self._in_flight.release()
+            raise
         self._nursery.start_soon(self._finish_send, stored, client_id)
 
     async def _finish_send(self, stored: Awaitable[object], client_id: str | None) -> None:

@@ -207,6 +207,8 @@ class App {
     if (next) {
       const first = $("sidebar").querySelector("a, button");
       if (first) first.focus();
+    } else if (open === false && chat.contains(document.activeElement) && $("sidebar").contains(document.activeElement)) {
+      $("nav-toggle").focus();
     }
   }
 
@@ -690,6 +692,7 @@ class App {
     $("room-view").hidden = false;
     this.renderRoomHeader(room);
     if (changed) {
+      this.toggleNav(false);
       this.composer.setTarget(room);
       this.timeline.show(room);
       this.renderTyping();

@@ -45,6 +45,26 @@ function attachmentsView(message) {
   );
 }
 
+/** What has the focus inside *root*, to find its twin after a redraw. */
+function focusKey(root) {
+  const el = document.activeElement;
+  if (!el || !root.contains(el)) return null;
+  if (el === root) return { self: true };
+  return { tag: el.tagName, label: el.getAttribute("aria-label") || el.textContent };
+}
+
+function refocus(root, key) {
+  if (!key) return;
+  if (key.self) {
+    root.focus();
+    return;
+  }
+  const twin = [...root.querySelectorAll(key.tag)].find(
+    (el) => (el.getAttribute("aria-label") || el.textContent) === key.label,
+  );
+  (twin || root).focus();
+}
+
 export class Timeline {
   /**
    * @param {object} app
@@ -136,9 +156,9 @@ export class Timeline {
     const old = this.views.get(message.messageId);
     const fresh = this.view(message);
     if (old) {
-      const hadFocus = old.contains(document.activeElement);
+      const key = focusKey(old);
       old.replaceWith(fresh);
-      if (hadFocus && !this.editing) fresh.focus();
+      if (!this.editing) refocus(fresh, key);
     } else {
       const list = this.messages();
       const index = list.findIndex((m) => m.messageId === message.messageId);
