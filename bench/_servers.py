@@ -44,7 +44,15 @@ async def run_node(data_dir: Path, *, store: bool, port: int = 0) -> None:
         seq = count(1_000_000)
 
         def send_without_store(
-            self: Messages, actor, room_id, content, *, to=None, thread_id=None, attachments=None
+            self: Messages,
+            actor,
+            room_id,
+            content,
+            *,
+            to=None,
+            thread_id=None,
+            attachments=None,
+            client_id=None,
         ):  # type: ignore[no-untyped-def]
             """Messages.submit_send minus the store: same checks, same publish
             (no attachments: the benchmark sends none)."""
@@ -62,6 +70,7 @@ async def run_node(data_dir: Path, *, store: bool, port: int = 0) -> None:
                 now_ms(),
                 to_id=to,
                 thread_id=thread_id,
+                client_id=client_id,
             )
             self._broker.publish(MessagePosted(room_id, message=message))
 

@@ -88,8 +88,11 @@ class App {
   async enter() {
     let me;
     try {
-      me = await this.api.get("/api/auth/me");
-      this.store.status = await this.api.get("/api/setup/status");
+      const fresh = this.store.status && this.store.status.initialized;
+      [me, this.store.status] = await Promise.all([
+        this.api.get("/api/auth/me"),
+        fresh ? this.store.status : this.api.get("/api/setup/status"),
+      ]);
     } catch (error) {
       if (this.token === null) return; // the session ended (handled)
       $("boot").hidden = false;
