@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,6 +103,16 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def until(person: Person, condition: Callable[[], bool], timeout: float = 15) -> None:
+    """Let the page run (its events reach the test's handlers) until
+    *condition* holds: for what the page does not show, such as a request
+    a route handler holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        person.page.wait_for_timeout(20)
 
 
 def shot(page: Page, name: str) -> None:

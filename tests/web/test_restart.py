@@ -15,7 +15,7 @@ import pytest
 import trio
 from playwright.sync_api import expect
 
-from tests.browser import Person, call, chromium, in_browser, shot
+from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.e2e.test_cli_restart import ServerProcess
 from tests.helpers import Mesh, User
 from tests.receiver import free_port
@@ -28,7 +28,7 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
 ) -> None:
     port = free_port()
     data_dir = tmp_path / "mesh-data"
-    process = ServerProcess(data_dir, "--port", str(port))
+    process = ServerProcess(data_dir, "--port", str(port), "--log-level", "DEBUG")
     url = await process.start(nursery)
     async with httpx.AsyncClient(base_url=url, timeout=15) as http:
         mesh = Mesh(http)
@@ -43,11 +43,14 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
     async def stop() -> None:
         assert await process.stop() == 0
 
+    logs: list[bytes] = []
+
     async def start_and_post() -> None:
         """Start the node again, and at once post from a bot: the pages are
         still waiting to reconnect, so they get these by ``since``."""
         nonlocal process
-        process = ServerProcess(data_dir, "--port", str(port))
+        logs.append(process.output)
+        process = ServerProcess(data_dir, "--port", str(port), "--log-level", "DEBUG")
         assert await process.start(nursery) == url
         async with httpx.AsyncClient(base_url=url, timeout=15) as http:
             for i in range(3):
@@ -58,7 +61,7 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
             page = await Mesh(http).messages(alice_user, room_id, limit=200)
         return [m["content"] for m in page]
 
-    def scenario() -> list[str]:
+    def scenario() -> tuple[list[str], list[str]]:
         with chromium() as browser:
             people: dict[str, Person] = {}
             for user in (alice_user, bob_user):
@@ -113,9 +116,61 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
                     re.search(r"ERR_CONNECTION_REFUSED|WebSocket|status of 50\d", e)
                     for e in person.console_errors
                 ), person.console_errors
-            return expected
+            tokens = [person.token() or "" for person in (alice, bob)]
+            return expected, tokens
 
-    contents = await in_browser(scenario, timeout=180)
+    contents, tokens = await in_browser(scenario, timeout=180)
     assert len(contents) == len(set(contents)) == 6 + 4 + 3 + 6, contents
-    assert b"Traceback" not in process.output, process.output.decode()
     await stop()
+    logs.append(process.output)
+    for log in logs:
+        assert b"Traceback" not in log, log.decode()
+        # the pages' tokens never reach the node's log, even at DEBUG
+        for token in tokens:
+            assert token and token.encode() not in log
+
+
+async def test_messages_unsent_at_a_reload_are_sent_after_it_once(
+    browser_ready: None, serve_node: Any
+) -> None:
+    from playwright.sync_api import Route
+
+    from tests.web.conftest import Served
+    from tests.web.test_chat import SEND, signed_in, two_people
+
+    node: Served = await serve_node()
+    alice_user, _, room_id = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            expect(alice.heading("#Town Square")).to_be_visible()
+            # one send never leaves the page; the next reaches the node, but
+            # its answer is lost
+            held: list[Route] = []
+            alice.page.route(
+                SEND,
+                lambda route: held.append(route)
+                if route.request.method == "POST"
+                else route.continue_(),
+            )
+            alice.send("typed before the reload")
+            expect(alice.message("typed before the reload")).to_contain_text("sending…")
+            until(alice, lambda: bool(held))
+            held.pop().abort()  # the connection failed: it is tried again…
+            until(alice, lambda: bool(held))
+            route = held.pop()
+            response = route.fetch()  # …and this time the node stores it
+            assert response.status == 201
+            route.abort()  # but the page never hears the answer
+            alice.page.unroute(SEND)
+            alice.page.reload()
+            expect(alice.heading("#Town Square")).to_be_visible()
+            shown = alice.message("typed before the reload")
+            expect(shown).to_have_count(1)
+            expect(shown).not_to_contain_text("sending…")
+            alice.assert_clean(console=False)  # the aborted requests
+
+    await in_browser(scenario)
+    contents = [m["content"] for m in await node.mesh.messages(alice_user, room_id)]
+    assert contents == ["typed before the reload"], contents

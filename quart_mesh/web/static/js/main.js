@@ -102,6 +102,7 @@ class App {
     this.store.me = me;
     this.auth.hide();
     this.wire();
+    this.outbox.restore(`mesh.outbox.${me.participantId}`);
     $("chat").hidden = false;
     $("me-name").textContent = me.name;
     $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
@@ -139,7 +140,10 @@ class App {
     if (this.live) this.live.stop();
     this.live = null;
     this.store = new Store();
-    this.outbox.items = [];
+    // signing out on purpose drops unsent messages; a session that ended
+    // keeps them for when this person signs in again
+    if (revoke) this.outbox.clear();
+    else this.outbox.detach();
     this.currentRoomId = null;
     this.drafts.clear();
     this.closeThread();
@@ -188,6 +192,8 @@ class App {
       if (event.target.closest("a.nav-item")) this.toggleNav(false);
     });
     window.addEventListener("hashchange", () => this.route());
+    // "last seen 5 minutes ago" ages
+    setInterval(() => this.store.me && this.sidebar.renderPeople(), 60000);
     document.addEventListener("visibilitychange", () => this.markVisibleRead());
     window.addEventListener("focus", () => this.markVisibleRead());
     document.addEventListener("keydown", (event) => {
@@ -877,12 +883,21 @@ class App {
     this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
   }
 
-  post(item) {
+  async post(item) {
     const body = { content: item.content, clientId: item.clientId };
     if (item.to) body.to = item.to;
     if (item.threadId) body.threadId = item.threadId;
     if (item.attachments && item.attachments.length) body.attachments = item.attachments;
-    return this.api.post(`/api/rooms/${encodeURIComponent(item.roomId)}/messages`, body);
+    const message = await this.api.post(`/api/rooms/${encodeURIComponent(item.roomId)}/messages`, body);
+    // a message the node had before this page's stream began (a send retried
+    // after a reload): its event is not coming again, the answer confirms it
+    const since = this.live && this.live.since;
+    if (since !== null && since !== undefined && BigInt(message.cursor) <= BigInt(since)) {
+      const room = this.store.rooms.get(message.roomId);
+      this.outbox.confirm(message.clientId);
+      if (room) this.putMessage(room, message);
+    }
+    return message;
   }
 
   outboxChanged() {

@@ -195,15 +195,73 @@ export class Store {
  */
 export class Outbox {
   /**
-   * @param {(item) => Promise<object>} post sends one item, resolves with the message
+   * @param {(item) => Promise<object>} post sends one item, resolves with the
+   *   message (and may confirm the item itself: a message the node already had)
    * @param {() => void} changed called whenever an item changes
    */
   constructor(post, changed) {
     this.post = post;
-    this.changed = changed;
+    this.changed = () => {
+      this.save();
+      changed();
+    };
     this.items = []; // {clientId, roomId, threadId, content, to, attachments, status, error}
     this.running = false;
     this.wake = null;
+    this.storageKey = null;
+  }
+
+  /** Keep unsent messages in *storageKey* (localStorage), so a reload or a
+   * crash of the page loses none; take back what an earlier page left. */
+  restore(storageKey) {
+    this.storageKey = storageKey;
+    let saved = [];
+    try {
+      saved = JSON.parse(localStorage.getItem(storageKey) || "[]");
+    } catch {
+      saved = [];
+    }
+    for (const item of Array.isArray(saved) ? saved : []) {
+      if (typeof item.clientId !== "string" || typeof item.content !== "string") continue;
+      this.items.push({ ...item, status: item.status === "failed" ? "failed" : "queued" });
+    }
+    if (this.items.length) {
+      this.changed();
+      this.pump();
+    }
+  }
+
+  save() {
+    if (!this.storageKey) return;
+    const keep = this.items.map(({ clientId, roomId, threadId, content, to, attachments, status, error }) => ({
+      clientId,
+      roomId,
+      threadId,
+      content,
+      to,
+      attachments,
+      status,
+      error,
+    }));
+    try {
+      if (keep.length) localStorage.setItem(this.storageKey, JSON.stringify(keep));
+      else localStorage.removeItem(this.storageKey);
+    } catch {
+      // storage full or off: the page still holds them
+    }
+  }
+
+  /** Stop keeping items (another person may sign in next); storage keeps them. */
+  detach() {
+    this.storageKey = null;
+    this.items = [];
+  }
+
+  /** Forget every item, here and in storage (signing out). */
+  clear() {
+    this.items = [];
+    if (this.storageKey) localStorage.removeItem(this.storageKey);
+    this.storageKey = null;
   }
 
   add(item) {
@@ -257,8 +315,10 @@ export class Outbox {
           await this.post(item);
           attempt = 0;
           // still shown as pending until its event arrives (confirm)
-          if (this.items.includes(item)) item.status = "sent";
-          this.changed();
+          if (this.items.includes(item)) {
+            item.status = "sent";
+            this.changed();
+          }
         } catch (error) {
           if (!this.items.includes(item)) continue;
           if (error.transient) {
