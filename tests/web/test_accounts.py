@@ -113,7 +113,9 @@ async def test_first_run_sets_up_the_mesh_and_signs_the_owner_in(
     assert isinstance(sizes, list)
     code = [s for s in sizes if re.search(r"(/|\.js|\.css)$", s[0])]
     total = sum(int(size) for _, size in code)
-    print(f"first load: {len(code)} files, {total} bytes; room list after {seen['rendered']:.0f} ms")
+    print(
+        f"first load: {len(code)} files, {total} bytes; room list after {seen['rendered']:.0f} ms"
+    )
     assert 0 < total < 200_000, code
 
 
@@ -166,7 +168,9 @@ async def test_registration_and_guests_follow_the_mesh_settings(
             expect(guest.message("bob is here")).to_be_visible()
             expect(guest.page.get_by_text("Guests cannot post on this mesh")).to_be_visible()
             expect(guest.page.get_by_role("textbox", name=re.compile("^Message"))).to_have_count(0)
-            expect(guest.message("bob is here").get_by_role("button", name="Add reaction")).to_have_count(0)
+            expect(
+                guest.message("bob is here").get_by_role("button", name="Add reaction")
+            ).to_have_count(0)
             shot(guest.page, "guest")
             guest.assert_clean()
 
@@ -199,11 +203,14 @@ async def test_an_ended_session_brings_back_the_sign_in_form(
             person.open()
             # a token that has expired (kept from an earlier visit)
             person.page.evaluate(
-                "token => localStorage.setItem('mesh.token', token)", json.loads(json.dumps(expired))
+                "token => localStorage.setItem('mesh.token', token)",
+                json.loads(json.dumps(expired)),
             )
             person.page.reload()
             expect(person.heading("Sign in")).to_be_visible()
-            expect(person.page.get_by_text("Your session has expired. Please sign in again.")).to_be_visible()
+            expect(
+                person.page.get_by_text("Your session has expired. Please sign in again.")
+            ).to_be_visible()
             assert person.token() is None
 
             # signed in, then signed out from elsewhere: the open page notices
@@ -213,7 +220,9 @@ async def test_an_ended_session_brings_back_the_sign_in_form(
             expect(person.page.get_by_role("button", name="Join Town Square")).to_be_visible()
             call(logout, token)
             expect(person.heading("Sign in")).to_be_visible()
-            expect(person.page.get_by_text("You were signed out. Please sign in again.")).to_be_visible()
+            expect(
+                person.page.get_by_text("You were signed out. Please sign in again.")
+            ).to_be_visible()
             assert person.token() is None
             person.assert_clean(console=False)  # the expired token's 401
 

@@ -99,9 +99,9 @@ async def test_messages_live_pending_failed_edited_deleted(
             held: list[Route] = []
             bob.page.route(
                 SEND,
-                lambda route: held.append(route)
-                if route.request.method == "POST"
-                else route.continue_(),
+                lambda route: (
+                    held.append(route) if route.request.method == "POST" else route.continue_()
+                ),
             )
             pending = bob.send("wait for it")
             expect(pending).to_contain_text("sending…")
@@ -201,26 +201,34 @@ async def test_reactions_threads_and_mentions(browser_ready: None, serve_node: A
                 "aria-pressed", "true"
             )
             theirs.get_by_role("button", name="👍 2: alice, bob").click()  # and takes it back
-            expect(alice.message("what do you think?").get_by_role("button", name="👍 1: alice")).to_be_visible()
+            expect(
+                alice.message("what do you think?").get_by_role("button", name="👍 1: alice")
+            ).to_be_visible()
 
             # a reply in a thread
             question.hover()
             question.get_by_role("button", name="Reply in thread").click()
             thread = alice.page.get_by_role("complementary", name="Thread")
             expect(thread).to_be_visible()
-            expect(thread.get_by_role("article").filter(has_text="what do you think?")).to_be_visible()
+            expect(
+                thread.get_by_role("article").filter(has_text="what do you think?")
+            ).to_be_visible()
             reply_box = thread.get_by_role("textbox", name="Reply in thread")
             expect(reply_box).to_be_focused()
             reply_box.fill("looks good to me")
             reply_box.press("Enter")
-            expect(thread.get_by_role("article").filter(has_text="looks good to me")).not_to_contain_text("sending…")
+            expect(
+                thread.get_by_role("article").filter(has_text="looks good to me")
+            ).not_to_contain_text("sending…")
             shot(alice.page, "thread")
             # bob sees the reply in the room, marked as part of a thread, and opens it
             reply = bob.message("looks good to me")
             expect(reply).to_contain_text("in a thread: bob: what do you think?")
             reply.get_by_role("button", name=re.compile("^bob: what do you think")).click()
             bob_thread = bob.page.get_by_role("complementary", name="Thread")
-            expect(bob_thread.get_by_role("article").filter(has_text="looks good to me")).to_be_visible()
+            expect(
+                bob_thread.get_by_role("article").filter(has_text="looks good to me")
+            ).to_be_visible()
             bob_box = bob_thread.get_by_role("textbox", name="Reply in thread")
             bob_box.fill("thanks!")
             bob_box.press("Enter")
@@ -282,7 +290,9 @@ async def test_attachments_upload_with_progress(
             # sending before the files are up is refused with a reason
             bob.composer.fill("the chart")
             bob.composer.press("Enter")
-            expect(bob.page.get_by_role("alert")).to_have_text("Wait until the files have uploaded.")
+            expect(bob.page.get_by_role("alert")).to_have_text(
+                "Wait until the files have uploaded."
+            )
             shot(bob.page, "uploading")
             for route in held:
                 route.continue_()
@@ -297,7 +307,8 @@ async def test_attachments_upload_with_progress(
             download = sent.get_by_role("link", name=re.compile(r"notes\.txt"))
             expect(download).to_have_attribute("download", "notes.txt")
             href = download.get_attribute("href")
-            assert href is not None and href.startswith("/uploads/")
+            assert href is not None
+            assert href.startswith("/uploads/")
             shot(alice.page, "attachments")
             for person in (alice, bob):
                 person.assert_clean()

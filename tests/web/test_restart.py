@@ -84,7 +84,9 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
             # the node stops: both pages say so, and keep what is typed
             call(stop)
             for person in (alice, bob):
-                expect(person.page.get_by_role("status").filter(has_text="Reconnecting")).to_be_visible()
+                expect(
+                    person.page.get_by_role("status").filter(has_text="Reconnecting")
+                ).to_be_visible()
             shot(alice.page, "reconnecting")
             for i in range(2):
                 alice.send(f"alice while down {i}")
@@ -109,7 +111,9 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
             # each page shows every message once, in the node's order
             expected = call(stored)
             for person in (alice, bob):
-                shown = person.timeline.get_by_role("article").locator(".msg-body").all_inner_texts()
+                shown = (
+                    person.timeline.get_by_role("article").locator(".msg-body").all_inner_texts()
+                )
                 assert shown == expected, (person, shown, expected)
                 person.assert_clean(console=False)  # refused connections while down
                 assert all(
@@ -127,7 +131,8 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
         assert b"Traceback" not in log, log.decode()
         # the pages' tokens never reach the node's log, even at DEBUG
         for token in tokens:
-            assert token and token.encode() not in log
+            assert token
+            assert token.encode() not in log
 
 
 async def test_messages_unsent_at_a_reload_are_sent_after_it_once(
@@ -150,9 +155,9 @@ async def test_messages_unsent_at_a_reload_are_sent_after_it_once(
             held: list[Route] = []
             alice.page.route(
                 SEND,
-                lambda route: held.append(route)
-                if route.request.method == "POST"
-                else route.continue_(),
+                lambda route: (
+                    held.append(route) if route.request.method == "POST" else route.continue_()
+                ),
             )
             alice.send("typed before the reload")
             expect(alice.message("typed before the reload")).to_contain_text("sending…")

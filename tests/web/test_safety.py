@@ -99,9 +99,7 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             async def post_all() -> None:
                 for content in HOSTILE:
                     await node.mesh.send(bot, room_id, content)
-                await node.mesh.send(
-                    bot, room_id, "see attached", attachments=[upload["uploadId"]]
-                )
+                await node.mesh.send(bot, room_id, "see attached", attachments=[upload["uploadId"]])
 
             from tests.browser import call
 
@@ -141,7 +139,8 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
                 " return [t.scrollWidth, t.clientWidth,"
                 " document.documentElement.scrollWidth, window.innerWidth]; }"
             )
-            assert box[0] <= box[1] and box[2] <= box[3], box
+            assert box[0] <= box[1], box
+            assert box[2] <= box[3], box
             # the bidi override stays inside its message
             override = alice.message("txt.exe")
             after = alice.message("right after the override")
@@ -151,9 +150,9 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             expect(body.locator(".bidi-mark")).to_have_text("[RLO]")
             assert "\u202e" not in (body.text_content() or "")
             assert after.evaluate("el => getComputedStyle(el).direction") == "ltr"
-            assert after.locator(".msg-sender").evaluate(
-                "el => el.getBoundingClientRect().left"
-            ) < 300
+            assert (
+                after.locator(".msg-sender").evaluate("el => el.getBoundingClientRect().left") < 300
+            )
             # hostile names of rooms and of the mesh are text too
             evil_link = alice.page.get_by_role(
                 "link", name=re.compile(r'^<img src=x onerror="window.__pwned=11">')

@@ -73,7 +73,7 @@ async def test_unread_counts_and_mentions_stay_live(browser_ready: None, serve_n
 async def test_direct_messages_rooms_and_people(browser_ready: None, serve_node: Any) -> None:
     node: Served = await serve_node()
     alice_user, bob_user, _ = await two_people(node)
-    carol: User = await node.mesh.register("carol")
+    await node.mesh.register("carol")
     await node.mesh.create_room(alice_user, "alices-room")
     r = await node.mesh.http.post(
         "/api/agents/bootstrap", json={"name": "helper", "type": "nanoclaw"}
@@ -126,7 +126,9 @@ async def test_direct_messages_rooms_and_people(browser_ready: None, serve_node:
             expect(browser_dialog.get_by_role("button", name="Delete alices-room")).to_have_count(0)
             expect(browser_dialog.get_by_role("button", name="Delete Town Square")).to_have_count(0)
             browser_dialog.get_by_role("textbox", name="Room name").fill("bobs-room")
-            browser_dialog.get_by_role("textbox", name="Description (optional)").fill("bob's corner")
+            browser_dialog.get_by_role("textbox", name="Description (optional)").fill(
+                "bob's corner"
+            )
             browser_dialog.get_by_role("button", name="Create room").click()
             expect(bob.heading("#bobs-room")).to_be_visible()
             expect(bob.room_link("bobs-room")).to_be_visible()

@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from quart_mesh.config import RateLimits
 from tests.browser import chromium, in_browser, shot
-from tests.helpers import User, connect
+from tests.helpers import connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -70,7 +70,8 @@ async def test_a_phone_sized_window(browser_ready: None, serve_node: Any) -> Non
             thread = page.get_by_role("complementary", name="Thread")
             expect(thread).to_be_visible()
             box = thread.bounding_box()
-            assert box is not None and box["width"] >= 370, box
+            assert box is not None
+            assert box["width"] >= 370, box
             shot(page, "phone-thread")
             bob.button("Close thread").click()
             expect(thread).to_be_hidden()
@@ -154,7 +155,9 @@ async def test_the_keyboard_alone_and_names_for_everything(
             keyboard.type("@")
             listbox = page.get_by_role("listbox", name="People to mention")
             expect(listbox).to_be_visible()
-            expect(page.get_by_role("option", name="bob")).to_have_attribute("aria-selected", "true")
+            expect(page.get_by_role("option", name="bob")).to_have_attribute(
+                "aria-selected", "true"
+            )
             keyboard.press("Escape")
             expect(listbox).to_be_hidden()
             expect(alice.composer).to_have_value("@")
@@ -196,8 +199,10 @@ async def test_light_and_dark_follow_the_system(browser_ready: None, serve_node:
         return seen
 
     seen = await in_browser(scenario)
-    assert seen["light"] > 0.9 and seen["light-text"] < 0.3, seen
-    assert seen["dark"] < 0.15 and seen["dark-text"] > 0.8, seen
+    assert seen["light"] > 0.9, seen
+    assert seen["light-text"] < 0.3, seen
+    assert seen["dark"] < 0.15, seen
+    assert seen["dark-text"] > 0.8, seen
 
 
 async def test_a_room_of_5000_messages_opens_a_page_at_a_time(
@@ -219,7 +224,6 @@ async def test_a_room_of_5000_messages_opens_a_page_at_a_time(
     def scenario() -> dict[str, Any]:
         with chromium() as browser:
             alice = signed_in(browser, node.url, alice_user)
-            page = alice.page
             newest = alice.message("message 4999")
             expect(newest).to_be_in_viewport()
             articles = alice.timeline.get_by_role("article")
@@ -234,9 +238,7 @@ async def test_a_room_of_5000_messages_opens_a_page_at_a_time(
             alice.timeline.evaluate("el => { el.scrollTop = 0; }")
             expect(articles).to_have_count(150)
             pages = [
-                url
-                for url in alice.requests
-                if re.search(rf"/api/rooms/{room_id}/messages\?", url)
+                url for url in alice.requests if re.search(rf"/api/rooms/{room_id}/messages\?", url)
             ]
             alice.assert_clean()
             return {"pages": pages}
