@@ -68,12 +68,11 @@ def browser_problem() -> str | None:
     return None
 
 
-@pytest.fixture
-def browser_ready() -> None:
-    """Skip (or, with MESH_REQUIRE_BROWSER=1, fail) without chromium and playwright.
-
-    A plain fixture, so the skip's reason reaches the report (raised from
-    inside the trio test it would arrive wrapped in an exception group)."""
+def require_browser() -> None:
+    """Skip (or, with MESH_REQUIRE_BROWSER=1, fail) without chromium and
+    playwright. Called from a plain fixture (``browser_ready`` in
+    ``tests/conftest.py``), so the skip's reason reaches the report (raised
+    from inside the trio test it would arrive wrapped in an exception group)."""
     problem = browser_problem()
     if problem is not None:
         if REQUIRED:

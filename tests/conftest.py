@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from quart_mesh import MeshApp, Settings, create_app, serve
+from tests.browser import require_browser
 from tests.helpers import Mesh
 from tests.upstream import Upstream
 
@@ -62,3 +63,9 @@ async def upstream(nursery: trio.Nursery) -> Upstream:
     server = Upstream()
     await server.start(nursery)
     return server
+
+
+@pytest.fixture
+def browser_ready() -> None:
+    """Chromium and Playwright are there (tests/browser.py), or the test is skipped."""
+    require_browser()

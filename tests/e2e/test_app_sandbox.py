@@ -15,8 +15,6 @@ Chromium missing: skipped, unless ``MESH_REQUIRE_BROWSER=1`` (CI), then failed.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,32 +25,10 @@ import trio
 from quart import request
 
 from quart_mesh import Settings, create_app, serve
+from tests.browser import ARGS, CHROMIUM
 from tests.helpers import Mesh
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM = os.environ.get("MESH_CHROMIUM", "/usr/bin/chromium")
-REQUIRED = os.environ.get("MESH_REQUIRE_BROWSER") == "1"
-
-
-@pytest.fixture
-def browser_ready() -> None:
-    """Skip (or, with MESH_REQUIRE_BROWSER=1, fail) without chromium and playwright.
-
-    A plain fixture, so the skip's reason reaches the report (raised from
-    inside the trio test it would arrive wrapped in an exception group)."""
-    problem = None
-    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
-        problem = f"no chromium at {CHROMIUM} (apt-get install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            problem = "playwright is not installed (pip install -e '.[test]')"
-    if problem is not None:
-        if REQUIRED:
-            pytest.fail(f"MESH_REQUIRE_BROWSER=1 but {problem}")
-        pytest.skip(problem)
 
 
 @dataclass
@@ -123,7 +99,7 @@ def browse(base: str, run_url: str) -> dict[str, Any]:
 
     result: dict[str, Any] = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             context = browser.new_context()
             context.set_default_timeout(15_000)

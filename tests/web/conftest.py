@@ -13,10 +13,9 @@ import pytest
 import trio
 
 from quart_mesh import MeshApp, Settings, create_app, serve
-from tests.browser import browser_ready
 from tests.helpers import Mesh
 
-__all__ = ["Served", "browser_ready", "serve_node"]
+__all__ = ["Served", "serve_node"]
 
 
 @dataclass
