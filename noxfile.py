@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``,
-``nox -s bridge_dist``.
+``nox -s bridge_dist``, ``nox -s screenshots``.
 
 Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
 """
@@ -52,3 +52,16 @@ def bridge_dist(session: nox.Session) -> None:
     that runs with any Python >= 3.11 and nothing installed (needs pip and a
     package index). ``nox -s bridge_dist -- --output other.pyz`` writes elsewhere."""
     session.run("python", "bridge/build_pyz.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def screenshots(session: nox.Session) -> None:
+    """Take the web client's screenshots again (``docs/images/web/``, shown in
+    ``docs/web.md``) by running the browser tests, which take them."""
+    session.install("-e", ".[test]", "-e", "./bridge")
+    session.run(
+        "pytest",
+        "tests/web",
+        *session.posargs,
+        env={"MESH_SCREENSHOTS": "docs/images/web", "MESH_REQUIRE_BROWSER": "1"},
+    )
