@@ -82,6 +82,7 @@ export class Store {
     // live messages counted as unread since the last status fetch:
     // [{roomId, cursor, mention}], kept short
     this.counted = [];
+    this.statusCursor = null; // the node's newest cursor when the last status was read
   }
 
   can(permission) {
@@ -142,8 +143,10 @@ export class Store {
     return message.to === this.me.participantId || mentions(message.content, this.me.name);
   }
 
-  /** Count a live message from someone else as unread in its room. */
+  /** Count a live message from someone else as unread in its room (unless
+   * the last `GET /api/status` counted it already: a replayed message). */
   countUnread(room, message) {
+    if (this.statusCursor !== null && cursorCompare(message.cursor, this.statusCursor) <= 0) return;
     const mention = this.mentionsMe(message);
     room.unread += 1;
     if (mention) room.mentions += 1;
@@ -176,6 +179,7 @@ export class Store {
       if (item.mention) room.mentions += 1;
     }
     this.counted = this.counted.filter((item) => cursorCompare(item.cursor, status.cursor) > 0);
+    this.statusCursor = status.cursor;
   }
 
   totalUnread() {
