@@ -2,7 +2,7 @@
 
 The public API::
 
-    from quart_mesh import Settings, create_app, serve, Node
+    from quart_mesh import Settings, create_app, serve, open_node, Node
 
 See ``docs/embedding.md`` for running a node inside your own Trio program.
 """
@@ -10,7 +10,16 @@ See ``docs/embedding.md`` for running a node inside your own Trio program.
 from ._version import __version__
 from .app import MeshApp, create_app
 from .config import Limits, Settings
-from .node import Node
+from .node import Node, open_node
 from .server import serve
 
-__all__ = ["Limits", "MeshApp", "Node", "Settings", "__version__", "create_app", "serve"]
+__all__ = [
+    "Limits",
+    "MeshApp",
+    "Node",
+    "Settings",
+    "__version__",
+    "create_app",
+    "open_node",
+    "serve",
+]

@@ -1,17 +1,20 @@
 """``create_app(settings)``: the Quart-Trio application around one :class:`Node`.
 
-The app's lifespan runs the node: ``before_serving`` starts ``Node.run`` in
-the app's nursery (so the store is open and migrated before the first
-request), ``after_serving`` cancels it. Every error leaves as JSON
+:func:`~quart_mesh.server.serve` opens the app's node and runs it in the same
+nursery as the listeners (one tree: a component that fails takes the server
+down). Served any other way (Quart's test client), the app's lifespan opens
+and runs the node in the app's nursery instead. Every error leaves as JSON
 ``{"error", "code"}``; an unexpected one is logged with a request id and
 answered 500 without internals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import secrets
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -27,9 +30,9 @@ from .api.models import PROXY_PREFIX
 from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi import drain_request_bodies
 from .config import Settings
-from .errors import MeshError, RateLimited, error_body
+from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.relay import MAX_RELAY_BYTES, RELAY_PATH
-from .node import Node
+from .node import Node, open_node
 
 __all__ = ["MeshApp", "create_app"]
 
@@ -76,16 +79,53 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
 
 
 class MeshApp(QuartTrio):
-    """A QuartTrio app that carries its :class:`Node`."""
+    """A QuartTrio app that carries its :class:`Node` (once it is open)."""
 
-    node: Node
+    settings: Settings
+    _node: Node | None = None
+
+    @property
+    def node(self) -> Node:
+        """The node: set while the app is served (or was given one).
+
+        Raises:
+            RuntimeError: the node is not open.
+        """
+        if self._node is None:
+            raise RuntimeError("the node is not open: serve the app (or pass an open node)")
+        return self._node
+
+    @property
+    def has_node(self) -> bool:
+        return self._node is not None
+
+    @contextlib.asynccontextmanager
+    async def node_opened(self) -> AsyncIterator[Node]:
+        """The app's node: the one it was given, or one opened for the block."""
+        if self._node is not None:
+            yield self._node
+            return
+        async with open_node(self.settings) as node:
+            self._node = node
+            self.extensions["quart_mesh.node"] = node
+            try:
+                yield node
+            finally:
+                self._node = None
+                del self.extensions["quart_mesh.node"]
 
 
 def create_app(settings: Settings | None = None, *, node: Node | None = None) -> MeshApp:
-    """Build the app. Pass *node* to share one you built (and may use directly)."""
+    """Build the app. Pass an open *node* (``open_node``) to share one you
+    use directly; otherwise the app opens its own when served."""
+    if node is not None:
+        settings = node.settings
     settings = settings or Settings.from_env()
     app = MeshApp(__name__)
-    app.node = node or Node(settings)
+    app.settings = settings
+    if node is not None:
+        app._node = node
+        app.extensions["quart_mesh.node"] = node
     app.asgi_app = drain_request_bodies(app.asgi_app, lambda: app.nursery)  # type: ignore[method-assign,assignment]
     app.config.update(
         MAX_CONTENT_LENGTH=settings.limits.max_body_bytes,
@@ -104,8 +144,12 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
 
     @app.before_serving
     async def _start_node() -> None:
+        # serve() runs the node in its own tree; only other hosts (the test
+        # client) need the lifespan to open and run it
+        if app.has_node and app.node.running:
+            return
         scopes.append(trio.CancelScope())
-        await app.nursery.start(_run_in_scope, app.node, scopes[-1])
+        await app.nursery.start(_run_in_scope, app, scopes[-1])
 
     @app.after_serving
     async def _stop_node() -> None:
@@ -120,7 +164,7 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     async def _mesh_error(error: MeshError) -> Response:
         response = jsonify(error.to_json())
         response.status_code = error.status
-        if isinstance(error, RateLimited):
+        if isinstance(error, (RateLimited, Overloaded)):
             # whole seconds, rounded up: a client that waits that long is let in
             response.headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
         return response
@@ -158,7 +202,8 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
 
 
 async def _run_in_scope(
-    node: Node, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    app: MeshApp, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
 ) -> None:
     with scope:
-        await node.run(task_status=task_status)
+        async with app.node_opened() as node:
+            await node.run(task_status=task_status)

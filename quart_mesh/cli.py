@@ -10,7 +10,7 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import trio
@@ -24,6 +24,9 @@ from .server import serve
 __all__ = ["main"]
 
 log = logging.getLogger("quart_mesh")
+
+#: the exit status when a part of the node failed (sysexits.h: internal software error)
+EX_SOFTWARE = 70
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,7 +101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         trio.run(run_server, settings)
     except KeyboardInterrupt:  # a second Ctrl+C while draining
         return 130
-    except OSError as exc:
-        log.error("cannot serve: %s", exc)
-        return 1
+    except Exception as exc:
+        leaves = list(_leaves(exc))
+        if all(isinstance(leaf, OSError) for leaf in leaves):  # e.g. the port is taken
+            log.error("cannot serve: %s", leaves[0])
+            return 1
+        # a part of the node failed: say so, and let whatever runs it start it again
+        log.critical("the node stopped because one of its parts failed", exc_info=exc)
+        return EX_SOFTWARE
     return 0
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside (nested) exception groups, or *error* itself."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error

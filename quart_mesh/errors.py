@@ -11,7 +11,15 @@ The tree::
     ├── PayloadTooLarge      413  too_large, content_too_large
     ├── RateLimited          429  rate_limited (carries retry_after)
     └── Unavailable          503  storage_unavailable
+        └── Overloaded       503  overloaded (the store's write queue is full;
+                                  carries retry_after)
     ConfigError                   bad settings at start-up; never reaches a client
+    Transient                     a peer, receiver or registry failed in a way worth
+                                  trying again (carries after); never reaches a client
+
+Long-lived loops retry :class:`Unavailable` and :class:`Transient` with
+``retry.retrying``; any other exception escaping them is a bug that ends the
+process (``docs/architecture.md``, "One tree").
 
 Domain services raise these; transports render them with :func:`error_body`
 (REST: JSON body and status; WebSocket: an ``error`` frame). Anything else
@@ -32,8 +40,10 @@ __all__ = [
     "GatewayTimeout",
     "MeshError",
     "NotFound",
+    "Overloaded",
     "PayloadTooLarge",
     "RateLimited",
+    "Transient",
     "Unauthorized",
     "Unavailable",
     "error_body",
@@ -42,6 +52,17 @@ __all__ = [
 
 class ConfigError(Exception):
     """Settings that cannot be used; reported at start-up."""
+
+
+class Transient(Exception):
+    """Something the node called failed in a way worth trying again later
+    (unreachable, timed out, 5xx). *after*: the least wait the other side
+    asked for (its ``Retry-After``), in seconds."""
+
+    def __init__(self, reason: str, after: float = 0.0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.after = after
 
 
 class MeshError(Exception):
@@ -115,6 +136,17 @@ class GatewayTimeout(MeshError):
 class Unavailable(MeshError):
     status = 503
     default_code = "unavailable"
+
+
+class Overloaded(Unavailable):
+    """Too much is waiting to be written: come back in *retry_after* seconds
+    (REST: 503 with ``Retry-After``; WebSocket: an ``overloaded`` error frame)."""
+
+    default_code = "overloaded"
+
+    def __init__(self, message: str, retry_after: float = 1.0, code: str | None = None) -> None:
+        super().__init__(message, code)
+        self.retry_after = retry_after
 
 
 def error_body(message: str, code: str) -> dict[str, Any]:

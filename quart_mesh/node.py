@@ -1,9 +1,17 @@
 """The Node: one per process, owning the store and every domain service.
 
+:func:`open_node` builds it whole: it loads the node's secrets, opens the
+store (applying migrations), builds each component with the few things it
+uses, loads what must be in memory before the first request, and yields a
+node whose attributes are all set. :meth:`Node.run` then runs its long-lived
+components (the store's writer, read positions, presence, managed bots,
+webhook delivery, the model proxy's client, federation links, the registry
+heartbeat) in one nursery until cancelled. Leaving ``open_node`` saves what
+is still in memory and closes the store.
+
 Handlers reach services through the node (``current_node()`` in ``api/``),
 never through module globals. A developer embedding quart-mesh in a Trio
-program may also call the services directly once :meth:`Node.run` has
-started (see ``docs/embedding.md``).
+program may call the services directly (see ``docs/embedding.md``).
 """
 
 from __future__ import annotations
@@ -11,11 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 
 from ._version import __version__
+from .address import PublicAddress
 from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
@@ -24,15 +34,17 @@ from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
 from .identity import NodeIdentity, load_or_create_node_identity
 from .realtime import Realtime
+from .realtime.session import SessionServices
 from .security import Passwords, Tokens, load_or_create_secret
 from .services.accounts import Accounts
 from .services.admin import Admin
 from .services.agents import Agents
 from .services.apps import Apps
 from .services.authz import Policy
+from .services.commands import Commands
 from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
-from .services.messages import Messages
+from .services.messages import Messages, SharedRooms
 from .services.model_proxy import ModelProxy
 from .services.polling import Polling
 from .services.presence import Presence
@@ -46,7 +58,7 @@ from .services.world import World
 from .store import Database
 from .store import rooms as rooms_repo
 
-__all__ = ["Node"]
+__all__ = ["Node", "open_node"]
 
 log = logging.getLogger(__name__)
 
@@ -54,129 +66,133 @@ log = logging.getLogger(__name__)
 class Node:
     """Owns the store and the services; lives for the life of the server.
 
-    Lifecycle: construct (cheap, no I/O), then ``await nursery.start(node.run)``.
-    ``run`` opens the store and applies migrations, reports started, then
-    keeps running until cancelled; on cancellation it closes the store.
-    Services may be used only while ``run`` is running (``node.ready``).
+    Built by :func:`open_node` (not directly): every attribute is set when
+    you get one. Services may be used as soon as it is open; live delivery,
+    managed bots, webhooks and federation need :meth:`run` running too.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, secret: bytes, identity: NodeIdentity
+    ) -> None:
+        """Wire the components (no I/O). Use :func:`open_node`."""
         self.settings = settings
-        self.db = Database(
-            settings.resolved_database_url, reader_threads=settings.db_reader_threads
-        )
+        self.db = db
+        self.identity = identity
+        self.tokens = Tokens(secret)
         self.passwords = Passwords(settings.password_hash_threads)
-        self._tokens: Tokens | None = None
-        self._identity: NodeIdentity | None = None
-        self.started_at: float | None = None
-        self._accounts: Accounts | None = None
+        #: the address clients use: configured, or the bound one once serving
+        self.address = PublicAddress(settings.public_url)
+        limits = settings.limits
         self.broker = Broker(settings.subscriber_buffer)
-        #: roles and room rules (loaded from the store in run)
+        #: roles and room rules (a mirror of the store)
         self.policy = Policy()
-        self.presence = Presence(self.db, self.broker)
-        self.rooms = Rooms(self.db, settings.limits, self.broker, self.presence)
+        self.presence = Presence(db, self.broker)
         #: rate limits, shared by the services (changed at run time by admins)
         self.rate_limits = RateLimiter(settings.rate_limits)
-        self.messages = Messages(self.db, settings.limits, self.broker, self.rate_limits)
-        self.dms = DirectMessages(self.db, self.broker, self.presence)
-        self.realtime = Realtime(self)
-        self.supervisor = Supervisor(self)
-        self.world: World
-        self.agents: Agents
-        self.roles: Roles
-        self.model_proxy: ModelProxy
-        self.webhooks: Webhooks
-        self.polling: Polling
-        self.admin: Admin
-        self.did_auth: DidAuth
-        self.apps: Apps
-        self.federation: Federation
+        shared_rooms = SharedRooms()
+        self.rooms = Rooms(db, limits, self.broker, self.presence)
+        self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
+        self.dms = DirectMessages(db, self.broker, self.presence)
+        self.accounts = Accounts(
+            settings,
+            db,
+            self.passwords,
+            self.tokens,
+            self.presence,
+            self.policy,
+            self.rate_limits,
+            self.broker,
+        )
+        self.world = World(db, self.broker, self.accounts)
+        self.roles = Roles(db, self.broker, self.accounts, self.policy)
+        self.commands = Commands(settings, db, self.broker)
+        self.webhooks = Webhooks(
+            settings, db, self.broker, self.accounts, self.messages, self.commands
+        )
+        self.supervisor = Supervisor(settings, db, self.tokens, self.address)
+        self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
+        self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
+        self.polling = Polling(settings, db, self.broker, self.presence, self.world, self.commands)
+        self.model_proxy = ModelProxy(settings, db, secret, self.rate_limits)
+        self.apps = Apps(settings, db, self.model_proxy)
+        self.relay = Relay(
+            settings,
+            db,
+            identity,
+            broker=self.broker,
+            rooms=self.rooms,
+            messages=self.messages,
+            accounts=self.accounts,
+            rate_limits=self.rate_limits,
+            shared_rooms=shared_rooms,
+        )
+        self.federation = Federation(settings, db, identity, self.relay)
         #: this node as a registry of public meshes (``GET /api/meshes/public``)
-        self.registry = Registry(settings, self.db)
-        self.vault = Vault(settings.limits, self.db)
+        self.registry = Registry(settings, db)
+        self.heartbeat = (
+            Heartbeat(settings, db, identity, self.accounts, self.address)
+            if settings.registry_url and settings.federation_enabled
+            else None
+        )
+        self.vault = Vault(limits, db)
         #: uploaded files (``<data_dir>/uploads/``)
-        self.uploads = Uploads(settings, self.db)
-        #: the address clients use; set from settings or, when serving, the bound address
-        self.public_url: str | None = settings.public_url
+        self.uploads = Uploads(settings, db)
+        self.realtime = Realtime(
+            SessionServices(
+                settings=settings,
+                db=db,
+                broker=self.broker,
+                tokens=self.tokens,
+                accounts=self.accounts,
+                presence=self.presence,
+                world=self.world,
+                rooms=self.rooms,
+                messages=self.messages,
+                commands=self.commands,
+            )
+        )
+        self.admin = Admin(
+            settings,
+            db,
+            self.accounts,
+            self.presence,
+            self.broker,
+            sessions=lambda: self.realtime.sessions,
+        )
+        self.started_at = time.monotonic()
+        self._running = False
+
+    async def _load(self) -> None:
+        """What must be in memory before the first request."""
+        await self.uploads.prepare()
+        await self.accounts.load()
+        await self.admin.load()
+        await self.roles.load()
+        # before any write: a write in a shared room must reach the outbox
+        await self.relay.load()
+        self.broker.load(await self.db.read(rooms_repo.all_memberships))
+
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`run` is running (live delivery and background work)."""
+        return self._running
 
     @property
     def ready(self) -> bool:
-        return self.started_at is not None
-
-    @property
-    def accounts(self) -> Accounts:
-        if self._accounts is None:
-            raise RuntimeError("the node is not running: start Node.run first")
-        return self._accounts
-
-    @property
-    def identity(self) -> NodeIdentity:
-        """The node's Ed25519 key and ``did:key``."""
-        if self._identity is None:
-            raise RuntimeError("the node is not running: start Node.run first")
-        return self._identity
-
-    @property
-    def tokens(self) -> Tokens:
-        if self._tokens is None:
-            raise RuntimeError("the node is not running: start Node.run first")
-        return self._tokens
+        return self._running
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the store, start the node's components, and run until cancelled."""
-        data_dir = self.settings.data_dir
-        secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
-        self._tokens = Tokens(secret)
-        self.model_proxy = ModelProxy(self.settings, self.db, secret, self.rate_limits)
-        self.apps = Apps(self.settings, self.db, self.model_proxy)
-        self._identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
-        await self.db.open()
+        """Run the node's components until cancelled; report started once all
+        are. A component that fails with a bug (anything but the transient
+        faults they retry, ``retry``) cancels the others and propagates.
+
+        Raises:
+            RuntimeError: it is already running.
+        """
+        if self._running:
+            raise RuntimeError("the node is already running")
+        self._running = True
         try:
-            await self.uploads.prepare()
-            accounts = Accounts(
-                self.settings,
-                self.db,
-                self.passwords,
-                self._tokens,
-                self.presence,
-                self.policy,
-                self.rate_limits,
-                self.broker,
-            )
-            await accounts.load()
-            self.admin = Admin(self, accounts)
-            await self.admin.load()
-            self.world = World(self.db, self.broker, accounts)
-            self.roles = Roles(self.db, self.broker, accounts, self.policy)
-            await self.roles.load()
-            self.webhooks = Webhooks(self.settings, self.db, self.broker, accounts, self.messages)
-            self.agents = Agents(
-                self.settings, self.db, self.broker, accounts, self.supervisor, self.webhooks
-            )
-            self.webhooks.agents = self.agents
-            self.did_auth = DidAuth(
-                self.settings, self.db, accounts, self._tokens, self._identity.did
-            )
-            self.polling = Polling(
-                self.settings, self.db, self.broker, self.presence, self.world, self.agents
-            )
-            self.federation = Federation(self.settings, self.db, self._identity)
-            self.federation.relay = Relay(
-                self.settings,
-                self.db,
-                self._identity,
-                broker=self.broker,
-                rooms=self.rooms,
-                messages=self.messages,
-                accounts=accounts,
-                rate_limits=self.rate_limits,
-                post=self.federation.post_signed,
-            )
-            await self.federation.relay.load()
-            self.broker.load(await self.db.read(rooms_repo.all_memberships))
-            self._accounts = accounts
-            self.started_at = time.monotonic()
-            log.debug("node started (data in %s, store %s)", data_dir, self.db.backend)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.db.run)
                 await nursery.start(self.world.run)
@@ -185,30 +201,60 @@ class Node:
                 await nursery.start(self.webhooks.run)
                 await nursery.start(self.model_proxy.run)
                 await nursery.start(self.federation.run)
-                if self.settings.registry_url and self.settings.federation_enabled:
-                    heartbeat = Heartbeat(
-                        self.settings, self.db, self._identity, accounts, lambda: self.public_url
-                    )
-                    await nursery.start(heartbeat.run)
+                if self.heartbeat is not None:
+                    await nursery.start(self.heartbeat.run)
+                self.realtime.accepting = True
+                log.debug("node running (store %s)", self.db.backend)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
-            self.started_at = None
-            with trio.CancelScope(shield=True):
-                if self._accounts is not None:
-                    # the writer has stopped: these go straight to the store
-                    with contextlib.suppress(Unavailable):
-                        await self.world.flush_reads()
-                        await self.supervisor.save_cursors()
-                await self.db.close()
+            self.realtime.accepting = False
+            self._running = False
+
+    async def _save(self) -> None:
+        """Write what is still only in memory (the writer has stopped: these
+        go straight to the store)."""
+        with contextlib.suppress(Unavailable):
+            await self.world.flush_reads()
+            await self.supervisor.save_cursors()
 
     async def health(self) -> dict[str, Any]:
         """``GET /api/health``: ok, version, uptime, storage."""
         reachable = await self.db.ping()
-        uptime = 0.0 if self.started_at is None else time.monotonic() - self.started_at
         return {
-            "ok": reachable and self.ready,
+            "ok": reachable and self._running,
             "version": __version__,
-            "uptime": round(uptime, 3),
+            "uptime": round(time.monotonic() - self.started_at, 3),
             "storage": {"ok": reachable, "backend": self.db.backend},
         }
+
+
+@contextlib.asynccontextmanager
+async def open_node(settings: Settings) -> AsyncIterator[Node]:
+    """Open a node: its secrets, its store (migrated), its services, loaded.
+
+    Yields a node whose attributes are all set; run its components with
+    ``await nursery.start(node.run)`` (``serve`` does). On the way out,
+    shielded from cancellation, read positions and bot cursors still in
+    memory are saved and the store is closed.
+
+    Raises:
+        Unavailable: the store cannot be opened.
+        OSError: the data folder cannot be used.
+    """
+    data_dir = settings.data_dir
+    secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
+    identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
+    db = Database(settings.resolved_database_url, reader_threads=settings.db_reader_threads)
+    await db.open()
+    node: Node | None = None
+    try:
+        node = Node(settings, db, secret, identity)
+        await node._load()
+        log.debug("node open (data in %s, store %s)", data_dir, db.backend)
+        yield node
+    finally:
+        with trio.CancelScope(shield=True):
+            if node is not None:
+                await node._save()
+            await db.close()

@@ -9,8 +9,10 @@ request head itself (bounded in size and time):
   which serves the Quart app (and any further requests on that connection).
 
 Each connection runs under its own exception guard, so no single client can
-take the server down (hypercorn #225). The app's lifespan (the node's
-``run``) is driven by hypercorn's ``Lifespan``, as under ``hypercorn.trio.serve``.
+take the server down (hypercorn #225). The node's components, the app's
+lifespan (driven by hypercorn's ``Lifespan``, as under ``hypercorn.trio.serve``)
+and the listeners share one nursery: a component that dies of a bug takes
+the server down with it (see :func:`serve`).
 
 Shutdown: when *shutdown_trigger* returns, the listeners close, WebSocket
 sessions are told the node is going away, hypercorn closes idle keep-alive
@@ -32,6 +34,7 @@ from hypercorn.typing import AppWrapper, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .app import MeshApp
+from .node import Node
 
 __all__ = ["serve"]
 
@@ -146,27 +149,60 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve *app* until *shutdown_trigger* returns or the caller cancels.
+    """Serve *app* and run its node until *shutdown_trigger* returns or the
+    caller cancels.
+
+    One nursery holds the node's components (:meth:`Node.run`), the app's
+    lifespan and the listeners. A component that fails with a bug ends it:
+    the listeners close, open connections are cancelled, the node closes its
+    store, and the error propagates out of ``serve`` (``quart-mesh serve``
+    then logs it and exits non-zero). The node never goes on serving
+    without one of its parts.
+
+    The app's node is opened for the duration (unless it was given an open
+    one, ``create_app(node=...)``) and closed on the way out.
 
     Reports the base URL it listens on (e.g. ``http://127.0.0.1:41873``)
     through ``task_status`` once the node is started and the socket is
     listening, so ``url = await nursery.start(serve, app, port=0)`` works.
     Without ``public_url`` in the settings, the node uses that URL as its
-    public address.
+    public address (managed bots wait for it).
     """
-    config = hypercorn_config(app.node.settings.graceful_timeout)
+    async with app.node_opened() as node:
+        await _serve_node(app, node, host, port, shutdown_trigger, task_status)
+
+
+async def _serve_node(
+    app: MeshApp,
+    node: Node,
+    host: str,
+    port: int,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    task_status: trio.TaskStatus[str],
+) -> None:
+    config = hypercorn_config(node.settings.graceful_timeout)
     server = _Server(app, config)
     lifespan = Lifespan(server.asgi, config, server.state)
-    async with trio.open_nursery() as lifespan_nursery:
-        await lifespan_nursery.start(lifespan.handle_lifespan)
+    stopping = False
+
+    async def run_lifespan(*, task_status: trio.TaskStatus[None]) -> None:
+        # hypercorn logs and swallows an error of the app's lifespan (which
+        # owns ``app.nursery``); without it the app cannot serve: end the tree
+        task_status.started()
+        await lifespan.handle_lifespan()
+        if not stopping:
+            raise RuntimeError("the app's lifespan ended while serving (see the error above)")
+
+    async with trio.open_nursery() as tree:
+        await tree.start(node.run)
+        await tree.start(run_lifespan)
         await lifespan.wait_for_startup()
 
         listeners = await trio.open_tcp_listeners(port, host=host)
         sockname = listeners[0].socket.getsockname()
         url = "http://" + repr_socket_addr(listeners[0].socket.family, sockname)
-        if app.node.public_url is None:
-            app.node.public_url = url
-        log.info("quart-mesh listening on %s (data in %s)", url, app.node.settings.data_dir)
+        node.address.bind(url)
+        log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
 
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as front:
@@ -182,7 +218,8 @@ async def serve(
                 front.cancel_scope.cancel()  # stop accepting
             # drain: sessions get "going away", idle keep-alives close, the rest has a deadline
             await server.context.terminated.set()
-            app.node.realtime.shut_down()
+            node.realtime.shut_down()
             connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        stopping = True
         await lifespan.wait_for_shutdown()
-        lifespan_nursery.cancel_scope.cancel()
+        tree.cancel_scope.cancel()  # the node's components: the store is closed last

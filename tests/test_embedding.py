@@ -29,15 +29,10 @@ async def test_serve_and_use(example: ModuleType, tmp_path: Path) -> None:
 async def test_node_without_http(example: ModuleType, tmp_path: Path) -> None:
     assert await example.node_without_http(tmp_path) == ["Town Square"]
     # the store is closed and reusable: a second run finds the mesh set up
-    from quart_mesh import Node, Settings
+    from quart_mesh import Settings, open_node
 
-    node = Node(Settings(data_dir=tmp_path))
-    import trio
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
+    async with open_node(Settings(data_dir=tmp_path)) as node:
         assert node.accounts.setup_status()["initialized"] is True
-        nursery.cancel_scope.cancel()
 
 
 async def test_example_runs_as_a_script(tmp_path: Path) -> None:

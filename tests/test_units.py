@@ -22,6 +22,7 @@ def test_public_api_exports() -> None:
         "Settings",
         "__version__",
         "create_app",
+        "open_node",
         "serve",
     }
     for name in quart_mesh.__all__:

@@ -12,16 +12,16 @@ from pathlib import Path
 import httpx
 import trio
 
-from quart_mesh import Node, Settings, create_app, serve
+from quart_mesh import Settings, create_app, open_node, serve
 
 
 async def serve_and_use(data_dir: Path) -> list[str]:
     """Serve a node on a free loopback port, talk to it over HTTP and in-process."""
     app = create_app(Settings(data_dir=data_dir))
-    node = app.node
     async with trio.open_nursery() as nursery:
-        # serve() reports the URL once the node is started and the port is listening
+        # serve() opens the node, runs it, and reports the URL once it listens
         url = await nursery.start(partial(serve, app, host="127.0.0.1", port=0))
+        node = app.node  # open while it is served
 
         # 1. any HTTP client can use it
         async with httpx.AsyncClient(base_url=url) as http:
@@ -50,9 +50,9 @@ async def serve_and_use(data_dir: Path) -> list[str]:
 async def node_without_http(data_dir: Path) -> list[str]:
     """Run only the Node (no HTTP server) and use its services: the names of
     the rooms a new mesh has (setup makes its default room)."""
-    node = Node(Settings(data_dir=data_dir))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)  # opens the store, applies migrations
+    # open_node opens the store (applying migrations) and builds every service
+    async with open_node(Settings(data_dir=data_dir)) as node, trio.open_nursery() as nursery:
+        await nursery.start(node.run)  # its background parts: the store's writer, bots, ...
         owner = await node.accounts.init_setup(
             name="solo", password="a long passphrase", mesh_name="Headless"
         )

@@ -11,14 +11,14 @@ from ..services.authz import Actor
 from ..wire import Fields, parse_json_object
 
 if TYPE_CHECKING:
-    from ..app import MeshApp
     from ..node import Node
 
 __all__ = ["bearer_token", "body", "caller", "node", "query_int", "reply"]
 
 
 def node() -> Node:
-    return cast("MeshApp", current_app).node
+    """The node serving this request (``MeshApp`` keeps it in its extensions)."""
+    return cast("Node", current_app.extensions["quart_mesh.node"])
 
 
 def bearer_token() -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from quart import Blueprint, request
 
 from ..errors import BadRequest
-from ..services.agents import command_json
+from ..services.commands import command_json
 from ._common import body, caller, node, reply
 
 bp = Blueprint("agents", __name__)
@@ -25,7 +25,7 @@ async def bootstrap() -> tuple[Any, int]:
         bot_type=fields.req_str("type"),
         description=fields.opt_str("description") or "",
         webhook_url=fields.opt_str("webhookUrl"),
-        base_url=mesh_node.public_url or request.host_url,
+        base_url=mesh_node.address.url or request.host_url,
         address=request.remote_addr,
     )
     return reply(result.to_json(), 201)
@@ -75,7 +75,7 @@ async def delete_agent(agent_id: str) -> tuple[Any, int]:
 async def send_command(agent_id: str) -> tuple[Any, int]:
     actor = await caller()
     fields = await body()
-    command = await node().agents.send_command(
+    command = await node().commands.send_command(
         actor, agent_id, fields.req_str("command"), fields.data.get("args")
     )
     return reply(command_json(command), 202)
@@ -84,7 +84,7 @@ async def send_command(agent_id: str) -> tuple[Any, int]:
 @bp.get("/api/agents/<agent_id>/commands/<command_id>")
 async def get_command(agent_id: str, command_id: str) -> tuple[Any, int]:
     actor = await caller()
-    return reply(command_json(await node().agents.get_command(actor, agent_id, command_id)))
+    return reply(command_json(await node().commands.get_command(actor, agent_id, command_id)))
 
 
 @bp.post("/api/commands/<command_id>/result")
@@ -92,7 +92,7 @@ async def command_result(command_id: str) -> tuple[Any, int]:
     """An agent answers one of its commands (the WebSocket ``command_result`` frame's twin)."""
     actor = await caller()
     fields = await body()
-    command = await node().agents.complete_command(
+    command = await node().commands.complete_command(
         actor, command_id, ok=fields.opt_bool("ok") is not False, result=fields.data.get("result")
     )
     return reply(command_json(command))

@@ -49,7 +49,7 @@ RUN_HEADERS = {
 
 
 def _base() -> str:
-    return node().public_url or request.host_url
+    return node().address.url or request.host_url
 
 
 def _version_number(raw: str) -> int:

@@ -49,7 +49,7 @@ async def manifest() -> tuple[dict[str, object], int, dict[str, str]]:
 
 
 def _addresses() -> discovery.Addresses:
-    return discovery.Addresses.from_base(node().public_url or request.host_url)
+    return discovery.Addresses.from_base(node().address.url or request.host_url)
 
 
 def _capabilities() -> list[str]:

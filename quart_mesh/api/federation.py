@@ -40,7 +40,7 @@ def _relay() -> Relay:
 
 
 def _own_url() -> str:
-    return (node().public_url or request.host_url).rstrip("/")
+    return (node().address.url or request.host_url).rstrip("/")
 
 
 async def _signed() -> tuple[str, dict[str, Any]]:

@@ -68,7 +68,7 @@ async def upload() -> Any:
         response.status_code = error.status
         response.headers["Connection"] = "close"
         return response
-    base = node().public_url or request.host_url
+    base = node().address.url or request.host_url
     return reply(upload.to_json(base), 201)
 
 

@@ -22,15 +22,18 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from sqlalchemy.engine import Connection
 
+from ..address import PublicAddress
+from ..config import Settings
+from ..retry import Backoff, retrying
+from ..security import Tokens
+from ..services.agents import BotSpec
+from ..store import Database
 from ..store import agents as agents_repo
-
-if TYPE_CHECKING:
-    from ..node import Node
 
 __all__ = ["ManagedBot", "Supervisor"]
 
@@ -92,17 +95,31 @@ async def _terminate_then_kill(process: trio.Process) -> None:
 
 
 class Supervisor:
-    """Runs in the node's nursery (:meth:`run`); owns every bot's process."""
+    """Runs in the node's nursery (:meth:`run`); owns every bot's process.
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    Bots connect back to the node over its public address, so none is
+    started before the address is known (:class:`PublicAddress`): after a
+    restart, persisted bots wait for the server to listen.
+    """
+
+    def __init__(
+        self, settings: Settings, db: Database, tokens: Tokens, address: PublicAddress
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._tokens = tokens
+        self._address = address
         self.bots: dict[str, ManagedBot] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every persisted managed bot, then supervise until cancelled
-        (which stops them all: SIGTERM, then SIGKILL after a grace period)."""
-        rows = await self._node.db.read(agents_repo.list_agents)
+        (which stops them all: SIGTERM, then SIGKILL after a grace period).
+        Acknowledged cursors are saved every second, retried while the store
+        is unavailable."""
+        rows = await retrying(
+            "reading managed bots", partial(self._db.read, agents_repo.list_agents)
+        )
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for row in rows:
@@ -110,7 +127,7 @@ class Supervisor:
                     p = row.participant
                     cursor = None if row.delivery_cursor is None else str(row.delivery_cursor)
                     self.launch(
-                        ManagedBot(
+                        BotSpec(
                             p.participant_id,
                             p.name,
                             p.type,
@@ -118,14 +135,13 @@ class Supervisor:
                             row.rooms,
                             row.needs_key,
                             cursor=cursor,
-                            saved_cursor=cursor,
                         )
                     )
             task_status.started()
             try:
                 while True:
                     await trio.sleep(_SAVE_INTERVAL)
-                    await self.save_cursors()
+                    await retrying("saving bot cursors", self.save_cursors)
             finally:
                 self._nursery = None
 
@@ -144,14 +160,26 @@ class Supervisor:
             for agent_id, cursor in changed.items():
                 agents_repo.set_delivery_cursor(conn, agent_id, cursor)
 
-        await self._node.db.write(write)
+        await self._db.write(write)
         for agent_id, cursor in changed.items():
             if (bot := self.bots.get(agent_id)) is not None:
                 bot.saved_cursor = str(cursor)
 
-    def launch(self, bot: ManagedBot) -> None:
+    def launch(self, spec: BotSpec) -> None:
+        """Start running *spec* (as soon as the node's address is known)."""
         if self._nursery is None:
             raise RuntimeError("the supervisor is not running")
+        bot = ManagedBot(
+            spec.agent_id,
+            spec.name,
+            spec.bot_type,
+            spec.model,
+            spec.rooms,
+            spec.needs_key,
+            api_key=spec.api_key,
+            cursor=spec.cursor,
+            saved_cursor=spec.cursor,
+        )
         self.bots[bot.agent_id] = bot
         self._nursery.start_soon(self._supervise, bot)
 
@@ -160,17 +188,24 @@ class Supervisor:
         if bot is not None and bot.scope is not None:
             bot.scope.cancel()
 
+    def state(self, agent_id: str) -> dict[str, Any] | None:
+        bot = self.bots.get(agent_id)
+        return None if bot is None else bot.to_json()
+
     async def _supervise(self, bot: ManagedBot) -> None:
-        backoff = _BACKOFF_START
+        backoff = Backoff(_BACKOFF_START, _BACKOFF_MAX)
         with trio.CancelScope() as scope:
             bot.scope = scope
+            if self._address.url is None:
+                bot.status, bot.detail = "starting", "waiting for the node to listen"
+            base = await self._address.wait()
             while True:
                 if bot.needs_key and bot.api_key is None:
                     bot.status, bot.detail = "needs_key", "spawn it again with its apiKey"
                     return
                 bot.status = "starting"
                 started = trio.current_time()
-                code = await self._run_once(bot)
+                code = await self._run_once(bot, base)
                 bot.pid = None
                 if code == EX_CONFIG:
                     bot.status = "failed"
@@ -182,11 +217,11 @@ class Supervisor:
                     log.info("bot %s restarting on request", bot.name)
                     continue
                 if trio.current_time() - started > _STABLE_AFTER:
-                    backoff = _BACKOFF_START
+                    backoff.reset()
+                delay = backoff.next()
                 bot.status, bot.detail = "restarting", f"exited with status {code}"
-                log.warning("bot %s exited (%s); restarting in %.1f s", bot.name, code, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                log.warning("bot %s exited (%s); restarting in %.1f s", bot.name, code, delay)
+                await trio.sleep(delay)
         bot.status = "stopped"
 
     async def _read_acks(self, bot: ManagedBot, stdout: trio.abc.ReceiveStream) -> None:
@@ -204,14 +239,16 @@ class Supervisor:
                     # its spawn rooms are joined (memberships are stored): from
                     # now on its rooms are whatever it joins and leaves
                     bot.rooms = ()
-                    await self._node.db.write(
-                        lambda conn: agents_repo.set_rooms(conn, bot.agent_id, [])
+                    await retrying(
+                        f"recording bot {bot.name}'s rooms",
+                        partial(
+                            self._db.write,
+                            lambda conn: agents_repo.set_rooms(conn, bot.agent_id, []),
+                        ),
                     )
 
-    async def _run_once(self, bot: ManagedBot) -> int:
-        node = self._node
-        base = (node.public_url or "http://127.0.0.1").rstrip("/")
-        token = node.tokens.issue(bot.agent_id, "bot", node.settings.bot_token_ttl_seconds)
+    async def _run_once(self, bot: ManagedBot, base: str) -> int:
+        token = self._tokens.issue(bot.agent_id, "bot", self._settings.bot_token_ttl_seconds)
         env = {
             **os.environ,
             "MESH_WS_URL": "ws" + base.removeprefix("http") + "/ws",

@@ -3,15 +3,23 @@ registry) cannot make this node buffer an answer of any size."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import trio
 
-__all__ = ["Answer", "exchange", "peer_client"]
+from ..errors import BadGateway
+from ..identity import NodeIdentity
+from .signing import sign_request
+
+__all__ = ["Answer", "PeerError", "exchange", "json_object", "peer_client", "post_signed"]
 
 #: most bytes of a peer's answer read by default
 DEFAULT_LIMIT = 64 * 1024
+#: seconds an exchange may take in all, when the client sets no timeout
+DEFAULT_DEADLINE = 30.0
 
 
 def peer_client(timeout: float, user_agent: str) -> httpx.AsyncClient:
@@ -36,19 +44,89 @@ class Answer:
 
 
 async def exchange(
-    client: httpx.AsyncClient, method: str, url: str, *, limit: int = DEFAULT_LIMIT, **kwargs: Any
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    deadline: float | None = None,
+    **kwargs: Any,
 ) -> Answer:
-    """Send a request; read at most *limit* bytes of the answer.
+    """Send a request; read at most *limit* bytes of the answer, all within
+    *deadline* seconds (default: the client's timeout) from the start:
+    resolving the name, connecting, sending and reading included. httpx's
+    own timeouts apply to each step, so a peer trickling its answer a byte
+    at a time would otherwise hold the call for ever.
 
     Raises:
-        httpx.HTTPError: the peer could not be reached or the exchange failed.
+        httpx.HTTPError: the peer could not be reached, the exchange failed,
+            or it did not finish within the deadline (``httpx.TimeoutException``).
     """
-    async with client.stream(method, url, **kwargs) as response:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                return Answer(response.status_code, response.headers, b"".join(chunks), True)
-            chunks.append(chunk)
-        return Answer(response.status_code, response.headers, b"".join(chunks), False)
+    if deadline is None:
+        deadline = client.timeout.read or DEFAULT_DEADLINE
+    try:
+        with trio.fail_after(deadline):
+            async with client.stream(method, url, **kwargs) as response:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        return Answer(
+                            response.status_code, response.headers, b"".join(chunks), True
+                        )
+                    chunks.append(chunk)
+                return Answer(response.status_code, response.headers, b"".join(chunks), False)
+    except trio.TooSlowError:
+        raise httpx.TimeoutException(f"no complete answer within {deadline:g} s") from None
+
+
+class PeerError(BadGateway):
+    """The peer node could not be reached (``peer_unreachable``) or refused
+    (``peer_refused``); its own errors are never passed through."""
+
+    default_code = "peer_unreachable"
+
+
+async def post_signed(
+    client: httpx.AsyncClient, identity: NodeIdentity, base: str, path: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """POST *body* to the peer at *base*, signed with this node's key; its JSON answer.
+
+    Raises:
+        PeerError: unreachable, too slow, refused (non-2xx) or an invalid answer.
+    """
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    headers = sign_request(identity, "POST", path, raw)
+    headers["Content-Type"] = "application/json"
+    url = f"{base}{path}"
+    try:
+        answer = await exchange(client, "POST", url, content=raw, headers=headers)
+    except httpx.HTTPError as error:
+        raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
+    if not 200 <= answer.status < 300:
+        code = _error_code(answer.body)
+        raise PeerError(f"the peer refused ({answer.status} {code})", "peer_refused")
+    return json_object(answer, url)
+
+
+def json_object(answer: Answer, url: str) -> dict[str, Any]:
+    raw = answer.body
+    if answer.truncated:
+        raise PeerError(f"{url} answered too much", "peer_invalid")
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise PeerError(f"{url} did not answer JSON", "peer_invalid") from None
+    if not isinstance(data, dict):
+        raise PeerError(f"{url} did not answer a JSON object", "peer_invalid")
+    return data
+
+
+def _error_code(raw: bytes) -> str:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return "error"
+    code = data.get("code") if isinstance(data, dict) else None
+    return code[:64] if isinstance(code, str) and code.isascii() else "error"

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httpx
 import trio
 
 from .._version import __version__
+from ..address import PublicAddress
 from ..config import Settings
-from ..errors import BadRequest, RateLimited
+from ..errors import BadRequest, RateLimited, Transient
 from ..identity import NodeIdentity
 from ..models import iso, now_ms
+from ..retry import Backoff, retrying
 from ..services.accounts import Accounts
 from ..store import Database
 from ..store import admin as admin_repo
@@ -123,10 +125,12 @@ class Registry:
 class Heartbeat:
     """Announces this mesh to ``settings.registry_url``; runs in the node's nursery.
 
-    :meth:`run` owns its HTTP client. Each round is independent: an error is
-    logged and the next round comes ``heartbeat_interval`` seconds later;
-    cancellation ends the loop at once (no final heartbeat: a stopped node
-    drops out of the registry after its TTL).
+    :meth:`run` owns its HTTP client. It waits until the node's address is
+    known, then beats every ``heartbeat_interval`` seconds; a round that fails
+    transiently (the registry unreachable, slow or refusing) is retried with
+    backoff (``retry.retrying``, at most one interval apart). Cancellation
+    ends the loop at once (no final heartbeat: a stopped node drops out of
+    the registry after its TTL).
     """
 
     def __init__(
@@ -135,7 +139,7 @@ class Heartbeat:
         db: Database,
         identity: NodeIdentity,
         accounts: Accounts,
-        public_url: Callable[[], str | None],
+        address: PublicAddress,
     ) -> None:
         if settings.registry_url is None:
             raise ValueError("Heartbeat needs settings.registry_url")
@@ -144,28 +148,31 @@ class Heartbeat:
         self._db = db
         self._identity = identity
         self._accounts = accounts
-        self._public_url = public_url
+        self._address = address
         #: whether the last heartbeat sent listed this mesh (so going private withdraws it)
         self._listed = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with peer_client(self._settings.federation_timeout, "quart-mesh-heartbeat") as client:
             task_status.started()
+            await self._address.wait()
+            interval = self._settings.heartbeat_interval
             while True:
-                try:
-                    await self.beat(client)
-                except (httpx.HTTPError, OSError, ValueError) as error:
-                    log.warning("heartbeat to %s failed: %s", self._registry, error)
-                except Exception:
-                    log.exception("heartbeat to %s failed", self._registry)
-                await trio.sleep(self._settings.heartbeat_interval)
+                await retrying(
+                    f"heartbeat to {self._registry}",
+                    partial(self.beat, client),
+                    backoff=Backoff(min(1.0, interval), interval),
+                    logger=log,
+                )
+                await trio.sleep(interval)
 
     async def beat(self, client: httpx.AsyncClient) -> str | None:
         """Send one heartbeat if there is one to send; return its status.
 
         Raises:
-            httpx.HTTPError: the registry cannot be reached.
-            ValueError: the registry refused the heartbeat.
+            Transient: the registry cannot be reached, is too slow, or
+                refused the heartbeat.
+            Unavailable: the store cannot be read.
         """
         body = await self._body()
         if body is None:
@@ -173,17 +180,20 @@ class Heartbeat:
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = sign_request(self._identity, "POST", HEARTBEAT_PATH, raw)
         headers["Content-Type"] = "application/json"
-        answer = await exchange(
-            client, "POST", self._registry + HEARTBEAT_PATH, content=raw, headers=headers
-        )
+        try:
+            answer = await exchange(
+                client, "POST", self._registry + HEARTBEAT_PATH, content=raw, headers=headers
+            )
+        except httpx.HTTPError as error:
+            raise Transient(f"cannot reach the registry: {type(error).__name__}") from None
         if not 200 <= answer.status < 300:
-            raise ValueError(f"the registry answered {answer.status}")
+            raise Transient(f"the registry answered {answer.status}")
         self._listed = body["status"] == "ok"
         return str(body["status"])
 
     async def _body(self) -> dict[str, Any] | None:
         mesh = self._accounts.mesh
-        url = self._public_url()
+        url = self._address.url
         if mesh is None or mesh.visibility != "public" or url is None:
             if not self._listed:
                 return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import random
 import re
 from dataclasses import dataclass, replace
 from functools import partial
@@ -38,13 +37,15 @@ from ..errors import (
     MeshError,
     NotFound,
     RateLimited,
+    Transient,
     Unavailable,
 )
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..models import Message, Participant, Room, iso, now_ms
+from ..retry import Backoff, retrying
 from ..services.authz import MEMBER, Actor, authorize
-from ..services.messages import Relayed, RelaySource
+from ..services.messages import Relayed, RelaySource, SharedRooms
 from ..services.validation import check_room_name
 from ..store import Database
 from ..store import accounts as accounts_repo
@@ -52,11 +53,11 @@ from ..store import connections as connections_repo
 from ..store import messages as messages_repo
 from ..store import relay as repo
 from ..store import rooms as rooms_repo
-from .http import exchange
+from .http import exchange, post_signed
 from .signing import sign_request
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from ..broker import Broker
     from ..events import Event
@@ -64,9 +65,6 @@ if TYPE_CHECKING:
     from ..services.messages import Messages
     from ..services.ratelimit import RateLimiter
     from ..services.rooms import Rooms
-
-    #: how the relay makes a signed call to a peer: ``post(base_url, path, body)``
-    _Post = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 __all__ = ["MAX_EVENTS", "MAX_RELAY_BYTES", "RELAY_PATH", "SHARE_PATH", "UNSHARE_PATH", "Relay"]
 
@@ -105,13 +103,6 @@ def handle_of(node_name: str) -> str:
     return slug or "peer"
 
 
-class _Retry(Exception):
-    def __init__(self, reason: str, after: float = 0.0) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.after = after
-
-
 @dataclass(slots=True)
 class LinkStatus:
     """What ``GET /api/connections`` shows of a link task (in memory)."""
@@ -147,7 +138,7 @@ class Relay:
         messages: Messages,
         accounts: Accounts,
         rate_limits: RateLimiter,
-        post: _Post,
+        shared_rooms: SharedRooms,
     ) -> None:
         self._settings = settings
         self._db = db
@@ -157,7 +148,6 @@ class Relay:
         self._messages = messages
         self._accounts = accounts
         self._rate = rate_limits
-        self._post = post
         self._client: httpx.AsyncClient | None = None
         self._nursery: trio.Nursery | None = None
         self._links: dict[str, trio.CancelScope] = {}
@@ -165,8 +155,7 @@ class Relay:
         self._locks: collections.defaultdict[str, trio.Lock] = collections.defaultdict(trio.Lock)
         #: rooms that are (or were, since the node started) shared: a superset,
         #: so that writes in other rooms skip the outbox without a lookup
-        self._shared: set[str] = set()
-        messages.federated_rooms = self._shared
+        self._shared = shared_rooms
         #: (home node DID, id there) -> (participant id here, connection)
         self._remote_ids: dict[tuple[str, str], tuple[str, str]] = {}
         self.status: dict[str, LinkStatus] = {}
@@ -201,7 +190,7 @@ class Relay:
     async def load(self) -> None:
         """Learn which rooms are shared; call before the node takes any write
         (a write in a shared room must reach the outbox)."""
-        self._shared.update(await self._db.read(repo.list_shared_room_ids))
+        self._shared.add(*await self._db.read(repo.list_shared_room_ids))
 
     def start_link(self, connection_id: str) -> None:
         """Supervise a link task for an accepted connection (idempotent)."""
@@ -229,27 +218,38 @@ class Relay:
     # -- link tasks -------------------------------------------------------
 
     async def _supervise(self, connection_id: str, scope: trio.CancelScope) -> None:
-        """Run the link; a crash is logged and the link restarted after a pause."""
+        """Run the link, retrying what is transient (the peer or the store
+        unavailable) with backoff; a bug ends the node (``retry``)."""
         status = self.status.setdefault(connection_id, LinkStatus())
         status.running = True
+        backoff = Backoff(_FIRST_RETRY, self._settings.federation_retry_max)
+
+        def failed(error: Exception, _delay: float) -> None:
+            status.failures += 1
+            status.last_error = error.reason if isinstance(error, Transient) else str(error)
+
         try:
             with scope:
-                while True:
-                    try:
-                        await self._link(connection_id, status)
-                        return
-                    except Exception as error:  # a bug must not end relaying for good
-                        log.exception("relay link %s crashed; restarting", connection_id)
-                        status.last_error = f"internal error: {type(error).__name__}"
-                        await trio.sleep(self._settings.federation_retry_max)
+                await retrying(
+                    f"relay link {connection_id}",
+                    partial(self._link, connection_id, status, backoff),
+                    backoff=backoff,
+                    on_failure=failed,
+                    logger=log,
+                )
         finally:
             status.running = False
             if self._links.get(connection_id) is scope:
                 del self._links[connection_id]
             self._wakeups.pop(connection_id, None)
 
-    async def _link(self, connection_id: str, status: LinkStatus) -> None:
-        """Drain the outbox to the peer, in order, until the connection ends."""
+    async def _link(self, connection_id: str, status: LinkStatus, backoff: Backoff) -> None:
+        """Drain the outbox to the peer, in order, until the connection ends.
+
+        Raises:
+            Transient: the peer did not take the next batch.
+            Unavailable: the store could not be read or written.
+        """
         batch = min(self._settings.federation_batch, MAX_EVENTS)
         while True:
             wakeup = self._wakeups[connection_id] = trio.Event()
@@ -262,21 +262,8 @@ class Relay:
                 with trio.move_on_after(_IDLE_POLL):
                     await wakeup.wait()
                 continue
-            try:
-                sent = await self._send(row, items)
-            except _Retry as retry:
-                status.failures += 1
-                status.last_error = retry.reason
-                delay = min(
-                    self._settings.federation_retry_max,
-                    _FIRST_RETRY * 2 ** min(status.failures - 1, 30),
-                )
-                delay = max(delay * random.uniform(0.8, 1.2), retry.after)
-                log.info(
-                    "relay to %s failed (%s); retrying in %.1f s", row.peer_url, retry.reason, delay
-                )
-                await trio.sleep(delay)
-                continue
+            sent = await self._send(row, items)
+            backoff.reset()
             status.failures = 0
             status.last_error = None
             status.last_relayed_at = now_ms()
@@ -291,7 +278,7 @@ class Relay:
         of them) to the peer; how many it took.
 
         Raises:
-            _Retry: the peer is unreachable or did not answer 200.
+            Transient: the peer is unreachable or did not answer 200.
         """
         own = {"did": self._identity.did, "name": self._own_name()}
         encoded: list[bytes] = []
@@ -309,7 +296,7 @@ class Relay:
         headers["Content-Type"] = "application/json"
         client = self._client
         if client is None:
-            raise _Retry("not running")
+            raise Transient("not running")
         try:
             answer = await exchange(
                 client,
@@ -320,7 +307,7 @@ class Relay:
                 limit=_MAX_ANSWER_BYTES,
             )
         except httpx.HTTPError as error:
-            raise _Retry(f"cannot reach the peer: {type(error).__name__}") from None
+            raise Transient(f"cannot reach the peer: {type(error).__name__}") from None
         if answer.status == 200:
             for result in _results(answer.body):
                 if result.get("status") == "refused":
@@ -337,7 +324,12 @@ class Relay:
                 after = min(float(answer.headers.get("Retry-After", "0")), 3600.0)
             except ValueError:
                 after = 0.0
-        raise _Retry(f"the peer answered {answer.status}", after)
+        raise Transient(f"the peer answered {answer.status}", after)
+
+    async def _post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._client is None:
+            raise Unavailable("federation is not running", "federation_unavailable")
+        return await post_signed(self._client, self._identity, base, path, body)
 
     def _own_name(self) -> str:
         mesh = self._accounts.mesh
@@ -369,7 +361,7 @@ class Relay:
 
         room = await self._db.read(check)
         self._shared.add(room_id)  # before the share exists: no change can slip past
-        await self._post(
+        await self._post_signed(
             row.peer_url,
             SHARE_PATH,
             {
@@ -406,7 +398,7 @@ class Relay:
             raise NotFound("this room is not shared over this connection", "share_not_found")
         if row.status == "accepted":
             body = {"connectionId": connection_id, "roomId": share.home_room_id}
-            await self._post(row.peer_url, UNSHARE_PATH, body)
+            await self._post_signed(row.peer_url, UNSHARE_PATH, body)
         await self._db.write(lambda c: repo.remove_share(c, room_id, connection_id))
         return {"ok": True, "roomId": room_id, "connectionId": connection_id}
 

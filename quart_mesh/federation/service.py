@@ -9,7 +9,6 @@ requester), one row per peer DID.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,7 +20,6 @@ from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..errors import (
-    BadGateway,
     BadRequest,
     Conflict,
     Forbidden,
@@ -36,9 +34,9 @@ from ..services.authz import Actor, authorize
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
-from .http import Answer, exchange, peer_client
+from .http import PeerError, exchange, json_object, peer_client, post_signed
 from .relay import Relay, get_connection
-from .signing import NonceCache, sign_request, verify_request
+from .signing import NonceCache, verify_request
 
 __all__ = ["Federation", "PeerError", "SignedRequest"]
 
@@ -55,13 +53,6 @@ DECLINED_PATH = "/api/connections/declined"
 DISCONNECTED_PATH = "/api/connections/disconnected"
 
 
-class PeerError(BadGateway):
-    """The peer node could not be reached (``peer_unreachable``) or refused
-    (``peer_refused``); its own errors are never passed through."""
-
-    default_code = "peer_unreachable"
-
-
 @dataclass(frozen=True, slots=True)
 class SignedRequest:
     """What the transport hands over of a node-to-node request."""
@@ -76,7 +67,9 @@ class Federation:
     """Connections with other nodes; runs in the node's nursery (:meth:`run`
     owns the outbound HTTP client)."""
 
-    def __init__(self, settings: Settings, db: Database, identity: NodeIdentity) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, identity: NodeIdentity, relay: Relay
+    ) -> None:
         self._settings = settings
         self._db = db
         self._identity = identity
@@ -84,8 +77,8 @@ class Federation:
             settings.federation_max_skew_seconds, settings.federation_max_nonces
         )
         self._client: httpx.AsyncClient | None = None
-        #: shared rooms and the relay (set by the node before :meth:`run`)
-        self.relay: Relay | None = None
+        #: shared rooms, link tasks and inbound relay (run by :meth:`run`)
+        self.relay = relay
 
     @property
     def enabled(self) -> bool:
@@ -98,8 +91,7 @@ class Federation:
             self._client = client
             try:
                 async with trio.open_nursery() as nursery:
-                    if self.relay is not None:
-                        await nursery.start(self.relay.run, client)
+                    await nursery.start(self.relay.run, client)
                     task_status.started()
                     await trio.sleep_forever()
             finally:
@@ -110,11 +102,8 @@ class Federation:
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
         rows = await self._db.read(repo.list_connections)
-        shared: dict[str, list[dict[str, Any]]] = {}
-        links: dict[str, dict[str, Any]] = {}
-        if self.relay is not None:
-            shared = await self.relay.shared_rooms()
-            links = await self.relay.link_states([row.connection_id for row in rows])
+        shared = await self.relay.shared_rooms()
+        links = await self.relay.link_states([row.connection_id for row in rows])
         listed = []
         for row in rows:
             item = to_json(row)
@@ -321,11 +310,10 @@ class Federation:
                 relay_repo.drop_shares(conn, connection_id)
 
         await self._db.write(write)
-        if self.relay is not None:
-            if status == "accepted":
-                self.relay.start_link(connection_id)
-            else:
-                self.relay.connection_ended(connection_id)
+        if status == "accepted":
+            self.relay.start_link(connection_id)
+        else:
+            self.relay.connection_ended(connection_id)
         return to_json(replace(row, status=status, updated_at=now))
 
     def _http(self) -> httpx.AsyncClient:
@@ -340,7 +328,7 @@ class Federation:
             raise PeerError(f"cannot reach {url}: {type(error).__name__}") from None
         if answer.status != 200:
             raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
-        return _json_object(answer, url)
+        return json_object(answer, url)
 
     async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST *body* to the peer at *base*, signed; its JSON answer.
@@ -348,18 +336,7 @@ class Federation:
         Raises:
             PeerError: unreachable, refused (non-2xx) or an invalid answer.
         """
-        raw = json.dumps(body, separators=(",", ":")).encode()
-        headers = sign_request(self._identity, "POST", path, raw)
-        headers["Content-Type"] = "application/json"
-        url = f"{base}{path}"
-        try:
-            answer = await exchange(self._http(), "POST", url, content=raw, headers=headers)
-        except httpx.HTTPError as error:
-            raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
-        if not 200 <= answer.status < 300:
-            code = _error_code(answer.body)
-            raise PeerError(f"the peer refused ({answer.status} {code})", "peer_refused")
-        return _json_object(answer, url)
+        return await post_signed(self._http(), self._identity, base, path, body)
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:
@@ -404,25 +381,3 @@ def _is_did(did: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _json_object(answer: Answer, url: str) -> dict[str, Any]:
-    raw = answer.body
-    if answer.truncated:
-        raise PeerError(f"{url} answered too much", "peer_invalid")
-    try:
-        data = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise PeerError(f"{url} did not answer JSON", "peer_invalid") from None
-    if not isinstance(data, dict):
-        raise PeerError(f"{url} did not answer a JSON object", "peer_invalid")
-    return data
-
-
-def _error_code(raw: bytes) -> str:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return "error"
-    code = data.get("code") if isinstance(data, dict) else None
-    return code[:64] if isinstance(code, str) and code.isascii() else "error"

@@ -2,22 +2,18 @@
 
 :class:`Realtime` is the node's component for WebSocket connections: the
 server hands it each upgrade request (:meth:`serve_websocket`), it runs a
-:class:`~quart_mesh.realtime.session.Session` on it, and on shutdown tells
+:class:`~quart_mesh.realtime.session.ProtocolSession` on it, and on shutdown tells
 every open session the node is going away.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 
-from .session import GOING_AWAY, Session
+from .session import GOING_AWAY, ProtocolSession, SessionServices
 from .transport import WebSocket
-
-if TYPE_CHECKING:
-    from ..node import Node
 
 __all__ = ["Realtime"]
 
@@ -25,24 +21,27 @@ log = logging.getLogger(__name__)
 
 
 class Realtime:
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    def __init__(self, services: SessionServices) -> None:
+        self._services = services
+        self._settings = services.settings
+        #: until the node runs, and once it stops, upgrades are refused
+        self.accepting = False
         self._scopes: dict[WebSocket, trio.CancelScope] = {}
         self._closing = False
 
     async def serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
         """Run one WebSocket connection whose request head has been read."""
-        ws = WebSocket(stream, max_message_bytes=self._node.settings.max_frame_bytes)
+        ws = WebSocket(stream, max_message_bytes=self._settings.max_frame_bytes)
         if not await ws.accept(head):
             return
-        if self._closing or not self._node.ready:
+        if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
         code, reason = 1000, ""
         with trio.CancelScope() as scope:
             self._scopes[ws] = scope
             try:
-                await Session(self._node, ws).run()
+                await ProtocolSession(self._services, ws).run()
             finally:
                 del self._scopes[ws]
         if scope.cancelled_caught:

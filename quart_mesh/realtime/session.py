@@ -1,6 +1,6 @@
 """The mesh WebSocket protocol (spec §4.17, §5.6, §6), over any transport.
 
-A :class:`Session` authenticates the first frame, subscribes its participant
+A :class:`ProtocolSession` authenticates the first frame, subscribes its participant
 to the broker, sends ``auth_ok`` and ``snapshot`` (and, on resume, the
 missed messages), then runs two tasks in its own nursery: a reader that turns
 client frames into service calls, and a writer that drains the
@@ -18,20 +18,28 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..broker import Delivery, Subscription
+from ..broker import Broker, Delivery, Subscription
 from ..errors import BadRequest, MeshError, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
-from ..services.agents import command_event
 from ..services.authz import Actor
+from ..services.commands import command_event
 from ..services.validation import cursor_number, is_client_id
 from ..store import messages as messages_repo
 from ..wire import Fields, parse_json_object
 from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..config import Settings
+    from ..security import Tokens
+    from ..services.accounts import Accounts
+    from ..services.commands import Commands
+    from ..services.messages import Messages
+    from ..services.presence import Presence
+    from ..services.rooms import Rooms
+    from ..services.world import World
+    from ..store import Database
 
-__all__ = ["Session"]
+__all__ = ["ProtocolSession", "SessionServices"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,22 @@ def _wire(event: Event | None, frame: str) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionServices:
+    """What a WebSocket session uses: the same services the REST handlers call."""
+
+    settings: Settings
+    db: Database
+    broker: Broker
+    tokens: Tokens
+    accounts: Accounts
+    presence: Presence
+    world: World
+    rooms: Rooms
+    messages: Messages
+    commands: Commands
+
+
+@dataclass(frozen=True, slots=True)
 class _Auth:
     """What ``authenticate`` established."""
 
@@ -63,11 +87,12 @@ class _Auth:
     auto_read: bool
 
 
-class Session:
-    """One authenticated client on one WebSocket."""
+class ProtocolSession:
+    """One authenticated client on one WebSocket (the protocol; the socket is
+    a :class:`~quart_mesh.realtime.transport.WebSocket`)."""
 
-    def __init__(self, node: Node, ws: WebSocket) -> None:
-        self.node = node
+    def __init__(self, services: SessionServices, ws: WebSocket) -> None:
+        self.node = services
         self.ws = ws
         self.actor: Actor | None = None
         self._auto_read = True
@@ -193,7 +218,7 @@ class Session:
                 )
         # commands that waited for this agent; live ones already queued are skipped
         sent: set[str] = set()
-        for command in await self.node.agents.pending_commands(actor.participant_id):
+        for command in await self.node.commands.pending_commands(actor.participant_id):
             issued = command_event(command)
             if not await sub.put(issued, issued.frame):
                 return
@@ -267,7 +292,7 @@ class Session:
 
     async def _mark_delivered(self, command_ids: list[str]) -> None:
         try:
-            await self.node.agents.mark_delivered(command_ids)
+            await self.node.commands.mark_delivered(command_ids)
         except MeshError:  # the store is unavailable: they are delivered again next time
             log.warning("could not mark commands %s delivered", command_ids)
 
@@ -374,7 +399,7 @@ class Session:
         await self.node.world.mark_room_read(actor, f.req_str("roomId"), cursor)
 
     async def _command_result(self, actor: Actor, f: Fields) -> None:
-        await self.node.agents.complete_command(
+        await self.node.commands.complete_command(
             actor,
             f.req_str("commandId"),
             ok=f.opt_bool("ok") is not False,

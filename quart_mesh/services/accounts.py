@@ -26,7 +26,7 @@ from .validation import check_description, check_name, check_password, check_roo
 
 __all__ = [
     "Accounts",
-    "Session",
+    "SignedIn",
     "check_mesh_name",
     "check_registration_mode",
     "check_visibility",
@@ -64,7 +64,7 @@ def check_registration_mode(registration_mode: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
+class SignedIn:
     """A participant and a fresh token for it."""
 
     participant: Participant
@@ -153,7 +153,7 @@ class Accounts:
         visibility: str = "public",
         registration_mode: str = "open",
         default_room_name: str = DEFAULT_ROOM_NAME,
-    ) -> Session:
+    ) -> SignedIn:
         """Create the owner, the mesh configuration and the mesh's default
         room (the owner its first member), in one transaction. Allowed once.
 
@@ -202,7 +202,7 @@ class Accounts:
         self._mesh = mesh
         return self._session(owner)
 
-    async def register(self, name: str, password: str, *, address: str | None = None) -> Session:
+    async def register(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
         """Register a human participant with role ``member``; *address* is the
         client's (rate-limited per address).
 
@@ -227,7 +227,7 @@ class Accounts:
         await self._db.write(lambda conn: self._insert(conn, participant, password_hash))
         return self._session(participant)
 
-    async def login(self, name: str, password: str, *, address: str | None = None) -> Session:
+    async def login(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
         """Log in; *address* is the client's.
 
         Raises:
@@ -247,7 +247,7 @@ class Accounts:
             raise Unauthorized("wrong name or password", "invalid_credentials")
         return self._session(participant)
 
-    async def guest(self, name: str | None = None, *, address: str | None = None) -> Session:
+    async def guest(self, name: str | None = None, *, address: str | None = None) -> SignedIn:
         """A guest (role ``spectator``) on a public mesh; *address* is the
         client's (rate-limited per address, like registrations).
 
@@ -273,7 +273,7 @@ class Accounts:
         role: str,
         description: str,
         also: Callable[[Connection, Participant], None],
-    ) -> Session:
+    ) -> SignedIn:
         """Create a bot participant (kind ``bot``) and, in the same transaction,
         run ``also(conn, participant)`` (the agent's own record).
 
@@ -435,10 +435,10 @@ class Accounts:
         except IntegrityError:
             raise Conflict("that name is taken", "name_taken") from None
 
-    def _session(self, participant: Participant, ttl: int | None = None) -> Session:
+    def _session(self, participant: Participant, ttl: int | None = None) -> SignedIn:
         token = self._tokens.issue(
             participant.participant_id,
             participant.kind,
             self._settings.token_ttl_seconds if ttl is None else ttl,
         )
-        return Session(participant, token)
+        return SignedIn(participant, token)

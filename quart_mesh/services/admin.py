@@ -20,26 +20,26 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import trio
 from sqlalchemy.engine import Connection
 
 from .._version import __version__
-from ..config import RATE_RULES, Rate, RateLimits, check_role_multipliers, parse_rate
+from ..broker import Broker
+from ..config import RATE_RULES, Rate, RateLimits, Settings, check_role_multipliers, parse_rate
 from ..errors import BadRequest, ConfigError, Forbidden
 from ..ids import is_ulid
 from ..models import MeshConfig
+from ..store import Database
 from ..store import admin as repo
 from ..store import rooms as rooms_repo
 from .accounts import Accounts, check_mesh_name, check_registration_mode, check_visibility
 from .authz import Actor, authorize
+from .presence import Presence
 from .validation import check_description
-
-if TYPE_CHECKING:
-    from ..node import Node
 
 __all__ = ["RULE_FIELDS", "Admin", "RateOverrides"]
 
@@ -122,11 +122,23 @@ class RateOverrides:
 class Admin:
     """Statistics, the setup checklist and the mesh settings of *node*."""
 
-    def __init__(self, node: Node, accounts: Accounts) -> None:
-        self._node = node
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        accounts: Accounts,
+        presence: Presence,
+        broker: Broker,
+        sessions: Callable[[], int],
+    ) -> None:
+        self._settings = settings
+        self._db = db
         self._accounts = accounts
-        self._db = node.db
-        self._settings = node.settings
+        self._presence = presence
+        self._broker = broker
+        #: how many WebSocket sessions are open (the realtime component knows)
+        self._sessions = sessions
+        self._started_at = time.monotonic()
         self._rate = accounts.rate_limits
         self._overrides = RateOverrides()
         #: one settings change at a time (each builds on the one before)
@@ -147,22 +159,20 @@ class Admin:
         """
         authorize(actor, "admin.stats")
         counts = await self._db.read(repo.count_everything)
-        node = self._node
         by_kind = counts.participants
-        started = node.started_at
         return {
             "participants": {
                 "total": sum(by_kind.values()),
                 "humans": by_kind.get("human", 0),
                 "bots": by_kind.get("bot", 0),
                 "guests": by_kind.get("guest", 0),
-                "online": len(node.presence.online()),
+                "online": len(self._presence.online()),
             },
             "rooms": counts.rooms.get("room", 0),
             "dms": counts.rooms.get("dm", 0),
             "messages": counts.messages,
-            "websocketSessions": node.realtime.sessions,
-            "broker": node.broker.statistics().to_json(),
+            "websocketSessions": self._sessions(),
+            "broker": self._broker.statistics().to_json(),
             "models": {
                 "requests": counts.model_requests,
                 "errors": counts.model_errors,
@@ -170,7 +180,7 @@ class Admin:
                 "completionTokens": counts.completion_tokens,
             },
             "rateLimits": self._rate.statistics(),
-            "uptime": 0.0 if started is None else round(time.monotonic() - started, 3),
+            "uptime": round(time.monotonic() - self._started_at, 3),
             "version": __version__,
         }
 
@@ -183,7 +193,7 @@ class Admin:
         authorize(actor, "admin.stats")
         mesh = self._accounts.mesh
         counts = await self._db.read(repo.count_everything)
-        online = self._node.presence.online()
+        online = self._presence.online()
         steps = [
             ("owner_created", "Create the owner account", mesh is not None),
             ("mesh_named", "Name the mesh", mesh is not None and bool(mesh.name)),
@@ -288,7 +298,7 @@ class Admin:
         """Close every guest's sessions; their tokens are refused from now on
         (``Accounts.authenticate``)."""
         ended = sum(
-            self._node.broker.disconnect(guest, "revoked")
+            self._broker.disconnect(guest, "revoked")
             for guest in await self._db.read(repo.guest_ids)
         )
         log.info("the mesh is private now: %d guest session(s) closed", ended)

@@ -8,22 +8,18 @@ permission checks.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection
 
-from ..bots.supervisor import ManagedBot, Supervisor
-from ..broker import Broker
 from ..config import Settings
-from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited
-from ..events import CommandIssued
-from ..ids import is_ulid, new_id
-from ..models import Participant, iso, now_ms
+from ..errors import BadRequest, Forbidden, NotFound
+from ..ids import is_ulid
+from ..models import Participant, now_ms
 from ..store import Database
 from ..store import agents as repo
 from ..store import messages as messages_repo
@@ -32,7 +28,7 @@ from .accounts import Accounts
 from .authz import Actor, authorize, priority_of
 from .webhooks import Webhooks, is_private_address
 
-__all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped", "command_json"]
+__all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped", "BotRunner", "BotSpec"]
 
 _COMMAND_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
@@ -65,37 +61,32 @@ class Bootstrapped:
         return body
 
 
-def command_json(command: repo.CommandRow) -> dict[str, Any]:
-    """A command as ``GET /api/agents/:id/commands/:commandId`` shows it."""
-    if command.completed_at is not None:
-        status = "completed" if command.ok else "failed"
-    else:
-        status = "delivered" if command.delivered_at is not None else "pending"
-    return {
-        "commandId": command.command_id,
-        "agentId": command.agent_id,
-        "command": command.command,
-        "args": command.args,
-        "sentBy": command.sent_by,
-        "status": status,
-        "createdAt": iso(command.created_at),
-        "deliveredAt": iso(command.delivered_at),
-        "completedAt": iso(command.completed_at),
-        "ok": command.ok,
-        "result": command.result,
-    }
+@dataclass(frozen=True, slots=True)
+class BotSpec:
+    """A managed bot to run: what its process is started with."""
+
+    agent_id: str
+    name: str
+    bot_type: str
+    model: str | None
+    rooms: tuple[str, ...]
+    #: spawned with an API key, which the node keeps only in memory
+    needs_key: bool
+    api_key: str | None = field(default=None, repr=False)
+    #: the last message cursor it acknowledged (its next start resumes after it)
+    cursor: str | None = None
 
 
-def command_event(command: repo.CommandRow) -> CommandIssued:
-    return CommandIssued(
-        None,
-        command_id=command.command_id,
-        agent_id=command.agent_id,
-        command=command.command,
-        args=command.args,
-        sent_by=command.sent_by,
-        created_at=command.created_at,
-    )
+class BotRunner(Protocol):
+    """What runs managed bots (``bots.supervisor.Supervisor``)."""
+
+    def launch(self, spec: BotSpec) -> None: ...
+
+    def stop(self, agent_id: str) -> None: ...
+
+    def state(self, agent_id: str) -> dict[str, Any] | None:
+        """``status``, ``restarts`` and ``detail`` of a bot it runs, or None."""
+        ...
 
 
 class Agents:
@@ -103,17 +94,15 @@ class Agents:
         self,
         settings: Settings,
         db: Database,
-        broker: Broker,
         accounts: Accounts,
-        supervisor: Supervisor,
+        bots: BotRunner,
         webhooks: Webhooks,
     ) -> None:
         self._settings = settings
         self._webhooks = webhooks
         self._db = db
-        self._broker = broker
         self._accounts = accounts
-        self._supervisor = supervisor
+        self._bots = bots
 
     async def spawn(
         self,
@@ -166,8 +155,8 @@ class Agents:
 
         session = await self._accounts.create_bot(name, bot_type, role, "", record)
         participant = session.participant
-        self._supervisor.launch(
-            ManagedBot(
+        self._bots.launch(
+            BotSpec(
                 participant.participant_id,
                 participant.name,
                 bot_type,
@@ -275,8 +264,7 @@ class Agents:
         if not managed:
             webhook = self._webhooks.states.get(agent_id)
             return {"webhook": webhook.to_json()} if webhook else {}
-        bot = self._supervisor.bots.get(agent_id)
-        return bot.to_json() if bot else {"status": "stopped", "restarts": 0, "detail": None}
+        return self._bots.state(agent_id) or {"status": "stopped", "restarts": 0, "detail": None}
 
     async def delete(self, actor: Actor, agent_id: str) -> None:
         """Remove an agent (admin and above): its token stops working at once and
@@ -290,123 +278,8 @@ class Agents:
         if not await self._db.read(lambda conn: repo.is_agent(conn, agent_id)):
             raise NotFound("no such agent", "agent_not_found")
         await self._accounts.delete_participant(actor, agent_id)
-        self._supervisor.stop(agent_id)
+        self._bots.stop(agent_id)
         self._webhooks.stop(agent_id)
-
-    # commands ---------------------------------------------------------------
-
-    async def send_command(
-        self, actor: Actor, agent_id: str, command: str, args: Any = None
-    ) -> repo.CommandRow:
-        """Queue a structured command for an agent and deliver it if it is
-        connected (WebSocket ``command`` event); otherwise its next poll,
-        WebSocket connection or webhook delivery takes it.
-
-        Admins may command any agent; whoever registered a bot may command it.
-
-        Raises:
-            NotFound: no such agent.
-            Forbidden: neither an admin nor the bot's creator.
-            BadRequest: a malformed command name or args.
-            RateLimited: too many commands are waiting for this agent.
-        """
-        if not is_ulid(agent_id):
-            raise NotFound("no such agent", "agent_not_found")
-        found, creator = await self._db.read(lambda conn: repo.agent_creator(conn, agent_id))
-        if not found:
-            raise NotFound("no such agent", "agent_not_found")
-        authorize(actor, "agents.command", owner_id=creator)
-        if not isinstance(command, str) or not _COMMAND_NAME.fullmatch(command):
-            raise BadRequest(
-                "command must be 1 to 64 characters: a-z first, then a-z 0-9 _ . -",
-                "invalid_command",
-            )
-        args = {} if args is None else args
-        if not isinstance(args, dict):
-            raise BadRequest("args must be a JSON object", "invalid_field")
-        self._check_size(args, "args")
-        limits = self._settings.limits
-        row = repo.CommandRow(new_id(), agent_id, command, args, actor.participant_id, now_ms())
-
-        def store(conn: Connection) -> None:
-            if repo.count_pending(conn, agent_id) >= limits.max_pending_commands:
-                raise RateLimited(
-                    f"{limits.max_pending_commands} commands are already waiting for this agent",
-                    retry_after=10,
-                    code="too_many_commands",
-                )
-            repo.insert_command(conn, row)
-
-        await self._db.write(
-            store, then=lambda _: self._broker.send_to(agent_id, command_event(row))
-        )
-        return row
-
-    async def take_commands(self, actor: Actor) -> list[repo.CommandRow]:
-        """The caller's undelivered commands, now marked delivered (a poll)."""
-        pending = await self._db.read(
-            lambda conn: repo.pending_commands(conn, actor.participant_id, 100)
-        )
-        if pending:
-            await self.mark_delivered([c.command_id for c in pending])
-        return pending
-
-    async def pending_commands(self, agent_id: str) -> list[repo.CommandRow]:
-        """Undelivered commands of *agent_id*, oldest first (not marked)."""
-        return await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 100))
-
-    async def mark_delivered(self, command_ids: list[str]) -> None:
-        at = now_ms()
-        await self._db.write(lambda conn: repo.mark_delivered(conn, command_ids, at))
-
-    async def complete_command(
-        self, actor: Actor, command_id: str, *, ok: bool, result: Any = None
-    ) -> repo.CommandRow:
-        """The agent answers one of its commands (once).
-
-        Raises:
-            NotFound: no such command for this agent.
-            Conflict: already answered.
-            BadRequest: the result is too large.
-        """
-        self._check_size(result, "result")
-
-        def store(conn: Connection) -> repo.CommandRow:
-            command = repo.get_command(conn, command_id) if is_ulid(command_id) else None
-            if command is None or command.agent_id != actor.participant_id:
-                raise NotFound("no such command for you", "command_not_found")
-            if command.completed_at is not None:
-                raise Conflict("this command was already answered", "already_answered")
-            repo.complete_command(conn, command_id, ok=ok, result=result, at=now_ms())
-            answered = repo.get_command(conn, command_id)
-            assert answered is not None
-            return answered
-
-        return await self._db.write(store)
-
-    async def get_command(self, actor: Actor, agent_id: str, command_id: str) -> repo.CommandRow:
-        """A command's state and answer, for whoever may command that agent.
-
-        Raises:
-            NotFound: no such command for that agent.
-            Forbidden: may not command that agent.
-        """
-
-        def read(conn: Connection) -> tuple[repo.CommandRow | None, str | None]:
-            command = repo.get_command(conn, command_id) if is_ulid(command_id) else None
-            return command, repo.agent_creator(conn, agent_id)[1]
-
-        command, creator = await self._db.read(read)
-        if command is None or command.agent_id != agent_id:
-            raise NotFound("no such command", "command_not_found")
-        if actor.participant_id != agent_id:
-            authorize(actor, "agents.command", owner_id=creator)
-        return command
-
-    def _check_size(self, value: Any, name: str) -> None:
-        limit = self._settings.limits.max_command_bytes
-        if len(json.dumps(value).encode()) > limit:
-            raise PayloadTooLarge(f"{name} must be at most {limit} bytes of JSON", "too_large")
 
 
 def _check_url(url: str, private_ok: bool) -> None:

@@ -231,11 +231,16 @@ _BUILTIN_ROLE_OBJECTS: Final = {name: Role(name, p) for name, p in BUILTIN_ROLES
 
 class Policy:
     """The node's roles and room rules (a mirror of the store, kept current by
-    the services that change them); :func:`authorize` consults it."""
+    the services that change them); :func:`authorize` consults it.
+
+    Copy-on-write: a change builds new mappings and swaps them in, never
+    mutating one in place, so that :func:`authorize` may also run in the
+    store's worker threads (inside a unit of work) while the event loop
+    changes the policy."""
 
     def __init__(self) -> None:
         self.roles: dict[str, Role] = dict(_BUILTIN_ROLE_OBJECTS)
-        self._overrides: dict[str, list[Override]] = {}
+        self._overrides: dict[str, tuple[Override, ...]] = {}
         self.presets: dict[str, str] = {}
 
     def load(
@@ -244,49 +249,49 @@ class Policy:
         overrides: Iterable[Override],
         presets: Iterable[tuple[str, str]],
     ) -> None:
-        self.roles = dict(_BUILTIN_ROLE_OBJECTS)
+        roles = dict(_BUILTIN_ROLE_OBJECTS)
         for role in custom_roles:
-            self.roles[role.name] = role
-        self._overrides = {}
+            roles[role.name] = role
+        by_room: dict[str, tuple[Override, ...]] = {}
         for override in overrides:
-            self._overrides.setdefault(override.room_id, []).append(override)
-        self.presets = dict(presets)
+            by_room[override.room_id] = (*by_room.get(override.room_id, ()), override)
+        self.roles, self._overrides, self.presets = roles, by_room, dict(presets)
 
     # changes (after they are stored) ------------------------------------------
 
     def put_role(self, role: Role, *, replacing: str | None = None) -> None:
+        roles = dict(self.roles)
         if replacing is not None:
-            self.roles.pop(replacing, None)
-        self.roles[role.name] = role
+            roles.pop(replacing, None)
+        roles[role.name] = role
+        self.roles = roles
 
     def drop_role(self, name: str) -> None:
-        if name not in BUILTIN_ROLES:
-            self.roles.pop(name, None)
+        if name not in BUILTIN_ROLES and name in self.roles:
+            self.roles = {k: v for k, v in self.roles.items() if k != name}
 
     def add_override(self, override: Override) -> None:
-        rules = self._overrides.setdefault(override.room_id, [])
-        rules[:] = [
+        key = (override.target_type, override.target, override.permission)
+        rules = tuple(
             o
-            for o in rules
-            if (o.target_type, o.target, o.permission)
-            != (override.target_type, override.target, override.permission)
-        ]
-        rules.append(override)
+            for o in self._overrides.get(override.room_id, ())
+            if (o.target_type, o.target, o.permission) != key
+        )
+        self._overrides = {**self._overrides, override.room_id: (*rules, override)}
 
     def remove_override(self, room_id: str, override_id: str) -> None:
-        rules = self._overrides.get(room_id, [])
-        rules[:] = [o for o in rules if o.override_id != override_id]
+        rules = tuple(o for o in self._overrides.get(room_id, ()) if o.override_id != override_id)
+        self._overrides = {**self._overrides, room_id: rules}
 
     def set_preset(self, room_id: str, preset: str | None) -> None:
         if preset is None:
-            self.presets.pop(room_id, None)
-            self._overrides.pop(room_id, None)
+            self.forget_room(room_id)
         else:
-            self.presets[room_id] = preset
+            self.presets = {**self.presets, room_id: preset}
 
     def forget_room(self, room_id: str) -> None:
-        self.presets.pop(room_id, None)
-        self._overrides.pop(room_id, None)
+        self.presets = {k: v for k, v in self.presets.items() if k != room_id}
+        self._overrides = {k: v for k, v in self._overrides.items() if k != room_id}
 
     # questions ----------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from ..security import Tokens
 from ..store import Database
 from ..store import agents as agents_repo
 from ..store import identity_keys as repo
-from .accounts import Accounts, Session
+from .accounts import Accounts, SignedIn
 from .authz import Actor, authorize
 from .validation import check_name
 
@@ -83,7 +83,7 @@ class _Slot:
 class DidLogin:
     """A session from ``POST /api/identity/verify``; *created* if it registered."""
 
-    session: Session
+    session: SignedIn
     created: bool
 
     def to_json(self) -> dict[str, Any]:
@@ -315,14 +315,14 @@ class DidAuth:
             return DidLogin(self._session(participant), created=False)
         return DidLogin(session, created=True)
 
-    def _session(self, participant: Participant) -> Session:
+    def _session(self, participant: Participant) -> SignedIn:
         settings = self._settings
         ttl = {
             "bot": settings.bot_token_ttl_seconds,
             "guest": settings.guest_token_ttl_seconds,
         }.get(participant.kind, settings.token_ttl_seconds)
         token = self._tokens.issue(participant.participant_id, participant.kind, ttl)
-        return Session(participant, token)
+        return SignedIn(participant, token)
 
     # encrypted keys -------------------------------------------------------------
 

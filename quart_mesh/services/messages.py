@@ -6,7 +6,7 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
@@ -90,6 +90,24 @@ def parse_cursor(conn: Connection, room_id: str, value: str, field: str) -> int:
     )
 
 
+class SharedRooms:
+    """The rooms whose changes may have to be relayed to other nodes: a
+    superset (the store has the last word), kept by the federation relay.
+
+    Copy-on-write: :attr:`current` is an immutable snapshot, replaced whole
+    on change, so a unit of work reads it safely in the store's worker thread.
+    """
+
+    def __init__(self) -> None:
+        self.current: frozenset[str] = frozenset()
+
+    def add(self, *room_ids: str) -> None:
+        self.current = self.current.union(room_ids)
+
+    def __contains__(self, room_id: object) -> bool:
+        return room_id in self.current
+
+
 class Messages:
     def __init__(
         self,
@@ -97,14 +115,13 @@ class Messages:
         limits: Limits,
         broker: Broker,
         rate_limits: RateLimiter | None = None,
+        shared_rooms: SharedRooms | None = None,
     ) -> None:
         self._db = db
         self._limits = limits
         self._broker = broker
         self._rate = rate_limits or RateLimiter()
-        #: rooms whose changes may have to be relayed to other nodes (set by the
-        #: federation relay; a superset: the store has the last word)
-        self.federated_rooms: Container[str] = frozenset()
+        self._shared = shared_rooms or SharedRooms()
 
     def typing(self, actor: Actor, room_id: str) -> None:
         """Tell the room's other members the actor is typing (rate-limited,
@@ -534,7 +551,7 @@ class Messages:
             via = source.connection_id
             if mark:
                 relay_repo.mark_applied(conn, source.connection_id, source.seq)
-        if room_id in self.federated_rooms:
+        if room_id in self._shared.current:
             relay_repo.record(conn, room_id, kind, body, by, via=via)
 
     def _record_reaction(

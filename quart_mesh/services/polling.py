@@ -24,8 +24,8 @@ from ..models import Message
 from ..store import Database
 from ..store import messages as messages_repo
 from ..store.agents import CommandRow
-from .agents import Agents, command_event
 from .authz import Actor, authorize
+from .commands import Commands, command_event
 from .presence import Presence
 from .validation import cursor_number
 from .world import World
@@ -56,14 +56,14 @@ class Polling:
         broker: Broker,
         presence: Presence,
         world: World,
-        agents: Agents,
+        commands: Commands,
     ) -> None:
         self._settings = settings
         self._db = db
         self._broker = broker
         self._presence = presence
         self._world = world
-        self._agents = agents
+        self._commands = commands
 
     async def poll(
         self,
@@ -137,7 +137,7 @@ class Polling:
         for message in result.messages:
             reads[message.room_id] = max(reads.get(message.room_id, 0), message.seq)
         await self._world.mark_read(actor, reads)
-        commands = await self._agents.take_commands(actor) if actor.kind == "bot" else []
+        commands = await self._commands.take_commands(actor) if actor.kind == "bot" else []
         return PollResult(result.messages, result.cursor, tuple(commands))
 
 

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -21,6 +22,7 @@ from ..broker import Broker
 from ..errors import Unavailable
 from ..events import Presence as PresenceEvent
 from ..models import Participant, now_ms
+from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo
 
@@ -90,13 +92,16 @@ class Presence:
                 if self._nursery is not None:
                     self._nursery.start_soon(self._offline_after_grace, participant_id)
                 else:
-                    with trio.CancelScope(shield=True):
+                    # the node is stopping: nobody is left to tell if the store is gone
+                    with trio.CancelScope(shield=True), contextlib.suppress(Unavailable):
                         await self._went_offline(participant_id)
 
     async def _offline_after_grace(self, participant_id: str) -> None:
         await trio.sleep(self._grace)
         if not self._connected(participant_id):
-            await self._went_offline(participant_id)
+            await retrying(
+                f"recording {participant_id} offline", partial(self._went_offline, participant_id)
+            )
 
     async def _went_offline(self, participant_id: str) -> None:
         at = now_ms()
@@ -108,7 +113,6 @@ class Presence:
                     PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
                 )
 
-        with contextlib.suppress(Unavailable):  # the node is stopping: nobody is left to tell
-            await self._db.write(
-                lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
-            )
+        await self._db.write(
+            lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
+        )

@@ -35,16 +35,17 @@ import trio
 
 from ..broker import Broker
 from ..config import Settings
-from ..errors import MeshError
+from ..errors import MeshError, Transient
 from ..events import CommandIssued, MessagePosted
 from ..models import Message, now_ms
+from ..retry import Backoff, retrying
 from ..store import Database
 from ..store import agents as repo
 from ..store import messages as messages_repo
+from .commands import Commands, command_event
 
 if TYPE_CHECKING:
     from .accounts import Accounts
-    from .agents import Agents
     from .authz import Actor
     from .messages import Messages
 
@@ -98,10 +99,6 @@ class WebhookState:
         }
 
 
-class _Retry(Exception):
-    """This attempt failed in a way worth trying again."""
-
-
 class Webhooks:
     """Runs in the node's nursery (:meth:`run`): one delivery task per webhook bot."""
 
@@ -112,13 +109,14 @@ class Webhooks:
         broker: Broker,
         accounts: Accounts,
         messages: Messages,
+        commands: Commands,
     ) -> None:
         self._settings = settings
         self._db = db
         self._broker = broker
         self._accounts = accounts
         self._messages = messages
-        self.agents: Agents | None = None  # set by the node (commands are answered through it)
+        self._commands = commands
         self.states: dict[str, WebhookState] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
@@ -163,24 +161,32 @@ class Webhooks:
         state = self.states[agent_id]
         with scope:
             try:
-                while True:
-                    # subscribe before reading the queue: nothing slips in between
-                    with self._broker.subscribe(agent_id, capacity=256) as sub:
-                        if not await self._drain(agent_id, state):
-                            if agent_id not in self._scopes:
-                                return
-                            state.status = "idle"
-                            while not any(
-                                isinstance(event, (MessagePosted, CommandIssued))
-                                for event, _ in await sub.get_batch()
-                            ):
-                                if sub.failed is not None:
-                                    break
-                            if sub.failed == "removed":
-                                return
+                await retrying(
+                    f"webhook delivery to bot {agent_id}",
+                    partial(self._follow, agent_id, state),
+                    logger=log,
+                )
             finally:
                 state.status = "stopped"
                 self._scopes.pop(agent_id, None)
+
+    async def _follow(self, agent_id: str, state: WebhookState) -> None:
+        """Deliver what is waiting, then wait for more, until the bot is gone."""
+        while True:
+            # subscribe before reading the queue: nothing slips in between
+            with self._broker.subscribe(agent_id, capacity=256) as sub:
+                if not await self._drain(agent_id, state):
+                    if agent_id not in self._scopes:
+                        return
+                    state.status = "idle"
+                    while not any(
+                        isinstance(event, (MessagePosted, CommandIssued))
+                        for event, _ in await sub.get_batch()
+                    ):
+                        if sub.failed is not None:
+                            break
+                    if sub.failed == "removed":
+                        return
 
     async def _drain(self, agent_id: str, state: WebhookState) -> bool:
         """Deliver everything waiting; False if there was nothing (or the bot is gone)."""
@@ -219,17 +225,15 @@ class Webhooks:
     async def _deliver_command(
         self, target: repo.WebhookTarget, command: repo.CommandRow, state: WebhookState
     ) -> None:
-        from .agents import command_event
-
         answer = await self._post_until_done(
             target, command_event(command).to_json(), "command", command.command_id, state
         )
         await self._db.write(lambda conn: repo.mark_delivered(conn, [command.command_id], now_ms()))
         if isinstance(answer, dict) and ("ok" in answer or "result" in answer):
             actor = await self._accounts.actor_of(target.agent_id)
-            if actor is not None and self.agents is not None:
+            if actor is not None and True:
                 try:
-                    await self.agents.complete_command(
+                    await self._commands.complete_command(
                         actor,
                         command.command_id,
                         ok=answer.get("ok") is not False,
@@ -275,19 +279,21 @@ class Webhooks:
             "X-Mesh-Delivery": delivery_id,
             "X-Mesh-Agent": target.agent_id,
         }
-        backoff = min(_BACKOFF_START, self._settings.webhook_max_backoff)
-        while True:
-            try:
-                answer = await self._attempt(target, body, headers, state)
-            except _Retry as error:
-                state.failed_attempts += 1
-                state.status, state.last_error = "retrying", str(error)
-                log.info("webhook %s: %s; retrying in %.0f s", target.agent_id, error, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, self._settings.webhook_max_backoff)
-                continue
-            state.status = "delivering"
-            return answer
+        cap = self._settings.webhook_max_backoff
+
+        def failed(error: Exception, _delay: float) -> None:
+            state.failed_attempts += 1
+            state.status, state.last_error = "retrying", str(error)
+
+        answer = await retrying(
+            f"webhook to bot {target.agent_id}",
+            partial(self._attempt, target, body, headers, state),
+            backoff=Backoff(min(_BACKOFF_START, cap), cap),
+            on_failure=failed,
+            logger=log,
+        )
+        state.status = "delivering"
+        return answer
 
     async def _attempt(
         self,
@@ -296,24 +302,29 @@ class Webhooks:
         headers: dict[str, str],
         state: WebhookState,
     ) -> Any:
-        url, extensions = target.url, dict[str, Any]()
-        if not target.private_ok and not self._settings.webhook_allow_private:
-            url, host, extensions = await _pin_public(target.url)
-            headers = {**headers, "Host": host}
+        deadline = self._settings.webhook_timeout
         try:
-            async with self._client.stream(
-                "POST", url, content=body, headers=headers, extensions=extensions
-            ) as response:
-                raw = b""
-                async for chunk in response.aiter_bytes():
-                    raw += chunk
-                    if len(raw) > _MAX_ANSWER_BYTES:
-                        break
+            # one deadline for the whole attempt: resolving, connecting, sending, the answer
+            with trio.fail_after(deadline):
+                url, extensions = target.url, dict[str, Any]()
+                if not target.private_ok and not self._settings.webhook_allow_private:
+                    url, host, extensions = await _pin_public(target.url)
+                    headers = {**headers, "Host": host}
+                async with self._client.stream(
+                    "POST", url, content=body, headers=headers, extensions=extensions
+                ) as response:
+                    raw = b""
+                    async for chunk in response.aiter_bytes():
+                        raw += chunk
+                        if len(raw) > _MAX_ANSWER_BYTES:
+                            break
+        except trio.TooSlowError:
+            raise Transient(f"no answer within {deadline:g} s") from None
         except httpx.HTTPError as error:
-            raise _Retry(f"{type(error).__name__}: {error}"[:300]) from None
+            raise Transient(f"{type(error).__name__}: {error}"[:300]) from None
         status = response.status_code
         if status >= 500 or status in _RETRY_STATUSES:
-            raise _Retry(f"the receiver answered {status}")
+            raise Transient(f"the receiver answered {status}")
         if not 200 <= status < 300:
             state.rejected += 1
             state.last_error = f"the receiver refused an event ({status})"
@@ -344,7 +355,7 @@ async def _pin_public(url: str) -> tuple[str, str, dict[str, Any]]:
     extensions that keep the name for SNI and certificate checks.
 
     Raises:
-        _Retry: the name does not resolve, or resolves to a private address.
+        Transient: the name does not resolve, or resolves to a private address.
     """
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -352,10 +363,10 @@ async def _pin_public(url: str) -> tuple[str, str, dict[str, Any]]:
     try:
         infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except OSError as error:
-        raise _Retry(f"cannot resolve {host}: {error}") from None
+        raise Transient(f"cannot resolve {host}: {error}") from None
     addresses = [str(info[4][0]) for info in infos]
     if not addresses or any(is_private_address(a) for a in addresses):
-        raise _Retry(
+        raise Transient(
             f"{host} is a private address; only bots an admin registers may use one "
             "(or set MESH_WEBHOOK_ALLOW_PRIVATE)"
         )

@@ -15,6 +15,7 @@ from ..broker import Broker
 from ..errors import BadRequest
 from ..events import ParticipantMoved, RoomRead
 from ..models import now_ms
+from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import messages as messages_repo
@@ -43,14 +44,27 @@ class World:
             rooms[room_id] = seq
 
     async def flush_reads(self) -> None:
+        """Write the noted read positions. If the store fails, they are kept
+        (merged with those noted meanwhile) for the next flush.
+
+        Raises:
+            Unavailable: the store could not take them.
+        """
         pending, self._unflushed = self._unflushed, {}
-        if pending:
+        if not pending:
+            return
 
-            def write(conn: Connection) -> None:
-                for participant_id, reads in pending.items():
-                    repo.advance_reads(conn, participant_id, reads)
+        def write(conn: Connection) -> None:
+            for participant_id, reads in pending.items():
+                repo.advance_reads(conn, participant_id, reads)
 
+        try:
             await self._db.write(write)
+        except BaseException:
+            for participant_id, reads in pending.items():
+                for room_id, seq in reads.items():
+                    self.note_read(participant_id, room_id, seq)
+            raise
 
     async def run(
         self,
@@ -58,12 +72,13 @@ class World:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Write noted read positions every *interval* seconds. The node
-        flushes once more after its writer stops, so a clean shutdown loses none."""
+        """Write noted read positions every *interval* seconds (retrying while
+        the store is unavailable). The node flushes once more after its writer
+        stops, so a clean shutdown loses none."""
         task_status.started()
         while True:
             await trio.sleep(interval)
-            await self.flush_reads()
+            await retrying("saving read positions", self.flush_reads)
 
     async def snapshot(self, actor: Actor) -> dict[str, Any]:
         """Rooms the actor can see (ordinary rooms and its DMs) and every

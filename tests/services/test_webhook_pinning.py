@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from quart_mesh.services.webhooks import _pin_public, _Retry
+from quart_mesh.errors import Transient
+from quart_mesh.services.webhooks import _pin_public
 
 
 class Rebinding:
@@ -36,7 +37,7 @@ async def test_the_checked_address_is_the_one_connected_to() -> None:
         assert host == "hooks.example:8443"
         assert extensions == {"sni_hostname": "hooks.example"}  # TLS still checks the name
         # the next resolution says loopback: refused, not connected to
-        with pytest.raises(_Retry, match="private address"):
+        with pytest.raises(Transient, match="private address"):
             await _pin_public("http://hooks.example/in")
     finally:
         trio.socket.set_custom_hostname_resolver(previous)
@@ -45,7 +46,7 @@ async def test_the_checked_address_is_the_one_connected_to() -> None:
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/x", "http://localhost/x", "http://[::1]/x"])
 async def test_private_addresses_are_refused(url: str) -> None:
-    with pytest.raises(_Retry, match="private address"):
+    with pytest.raises(Transient, match="private address"):
         await _pin_public(url)
 
 
