@@ -2,12 +2,17 @@
 
 Test rules (as trio-websocket writes them at the top of its tests):
 loopback only, port 0, no sleeps to wait for state, a time cap on every test.
+
+Waiting, in order of preference: for a frame (:meth:`Socket.expect`); for a
+marker that comes after whatever must not have happened (:meth:`Socket.settle`,
+or a later message a bot or receiver handles in order); only when nothing
+announces the state, polling it with :func:`wait_for`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +82,18 @@ class Mesh:
         return list(r.json())
 
 
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], seconds: float = 20, interval: float = 0.05
+) -> None:
+    """Poll an async predicate until it is true; fail after *seconds*.
+
+    For state nothing announces (another process's work, a count in the API).
+    The one place a test sleeps to wait for state."""
+    with trio.fail_after(seconds):
+        while not await predicate():
+            await trio.sleep(interval)
+
+
 def _user(data: dict[str, Any]) -> User:
     assert set(data) >= {"participantId", "token", "name"}
     return User(data["participantId"], data["name"], data["token"])
@@ -102,6 +119,7 @@ class Socket:
     def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.seen: list[dict[str, Any]] = []
+        self._markers = 0
 
     async def send(self, **frame: Any) -> None:
         await self.ws.send_message(json.dumps(frame))
@@ -117,14 +135,38 @@ class Socket:
 
     async def expect(self, type: str, timeout: float = 5, **match: Any) -> dict[str, Any]:
         """The next frame of *type* (whose fields equal *match*), skipping others."""
+        return (await self.until(type, timeout, **match))[-1]
+
+    async def until(self, type: str, timeout: float = 5, **match: Any) -> list[dict[str, Any]]:
+        """Every frame up to and including the next one of *type* (fields *match*)."""
+        frames = []
         with trio.fail_after(timeout):
             while True:
                 frame = await self.recv(timeout)
+                frames.append(frame)
                 if frame["type"] == type and all(frame.get(k) == v for k, v in match.items()):
-                    return frame
+                    return frames
+
+    async def settle(self, timeout: float = 5) -> list[dict[str, Any]]:
+        """Every frame the node queued for this session before it read a marker.
+
+        The marker is a frame of an unknown type, answered on this session
+        alone with an ``unknown_type`` error. A session's frames go out in the
+        order they were queued, so whatever the node published to this session
+        before reading the marker arrives before its answer: a "nothing more
+        arrived" check that waits for an event, not for time to pass. It does
+        not cover what the node has yet to publish (a bot still answering, a
+        send still being stored, another session's frames still unread): wait
+        for a later event of that same source instead (or ``settle`` that
+        session first). Returns the frames without the marker's answer.
+        """
+        self._markers += 1
+        marker = f"marker-{self._markers}"
+        await self.send(type=marker)
+        return (await self.until("error", timeout, code="unknown_type", frame=marker))[:-1]
 
     async def quiet(self, seconds: float = 0.3) -> list[dict[str, Any]]:
-        """Every frame that arrives within *seconds*."""
+        """Every frame that arrives within *seconds* (prefer :meth:`settle`)."""
         frames = []
         with trio.move_on_after(seconds):
             while True:
