@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from quart_mesh import Settings
 from quart_mesh.config import ModelConfig
-from tests.e2e.test_agents import wait_for
-from tests.helpers import Mesh, User, connect
+from tests.helpers import Mesh, User, connect, wait_for
 from tests.upstream import Upstream
 
 
@@ -51,6 +49,23 @@ async def in_room(mesh: Mesh, owner: User, room_id: str, *agent_ids: str) -> Non
     await wait_for(joined)
 
 
+async def status(mesh: Mesh, owner: User, agent_id: str) -> dict[str, Any]:
+    """The bot's answer to a ``status`` command (sent after every event before it)."""
+    r = await mesh.http.post(
+        f"/api/agents/{agent_id}/command", json={"command": "status"}, headers=owner.headers
+    )
+    assert r.status_code == 202, r.text
+    url = f"/api/agents/{agent_id}/commands/{r.json()['commandId']}"
+
+    async def answered() -> bool:
+        return (await mesh.http.get(url, headers=owner.headers)).json()["completedAt"] is not None
+
+    await wait_for(answered)
+    answer = (await mesh.http.get(url, headers=owner.headers)).json()
+    assert answer["ok"] is True, answer
+    return dict(answer["result"])
+
+
 async def test_the_llm_bot_answers_when_addressed_with_the_room_as_context(
     base_url: str, mesh: Mesh, upstream: Upstream
 ) -> None:
@@ -74,7 +89,11 @@ async def test_the_llm_bot_answers_when_addressed_with_the_room_as_context(
         return len(await mesh.messages(owner, room_id)) >= 6
 
     await wait_for(settled)
-    await trio.sleep(1.5)  # and then nothing more: no loop
+    # and then nothing more, no loop: each bot handles events in order, so once
+    # it has answered a status command issued now, it has decided about every
+    # message above; the helper chose to answer two, the parrot to echo two
+    assert (await status(mesh, owner, helper))["handled"] == 2
+    assert (await status(mesh, owner, echo))["handled"] == 2
     said = [(m["senderName"], m["content"]) for m in await mesh.messages(owner, room_id)]
     assert sorted(said) == sorted(
         [
