@@ -36,7 +36,9 @@ TRANSIENT: tuple[type[Exception], ...] = (Unavailable, Transient)
 class Backoff:
     """Delays that double from *first* up to *cap*, each scaled by a random
     factor in ``1 ± jitter`` (so that many loops failing together do not
-    retry together). :meth:`reset` after a success."""
+    retry together). :meth:`reset` after a success: a loop that never
+    returns (a link, a delivery loop) calls it when it makes progress, and
+    the recovery is logged then."""
 
     def __init__(self, first: float = 0.5, cap: float = 30.0, *, jitter: float = 0.2) -> None:
         if not 0 < first <= cap:
@@ -45,6 +47,9 @@ class Backoff:
         self.cap = cap
         self.jitter = jitter
         self.failures = 0
+        #: what :func:`retrying` is doing with it, and where it logs
+        self._what: str | None = None
+        self._logger = log
 
     def next(self) -> float:
         """The delay before the next attempt (and count one more failure)."""
@@ -53,6 +58,9 @@ class Backoff:
         return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
 
     def reset(self) -> None:
+        """A success: the next failure waits *first* again."""
+        if self.failures and self._what is not None:
+            self._logger.info("%s recovered after %d failed attempt(s)", self._what, self.failures)
         self.failures = 0
 
 
@@ -93,18 +101,16 @@ async def retrying(
     """
     backoff = backoff or Backoff()
     logger = logger or log
-    failed = 0
+    backoff._what, backoff._logger = what, logger
     while True:
         try:
             result = await attempt()
         except TRANSIENT as error:
-            failed += 1
             delay = max(backoff.next(), getattr(error, "after", 0.0))
             logger.warning("%s failed (%s); retrying in %.1f s", what, describe(error), delay)
             if on_failure is not None:
                 on_failure(error, delay)
             await trio.sleep(delay)
             continue
-        if failed:
-            logger.info("%s recovered after %d failed attempt(s)", what, failed)
+        backoff.reset()
         return result

@@ -194,7 +194,8 @@ async def _serve_node(
             raise RuntimeError("the app's lifespan ended while serving (see the error above)")
 
     async with trio.open_nursery() as tree:
-        await tree.start(node.run)
+        if not node.running:  # else whoever opened the node runs it
+            await tree.start(node.run)
         await tree.start(run_lifespan)
         await lifespan.wait_for_startup()
 

@@ -52,7 +52,8 @@ _MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class OpenAIError(Exception):
-    """An error in OpenAI's shape: ``{"error": {"message", "type", "code"}}``."""
+    """An error in OpenAI's shape: ``{"error": {"message", "type", "code"}}``,
+    plus ``param`` when one request parameter is at fault."""
 
     def __init__(
         self,
@@ -61,14 +62,20 @@ class OpenAIError(Exception):
         type: str,
         code: str | None,
         retry_after: str | None = None,
+        *,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code = status, message, type, code
         #: the upstream's ``Retry-After`` (a 429 or 503 passed on)
         self.retry_after = retry_after
+        self.param = param
 
     def to_json(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+        error = {"message": self.message, "type": self.type, "code": self.code}
+        if self.param is not None:
+            error["param"] = self.param
+        return {"error": error}
 
 
 @dataclass(frozen=True)
@@ -159,7 +166,29 @@ class ModelProxy:
         return [m.to_json(admin) for m in sorted(self._models.values(), key=lambda m: m.name)]
 
     def get(self, name: Any) -> Model:
-        model = self._models.get(name) if isinstance(name, str) else None
+        """The model a request names.
+
+        Raises:
+            OpenAIError: 400 if *name* is missing or not a string (as OpenAI
+                answers), 404 if no such model is configured.
+        """
+        if name is None:
+            raise OpenAIError(
+                400,
+                "you must provide a model parameter",
+                "invalid_request_error",
+                "missing_required_parameter",
+                param="model",
+            )
+        if not isinstance(name, str):
+            raise OpenAIError(
+                400,
+                "model must be a string",
+                "invalid_request_error",
+                "invalid_type",
+                param="model",
+            )
+        model = self._models.get(name)
         if model is None:
             raise OpenAIError(
                 404,

@@ -160,22 +160,26 @@ class Webhooks:
     async def _deliver_forever(self, agent_id: str, scope: trio.CancelScope) -> None:
         state = self.states[agent_id]
         with scope:
+            backoff = Backoff()
             try:
                 await retrying(
                     f"webhook delivery to bot {agent_id}",
-                    partial(self._follow, agent_id, state),
+                    partial(self._follow, agent_id, state, backoff),
+                    backoff=backoff,
                     logger=log,
                 )
             finally:
                 state.status = "stopped"
                 self._scopes.pop(agent_id, None)
 
-    async def _follow(self, agent_id: str, state: WebhookState) -> None:
+    async def _follow(self, agent_id: str, state: WebhookState, backoff: Backoff) -> None:
         """Deliver what is waiting, then wait for more, until the bot is gone."""
         while True:
             # subscribe before reading the queue: nothing slips in between
             with self._broker.subscribe(agent_id, capacity=256) as sub:
-                if not await self._drain(agent_id, state):
+                delivered = await self._drain(agent_id, state)
+                backoff.reset()
+                if not delivered:
                     if agent_id not in self._scopes:
                         return
                     state.status = "idle"

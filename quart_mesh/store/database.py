@@ -172,9 +172,16 @@ class Database:
                     self._wakeup = trio.Event()
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(
-                        self._run_batch, batch, limiter=self._write_limiter
-                    )
+                    try:
+                        await trio.to_thread.run_sync(
+                            self._run_batch, batch, limiter=self._write_limiter
+                        )
+                    except BaseException:
+                        # a bug in the writer: it ends the node, but no caller is left waiting
+                        for job in batch:
+                            job.error = Unavailable("the store failed", "storage_unavailable")
+                            job.done.set()
+                        raise
                     for job in batch:
                         if job.then is not None and job.error is None:
                             try:

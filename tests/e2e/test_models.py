@@ -41,7 +41,7 @@ async def add_model(mesh: Mesh, admin: User, **body: Any) -> httpx.Response:
 def openai_error(response: httpx.Response, status: int, code: str | None = None) -> str:
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "code"}, error
+    assert set(error) - {"param"} == {"message", "type", "code"}, error
     if code is not None:
         assert error["code"] == code, error
     return str(error["message"])
@@ -242,6 +242,12 @@ async def test_errors_come_in_openai_shape(base_url: str, mesh: Mesh, upstream: 
 
     hello = [{"role": "user", "content": "hello"}]
     openai_error(await ask({"model": "nope", "messages": hello}), 404, "model_not_found")
+    # no model at all is the client's mistake (400, naming the parameter), as at OpenAI
+    missing = await ask({"messages": hello})
+    openai_error(missing, 400, "missing_required_parameter")
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+    assert missing.json()["error"]["param"] == "model"
+    openai_error(await ask({"model": 7, "messages": hello}), 400, "invalid_type")
     openai_error(await ask({"model": "configured"}), 400)
     openai_error(await ask({"model": "configured", "messages": []}), 400)
     openai_error(await ask({"model": "configured", "messages": hello, "stream": "yes"}), 400)
