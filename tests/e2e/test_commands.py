@@ -13,8 +13,7 @@ import trio
 
 from quart_mesh import Settings
 from quart_mesh.config import Limits
-from tests.e2e.test_agents import wait_for
-from tests.helpers import Mesh, User, assert_error, connect
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 
 @pytest.fixture
@@ -117,7 +116,7 @@ async def test_waiting_commands_reach_polls_and_new_connections_once(
     async with connect(base_url, bot) as ws:
         got = [(await ws.expect("command"))["commandId"] for _ in ids]
         assert got == ids
-        assert [f for f in await ws.quiet(0.3) if f["type"] == "command"] == []
+        assert [f for f in await ws.settle() if f["type"] == "command"] == []
 
     async def all_delivered() -> bool:
         for command_id in ids:
@@ -128,7 +127,7 @@ async def test_waiting_commands_reach_polls_and_new_connections_once(
 
     await wait_for(all_delivered)
     async with connect(base_url, bot) as ws:
-        assert [f for f in await ws.quiet(0.3) if f["type"] == "command"] == []
+        assert [f for f in await ws.settle() if f["type"] == "command"] == []
 
     # polling: a waiting command comes with the next poll, and only once
     r = await command(mesh, owner, bot, "poll-me")
@@ -138,21 +137,23 @@ async def test_waiting_commands_reach_polls_and_new_connections_once(
     assert polled["type"] == "command"
     r = await mesh.http.post("/api/poll", json={}, headers=bot.headers)
     assert r.json()["commands"] == []
-    # a long-poll wakes up for a command
-    async with trio.open_nursery() as nursery:
-        result: dict[str, Any] = {}
+    # a long-poll wakes up for a command (a bot that never had a session: it
+    # comes online when its long-poll is waiting)
+    sleeper = await bootstrap(mesh, owner, "sleeper")
+    result: dict[str, Any] = {}
+    answered = trio.Event()
 
-        async def long_poll() -> None:
-            r = await mesh.http.post("/api/poll", json={"timeout": 10}, headers=bot.headers)
-            result.update(r.json())
+    async def long_poll() -> None:
+        r = await mesh.http.post("/api/poll", json={"timeout": 10}, headers=sleeper.headers)
+        result.update(r.json())
+        answered.set()
 
+    async with connect(base_url, owner) as watch, trio.open_nursery() as nursery:
         nursery.start_soon(long_poll)
-        await trio.sleep(0.3)
+        await watch.expect("presence", participantId=sleeper.participant_id, online=True)
         with trio.fail_after(5):
-            await command(mesh, owner, bot, "wake")
-        with trio.fail_after(5):
-            while not result:
-                await trio.sleep(0.02)
+            await command(mesh, owner, sleeper, "wake")
+            await answered.wait()
     assert [c["command"] for c in result["commands"]] == ["wake"]
     # a polling bot answers over REST
     r = await mesh.http.post(
@@ -174,14 +175,14 @@ async def test_simple_bots_get_commands_but_no_chat_traffic(base_url: str, mesh:
     tool = await bootstrap(mesh, owner, "tool-bot", type="simple")
     room_id = (await mesh.create_room(owner, "ops"))["roomId"]
     await mesh.join(tool, room_id)
-    async with connect(base_url, tool) as ws:
+    async with connect(base_url, tool) as ws, connect(base_url, owner) as watch:
         await mesh.send(owner, room_id, "chatter the tool never sees")
         await command(mesh, owner, tool, "reindex")
-        frames = await ws.quiet(0.5)
+        frames = await ws.settle()
         assert [f["type"] for f in frames if f["type"] in ("message", "command")] == ["command"]
         # it still acts: it can post into its room
         await ws.send(type="send_message", roomId=room_id, content="reindexed")
-        await ws.quiet(0.3)
+        await watch.expect("message", content="reindexed")
     messages = await mesh.messages(owner, room_id)
     assert [m["content"] for m in messages] == ["chatter the tool never sees", "reindexed"]
     r = await mesh.http.post("/api/poll", json={"cursor": "0"}, headers=tool.headers)
