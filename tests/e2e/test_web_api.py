@@ -13,7 +13,7 @@ import trio
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.web import CONTENT_SECURITY_POLICY, STATIC_DIR, load_assets
-from tests.helpers import Mesh, User, assert_error, connect
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -243,7 +243,7 @@ async def test_a_send_retried_with_its_client_id_is_stored_once(base_url: str, m
         assert again == first
         later = await mesh.send(owner, room_id, "next")
         assert "clientId" not in later  # only when the sender gave one
-        frames = await ws.quiet(0.5)
+        frames = await ws.settle()
         posted = [f["messageId"] for f in frames if f["type"] == "message"]
         assert posted == [later["messageId"]]
     contents = [m["content"] for m in await mesh.messages(owner, room_id)]
@@ -298,9 +298,12 @@ async def test_websocket_sends_carry_their_client_id_back(base_url: str, mesh: M
         error = await ws.expect("error")
         assert error["code"] == "invalid_client_id"
         assert "clientId" not in error  # not echoed: it is not a client id
-        frames = await ws.quiet(0.3)
-        assert not [f for f in frames if f["type"] == "message"], frames
-    assert [m["content"] for m in await mesh.messages(owner, room_id)] == ["hi"]
+        # sends are stored in the order sent: a second "hi again" would come first
+        await ws.send(type="send_message", roomId=room_id, content="next", clientId="c-4")
+        await ws.expect("message", content="next")
+        said = [f["content"] for f in ws.seen if f["type"] == "message"]
+        assert said == ["hi", "next"], said
+    assert [m["content"] for m in await mesh.messages(owner, room_id)] == ["hi", "next"]
 
 
 # threads --------------------------------------------------------------------------------
@@ -351,6 +354,9 @@ async def test_a_client_marks_what_its_person_has_read(base_url: str, mesh: Mesh
     await mesh.join(bob, room_id)
     quiet = await mesh.create_room(owner, "quiet")
     await mesh.join(bob, quiet["roomId"])
+    carol = await mesh.register("carol")
+    carols = (await mesh.create_room(owner, "carol's"))["roomId"]
+    await mesh.join(carol, carols)
 
     async def unread(user: User) -> dict[str, tuple[int, int]]:
         status = (await mesh.http.get("/api/status", headers=user.headers)).json()
@@ -366,7 +372,16 @@ async def test_a_client_marks_what_its_person_has_read(base_url: str, mesh: Mesh
         for frame in sent:
             await ws.expect("message", messageId=frame["messageId"])
         await ws.expect("message", content="hey @bob")
-        await trio.sleep(1.3)  # past the read flusher's interval: nothing to flush
+        # nothing was noted to flush: once a read noted after these deliveries
+        # is written (carol's, in her own room), bob's would have been too
+        async with connect(base_url, carol) as carol_ws:
+            note = await mesh.send(owner, carols, "for carol")
+            await carol_ws.expect("message", messageId=note["messageId"])
+
+        async def carol_read() -> bool:
+            return (await unread(carol))[carols] == (0, 0)
+
+        await wait_for(carol_read, 10)
         assert (await unread(bob))[room_id] == (4, 1)
 
         # the person saw the first two
@@ -424,9 +439,11 @@ async def test_a_client_marks_what_its_person_has_read(base_url: str, mesh: Mesh
     async with connect(base_url, bob) as ws:
         late = await mesh.send(owner, room_id, "late")
         await ws.expect("message", messageId=late["messageId"])
-    with trio.fail_after(10):
-        while (await unread(bob))[room_id] != (0, 0):
-            await trio.sleep(0.1)
+
+    async def bob_read() -> bool:
+        return (await unread(bob))[room_id] == (0, 0)
+
+    await wait_for(bob_read, 10)
     async with connect(base_url) as ws:
         await ws.send(type="authenticate", token=bob.token, autoRead="no")
         assert (await ws.recv())["code"] == "invalid_field"
