@@ -4,10 +4,11 @@ model proxy OpenAI's 429; one participant's limit leaves others alone;
 limits recover; a role's multiplier raises them; the owner is not limited.
 
 The limits here are small: bursts of a few, then one every two seconds or
-so. The waits for a limit to recover are real sleeps of the time the node
-says (the servers are real, so the clock is too). Loopback only, port 0;
-clients on 127.0.0.2 stand for a second address (Linux routes all of
-127.0.0.0/8 to loopback).
+so. The node is served in this process and its limiter reads Trio's clock,
+so the tests that wait for a limit to recover run on a ``MockClock`` that
+keeps real time (``rate=1``, so timeouts still work) and jump it by what the
+node says instead of sleeping. Loopback only, port 0; clients on 127.0.0.2
+stand for a second address (Linux routes all of 127.0.0.0/8 to loopback).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
 
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.config import ModelConfig, Rate, RateLimits
@@ -44,6 +46,12 @@ def settings(tmp_path: Path, upstream: Upstream) -> Settings:
             exempt_addresses=(),  # loopback is limited here
         ),
     )
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    """Trio's clock for the test and the node it serves: real time, plus jumps."""
+    return MockClock(rate=1)
 
 
 @pytest.fixture
@@ -81,7 +89,9 @@ async def room_with(mesh: Mesh, owner: User, *members: User) -> str:
     return room_id
 
 
-async def test_messages_over_rest_and_websocket_share_one_budget(base_url: str, mesh: Mesh) -> None:
+async def test_messages_over_rest_and_websocket_share_one_budget(
+    base_url: str, mesh: Mesh, clock: MockClock
+) -> None:
     owner = await mesh.setup()
     bob, carol = await mesh.register("bob"), await mesh.register("carol")
     room_id = await room_with(mesh, owner, bob, carol)
@@ -107,7 +117,7 @@ async def test_messages_over_rest_and_websocket_share_one_budget(base_url: str, 
         assert sent == [201, 201, 201]
         await ws.expect("message", content="c2")
         # after the wait bob's frame goes through on the same session
-        await trio.sleep(error["retryAfter"])
+        clock.jump(error["retryAfter"])
         await ws.send(type="send_message", roomId=room_id, content="over ws, later")
         await ws.expect("message", content="over ws, later")
     # the owner is never limited
@@ -115,7 +125,7 @@ async def test_messages_over_rest_and_websocket_share_one_budget(base_url: str, 
         assert (await send(mesh, owner, room_id, f"o{i}")).status_code == 201
 
 
-async def test_reactions(base_url: str, mesh: Mesh) -> None:
+async def test_reactions(base_url: str, mesh: Mesh, clock: MockClock) -> None:
     owner = await mesh.setup()
     bob, carol = await mesh.register("bob"), await mesh.register("carol")
     room_id = await room_with(mesh, owner, bob, carol)
@@ -133,7 +143,7 @@ async def test_reactions(base_url: str, mesh: Mesh) -> None:
         assert (error["code"], error["frame"]) == ("rate_limited", "add_reaction")
         r = await mesh.http.post(path, json={"emoji": "e"}, headers=carol.headers)
         assert r.status_code in (200, 201), r.text
-        await trio.sleep(error["retryAfter"])
+        clock.jump(error["retryAfter"])
         await ws.send(type="add_reaction", messageId=message_id, emoji="d")
         await ws.expect("reaction_added", emoji="d", participantId=bob.participant_id)
 
@@ -145,17 +155,20 @@ async def test_typing_beyond_the_limit_is_dropped_silently(base_url: str, mesh: 
     async with connect(base_url, owner) as owner_ws, connect(base_url, bob) as bob_ws:
         for _ in range(3):
             await bob_ws.send(type="typing", roomId=room_id)
-        await owner_ws.expect("typing", participantId=bob.participant_id)
-        frames = await owner_ws.quiet(0.3)
-        assert [f for f in frames if f["type"] == "typing"] == []
-        assert [f for f in await bob_ws.quiet(0.1) if f["type"] == "error"] == []
+        typing = await owner_ws.expect("typing", participantId=bob.participant_id)
+        # bob's three frames are handled before his marker, then the owner's
+        assert [f for f in await bob_ws.settle() if f["type"] == "error"] == []
+        await owner_ws.settle()
+        assert [f for f in owner_ws.seen if f["type"] == "typing"] == [typing]
 
 
 async def login(http: httpx.AsyncClient, name: str, password: str = PASSWORD) -> httpx.Response:
     return await http.post("/api/auth/login", json={"name": name, "password": password})
 
 
-async def test_login_attempts_per_name_and_per_address(base_url: str, mesh: Mesh) -> None:
+async def test_login_attempts_per_name_and_per_address(
+    base_url: str, mesh: Mesh, clock: MockClock
+) -> None:
     await mesh.setup()
     await mesh.register("bob")
     await mesh.register("carol")
@@ -173,11 +186,13 @@ async def test_login_attempts_per_name_and_per_address(base_url: str, mesh: Mesh
     async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10) as other:
         assert (await login(other, "carol")).status_code == 200
     # the limits recover
-    await trio.sleep(wait)
+    clock.jump(wait)
     assert (await login(http, "bob")).status_code == 200
 
 
-async def test_registrations_guests_and_bootstraps_per_address(base_url: str, mesh: Mesh) -> None:
+async def test_registrations_guests_and_bootstraps_per_address(
+    base_url: str, mesh: Mesh, clock: MockClock
+) -> None:
     owner = await mesh.setup()
     http = mesh.http
     await mesh.register("bob")
@@ -202,7 +217,7 @@ async def test_registrations_guests_and_bootstraps_per_address(base_url: str, me
     async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10) as other:
         r = await other.post("/api/agents/bootstrap", json={"name": "bot-4", "type": "nanoclaw"})
         assert r.status_code == 201, r.text
-    await trio.sleep(wait)  # one registration back
+    clock.jump(wait)  # one registration back
     r = await http.post("/api/auth/register", json={"name": "erin", "password": PASSWORD})
     assert r.status_code == 201, r.text
 
@@ -215,7 +230,9 @@ async def complete(http: httpx.AsyncClient, user: User, text: str) -> httpx.Resp
     )
 
 
-async def test_model_proxy_requests_per_participant(base_url: str, mesh: Mesh) -> None:
+async def test_model_proxy_requests_per_participant(
+    base_url: str, mesh: Mesh, clock: MockClock
+) -> None:
     owner = await mesh.setup()
     bob, carol = await mesh.register("bob"), await mesh.register("carol")
     for i in range(2):
@@ -243,7 +260,7 @@ async def test_model_proxy_requests_per_participant(base_url: str, mesh: Mesh) -
     stats = (await mesh.http.get("/api/admin/stats", headers=owner.headers)).json()
     assert stats["models"]["requests"] == 7  # refused requests never reach the upstream
     assert stats["rateLimits"]["refused"] == {"models": 2}
-    await trio.sleep(wait)
+    clock.jump(wait)
     assert (await complete(mesh.http, bob, "later")).status_code == 200
 
 
