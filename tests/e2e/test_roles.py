@@ -217,7 +217,7 @@ async def test_room_presets_and_overrides_on_every_path(base_url: str, mesh: Mes
         await bot_ws.send(type="join_room", roomId=room_id)
         assert (await bot_ws.expect("error", frame="join_room"))["code"] == "forbidden"
         await send(mesh, carol, room_id, "humans talking")
-        frames = await bot_ws.quiet(0.5)
+        frames = await bot_ws.settle()
         assert not [f for f in frames if f.get("content") == "humans talking"]
     polled = await mesh.http.post("/api/poll", json={"cursor": "0"}, headers=helper.headers)
     assert "humans talking" not in [m["content"] for m in polled.json()["messages"]]
