@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -32,7 +32,7 @@ import pytest
 import trio
 
 from tests.e2e.test_cli_restart import ServerProcess
-from tests.helpers import Mesh, User, connect
+from tests.helpers import Mesh, User, connect, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -75,12 +75,19 @@ class BridgeProcess:
     async def wait_for_log(self, pattern: str, seconds: float = 15) -> re.Match[str]:
         """The first match of *pattern* in the log (polled: the bridge is
         another process); fails if the bridge exits first."""
-        with trio.fail_after(seconds):
-            while not (match := re.search(pattern, self.log)):
+        found: list[re.Match[str]] = []
+
+        async def logged() -> bool:
+            match = re.search(pattern, self.log)
+            if match is None:
                 assert self.process is not None
                 assert self.process.poll() is None, f"bridge exited:\n{self.log}"
-                await trio.sleep(0.05)
-        return match
+                return False
+            found.append(match)
+            return True
+
+        await wait_for(logged, seconds)
+        return found[0]
 
     async def stop(self, signum: int = signal.SIGTERM) -> int:
         assert self.process is not None
@@ -162,12 +169,6 @@ def processes_with(marker: str) -> list[int]:
     return pids
 
 
-async def eventually(predicate: Callable[[], Awaitable[bool]], seconds: float = 15) -> None:
-    with trio.fail_after(seconds):
-        while not await predicate():
-            await trio.sleep(0.05)
-
-
 REPLY_SCRIPT = """#!/bin/sh
 printf '%s|%s|%s|%s|%s\\n' "$MESH_MESSAGE_ID" "$MESH_ROOM_ID" "$MESH_SENDER_ID" \
   "$MESH_CURSOR" "$MESH_SENDER_NAME" >> "{seen}"
@@ -201,7 +202,12 @@ async def test_exec_replies_and_outlives_failing_scripts(
         for text in ("fail please", "hang please", "quiet please", "after all that"):
             await mesh.send(alice, room_id, text)
         await ws.expect("message", timeout=15, content="alice said after all that")
-        assert [f for f in await ws.quiet(0.3) if f["type"] == "message"] == []
+        # the bridge handles messages one at a time and its replies go out in
+        # order: a late reply would come before the next one
+        await mesh.send(alice, room_id, "marker")
+        frames = await ws.until("message", timeout=10, content="alice said marker")
+        said = [f["content"] for f in frames if f["type"] == "message"]
+        assert said == ["marker", "alice said marker"]
         assert "script exited with status 1" in bridge.log
         assert "script timed out after 1 s" in bridge.log
         assert processes_with(str(sleeper)) == []  # the hung script was killed
@@ -216,9 +222,11 @@ async def test_exec_replies_and_outlives_failing_scripts(
         "quiet please",
         "after all that",
         "alice said after all that",
+        "marker",
+        "alice said marker",
     ]
     lines = seen.read_text().splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert lines[0] == "|".join(
         [sent["messageId"], room_id, alice.participant_id, sent["cursor"], "alice"]
     )
@@ -240,14 +248,20 @@ async def test_own_and_other_bots_messages_get_no_reply(
             await mesh.send(bot, room_id, "from myself")
             await mesh.send(alice, room_id, "from a person")
             await ws.expect("message", timeout=10, content="echo: from a person")
-            # its own reply is not answered again: no loop
-            assert [f for f in await ws.quiet(0.5) if f["type"] == "message"] == []
+            # its own reply is not answered again, no loop: the bridge handles
+            # messages in order, so that answer would come before the next one
+            await mesh.send(alice, room_id, "marker")
+            frames = await ws.until("message", timeout=10, content="echo: marker")
+            said = [f["content"] for f in frames if f["type"] == "message"]
+            assert said == ["marker", "echo: marker"]
         assert "from bot other-bot ignored" in bridge.log
     assert await contents(mesh, alice, room_id) == [
         "from a bot",
         "from myself",
         "from a person",
         "echo: from a person",
+        "marker",
+        "echo: marker",
     ]
 
 
@@ -275,7 +289,7 @@ class HookServer:
             self.headers.append(head.decode())
             event = json.loads(body)
             self.events.append(event)
-            status, media_type, payload = await self.answer(event)
+            status, media_type, payload = await self.answer(event, stream)
             response = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {media_type}\r\n"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
@@ -283,7 +297,9 @@ class HookServer:
             with contextlib.suppress(trio.BrokenResourceError):  # the bridge gave up
                 await stream.send_all(response)
 
-    async def answer(self, event: dict[str, Any]) -> tuple[str, str, bytes]:
+    async def answer(
+        self, event: dict[str, Any], stream: trio.SocketStream
+    ) -> tuple[str, str, bytes]:
         text = event["content"]
         if text.startswith("json"):
             body = {"content": f"json reply to {event['senderName']}: {text}"}
@@ -293,7 +309,11 @@ class HookServer:
         if text.startswith("boom"):
             return "500 Internal Server Error", "text/plain", b"it broke"
         if text.startswith("slow"):
-            await trio.sleep(3)
+            # deliberately too slow: answer only once the bridge has hung up
+            # (after its --timeout), or after 10 s if it never does
+            with trio.move_on_after(10):
+                while await stream.receive_some(65536):
+                    pass
             return "200 OK", "text/plain", b"too late"
         return "204 No Content", "text/plain", b""
 
@@ -315,7 +335,11 @@ async def test_http_posts_events_and_sends_the_answers(
         for text in ("boom", "slow", "nothing", "text please"):
             await mesh.send(alice, room_id, text)
         await ws.expect("message", timeout=15, content="text reply: text please")
-        assert [f for f in await ws.quiet(0.3) if f["type"] == "message"] == []
+        # nothing late from "slow": the bridge handles messages in order
+        await mesh.send(alice, room_id, "text marker")
+        frames = await ws.until("message", timeout=10, content="text reply: text marker")
+        said = [f["content"] for f in frames if f["type"] == "message"]
+        assert said == ["text marker", "text reply: text marker"]
         assert "answered 500" in bridge.log
         assert "did not answer within 1 s" in bridge.log
     # the endpoint got each event exactly as the node sent it
@@ -325,6 +349,7 @@ async def test_http_posts_events_and_sends_the_answers(
         "slow",
         "nothing",
         "text please",
+        "text marker",
     ]
     assert hook.events[0] == {"type": "message", **sent}
     assert "content-type: application/json" in hook.headers[0].lower()
@@ -336,6 +361,8 @@ async def test_http_posts_events_and_sends_the_answers(
         "nothing",
         "text please",
         "text reply: text please",
+        "text marker",
+        "text reply: text marker",
     ]
 
 
@@ -511,7 +538,7 @@ async def _restart_and_resume(
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             mesh = Mesh(http)
             await mesh.send(alice, room_id, "one")
-            await eventually(lambda: _has(replies(mesh), "got one"))
+            await wait_for(lambda: _has(replies(mesh), "got one"), 15)
         # the node goes away and comes back on the same port and data folder
         assert await nodes[0].stop() == 0
         await bridge.wait_for_log(r"connection closed by the node \(1001")
@@ -523,7 +550,7 @@ async def _restart_and_resume(
             for text in ("two", "three"):
                 await mesh.send(alice, room_id, text)
             await bridge.wait_for_log(r"connected to \S+ as \S+; resuming after cursor")
-            await eventually(lambda: _has(replies(mesh), "got two", "got three"))
+            await wait_for(lambda: _has(replies(mesh), "got two", "got three"), 15)
         assert await bridge.stop() == 0
 
     # while no bridge runs, a message arrives; the next bridge resumes from the
@@ -533,7 +560,7 @@ async def _restart_and_resume(
         await mesh.send(alice, room_id, "four")
         async with running_bridge(tmp_path, command) as bridge:
             assert "state file: resuming after cursor" in bridge.log
-            await eventually(lambda: _has(replies(mesh), "got four"))
+            await wait_for(lambda: _has(replies(mesh), "got four"), 15)
             # messages are handled in order and "four" is the newest, so any
             # repeat of an older one would already show
             assert await bridge.stop() == 0
