@@ -21,7 +21,7 @@ from quart_mesh.federation.signing import sign_request
 from quart_mesh.identity import load_or_create_node_identity
 from quart_mesh.ids import new_id
 from tests.e2e.test_cli_restart import ServerProcess
-from tests.helpers import Mesh, User, assert_error, connect
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
 from tests.receiver import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,12 +120,28 @@ async def wait_for_messages(
     node: Node, user: User, room_id: str, count: int, timeout: float = 30
 ) -> list[dict[str, Any]]:
     """The room's messages once there are at least *count* (polling the history)."""
-    with trio.fail_after(timeout):
-        while True:
-            page = await node.mesh.messages(user, room_id, limit=200)
-            if len(page) >= count:
-                return page
-            await trio.sleep(0.1)
+    page: list[dict[str, Any]] = []
+
+    async def enough() -> bool:
+        page[:] = await node.mesh.messages(user, room_id, limit=200)
+        return len(page) >= count
+
+    await wait_for(enough, timeout, interval=0.1)
+    return page
+
+
+async def wait_for_message(
+    node: Node, user: User, room_id: str, message_id: str, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """The room's messages once *message_id* is among them (polling the history)."""
+    page: list[dict[str, Any]] = []
+
+    async def arrived() -> bool:
+        page[:] = await node.mesh.messages(user, room_id, limit=200)
+        return message_id in [m["messageId"] for m in page]
+
+    await wait_for(arrived, timeout, interval=0.1)
+    return page
 
 
 async def poll(node: Node, user: User, cursor: str | None, timeout: float = 10) -> dict[str, Any]:
@@ -218,16 +234,15 @@ async def test_shared_room_conversation_both_ways(tmp_path: Path, nursery: trio.
                 emoji="wave",
             )
             await alice_ws.expect("reaction_added", messageId=reply["messageId"])
-            with trio.fail_after(20):
-                while True:
-                    [on_b] = [
-                        m
-                        for m in await b.mesh.messages(bob, mirror_id)
-                        if m["messageId"] == reply["messageId"]
-                    ]
-                    if on_b["reactions"]:
-                        break
-                    await trio.sleep(0.1)
+            relayed: list[dict[str, Any]] = []
+
+            async def reacted_on_b() -> bool:
+                page = await b.mesh.messages(bob, mirror_id)
+                relayed[:] = [m for m in page if m["messageId"] == reply["messageId"]]
+                return bool(relayed[0]["reactions"])
+
+            await wait_for(reacted_on_b, 20, interval=0.1)
+            [on_b] = relayed
             assert on_b["content"] == "hi alice (edited)"
             assert on_b["reactions"] == [
                 {"emoji": "wave", "count": 1, "participantIds": [remote_alice]}
@@ -284,10 +299,11 @@ async def test_shared_room_conversation_both_ways(tmp_path: Path, nursery: trio.
             for node in (a, b):
                 [conn] = await node.connections()
                 assert (conn["status"], conn["sharedRooms"]) == ("disconnected", [])
+                assert conn["relay"] is None  # no link is left that could send
             await b.mesh.send(bob, mirror_id, "nobody hears this")
             await a.mesh.send(alice, lobby["roomId"], "nor this")
             await alice_ws.expect("message", content="nor this")
-            assert [f for f in await alice_ws.quiet(1.0) if f["type"] == "message"] == []
+            assert [f for f in await alice_ws.settle() if f["type"] == "message"] == []
             page = await b.mesh.messages(bob, mirror_id, limit=200)
             assert "nor this" not in [m["content"] for m in page]
 
@@ -307,9 +323,11 @@ async def test_relay_is_durable_across_downtime_and_restarts(
         # B is down while A sends; A restarts in the middle
         assert await b.process.stop() == 0
         sent = [await a.mesh.send(alice, room["roomId"], f"m{i}") for i in range(10)]
-        with trio.fail_after(10):
-            while not (await a.connections())[0]["relay"]["failures"]:
-                await trio.sleep(0.1)
+
+        async def failing() -> bool:
+            return bool((await a.connections())[0]["relay"]["failures"])
+
+        await wait_for(failing, 10, interval=0.1)
         [link] = await a.connections()
         assert "cannot reach the peer" in link["relay"]["lastError"]
         assert link["relay"]["waiting"] == 10
@@ -321,9 +339,11 @@ async def test_relay_is_durable_across_downtime_and_restarts(
         got = await wait_for_messages(b, bob, mirror_id, 20)
         assert [m["messageId"] for m in got] == [m["messageId"] for m in sent]
         assert [m["content"] for m in got] == [f"m{i}" for i in range(20)]
-        with trio.fail_after(10):  # A hears B's answer to the last batch
-            while (await a.connections())[0]["relay"]["waiting"]:
-                await trio.sleep(0.1)
+
+        async def answered() -> bool:  # A hears B's answer to the last batch
+            return not (await a.connections())[0]["relay"]["waiting"]
+
+        await wait_for(answered, 10, interval=0.1)
 
         # the other way round: A down, B sends, B restarts, A comes back
         assert await a.process.stop() == 0
@@ -332,11 +352,15 @@ async def test_relay_is_durable_across_downtime_and_restarts(
         await a.start(nursery)
         got = await wait_for_messages(a, alice, room["roomId"], 25)
         assert [m["messageId"] for m in got[20:]] == [m["messageId"] for m in back]
-        # nothing arrived twice on either node
-        assert len(await b.mesh.messages(bob, mirror_id, limit=200)) == 25
-        with trio.move_on_after(1.5):
-            await wait_for_messages(a, alice, room["roomId"], 26, timeout=2)
-            raise AssertionError("a message arrived twice")
+        # nothing arrived twice on either node: each link relays in order, so
+        # a repeat would come before a message sent now
+        mark_b = await b.mesh.send(bob, mirror_id, "mark from B")
+        mark_a = await a.mesh.send(alice, room["roomId"], "mark from A")
+        for node, user, room_id in ((a, alice, room["roomId"]), (b, bob, mirror_id)):
+            for mark in (mark_a, mark_b):
+                page = await wait_for_message(node, user, room_id, mark["messageId"])
+            assert len(page) == 27, [m["content"] for m in page]
+            assert len({m["messageId"] for m in page}) == 27
 
         # ending a connection with a peer that is down: refused, unless forced
         assert await b.process.stop() == 0
@@ -350,10 +374,12 @@ async def test_relay_is_durable_across_downtime_and_restarts(
         # B comes back with a message still to relay: A refuses it, B keeps retrying
         await b.start(nursery)
         await b.mesh.send(bob, mirror_id, "after A left")
-        with trio.fail_after(15):
-            while (await b.connections())[0]["relay"]["lastError"] != "the peer answered 403":
-                await trio.sleep(0.1)
-        assert len(await a.mesh.messages(alice, room["roomId"], limit=200)) == 25
+
+        async def refused() -> bool:
+            return bool((await b.connections())[0]["relay"]["lastError"] == "the peer answered 403")
+
+        await wait_for(refused, 15, interval=0.1)
+        assert len(await a.mesh.messages(alice, room["roomId"], limit=200)) == 27
         # B's admin ends it too: both disconnected, nothing shared
         r = await b.http.delete(f"/api/connections/{connection_id}", headers=b.owner.headers)
         assert r.status_code == 200, r.text
@@ -395,19 +421,24 @@ async def test_three_nodes_share_one_room(tmp_path: Path, nursery: trio.Nursery)
             # A has both, each once; nothing went back where it came from
             on_a = await wait_for_messages(a, a.owner, hall["roomId"], 2)
             assert [m["content"] for m in on_a] == ["hello from C", "hello from B"]
-            assert [f for f in await bob_ws.quiet(1.0) if f["type"] == "message"] == []
-            assert len(await c.mesh.messages(carol, on_c)) == 2
+            # A's links to B and C relay in order: anything sent back or twice
+            # would come before a message A's owner sends now
+            mark = await a.mesh.send(a.owner, hall["roomId"], "mark from A")
+            frames = await bob_ws.until("message", timeout=20, messageId=mark["messageId"])
+            assert [f["messageId"] for f in frames if f["type"] == "message"] == [mark["messageId"]]
+            page = await wait_for_message(c, carol, on_c, mark["messageId"])
+            assert [m["content"] for m in page] == ["hello from C", "hello from B", "mark from A"]
 
             # a managed bot on C answers bob on B: the ordinary bot path, both ways
             spawn = {"name": "echo", "type": "echo", "model": "none", "rooms": [on_c]}
             r = await c.http.post("/api/agents/spawn", json=spawn, headers=c.owner.headers)
             assert r.status_code == 201, r.text
-            with trio.fail_after(20):
-                while True:
-                    room = await c.get(f"/api/rooms/{on_c}")
-                    if "echo" in {m["name"] for m in room["members"]}:
-                        break
-                    await trio.sleep(0.1)
+
+            async def echo_joined() -> bool:
+                room = await c.get(f"/api/rooms/{on_c}")
+                return "echo" in {m["name"] for m in room["members"]}
+
+            await wait_for(echo_joined, 20, interval=0.1)
             await bob_ws.send(type="send_message", roomId=on_b, content="ping")
             echo = await bob_ws.expect("message", timeout=20, content="echo: ping")
             assert (echo["senderName"], echo["origin"]) == ("echo@mesh-c", c.did)
@@ -549,6 +580,7 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
         assert_error(r, 429, "rate_limited")
         with trio.fail_after(30):
             while r.status_code == 429:
+                # real time: the limiter runs in node A's own process, on its clock
                 await trio.sleep(float(r.headers["Retry-After"]))
                 r = await relay(batch)
         assert r.status_code == 200, r.text
