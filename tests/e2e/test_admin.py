@@ -17,7 +17,7 @@ from trio_websocket import ConnectionClosed
 
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.config import Rate, RateLimits
-from tests.helpers import Mesh, User, assert_error, connect
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 
 @pytest.fixture
@@ -92,12 +92,13 @@ async def test_stats_count_what_is_there(base_url: str, mesh: Mesh) -> None:
         await mesh.send(bob, room_id, f"hello {i}")
     async with connect(base_url, bot), connect(base_url, bob):
         # presence is announced when a session opens; wait until both are counted
-        with trio.fail_after(5):
-            while True:
-                stats = (await get(mesh, "/api/admin/stats", owner)).json()
-                if stats["participants"]["online"] == 2:
-                    break
-                await trio.sleep(0.02)
+        stats: dict[str, Any] = {}
+
+        async def both_online() -> bool:
+            stats.update((await get(mesh, "/api/admin/stats", owner)).json())
+            return bool(stats["participants"]["online"] == 2)
+
+        await wait_for(both_online, 5, interval=0.02)
         assert stats["participants"] == {
             "total": 4,
             "humans": 2,
@@ -126,9 +127,11 @@ async def test_stats_count_what_is_there(base_url: str, mesh: Mesh) -> None:
         health = (await get(mesh, "/api/health")).json()
         assert stats["version"] == health["version"]
         assert 0 <= stats["uptime"] <= health["uptime"] + 1
-    with trio.fail_after(5):  # the node notices the closes
-        while (await get(mesh, "/api/admin/stats", owner)).json()["websocketSessions"]:
-            await trio.sleep(0.02)
+
+    async def closed() -> bool:  # the node notices the closes
+        return not (await get(mesh, "/api/admin/stats", owner)).json()["websocketSessions"]
+
+    await wait_for(closed, 5, interval=0.02)
 
 
 async def test_the_setup_checklist(base_url: str, mesh: Mesh) -> None:
@@ -427,12 +430,11 @@ async def test_a_waiting_guest_poll_ends_when_the_mesh_goes_private(
             await mesh.http.post("/api/poll", json={"timeout": 20}, headers=guest.headers)
         )
 
-    async with trio.open_nursery() as nursery:
+    async with connect(base_url, owner) as watch, trio.open_nursery() as nursery:
         nursery.start_soon(poll)
+        # the poll is waiting once the guest comes online
+        await watch.expect("presence", participantId=guest.participant_id, online=True)
         with trio.fail_after(5):
-            # wait until the poll is waiting (the guest shows as online)
-            while not (await get(mesh, "/api/admin/stats", owner)).json()["participants"]["online"]:
-                await trio.sleep(0.02)
             await put_settings(mesh, owner, visibility="private")
     assert answers[0].status_code == 200  # answered early, with what there was
     assert_error(
