@@ -114,8 +114,10 @@ async def test_a_cancelled_write_still_queued_is_withdrawn(tmp_path: Path) -> No
     await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER)"))
     # no writer running yet: queue by hand, then cancel the waiter before it runs
     db._queue = collections.deque()  # what Database.run sets up
-    with trio.move_on_after(0.01):
+    with trio.CancelScope() as scope:
+        scope.cancel()  # the unit is queued, then its waiter is cancelled at once
         await db.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+    assert scope.cancelled_caught
     assert len(db._queue) == 0
     db._queue = None
     count = await db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar())
