@@ -43,8 +43,9 @@ from ..errors import (
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..models import Message, Participant, Room, iso, now_ms
+from ..permissions import tier_of
 from ..retry import Backoff, retrying
-from ..services.authz import MEMBER, Actor, authorize
+from ..services.authz import Actor, authorize
 from ..services.messages import Relayed, RelaySource, SharedRooms
 from ..services.validation import check_room_name
 from ..store import Database
@@ -732,7 +733,7 @@ class Relay:
                 self._remote_ids.clear()
             self._remote_ids[key] = (participant.participant_id, connection_id)
             actor = self._accounts.actor_for(participant)
-        if actor.priority >= MEMBER:  # Tier 4 at most, whatever role it was given here
+        if tier_of(actor.priority) < 4:  # Tier 4 at most, whatever role it was given here
             actor = replace(actor, role="agent")
         if room_id not in self._broker.rooms_of(actor.participant_id):
             await self._rooms.join(actor, room_id)

@@ -25,7 +25,7 @@ from ..store import agents as repo
 from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
 from .accounts import Accounts
-from .authz import Actor, authorize, priority_of
+from .authz import Actor, authorize, permitted
 from .webhooks import Webhooks, is_private_address
 
 __all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped", "BotRunner", "BotSpec"]
@@ -200,7 +200,7 @@ class Agents:
                     "registration is closed: an admin must bootstrap bots", "registration_closed"
                 )
             authorize(actor, "agents.bootstrap")
-        if actor is None or actor.priority < priority_of("admin"):
+        if actor is None or not permitted(actor, "agents.bootstrap"):
             self._accounts.rate_limits.address("registration_address", address)
         if bot_type in MANAGED_TYPES:
             raise BadRequest(
@@ -211,7 +211,7 @@ class Agents:
             raise BadRequest(f"type must be one of {', '.join(EXTERNAL_TYPES)}", "invalid_type")
         # bots an admin registers may call back into private networks; others may not
         private_ok = self._settings.webhook_allow_private or (
-            actor is not None and actor.priority >= priority_of("admin")
+            actor is not None and permitted(actor, "agents.private_webhook")
         )
         if bot_type == "webhook":
             if webhook_url is None:

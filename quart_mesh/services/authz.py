@@ -34,6 +34,16 @@ from types import MappingProxyType
 from typing import Final
 
 from ..errors import Forbidden
+from ..permissions import (
+    ADMIN,
+    BUILTIN_ROLES,
+    MODERATOR,
+    PERMISSIONS,
+    Override,
+    Permission,
+    Role,
+    tier_of,
+)
 
 __all__ = [
     "BUILTIN_ROLES",
@@ -46,107 +56,12 @@ __all__ = [
     "Role",
     "RoomRef",
     "authorize",
+    "authorize_above",
     "held_permissions",
+    "permitted",
     "priority_of",
     "tier_of",
 ]
-
-OWNER, ADMIN, MODERATOR, SUPER_AGENT, MEMBER, AGENT, SPECTATOR = 999, 900, 700, 600, 400, 300, 50
-
-BUILTIN_ROLES: Final = MappingProxyType(
-    {
-        "owner": OWNER,
-        "admin": ADMIN,
-        "moderator": MODERATOR,
-        "super_agent": SUPER_AGENT,
-        "member": MEMBER,
-        "agent": AGENT,
-        "spectator": SPECTATOR,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Permission:
-    name: str
-    description: str
-    category: str
-    #: the lowest built-in priority that holds it
-    lowest: int
-
-    def to_json(self) -> dict[str, object]:
-        lowest_role = min(
-            (r for r, p in BUILTIN_ROLES.items() if p >= self.lowest),
-            key=lambda r: BUILTIN_ROLES[r],
-        )
-        return {
-            "name": self.name,
-            "description": self.description,
-            "category": self.category,
-            "defaultRole": lowest_role,
-            "defaultPriority": self.lowest,
-        }
-
-
-def _catalog(*entries: tuple[str, str, str, int]) -> MappingProxyType[str, Permission]:
-    return MappingProxyType({name: Permission(name, d, c, p) for name, d, c, p in entries})
-
-
-#: every permission the node checks
-PERMISSIONS: Final = _catalog(
-    ("participants.read", "list participants and see their profiles", "participants", SPECTATOR),
-    ("participants.delete", "delete participants", "participants", ADMIN),
-    ("participants.role", "assign roles below one's own", "participants", ADMIN),
-    ("rooms.read", "list rooms and read the rooms one is in", "rooms", SPECTATOR),
-    ("rooms.join", "join and leave rooms", "rooms", SPECTATOR),
-    ("rooms.create", "create rooms", "rooms", AGENT),
-    ("rooms.delete", "delete any room (creators delete their own)", "rooms", ADMIN),
-    (
-        "rooms.permissions",
-        "set a room's permission overrides and presets (creators for their rooms)",
-        "rooms",
-        ADMIN,
-    ),
-    ("messages.send", "send messages (guests only if the mesh allows it)", "messages", AGENT),
-    ("messages.react", "add and remove reactions", "messages", AGENT),
-    ("messages.edit", "edit others' messages (authors edit their own)", "messages", MODERATOR),
-    (
-        "messages.delete",
-        "delete others' messages (authors delete their own)",
-        "messages",
-        MODERATOR,
-    ),
-    ("dms.create", "open direct-message rooms", "messages", AGENT),
-    ("agents.bootstrap", "register bots when registration is not open", "agents", ADMIN),
-    ("agents.spawn", "start managed bots", "agents", ADMIN),
-    ("agents.delete", "remove agents", "agents", ADMIN),
-    (
-        "agents.command",
-        "send commands to any agent (registrants command their own bots)",
-        "agents",
-        ADMIN,
-    ),
-    ("models.use", "list models and use the model proxy", "models", SPECTATOR),
-    ("models.manage", "add and remove models", "models", ADMIN),
-    ("models.usage", "see model usage per participant", "models", ADMIN),
-    ("identity.link", "link a DID and store its encrypted key", "identity", AGENT),
-    ("vault.use", "keep encrypted entries in one's own vault", "identity", AGENT),
-    ("roles.read", "list roles, templates and the permission catalog", "roles", SPECTATOR),
-    ("roles.manage", "create, change and delete custom roles", "roles", OWNER),
-    ("admin.stats", "see the node's statistics and setup checklist", "admin", ADMIN),
-    ("mesh.settings", "change the mesh's settings", "admin", ADMIN),
-    ("apps.read", "list one's own apps and read deployed ones", "apps", SPECTATOR),
-    ("apps.create", "create and AI-generate apps, and change their source", "apps", AGENT),
-    ("apps.deploy", "deploy one's apps to the app store and take them down", "apps", AGENT),
-    ("apps.manage", "change, deploy and delete others' apps (owners: their own)", "apps", ADMIN),
-    ("files.upload", "upload files (served publicly) and attach them to messages", "files", AGENT),
-    (
-        "federation.manage",
-        "request, accept, decline and end connections with other nodes",
-        "federation",
-        ADMIN,
-    ),
-)
 
 #: permissions a participant holds on its own things (room, message, bot)
 _OWN_ALLOWED: Final = frozenset(
@@ -170,60 +85,6 @@ PRESETS: Final = MappingProxyType(
     }
 )
 _NOT_BY_BOTS_IN_HUMANS_ONLY: Final = frozenset({"rooms.join", "messages.send", "messages.react"})
-
-
-@dataclass(frozen=True, slots=True)
-class Role:
-    name: str
-    priority: int
-    #: a custom role's permissions; ``None`` for built-in roles (by priority)
-    permissions: frozenset[str] | None = None
-    role_id: str | None = None
-    description: str = ""
-    created_at: int | None = None
-
-    @property
-    def builtin(self) -> bool:
-        return self.permissions is None
-
-    def holds(self, permission: str) -> bool:
-        if self.permissions is None:
-            return self.priority >= PERMISSIONS[permission].lowest
-        return permission in self.permissions
-
-    def to_json(self) -> dict[str, object]:
-        held = [p for p in PERMISSIONS if self.holds(p)]
-        return {
-            "roleId": self.role_id or self.name,
-            "name": self.name,
-            "priority": self.priority,
-            "tier": tier_of(self.priority),
-            "builtin": self.builtin,
-            "description": self.description,
-            "permissions": held,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """A room's rule for one permission: ``allow`` or ``deny`` to a role or a participant."""
-
-    override_id: str
-    room_id: str
-    target_type: str  # role | participant
-    target: str
-    permission: str
-    effect: str  # allow | deny
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "overrideId": self.override_id,
-            "roomId": self.room_id,
-            "targetType": self.target_type,
-            "target": self.target,
-            "permission": self.permission,
-            "effect": self.effect,
-        }
 
 
 _BUILTIN_ROLE_OBJECTS: Final = {name: Role(name, p) for name, p in BUILTIN_ROLES.items()}
@@ -378,17 +239,6 @@ def priority_of(role: str) -> int:
     return BUILTIN_ROLES.get(role, 0)
 
 
-def tier_of(priority: int) -> int:
-    """Permission tier (1 highest) for a role priority."""
-    if priority >= OWNER:
-        return 1
-    if priority >= SUPER_AGENT:
-        return 2
-    if priority >= MEMBER:
-        return 3
-    return 4
-
-
 def authorize(
     actor: Actor, permission: str, room: RoomRef | None = None, *, owner_id: str | None = None
 ) -> None:
@@ -415,6 +265,30 @@ def authorize(
             return
     where = " in this room" if explicit else ""
     raise Forbidden(f"your role ({actor.role}) may not do this{where}: {permission}", "forbidden")
+
+
+def permitted(
+    actor: Actor, permission: str, room: RoomRef | None = None, *, owner_id: str | None = None
+) -> bool:
+    """Whether :func:`authorize` allows it: for choices that are not refusals
+    (what to show, which limit applies)."""
+    try:
+        authorize(actor, permission, room, owner_id=owner_id)
+    except Forbidden:
+        return False
+    return True
+
+
+def authorize_above(actor: Actor, priority: int, message: str, code: str) -> None:
+    """Allow *actor* to act on a role, a participant or a rule target at
+    *priority* only if it ranks strictly above it: nobody grants, changes or
+    restricts what is at or above their own rank (``docs/roles.md``).
+
+    Raises:
+        Forbidden: with *message* and *code*.
+    """
+    if priority >= actor.priority:
+        raise Forbidden(message, code)
 
 
 def held_permissions(actor: Actor, room: RoomRef | None = None) -> list[str]:

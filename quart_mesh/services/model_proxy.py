@@ -37,7 +37,7 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound, RateLimited
 from ..models import iso, now_ms
 from ..store import Database
 from ..store import model_registry as repo
-from .authz import Actor, authorize
+from .authz import Actor, authorize, permitted
 from .ratelimit import RateLimiter
 
 __all__ = ["Model", "ModelProxy", "OpenAIError", "Stream"]
@@ -162,7 +162,7 @@ class ModelProxy:
 
     def list_models(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "models.use")
-        admin = actor.priority >= 900
+        admin = permitted(actor, "models.manage")  # where models go: for those who manage them
         return [m.to_json(admin) for m in sorted(self._models.values(), key=lambda m: m.name)]
 
     def get(self, name: Any) -> Model:
@@ -441,10 +441,15 @@ class ModelProxy:
     async def _send(
         self, actor: Actor, model: Model, request: httpx.Request, *, stream: bool
     ) -> httpx.Response:
-        """Send *request*; a 2xx response (to read and close), or OpenAIError."""
+        """Send *request*; a 2xx response (to read and close), or OpenAIError.
+
+        ``model_timeout`` bounds everything up to the answer's head in total
+        (resolving the name, connecting, sending): httpx's own timeouts apply
+        to each step, so a slow trickle would otherwise never time out."""
         try:
-            response = await self._http().send(request, stream=True)
-        except httpx.TimeoutException:
+            with trio.fail_after(self._settings.model_timeout):
+                response = await self._http().send(request, stream=True)
+        except (httpx.TimeoutException, trio.TooSlowError):
             await self._count(actor, model, error=True)
             raise OpenAIError(
                 504,

@@ -36,6 +36,7 @@ from .authz import (
     Role,
     RoomRef,
     authorize,
+    authorize_above,
 )
 
 __all__ = ["ROOM_PERMISSIONS", "TEMPLATES", "Roles"]
@@ -258,8 +259,7 @@ class Roles:
         role = next((r for r in self._policy.roles.values() if r.role_id == role_id), None)
         if role is None:
             raise NotFound("no such role", "role_not_found")
-        if role.priority >= actor.priority:
-            raise Forbidden("that role is at or above your own", "role_too_high")
+        authorize_above(actor, role.priority, "that role is at or above your own", "role_too_high")
         return role
 
     def _check_name(self, name: Any) -> str:
@@ -274,10 +274,12 @@ class Roles:
     def _check_priority(self, actor: Actor, priority: Any) -> int:
         if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 998:
             raise BadRequest("priority must be a whole number from 1 to 998", "invalid_priority")
-        if priority >= actor.priority:
-            raise Forbidden(
-                f"a role's priority must be below your own ({actor.priority})", "role_too_high"
-            )
+        authorize_above(
+            actor,
+            priority,
+            f"a role's priority must be below your own ({actor.priority})",
+            "role_too_high",
+        )
         return priority
 
     def _check_permissions(self, actor: Actor, permissions: Any) -> frozenset[str]:
@@ -326,13 +328,16 @@ class Roles:
         role = self._policy.role(role_name) if isinstance(role_name, str) else None
         if role is None:
             raise NotFound("no such role", "role_not_found")
-        if role.priority >= actor.priority:
-            raise Forbidden("you may assign only roles below your own", "role_too_high")
+        authorize_above(
+            actor, role.priority, "you may assign only roles below your own", "role_too_high"
+        )
         target = await self._participant(participant_id)
-        if self._policy.priority(target.role) >= actor.priority:
-            raise Forbidden(
-                "you may change the role only of participants below you", "participant_too_high"
-            )
+        authorize_above(
+            actor,
+            self._policy.priority(target.role),
+            "you may change the role only of participants below you",
+            "participant_too_high",
+        )
         updated = await self._accounts.set_role(participant_id, role.name)
         if updated is None:
             raise NotFound("no such participant", "participant_not_found")
@@ -387,8 +392,12 @@ class Roles:
             target_priority = self._policy.priority(found.role)
         else:
             raise BadRequest("targetType must be role or participant", "invalid_target")
-        if target_priority >= actor.priority:
-            raise Forbidden("you may set rules only for those below you", "target_too_high")
+        authorize_above(
+            actor,
+            target_priority,
+            "you may set rules only for those below you",
+            "target_too_high",
+        )
         own = actor.policy.role(actor.role)
         if effect == "allow" and (own is None or not own.holds(permission)):
             raise Forbidden("you cannot grant what you do not hold", "permission_too_high")

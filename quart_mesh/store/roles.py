@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..services.authz import Override, Role
+from ..permissions import Override, Role
 from .schema import custom_roles, room_overrides, rooms
 
 __all__ = [
