@@ -27,12 +27,12 @@ import trio
 
 from .events import Event
 
-__all__ = ["Broker", "Delivery", "Subscription"]
+__all__ = ["Broker", "Queued", "Subscription"]
 
 log = logging.getLogger(__name__)
 
 #: what a subscriber receives: the event and its serialized frame
-Delivery = tuple[Event | None, str]
+Queued = tuple[Event | None, str]
 
 
 class Subscription:
@@ -53,7 +53,7 @@ class Subscription:
         #: the id of the token the owner authenticated with, if any (a signed-out
         #: token ends its subscriptions: :meth:`Broker.disconnect_token`)
         self.token_id: str | None = None
-        self._items: collections.deque[Delivery] = collections.deque()
+        self._items: collections.deque[Queued] = collections.deque()
         self._held: collections.deque[Event] | None = None
         self._wakeup = trio.Event()
         self._space = trio.Event()
@@ -119,7 +119,7 @@ class Subscription:
             self._wakeup.set()
             self._space.set()
 
-    async def get_batch(self, max_items: int = 256) -> list[Delivery]:
+    async def get_batch(self, max_items: int = 256) -> list[Queued]:
         """Wait for deliveries and take up to *max_items* of them, oldest first.
 
         Returns an empty list once the subscription has failed and is drained
@@ -130,7 +130,7 @@ class Subscription:
             self._wakeup = trio.Event()
         if self.failed is not None and self.failed not in ("closed", "unavailable"):
             return []  # lagging or removed: the owner reports and disconnects
-        batch: list[Delivery] = []
+        batch: list[Queued] = []
         while self._items and len(batch) < max_items:
             batch.append(self._items.popleft())
         self._space.set()

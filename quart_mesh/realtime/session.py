@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..broker import Broker, Delivery, Subscription
-from ..errors import BadRequest, MeshError, RateLimited
+from ..broker import Queued, Subscription
+from ..errors import BadRequest, MeshError, Overloaded, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
 from ..services.authz import Actor
-from ..services.commands import command_event
+from ..services.delivery import Feed
 from ..services.validation import cursor_number, is_client_id
-from ..store import messages as messages_repo
 from ..wire import Fields, parse_json_object
 from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
 
@@ -33,11 +32,11 @@ if TYPE_CHECKING:
     from ..security import Tokens
     from ..services.accounts import Accounts
     from ..services.commands import Commands
+    from ..services.delivery import Delivery
     from ..services.messages import Messages
     from ..services.presence import Presence
     from ..services.rooms import Rooms
     from ..services.world import World
-    from ..store import Database
 
 __all__ = ["ProtocolSession", "SessionServices"]
 
@@ -63,8 +62,7 @@ class SessionServices:
     """What a WebSocket session uses: the same services the REST handlers call."""
 
     settings: Settings
-    db: Database
-    broker: Broker
+    delivery: Delivery
     tokens: Tokens
     accounts: Accounts
     presence: Presence
@@ -125,7 +123,8 @@ class ProtocolSession:
         node = self.node
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
-        with node.broker.subscribe(actor.participant_id, chat=chat) as sub:
+        with node.delivery.follow(actor.participant_id, chat=chat) as feed:
+            sub = feed.sub
             self._sub = sub
             sub.token_id = auth.token_id
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
@@ -137,7 +136,7 @@ class ProtocolSession:
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
                 nursery.start_soon(self._expire, auth.expires_at, sub)
                 try:
-                    await self._start(actor, auth.since, sub)
+                    await self._start(actor, auth.since, feed)
                 except MeshError as error:  # e.g. the store is unavailable
                     sub.push(None, error_frame(error.message, error.code))
                     sub.fail("unavailable")
@@ -190,45 +189,27 @@ class ProtocolSession:
                 return
         await self.ws.close(POLICY_VIOLATION, code)
 
-    async def _start(self, actor: Actor, since: int | None, sub: Subscription) -> None:
+    async def _start(self, actor: Actor, since: int | None, feed: Feed) -> None:
+        sub = feed.sub
         sub.push(None, frame_of({"type": "auth_ok", "participantId": actor.participant_id}))
         snapshot = await self.node.world.snapshot(actor)
         sub.push(None, frame_of({"type": "snapshot", **snapshot}))
-        replayed_to = since
-        if since is not None and sub.chat:
-            limit = self.node.settings.max_replay
-            missed = await self.node.db.read(
-                lambda conn: messages_repo.messages_after(
-                    conn, actor.participant_id, since, limit + 1
-                )
+        # missed messages (on resume) and the commands that waited for this agent
+        limit = self.node.settings.max_replay
+        backlog = await feed.backlog(since, limit, messages=since is not None, commands=True)
+        if not await feed.replay(backlog):
+            return
+        if backlog.truncated:
+            await sub.put(
+                None,
+                error_frame(
+                    f"more than {limit} messages were missed; page the rest with "
+                    "GET /api/rooms/:roomId/messages?since=<cursor>",
+                    "replay_truncated",
+                ),
             )
-            for message in missed[:limit]:
-                event = MessagePosted(message.room_id, message=message)
-                if not await sub.put(event, event.frame):
-                    return
-                replayed_to = message.seq
-            if len(missed) > limit:
-                await sub.put(
-                    None,
-                    error_frame(
-                        f"more than {limit} messages were missed; page the rest with "
-                        "GET /api/rooms/:roomId/messages?since=<cursor>",
-                        "replay_truncated",
-                    ),
-                )
-        # commands that waited for this agent; live ones already queued are skipped
-        sent: set[str] = set()
-        for command in await self.node.commands.pending_commands(actor.participant_id):
-            issued = command_event(command)
-            if not await sub.put(issued, issued.frame):
-                return
-            sent.add(command.command_id)
-        await sub.release(
-            skip=lambda e: (
-                _is_replayed(e, replayed_to)
-                or (isinstance(e, CommandIssued) and e.command_id in sent)
-            )
-        )
+        replayed_to = backlog.messages[-1].seq if backlog.messages else since
+        await feed.go_live(replayed_to, backlog)
 
     # writer ------------------------------------------------------------------
 
@@ -275,7 +256,7 @@ class ProtocolSession:
             await self.ws.send_text(error_frame("this token was signed out", "token_revoked"))
             await self.ws.close(POLICY_VIOLATION, "token_revoked")
 
-    def _note_delivered(self, batch: list[Delivery]) -> None:
+    def _note_delivered(self, batch: list[Queued]) -> None:
         """Delivered messages count as read (written in batches by the world),
         unless the client marks what was read itself (``autoRead: false``);
         delivered commands are marked so (in the background)."""
@@ -368,7 +349,10 @@ class ProtocolSession:
         try:
             await stored
         except MeshError as error:
-            self._sub.push(None, _error(error.message, error.code, "send_message", None, client_id))
+            retry_after = _retry_after(error)
+            self._sub.push(
+                None, _error(error.message, error.code, "send_message", retry_after, client_id)
+            )
         except Exception:
             log.exception("send_message failed")
             self._sub.push(
@@ -431,8 +415,9 @@ def _error(
 
 
 def _retry_after(error: MeshError) -> float | None:
-    """Seconds until a rate-limited frame would be accepted (``retryAfter``)."""
-    return error.retry_after if isinstance(error, RateLimited) else None
+    """Seconds until a refused frame would be accepted (``retryAfter``): rate
+    limits, and a store with too many writes waiting (``overloaded``)."""
+    return error.retry_after if isinstance(error, (RateLimited, Overloaded)) else None
 
 
 def _cursor(value: Any) -> int | None:
@@ -443,11 +428,3 @@ def _cursor(value: Any) -> int | None:
     if cursor is None:
         raise BadRequest("since must be a cursor", "invalid_cursor")
     return cursor
-
-
-def _is_replayed(event: Event, replayed_to: int | None) -> bool:
-    return (
-        replayed_to is not None
-        and isinstance(event, MessagePosted)
-        and event.message.seq <= replayed_to
-    )

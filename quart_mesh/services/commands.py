@@ -111,15 +111,6 @@ class Commands:
         )
         return row
 
-    async def take_commands(self, actor: Actor) -> list[repo.CommandRow]:
-        """The caller's undelivered commands, now marked delivered (a poll)."""
-        pending = await self._db.read(
-            lambda conn: repo.pending_commands(conn, actor.participant_id, 100)
-        )
-        if pending:
-            await self.mark_delivered([c.command_id for c in pending])
-        return pending
-
     async def pending_commands(self, agent_id: str) -> list[repo.CommandRow]:
         """Undelivered commands of *agent_id*, oldest first (not marked)."""
         return await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 100))

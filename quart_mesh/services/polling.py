@@ -14,18 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-from sqlalchemy.engine import Connection
 
-from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest
-from ..events import CommandIssued, MessagePosted
 from ..models import Message
-from ..store import Database
-from ..store import messages as messages_repo
 from ..store.agents import CommandRow
 from .authz import Actor, authorize
 from .commands import Commands, command_event
+from .delivery import Delivery, Feed
 from .presence import Presence
 from .validation import cursor_number
 from .world import World
@@ -52,15 +48,13 @@ class Polling:
     def __init__(
         self,
         settings: Settings,
-        db: Database,
-        broker: Broker,
+        delivery: Delivery,
         presence: Presence,
         world: World,
         commands: Commands,
     ) -> None:
         self._settings = settings
-        self._db = db
-        self._broker = broker
+        self._delivery = delivery
         self._presence = presence
         self._world = world
         self._commands = commands
@@ -95,50 +89,37 @@ class Polling:
                 "invalid_timeout",
             )
         mentions_of = actor.name if mentions_only else None
-        if wait_seconds == 0:
-            return await self._fetch(actor, after, limit, mentions_of)
-        # subscribe before the first query, so nothing slips between the two
+        # tool-only ``simple`` bots are sent commands only (no chat traffic)
         chat = actor.type != "simple"
-        with self._broker.subscribe(actor.participant_id, capacity=64, chat=chat) as sub:
+        with self._delivery.follow(actor.participant_id, capacity=64, chat=chat) as feed:
+            if wait_seconds == 0:
+                return await self._take(actor, feed, after, limit, mentions_of)
             async with self._presence.attached(actor.participant_id):
                 with trio.move_on_after(wait_seconds):
                     while True:
-                        result = await self._fetch(actor, after, limit, mentions_of)
+                        result = await self._take(actor, feed, after, limit, mentions_of)
                         if result.messages or result.commands:
                             return result
                         after = result.cursor
-                        while not any(
-                            isinstance(event, (MessagePosted, CommandIssued))
-                            for event, _ in await sub.get_batch()
-                        ):
-                            if sub.failed is not None:
-                                break
-                        if sub.failed is not None:
+                        if not await feed.wait_for_more():
                             break
-        return await self._fetch(actor, after, limit, mentions_of)
+            return await self._take(actor, feed, after, limit, mentions_of)
 
-    async def _fetch(
-        self, actor: Actor, after: int | None, limit: int, mentions_of: str | None
+    async def _take(
+        self, actor: Actor, feed: Feed, after: int | None, limit: int, mentions_of: str | None
     ) -> PollResult:
-        chat = actor.type != "simple"
-
-        def read(conn: Connection) -> PollResult:
-            head = messages_repo.head_seq(conn)
-            if not chat:
-                return PollResult([], head)
-            found = messages_repo.messages_after(
-                conn, actor.participant_id, after, limit, mentions_of=mentions_of
-            )
-            cursor = found[-1].seq if len(found) == limit else head
-            return PollResult(found, cursor)
-
-        result = await self._db.read(read)
+        """The backlog after *after*; its messages count as read and its
+        commands as delivered."""
+        backlog = await feed.backlog(
+            after, limit, mentions_of=mentions_of, commands=actor.kind == "bot"
+        )
         reads: dict[str, int] = {}
-        for message in result.messages:
+        for message in backlog.messages:
             reads[message.room_id] = max(reads.get(message.room_id, 0), message.seq)
         await self._world.mark_read(actor, reads)
-        commands = await self._commands.take_commands(actor) if actor.kind == "bot" else []
-        return PollResult(result.messages, result.cursor, tuple(commands))
+        if backlog.commands:
+            await self._commands.mark_delivered([c.command_id for c in backlog.commands])
+        return PollResult(backlog.messages, backlog.cursor, tuple(backlog.commands))
 
 
 def _parse_cursor(value: str | int | None) -> int | None:

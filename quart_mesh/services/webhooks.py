@@ -33,16 +33,16 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import trio
 
-from ..broker import Broker
 from ..config import Settings
 from ..errors import MeshError, Transient
-from ..events import CommandIssued, MessagePosted
+from ..events import MessagePosted
 from ..models import Message, now_ms
 from ..retry import Backoff, retrying
 from ..store import Database
 from ..store import agents as repo
 from ..store import messages as messages_repo
 from .commands import Commands, command_event
+from .delivery import Delivery, Feed
 
 if TYPE_CHECKING:
     from .accounts import Accounts
@@ -54,6 +54,8 @@ __all__ = ["Webhooks", "is_private_address", "sign"]
 log = logging.getLogger(__name__)
 
 _BACKOFF_START = 1.0
+#: messages read from the store per round of delivery
+_PAGE = 50
 #: most bytes of a receiver's answer read
 _MAX_ANSWER_BYTES = 64 * 1024
 #: retried statuses; other 3xx/4xx answers are the receiver refusing the event
@@ -106,14 +108,14 @@ class Webhooks:
         self,
         settings: Settings,
         db: Database,
-        broker: Broker,
         accounts: Accounts,
         messages: Messages,
         commands: Commands,
+        delivery: Delivery,
     ) -> None:
         self._settings = settings
         self._db = db
-        self._broker = broker
+        self._delivery = delivery
         self._accounts = accounts
         self._messages = messages
         self._commands = commands
@@ -175,24 +177,22 @@ class Webhooks:
     async def _follow(self, agent_id: str, state: WebhookState, backoff: Backoff) -> None:
         """Deliver what is waiting, then wait for more, until the bot is gone."""
         while True:
-            # subscribe before reading the queue: nothing slips in between
-            with self._broker.subscribe(agent_id, capacity=256) as sub:
-                delivered = await self._drain(agent_id, state)
-                backoff.reset()
-                if not delivered:
+            with self._delivery.follow(agent_id, capacity=256) as feed:
+                while True:
+                    delivered = await self._drain(agent_id, state, feed)
+                    backoff.reset()
+                    if delivered:
+                        continue
                     if agent_id not in self._scopes:
                         return
                     state.status = "idle"
-                    while not any(
-                        isinstance(event, (MessagePosted, CommandIssued))
-                        for event, _ in await sub.get_batch()
-                    ):
-                        if sub.failed is not None:
-                            break
-                    if sub.failed == "removed":
-                        return
+                    if not await feed.wait_for_more():
+                        break
+            if feed.sub.failed == "removed":
+                return
+            # fell behind (lagging): the store has it all; follow again
 
-    async def _drain(self, agent_id: str, state: WebhookState) -> bool:
+    async def _drain(self, agent_id: str, state: WebhookState, feed: Feed) -> bool:
         """Deliver everything waiting; False if there was nothing (or the bot is gone)."""
         found = await self._db.read(lambda conn: repo.webhook_targets(conn, agent_id))
         if not found:
@@ -209,16 +209,13 @@ class Webhooks:
             state.skipped += skipped
             log.warning("webhook bot %s is behind: skipped %d messages", agent_id, skipped)
             await self._db.write(lambda conn: repo.set_delivery_cursor(conn, agent_id, cursor))
-        commands = await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 50))
-        pending = await self._db.read(
-            lambda conn: messages_repo.messages_after(conn, agent_id, cursor, 50)
-        )
-        if not commands and not pending:
+        backlog = await feed.backlog(cursor, _PAGE, commands=True)
+        if not backlog.commands and not backlog.messages:
             return False
         state.status = "delivering"
-        for command in commands:
+        for command in backlog.commands:
             await self._deliver_command(target, command, state)
-        for message in pending:
+        for message in backlog.messages:
             if message.sender_id != agent_id:  # bots never get their own messages
                 await self._deliver_message(target, message, state)
             await self._db.write(

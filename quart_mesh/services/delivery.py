@@ -1,0 +1,152 @@
+"""Delivery: catch up from a cursor, then follow live events.
+
+Every way a participant receives what it missed and what comes next goes
+through here, once: a WebSocket session resuming with ``since``, a long
+poll (``POST /api/poll``) and webhook delivery to a bot.
+
+The race it handles: a message committed between reading the store and
+subscribing to the broker would be lost, so :meth:`Delivery.follow`
+subscribes *first* and only then does the caller read its backlog
+(:meth:`Feed.backlog`). Whatever was published meanwhile is then both in
+the backlog and on the subscription; a consumer that forwards live events
+(the WebSocket) releases them with :meth:`Feed.go_live`, which drops those
+the backlog already delivered; consumers that only use events as a wake-up
+(polling, webhooks: :meth:`Feed.wait_for_more`) read the store again from
+their cursor, so a duplicate wake-up costs one query and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sqlalchemy.engine import Connection
+
+from ..broker import Broker, Subscription
+from ..events import CommandIssued, Event, MessagePosted
+from ..models import Message
+from ..store import Database
+from ..store import agents as agents_repo
+from ..store import messages as messages_repo
+from .commands import command_event
+
+__all__ = ["Backlog", "Delivery", "Feed"]
+
+#: most waiting commands taken at once
+_COMMANDS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What waited for a participant after a cursor."""
+
+    #: messages after the cursor in its rooms and DMs, oldest first (at most the limit)
+    messages: list[Message]
+    #: where to continue: the last message returned if more are waiting, else
+    #: the newest cursor of the node when the backlog was read (never skips)
+    cursor: int
+    #: more messages than the limit were waiting
+    truncated: bool
+    #: commands sent to it and not delivered yet, oldest first
+    commands: list[agents_repo.CommandRow] = field(default_factory=list)
+
+
+class Feed:
+    """A participant's subscription, opened before its backlog is read."""
+
+    def __init__(self, db: Database, participant_id: str, sub: Subscription) -> None:
+        self._db = db
+        self.participant_id = participant_id
+        self.sub = sub
+
+    async def backlog(
+        self,
+        after: int | None,
+        limit: int,
+        *,
+        mentions_of: str | None = None,
+        messages: bool = True,
+        commands: bool = False,
+    ) -> Backlog:
+        """Messages after *after* (``None``: from the participant's read
+        position in each room; only mentions of *mentions_of* if given) unless
+        not *messages*, and with *commands* its waiting commands. A
+        subscription without chat traffic (``simple`` bots) gets no messages.
+
+        Raises:
+            Unavailable: the store could not be read.
+        """
+        participant_id, chat = self.participant_id, self.sub.chat and messages
+
+        def read(conn: Connection) -> Backlog:
+            head = messages_repo.head_seq(conn)
+            found: list[Message] = []
+            if chat:
+                found = messages_repo.messages_after(
+                    conn, participant_id, after, limit + 1, mentions_of=mentions_of
+                )
+            truncated = len(found) > limit
+            found = found[:limit]
+            cursor = found[-1].seq if truncated else head
+            waiting = (
+                agents_repo.pending_commands(conn, participant_id, _COMMANDS) if commands else []
+            )
+            return Backlog(found, cursor, truncated, waiting)
+
+        return await self._db.read(read)
+
+    async def wait_for_more(self) -> bool:
+        """Wait until a message or a command may be waiting (a wake-up: read
+        the store again from your cursor). False if the subscription ended
+        (see ``sub.failed``)."""
+        while True:
+            batch = await self.sub.get_batch()
+            if any(isinstance(event, (MessagePosted, CommandIssued)) for event, _ in batch):
+                return True
+            if self.sub.failed is not None:
+                return False
+
+    async def replay(self, backlog: Backlog) -> bool:
+        """Queue the backlog's messages and commands as live events would be
+        (waiting for room). False if the subscription ended meanwhile."""
+        for message in backlog.messages:
+            event: Event = MessagePosted(message.room_id, message=message)
+            if not await self.sub.put(event, event.frame):
+                return False
+        for command in backlog.commands:
+            issued = command_event(command)
+            if not await self.sub.put(issued, issued.frame):
+                return False
+        return True
+
+    async def go_live(self, replayed_to: int | None, backlog: Backlog | None = None) -> None:
+        """Deliver live events again (after :meth:`Subscription.hold`),
+        dropping those held meanwhile that the replay already delivered: a
+        message at or before *replayed_to*, a command in *backlog*."""
+        sent = {c.command_id for c in backlog.commands} if backlog is not None else set()
+
+        def replayed(event: Event) -> bool:
+            if isinstance(event, MessagePosted):
+                return replayed_to is not None and event.message.seq <= replayed_to
+            return isinstance(event, CommandIssued) and event.command_id in sent
+
+        await self.sub.release(skip=replayed)
+
+
+class Delivery:
+    """Opens feeds: one catch-up-then-follow for every transport."""
+
+    def __init__(self, db: Database, broker: Broker) -> None:
+        self._db = db
+        self._broker = broker
+
+    @contextmanager
+    def follow(
+        self, participant_id: str, *, capacity: int | None = None, chat: bool = True
+    ) -> Iterator[Feed]:
+        """Subscribe *participant_id* to its events, then hand out the feed
+        to read its backlog from: nothing published after this point is
+        missed. The subscription ends with the block."""
+        with self._broker.subscribe(participant_id, capacity, chat=chat) as sub:
+            yield Feed(self._db, participant_id, sub)
