@@ -260,6 +260,10 @@ class Settings:
     bot_token_ttl_seconds: int = 365 * 24 * 3600
     #: Threads that may read the store at once (SQLite WAL allows concurrent readers).
     db_reader_threads: int = 4
+    #: Units of work that may wait for the store's writer; beyond, writes are
+    #: refused at once (REST 503 ``overloaded`` with Retry-After, WebSocket an
+    #: ``overloaded`` error frame) rather than queued without bound.
+    max_queued_writes: int = 2000
     #: Concurrent argon2 computations (each uses ~64 MiB and a core for ~50 ms).
     password_hash_threads: int = 2
     #: How long a graceful shutdown waits for open requests, seconds.
@@ -369,6 +373,7 @@ class Settings:
             "guest_token_ttl_seconds",
             "bot_token_ttl_seconds",
             "subscriber_buffer",
+            "max_queued_writes",
             "max_frame_bytes",
             "max_replay",
             "webhook_max_backlog",

@@ -42,6 +42,7 @@ from .services.agents import Agents
 from .services.apps import Apps
 from .services.authz import Policy
 from .services.commands import Commands
+from .services.delivery import Delivery
 from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
 from .services.messages import Messages, SharedRooms
@@ -106,13 +107,15 @@ class Node:
         self.world = World(db, self.broker, self.accounts)
         self.roles = Roles(db, self.broker, self.accounts, self.policy)
         self.commands = Commands(settings, db, self.broker)
+        #: catch up from a cursor, then follow live (WebSocket, polling, webhooks)
+        self.delivery = Delivery(db, self.broker)
         self.webhooks = Webhooks(
-            settings, db, self.broker, self.accounts, self.messages, self.commands
+            settings, db, self.accounts, self.messages, self.commands, self.delivery
         )
         self.supervisor = Supervisor(settings, db, self.tokens, self.address)
         self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
         self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
-        self.polling = Polling(settings, db, self.broker, self.presence, self.world, self.commands)
+        self.polling = Polling(settings, self.delivery, self.presence, self.world, self.commands)
         self.model_proxy = ModelProxy(settings, db, secret, self.rate_limits)
         self.apps = Apps(settings, db, self.model_proxy)
         self.relay = Relay(
@@ -140,8 +143,7 @@ class Node:
         self.realtime = Realtime(
             SessionServices(
                 settings=settings,
-                db=db,
-                broker=self.broker,
+                delivery=self.delivery,
                 tokens=self.tokens,
                 accounts=self.accounts,
                 presence=self.presence,
@@ -245,7 +247,11 @@ async def open_node(settings: Settings) -> AsyncIterator[Node]:
     data_dir = settings.data_dir
     secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
     identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
-    db = Database(settings.resolved_database_url, reader_threads=settings.db_reader_threads)
+    db = Database(
+        settings.resolved_database_url,
+        reader_threads=settings.db_reader_threads,
+        max_queued=settings.max_queued_writes,
+    )
     await db.open()
     node: Node | None = None
     try:

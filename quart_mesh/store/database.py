@@ -29,7 +29,7 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from ..errors import Unavailable
+from ..errors import Overloaded, Unavailable
 
 __all__ = ["Database"]
 
@@ -63,10 +63,13 @@ class Database:
     """Owns the engine and the thread limiters. Open with :meth:`open`; for
     group commit, also run :meth:`run` in a nursery."""
 
-    def __init__(self, url: str, *, reader_threads: int = 4) -> None:
+    def __init__(self, url: str, *, reader_threads: int = 4, max_queued: int = 2000) -> None:
         self.url = url
+        #: most units waiting for the writer (:meth:`submit` refuses more)
+        self.max_queued = max_queued
         self.backend = sa.make_url(url).get_backend_name()
         self._engine: Engine | None = None
+        self._write_engine: Engine | None = None
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(reader_threads)
         self._queue: collections.deque[_Job[Any]] | None = None
@@ -93,8 +96,11 @@ class Database:
         engine = sa.create_engine(url, **kwargs)
         if self.backend == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
-            # pysqlite's own transaction handling is broken for BEGIN; take it over
-            sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+            # pysqlite's own transaction handling is broken for BEGIN; take it over.
+            # Writes begin IMMEDIATE: they take the write lock up front, waiting
+            # (busy_timeout) while another connection holds it; a deferred one
+            # would fail at once with "database is locked" when it upgrades.
+            sa.event.listen(engine, "begin", _sqlite_begin)
         self._engine = engine
         with engine.begin() as conn:
             cfg = AlembicConfig()
@@ -103,9 +109,15 @@ class Database:
             command.upgrade(cfg, "head")
         log.debug("store open at %s", engine.url.render_as_string(hide_password=True))
 
+    def _writing(self) -> Engine:
+        """The engine, marked so that SQLite begins its transactions IMMEDIATE."""
+        if self._write_engine is None:
+            self._write_engine = self.engine.execution_options(mesh_write=True)
+        return self._write_engine
+
     async def close(self) -> None:
         if self._engine is not None:
-            engine, self._engine = self._engine, None
+            engine, self._engine, self._write_engine = self._engine, None, None
             await trio.to_thread.run_sync(engine.dispose)
 
     async def write(
@@ -141,9 +153,17 @@ class Database:
         Units commit in the order they were submitted, so a caller can queue
         several (a client's pipelined sends) and await them afterwards.
         Semantics otherwise as :meth:`write`.
+
+        Raises:
+            Overloaded: ``max_queued`` units are already waiting (at once,
+                before anything is queued).
         """
         if self._queue is None:
             return trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
+        if len(self._queue) >= self.max_queued:
+            raise Overloaded(
+                "the node has too many writes waiting: try again shortly", retry_after=1
+            )
         job: _Job[T] = _Job(fn, then)
         self._queue.append(job)
         self._wakeup.set()
@@ -205,7 +225,7 @@ class Database:
         """
         if len(batch) > 1:
             try:
-                with self.engine.begin() as conn:
+                with self._writing().begin() as conn:
                     results = [job.fn(conn) for job in batch]
             except OperationalError as exc:
                 error = _unavailable(exc)
@@ -219,7 +239,7 @@ class Database:
                     job.result = result
                 return
         try:
-            with self.engine.begin() as conn:
+            with self._writing().begin() as conn:
                 for job in batch:
                     try:
                         with conn.begin_nested():
@@ -242,7 +262,7 @@ class Database:
 
     def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
         try:
-            with self.engine.begin() as conn:
+            with self._writing().begin() as conn:
                 result = fn(conn)
         except OperationalError as exc:
             raise _unavailable(exc) from exc
@@ -272,6 +292,11 @@ class Database:
 def _unavailable(exc: OperationalError) -> Unavailable:
     log.error("storage error: %s", exc.orig)
     return Unavailable("the storage backend is unavailable", "storage_unavailable")
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    immediate = conn.get_execution_options().get("mesh_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

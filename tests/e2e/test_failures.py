@@ -32,7 +32,7 @@ import trio
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.errors import Transient, Unavailable
 from quart_mesh.node import Node
-from tests.helpers import Mesh, User
+from tests.helpers import Mesh, User, connect
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -372,4 +372,56 @@ async def test_managed_bots_wait_for_the_listening_address(tmp_path: Path) -> No
                 assert bot.pid is not None
                 assert bot.status == "running"
                 front.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_full_write_queue_is_refused_at_once(tmp_path: Path) -> None:
+    """With the store's writer stuck (another process holds SQLite's write
+    lock), writes queue up to ``max_queued_writes``; beyond, REST answers
+    503 ``overloaded`` with Retry-After and WebSocket an ``overloaded`` error
+    frame, at once. When the lock goes, the queued writes all commit."""
+    import sqlite3
+
+    settings = Settings(data_dir=tmp_path / "mesh-data", max_queued_writes=3)
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            _, url = await _serve(nursery, settings)
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                owner = await Mesh(http).setup()
+                room = (await Mesh(http).create_room(owner, "busy"))["roomId"]
+                lock = sqlite3.connect(tmp_path / "mesh-data" / "mesh.db", check_same_thread=False)
+                lock.execute("BEGIN EXCLUSIVE")  # the node's writer now waits for it
+                answers: list[httpx.Response] = []
+                refused = trio.Event()
+
+                async def send(n: int) -> None:
+                    r = await http.post(
+                        f"/api/rooms/{room}/messages",
+                        json={"content": f"m{n}"},
+                        headers=owner.headers,
+                    )
+                    answers.append(r)
+                    if r.status_code == 503:
+                        refused.set()
+
+                async with trio.open_nursery() as senders:
+                    for n in range(12):
+                        senders.start_soon(send, n)
+                    await refused.wait()
+                    # and over WebSocket, the same refusal as an error frame
+                    async with connect(url, owner) as client:
+                        await client.send(type="send_message", roomId=room, content="ws")
+                        frame = await client.expect("error")
+                        assert frame["code"] == "overloaded", frame
+                        assert frame["retryAfter"] >= 1, frame
+                    lock.rollback()  # the lock goes: the queued writes commit
+                lock.close()
+                codes = sorted(r.status_code for r in answers)
+                assert codes.count(201) >= 4, codes  # one in the writer, three queued
+                assert set(codes) == {201, 503}, codes
+                [busy, *_] = [r for r in answers if r.status_code == 503]
+                assert busy.json()["code"] == "overloaded"
+                assert busy.headers["Retry-After"] == "1"
+                stored = await Mesh(http).messages(owner, room)
+                assert len(stored) == codes.count(201)
             nursery.cancel_scope.cancel()
