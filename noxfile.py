@@ -24,9 +24,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff==0.17.6")
+    session.install("ruff==0.17.6", "import-linter==2.17")
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", ".")
+    session.install("-e", ".")
+    session.run("lint-imports")  # the layer contract in pyproject.toml
 
 
 @nox.session(python=PYTHON)
