@@ -35,7 +35,7 @@ async def run_node(data_dir: Path, *, store: bool, port: int = 0) -> None:
     from quart_mesh.config import RateLimits
     from quart_mesh.events import MessagePosted
     from quart_mesh.ids import new_id
-    from quart_mesh.models import Message, now_ms
+    from quart_mesh.records import Message, now_ms
     from quart_mesh.services.authz import RoomRef, authorize
     from quart_mesh.services.messages import Messages
     from quart_mesh.services.validation import check_content

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .models import Message, Participant, iso
+from .records import Message, Participant, iso
 
 __all__ = [
     "CommandIssued",

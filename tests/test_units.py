@@ -10,7 +10,7 @@ import quart_mesh
 from quart_mesh.config import Limits, Settings
 from quart_mesh.errors import BadRequest, ConfigError
 from quart_mesh.ids import is_ulid, new_id
-from quart_mesh.models import iso
+from quart_mesh.records import iso
 from quart_mesh.wire import Fields, parse_json_object
 
 

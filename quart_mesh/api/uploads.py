@@ -27,7 +27,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Event, File, MultipartDeco
 
 from ..config import Limits
 from ..errors import BadRequest, MeshError, PayloadTooLarge, error_body
-from ..models import Upload
+from ..records import Upload
 from ..services.uploads import ACTIVE_TYPES, StoredFile, UploadTimeout
 from ._common import caller, node, reply
 

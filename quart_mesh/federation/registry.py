@@ -28,7 +28,7 @@ from ..address import PublicAddress
 from ..config import Settings
 from ..errors import BadRequest, RateLimited, Transient
 from ..identity import NodeIdentity
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..retry import Backoff, retrying
 from ..services.accounts import Accounts
 from ..store import Database

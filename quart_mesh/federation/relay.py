@@ -42,8 +42,8 @@ from ..errors import (
 )
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
-from ..models import Message, Participant, Room, iso, now_ms
 from ..permissions import tier_of
+from ..records import Message, Participant, Room, iso, now_ms
 from ..retry import Backoff, retrying
 from ..services.authz import Actor, authorize
 from ..services.messages import Relayed, RelaySource, SharedRooms

@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..services.authz import Actor, authorize
 from ..store import Database
 from ..store import connections as repo

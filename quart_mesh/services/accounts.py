@@ -14,7 +14,7 @@ from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
-from ..models import MeshConfig, Participant, Room, now_ms
+from ..records import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database
 from ..store import accounts as repo

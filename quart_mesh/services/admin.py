@@ -32,7 +32,7 @@ from ..broker import Broker
 from ..config import RATE_RULES, Rate, RateLimits, Settings, check_role_multipliers, parse_rate
 from ..errors import BadRequest, ConfigError, Forbidden
 from ..ids import is_ulid
-from ..models import MeshConfig
+from ..records import MeshConfig
 from ..store import Database
 from ..store import admin as repo
 from ..store import rooms as rooms_repo

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from ..config import Settings
 from ..errors import BadRequest, Forbidden, NotFound
 from ..ids import is_ulid
-from ..models import Participant, now_ms
+from ..records import Participant, now_ms
 from ..store import Database
 from ..store import agents as repo
 from ..store import messages as messages_repo

@@ -43,7 +43,7 @@ from ..errors import (
     Unavailable,
 )
 from ..ids import is_ulid, new_id
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..store import Database
 from ..store import apps as repo
 from .authz import Actor, authorize

@@ -15,7 +15,7 @@ from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound, PayloadTooLarge, RateLimited
 from ..events import CommandIssued
 from ..ids import is_ulid, new_id
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..store import Database
 from ..store import agents as repo
 from .authz import Actor, authorize

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Subscription
 from ..events import CommandIssued, Event, MessagePosted
-from ..models import Message
+from ..records import Message
 from ..store import Database
 from ..store import agents as agents_repo
 from ..store import messages as messages_repo

@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unauthorized
 from ..identity import b58decode, public_key_from_did, verify
-from ..models import Participant, iso, now_ms
+from ..records import Participant, iso, now_ms
 from ..security import Tokens
 from ..store import Database
 from ..store import agents as agents_repo

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from .._version import __version__
 from ..config import Settings
 from ..identity import NodeIdentity
-from ..models import MeshConfig
+from ..records import MeshConfig
 from ..store import Database
 from ..store import discovery as repo
 from .agents import EXTERNAL_TYPES

@@ -11,7 +11,7 @@ from ..broker import Broker
 from ..errors import BadRequest, NotFound
 from ..events import ParticipantJoined
 from ..ids import is_ulid, new_id
-from ..models import Participant, Room, iso, now_ms
+from ..records import Participant, Room, iso, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo

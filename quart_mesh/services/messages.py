@@ -23,7 +23,7 @@ from ..events import (
     Typing,
 )
 from ..ids import is_ulid, new_id
-from ..models import Message, now_ms
+from ..records import Message, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import messages as repo

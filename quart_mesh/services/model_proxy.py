@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection
 
 from ..config import ModelConfig, Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, RateLimited
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..store import Database
 from ..store import model_registry as repo
 from .authz import Actor, authorize, permitted

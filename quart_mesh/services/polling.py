@@ -17,7 +17,7 @@ import trio
 
 from ..config import Settings
 from ..errors import BadRequest
-from ..models import Message
+from ..records import Message
 from ..store.agents import CommandRow
 from .authz import Actor, authorize
 from .commands import Commands, command_event

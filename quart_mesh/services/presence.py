@@ -21,7 +21,7 @@ import trio
 from ..broker import Broker
 from ..errors import Unavailable
 from ..events import Presence as PresenceEvent
-from ..models import Participant, now_ms
+from ..records import Participant, now_ms
 from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo

@@ -20,7 +20,7 @@ from ..broker import Broker
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import ParticipantLeft
 from ..ids import is_ulid, new_id
-from ..models import Participant, now_ms
+from ..records import Participant, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import roles as repo

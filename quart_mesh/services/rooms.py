@@ -12,7 +12,7 @@ from ..config import Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted
 from ..ids import is_ulid, new_id
-from ..models import Participant, Room, now_ms
+from ..records import Participant, Room, now_ms
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from ..config import Limits, Settings
 from ..errors import BadRequest, MeshError, NotFound, PayloadTooLarge
 from ..ids import is_ulid, new_id
-from ..models import Upload, now_ms
+from ..records import Upload, now_ms
 from ..store import Database
 from ..store import uploads as repo
 from .authz import Actor, authorize, permitted

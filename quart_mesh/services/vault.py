@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from ..config import Limits
 from ..errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from ..ids import is_ulid, new_id
-from ..models import iso, now_ms
+from ..records import iso, now_ms
 from ..store import Database
 from ..store import vault as repo
 from .authz import Actor, authorize

@@ -36,7 +36,7 @@ import trio
 from ..config import Settings
 from ..errors import MeshError, Transient
 from ..events import MessagePosted
-from ..models import Message, now_ms
+from ..records import Message, now_ms
 from ..retry import Backoff, retrying
 from ..store import Database
 from ..store import agents as repo

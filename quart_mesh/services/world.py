@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker
 from ..errors import BadRequest
 from ..events import ParticipantMoved, RoomRead
-from ..models import now_ms
+from ..records import now_ms
 from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import MeshConfig, Participant
+from ..records import MeshConfig, Participant
 from .schema import mesh_config, participants, revoked_tokens
 
 __all__ = [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import MeshConfig
+from ..records import MeshConfig
 from .schema import llm_models, mesh_config, messages, model_usage, participants, rooms
 
 __all__ = [

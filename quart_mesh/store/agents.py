@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Participant
+from ..records import Participant
 from .accounts import participant_from_row
 from .schema import agent_commands, agents, participants
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Participant
+from ..records import Participant
 from .accounts import participant_from_row
 from .schema import identity_keys, participants
 

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Message, Reaction, Upload
+from ..records import Message, Reaction, Upload
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
 from .uploads import upload_from_row, uploads_table
 

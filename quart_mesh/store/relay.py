@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import now_ms
+from ..records import now_ms
 from .schema import (
     connections,
     participants,

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Participant, Room
+from ..records import Participant, Room
 from .accounts import participant_from_row
 from .schema import messages, participants, room_members, rooms
 

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..models import Upload
+from ..records import Upload
 from .schema import uploads as uploads_table
 
 __all__ = [

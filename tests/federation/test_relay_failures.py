@@ -17,8 +17,8 @@ from quart_mesh import MeshApp
 from quart_mesh.errors import MeshError
 from quart_mesh.identity import load_or_create_node_identity
 from quart_mesh.ids import new_id
-from quart_mesh.models import Message, Room, now_ms
 from quart_mesh.node import Node
+from quart_mesh.records import Message, Room, now_ms
 from quart_mesh.store import connections as connections_repo
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import relay as relay_repo
