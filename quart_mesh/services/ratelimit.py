@@ -177,4 +177,5 @@ class RateLimiter:
     def _refuse(self, rule: str, wait: float) -> None:
         self._refused[rule] += 1
         message = f"{RULE_MESSAGES[rule]}: try again in {max(wait, 0.1):.1f} s"
-        raise RateLimited(message, retry_after=round(wait, 3))
+        # rounded up: a client that waits what it is told is never refused again
+        raise RateLimited(message, retry_after=math.ceil(wait * 1000) / 1000)

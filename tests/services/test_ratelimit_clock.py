@@ -71,11 +71,6 @@ async def test_retry_after_is_long_enough(autojump_clock: MockClock) -> None:
         assert allowed <= 60 * rate.count / rate.per + (rate.burst or rate.count) + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ratelimit._refuse rounds retry_after to the nearest millisecond, so it can "
-    "be shorter than the real wait (1/3 s is said as 0.333 s); rounding up would fix it",
-)
 async def test_retry_after_is_long_enough_for_any_interval(autojump_clock: MockClock) -> None:
     rates = RateLimiter(RateLimits(reactions=Rate(3, 1)))  # one every 1/3 s
     await wait_what_it_says(rates, "reactions", 10)
