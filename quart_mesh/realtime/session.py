@@ -90,7 +90,7 @@ class ProtocolSession:
     a :class:`~quart_mesh.realtime.transport.WebSocket`)."""
 
     def __init__(self, services: SessionServices, ws: WebSocket) -> None:
-        self.node = services
+        self.services = services
         self.ws = ws
         self.actor: Actor | None = None
         self._auto_read = True
@@ -120,16 +120,16 @@ class ProtocolSession:
         actor = auth.actor
         self.actor = actor
         self._auto_read = auth.auto_read
-        node = self.node
+        services = self.services
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
-        with node.delivery.follow(actor.participant_id, chat=chat) as feed:
+        with services.delivery.follow(actor.participant_id, chat=chat) as feed:
             sub = feed.sub
             self._sub = sub
             sub.token_id = auth.token_id
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
             async with (
-                node.presence.attached(actor.participant_id),
+                services.presence.attached(actor.participant_id),
                 trio.open_nursery() as nursery,
             ):
                 self._nursery = nursery
@@ -155,7 +155,7 @@ class ProtocolSession:
         sub.fail("expired")
 
     async def _authenticate(self) -> _Auth | None:
-        timeout = self.node.settings.auth_timeout
+        timeout = self.services.settings.auth_timeout
         try:
             with trio.fail_after(timeout):
                 text = await self.ws.receive()
@@ -174,15 +174,15 @@ class ProtocolSession:
             token = fields.req_str("token")
             since = _cursor(fields.data.get("since"))
             auto_read = fields.opt_bool("autoRead") is not False
-            actor = await self.node.accounts.authenticate(token)
-            claims = self.node.tokens.check(token)
+            actor = await self.services.accounts.authenticate(token)
+            claims = self.services.tokens.check(token)
         except MeshError as error:
             await self._refuse(error.message, error.code)
             return None
         return _Auth(actor, since, claims.expires_at, claims.token_id, auto_read)
 
     async def _refuse(self, message: str, code: str) -> None:
-        with trio.move_on_after(self.node.settings.ws_send_timeout):
+        with trio.move_on_after(self.services.settings.ws_send_timeout):
             try:
                 await self.ws.send_text(error_frame(message, code))
             except ConnectionClosed:
@@ -192,10 +192,10 @@ class ProtocolSession:
     async def _start(self, actor: Actor, since: int | None, feed: Feed) -> None:
         sub = feed.sub
         sub.push(None, frame_of({"type": "auth_ok", "participantId": actor.participant_id}))
-        snapshot = await self.node.world.snapshot(actor)
+        snapshot = await self.services.world.snapshot(actor)
         sub.push(None, frame_of({"type": "snapshot", **snapshot}))
         # missed messages (on resume) and the commands that waited for this agent
-        limit = self.node.settings.max_replay
+        limit = self.services.settings.max_replay
         backlog = await feed.backlog(since, limit, messages=since is not None, commands=True)
         if not await feed.replay(backlog):
             return
@@ -214,7 +214,7 @@ class ProtocolSession:
     # writer ------------------------------------------------------------------
 
     async def _writer(self, sub: Subscription, scope: trio.CancelScope) -> None:
-        timeout = self.node.settings.ws_send_timeout
+        timeout = self.services.settings.ws_send_timeout
         # one scope for every send; its deadline is armed only while sending
         with trio.CancelScope() as send_scope:
             try:
@@ -265,7 +265,7 @@ class ProtocolSession:
         for event, _ in batch:
             if isinstance(event, MessagePosted) and self._auto_read:
                 message = event.message
-                self.node.world.note_read(self.actor.participant_id, message.room_id, message.seq)
+                self.services.world.note_read(self.actor.participant_id, message.room_id, message.seq)
             elif isinstance(event, CommandIssued):
                 commands.append(event.command_id)
         if commands:
@@ -273,7 +273,7 @@ class ProtocolSession:
 
     async def _mark_delivered(self, command_ids: list[str]) -> None:
         try:
-            await self.node.commands.mark_delivered(command_ids)
+            await self.services.commands.mark_delivered(command_ids)
         except MeshError:  # the store is unavailable: they are delivered again next time
             log.warning("could not mark commands %s delivered", command_ids)
 
@@ -286,7 +286,7 @@ class ProtocolSession:
             except ConnectionClosed:
                 return
             except FrameTooLarge:
-                limit = self.node.settings.max_frame_bytes
+                limit = self.services.settings.max_frame_bytes
                 sub.push(
                     None, error_frame(f"frames may be at most {limit} bytes", "frame_too_large")
                 )
@@ -308,7 +308,7 @@ class ProtocolSession:
                     raise BadRequest("already authenticated", "already_authenticated")
                 raise BadRequest(f"unknown frame type {kind[:40]!r}", "unknown_type")
             # as it is now: a role changed since authenticating applies at once
-            current = await self.node.accounts.actor_of(actor.participant_id)
+            current = await self.services.accounts.actor_of(actor.participant_id)
             await handler(current or actor, fields)
         except MeshError as error:
             sub.push(None, _error(error.message, error.code, kind, _retry_after(error), client_id))
@@ -318,10 +318,10 @@ class ProtocolSession:
             sub.push(None, _error(text, "internal_error", kind, None, client_id))
 
     async def _join_room(self, actor: Actor, f: Fields) -> None:
-        await self.node.rooms.join(actor, f.req_str("roomId"))
+        await self.services.rooms.join(actor, f.req_str("roomId"))
 
     async def _leave_room(self, actor: Actor, f: Fields) -> None:
-        await self.node.rooms.leave(actor, f.req_str("roomId"))
+        await self.services.rooms.leave(actor, f.req_str("roomId"))
 
     async def _send_message(self, actor: Actor, f: Fields) -> None:
         # queued now, awaited in the background: a client may pipeline sends
@@ -331,7 +331,7 @@ class ProtocolSession:
         # even if the session ends while this one waits for room
         await self._in_flight.acquire()
         try:
-            stored = self.node.messages.submit_send(
+            stored = self.services.messages.submit_send(
                 actor,
                 f.req_str("roomId"),
                 f.req_str("content"),
@@ -362,28 +362,28 @@ class ProtocolSession:
             self._in_flight.release()
 
     async def _edit_message(self, actor: Actor, f: Fields) -> None:
-        await self.node.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))
+        await self.services.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))
 
     async def _delete_message(self, actor: Actor, f: Fields) -> None:
-        await self.node.messages.delete(actor, f.req_str("messageId"))
+        await self.services.messages.delete(actor, f.req_str("messageId"))
 
     async def _add_reaction(self, actor: Actor, f: Fields) -> None:
-        await self.node.messages.add_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
+        await self.services.messages.add_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
 
     async def _remove_reaction(self, actor: Actor, f: Fields) -> None:
-        await self.node.messages.remove_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
+        await self.services.messages.remove_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
 
     async def _typing(self, actor: Actor, f: Fields) -> None:
-        self.node.messages.typing(actor, f.req_str("roomId"))
+        self.services.messages.typing(actor, f.req_str("roomId"))
 
     async def _mark_read(self, actor: Actor, f: Fields) -> None:
         cursor = f.data.get("cursor")
         if cursor is None:
             raise BadRequest("cursor is required", "missing_field")
-        await self.node.world.mark_room_read(actor, f.req_str("roomId"), cursor)
+        await self.services.world.mark_room_read(actor, f.req_str("roomId"), cursor)
 
     async def _command_result(self, actor: Actor, f: Fields) -> None:
-        await self.node.commands.complete_command(
+        await self.services.commands.complete_command(
             actor,
             f.req_str("commandId"),
             ok=f.opt_bool("ok") is not False,
@@ -393,7 +393,7 @@ class ProtocolSession:
     async def _move(self, actor: Actor, f: Fields) -> None:
         room_id = f.req_str("roomId")
         x, y, z = f.req_number("x"), f.req_number("y"), f.req_number("z")
-        await self.node.world.move(actor, room_id, x, y, z)
+        await self.services.world.move(actor, room_id, x, y, z)
 
 
 def _error(
