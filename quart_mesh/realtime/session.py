@@ -265,7 +265,9 @@ class ProtocolSession:
         for event, _ in batch:
             if isinstance(event, MessagePosted) and self._auto_read:
                 message = event.message
-                self.services.world.note_read(self.actor.participant_id, message.room_id, message.seq)
+                self.services.world.note_read(
+                    self.actor.participant_id, message.room_id, message.seq
+                )
             elif isinstance(event, CommandIssued):
                 commands.append(event.command_id)
         if commands:
@@ -371,7 +373,9 @@ class ProtocolSession:
         await self.services.messages.add_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
 
     async def _remove_reaction(self, actor: Actor, f: Fields) -> None:
-        await self.services.messages.remove_reaction(actor, f.req_str("messageId"), f.req_str("emoji"))
+        await self.services.messages.remove_reaction(
+            actor, f.req_str("messageId"), f.req_str("emoji")
+        )
 
     async def _typing(self, actor: Actor, f: Fields) -> None:
         self.services.messages.typing(actor, f.req_str("roomId"))
