@@ -1,11 +1,10 @@
 """Apps and the app store (spec §4.15), and the sandboxed ``/run`` page.
 
 ``/run`` serves an app as one HTML document under a sandbox
-Content-Security-Policy without ``allow-same-origin``: the browser gives the
-document an opaque origin, so its script cannot read the node's cookies or
-storage, and ``connect-src 'none'`` keeps it from calling any API (decision
-0026). Undeployed apps are previewed only with an ``Authorization`` header,
-never a token in the URL (URLs end up in logs, history and ``Referer``).
+Content-Security-Policy without ``allow-same-origin`` (the document and its
+headers are built by ``app_page.py``; decision 0026). Undeployed apps are
+previewed only with an ``Authorization`` header, never a token in the URL
+(URLs end up in logs, history and ``Referer``).
 """
 
 from __future__ import annotations
@@ -15,37 +14,15 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from ..errors import NotFound, Unauthorized
-from ..services.apps import render_document, source_json
+from ..services.apps import source_json
 from ..services.authz import Actor
 from ._common import body, caller, node, reply
+from .app_page import RUN_HEADERS, render_document
 
 bp = Blueprint("apps", __name__)
 
 #: paths whose bodies may be as large as ``max_app_body_bytes`` (app source)
 APPS_PREFIX = "/api/apps"
-
-#: the policy of every ``/run`` answer (docs/apps.md, decision 0026)
-RUN_CSP = "; ".join(
-    (
-        "sandbox allow-scripts allow-forms allow-popups allow-modals",
-        "default-src 'none'",
-        "script-src 'unsafe-inline'",
-        "style-src 'unsafe-inline'",
-        "img-src data: blob:",
-        "font-src data:",
-        "media-src data: blob:",
-        "connect-src 'none'",
-        "form-action 'none'",
-        "base-uri 'none'",
-        "frame-ancestors 'self'",
-    )
-)
-RUN_HEADERS = {
-    "Content-Security-Policy": RUN_CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 
 
 def _base() -> str:

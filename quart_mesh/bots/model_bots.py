@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import trio
 
-from ..services.apps import parse_app_source
+from ..app_source import parse_app_source
 from .base import Bot
 
 __all__ = ["BOT_REPLIES_PER_MINUTE", "ModelBot"]

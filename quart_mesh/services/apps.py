@@ -1,5 +1,5 @@
 """Apps (spec §4.15): HTML/CSS/JS stored in versions, AI-generated from a
-prompt, deployed to the app store and served sandboxed.
+prompt and deployed to the app store.
 
 Who may do what (``docs/apps.md``): anyone with a token lists their own apps
 (``apps.read``); agents and above create and generate apps and change their
@@ -8,27 +8,24 @@ needs ``apps.manage``, which an app's owner holds for its own apps and admins
 hold for all. Someone else's undeployed app answers like a missing one (404),
 so its existence does not leak.
 
-Serving (:func:`render_document`) combines one version's html, css and js in
-one HTML document; the transport serves it with a sandbox
-Content-Security-Policy (no ``allow-same-origin``), so its script runs in an
-opaque origin with no access to the node's origin, storage or API (decision
-0026).
+Serving is not done here: :meth:`Apps.runnable` hands the transport the app
+and its current source, and ``api/app_page.py`` renders the sandboxed
+document and its headers (decision 0026).
 
 Generation goes through the node's one model proxy
 (:meth:`ModelProxy.complete`) as the caller, so the caller's rate limit and
-usage accounting apply; the model's answer is parsed leniently
-(:func:`parse_answer`).
+usage accounting apply; the model's answer is read leniently by
+:func:`quart_mesh.app_source.parse_answer`, the parser the ``coder`` bot uses too.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from ..app_source import parse_answer
 from ..config import Limits, Settings
 from ..errors import (
     BadGateway,
@@ -49,15 +46,7 @@ from ..store import apps as repo
 from .authz import Actor, authorize
 from .model_proxy import ModelProxy, OpenAIError, Stream
 
-__all__ = [
-    "APP_PROMPT",
-    "App",
-    "Apps",
-    "parse_answer",
-    "parse_app_source",
-    "render_document",
-    "source_json",
-]
+__all__ = ["APP_PROMPT", "App", "Apps", "source_json"]
 
 _MAX_NAME = 100
 
@@ -381,13 +370,17 @@ class Apps:
             raise BadGateway(
                 "the model's answer holds no HTML app; try again or rephrase", "no_app_in_answer"
             )
-        html, css, js, suggested = parsed
         if name is None:
-            name = self._check_name(suggested or _name_from(prompt))
+            name = self._check_name(parsed.name or _name_from(prompt))
         description = prompt[: self._limits.max_description_chars].replace("\x00", "")
         try:
             return await self.create(
-                actor, name=name, html=html, css=css, js=js, description=description
+                actor,
+                name=name,
+                html=parsed.html,
+                css=parsed.css,
+                js=parsed.js,
+                description=description,
             )
         except PayloadTooLarge as error:
             raise BadGateway(error.message, "no_app_in_answer") from None
@@ -491,128 +484,3 @@ def _answer_text(answer: dict[str, Any] | Stream) -> str:
 def _name_from(prompt: str) -> str:
     line = " ".join(prompt.split())
     return line if len(line) <= 60 else line[:59].rstrip() + "…"
-
-
-# parsing answers ------------------------------------------------------------
-
-#: a fenced block: its language tag and body; an unclosed last block counts
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_KINDS = {
-    "html": "html",
-    "htm": "html",
-    "xhtml": "html",
-    "css": "css",
-    "js": "js",
-    "javascript": "js",
-    "mjs": "js",
-}
-_DOCUMENT = re.compile(r"^\s*(<!doctype html|<html[\s>])", re.IGNORECASE)
-
-
-def parse_answer(text: str) -> tuple[str, str, str, str | None] | None:
-    """(html, css, js, suggested name) found in a model's answer, or ``None``.
-
-    Understood, in this order: a JSON object with ``html`` (and ``css``,
-    ``js``, ``name``), bare or in a fenced block; fenced ```html / ```css /
-    ```js blocks (several of a kind are joined); an unlabelled fenced block
-    that looks like HTML; the whole answer if it is an HTML document. Any
-    other text is dropped.
-    """
-    found = _from_json(text.strip())
-    if found is not None:
-        return found
-    parts: dict[str, list[str]] = {"html": [], "css": [], "js": []}
-    for match in _FENCE.finditer(text):
-        tag, code = match.group(1).lower(), match.group(2).strip()
-        if not code:
-            continue
-        if tag == "json" and (found := _from_json(code)) is not None:
-            return found
-        kind = _KINDS.get(tag)
-        if kind is None and not tag and code.startswith("<"):
-            kind = "html"
-        if kind is not None:
-            parts[kind].append(code)
-    if parts["html"]:
-        return "\n".join(parts["html"]), "\n".join(parts["css"]), "\n".join(parts["js"]), None
-    if _DOCUMENT.match(text):
-        return text.strip(), "", "", None
-    return None
-
-
-def parse_app_source(text: str) -> dict[str, str] | None:
-    """The ``html``, ``css`` and ``js`` in a model's answer (as
-    ``PUT /api/apps/:id/source`` takes them), or ``None``; see :func:`parse_answer`."""
-    found = parse_answer(text)
-    if found is None:
-        return None
-    html, css, js, _ = found
-    return {"html": html, "css": css, "js": js}
-
-
-def _from_json(text: str) -> tuple[str, str, str, str | None] | None:
-    if not text.startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    html = data.get("html")
-    if not isinstance(html, str) or not html.strip():
-        return None
-    css, js, name = data.get("css"), data.get("js", data.get("javascript")), data.get("name")
-    return (
-        html.strip(),
-        css if isinstance(css, str) else "",
-        js if isinstance(js, str) else "",
-        name.strip() if isinstance(name, str) and name.strip() else None,
-    )
-
-
-# serving ----------------------------------------------------------------------
-
-_HEAD_END = re.compile(r"</head\s*>", re.IGNORECASE)
-_BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
-_HTML_START = re.compile(r"<html[^>]*>", re.IGNORECASE)
-_STYLE_END = re.compile(r"</style", re.IGNORECASE)
-_SCRIPT_END = re.compile(r"</script", re.IGNORECASE)
-
-
-def _escape_text(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def render_document(app: App) -> str:
-    """The one HTML document ``/run`` serves: the html, with the css in a
-    ``<style>`` and the js in a ``<script>``. A whole document gets them
-    inserted (before ``</head>`` and ``</body>``); a fragment is wrapped."""
-    source = app.source
-    html, css, js = (source.html, source.css, source.js) if source else ("", "", "")
-    # a "</style" or "</script" inside would end the element early
-    css = _STYLE_END.sub(r"<\\/style", css)
-    js = _SCRIPT_END.sub(r"<\\/script", js)
-    style = f"<style>\n{css}\n</style>\n" if css else ""
-    script = f"<script>\n{js}\n</script>\n" if js else ""
-    if _DOCUMENT.match(html):
-        if style:
-            if head := _HEAD_END.search(html):
-                html = html[: head.start()] + style + html[head.start() :]
-            elif start := _HTML_START.search(html):
-                html = html[: start.end()] + style + html[start.end() :]
-            else:
-                html = style + html
-        if script:
-            ends = list(_BODY_END.finditer(html))
-            if ends:
-                html = html[: ends[-1].start()] + script + html[ends[-1].start() :]
-            else:
-                html += script
-        return html
-    return (
-        '<!doctype html>\n<html>\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_escape_text(app.name)}</title>\n{style}</head>\n<body>\n{html}\n"
-        f"{script}</body>\n</html>\n"
-    )
