@@ -31,7 +31,7 @@ from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
-from .federation.relay import MAX_RELAY_BYTES, RELAY_PATH
+from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
 from .node import Node, open_node
 
 __all__ = ["MeshApp", "create_app"]

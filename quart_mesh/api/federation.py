@@ -103,31 +103,31 @@ async def disconnect(connection_id: str) -> tuple[Any, int]:
 async def share_room(connection_id: str) -> tuple[Any, int]:
     actor = await caller()
     given = await body()
-    return reply(await _relay().share(actor, connection_id, given.req_str("roomId")), 201)
+    return reply(await _relay().shares.share(actor, connection_id, given.req_str("roomId")), 201)
 
 
 @bp.delete("/api/connections/<connection_id>/rooms/<room_id>")
 async def unshare_room(connection_id: str, room_id: str) -> tuple[Any, int]:
     actor = await caller()
-    return reply(await _relay().unshare(actor, connection_id, room_id))
+    return reply(await _relay().shares.unshare(actor, connection_id, room_id))
 
 
 @bp.post("/api/federation/rooms")
 async def peer_shared_room() -> tuple[Any, int]:
     did, fields = await _signed()
-    return reply(await _relay().receive_share(did, fields), 201)
+    return reply(await _relay().shares.receive_share(did, fields), 201)
 
 
 @bp.post("/api/federation/rooms/unshared")
 async def peer_unshared_room() -> tuple[Any, int]:
     did, fields = await _signed()
-    return reply(await _relay().receive_unshare(did, fields))
+    return reply(await _relay().shares.receive_unshare(did, fields))
 
 
 @bp.post("/api/federation/relay")
 async def peer_relay() -> tuple[Any, int]:
     did, fields = await _signed()
-    return reply(await _relay().receive_relay(did, fields))
+    return reply(await _relay().receiver.receive_relay(did, fields))
 
 
 @bp.post("/api/connections/accepted")

@@ -35,7 +35,8 @@ from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
 from .http import PeerError, exchange, json_object, peer_client, post_signed
-from .relay import Relay, get_connection
+from .peers import get_connection
+from .relay import Relay
 from .signing import NonceCache, verify_request
 
 __all__ = ["Federation", "PeerError", "SignedRequest"]
@@ -77,7 +78,7 @@ class Federation:
             settings.federation_max_skew_seconds, settings.federation_max_nonces
         )
         self._client: httpx.AsyncClient | None = None
-        #: shared rooms, link tasks and inbound relay (run by :meth:`run`)
+        #: shared rooms, link tasks and inbound relay (its links run in :meth:`run`)
         self.relay = relay
 
     @property
@@ -102,8 +103,8 @@ class Federation:
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
         rows = await self._db.read(repo.list_connections)
-        shared = await self.relay.shared_rooms()
-        links = await self.relay.link_states([row.connection_id for row in rows])
+        shared = await self.relay.shares.by_connection()
+        links = await self.relay.links.link_states([row.connection_id for row in rows])
         listed = []
         for row in rows:
             item = to_json(row)
@@ -311,9 +312,9 @@ class Federation:
 
         await self._db.write(write)
         if status == "accepted":
-            self.relay.start_link(connection_id)
+            self.relay.links.start_link(connection_id)
         else:
-            self.relay.connection_ended(connection_id)
+            self.relay.links.connection_ended(connection_id)
         return to_json(replace(row, status=status, updated_at=now))
 
     def _http(self) -> httpx.AsyncClient:

@@ -29,7 +29,7 @@ Super Agent/User (>= 600), Tier 3 Elevated (>= 400), Tier 4 Normal (below 400).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
@@ -57,6 +57,7 @@ __all__ = [
     "RoomRef",
     "authorize",
     "authorize_above",
+    "capped_at_tier_4",
     "held_permissions",
     "permitted",
     "priority_of",
@@ -289,6 +290,15 @@ def authorize_above(actor: Actor, priority: int, message: str, code: str) -> Non
     """
     if priority >= actor.priority:
         raise Forbidden(message, code)
+
+
+def capped_at_tier_4(actor: Actor) -> Actor:
+    """*actor* with at most the rights of Tier 4: a role above it counts as
+    ``agent`` (the highest role of Tier 4). How a federated participant acts,
+    whatever role it was given here (spec §5.10)."""
+    if tier_of(actor.priority) < 4:
+        return replace(actor, role="agent")
+    return actor
 
 
 def held_permissions(actor: Actor, room: RoomRef | None = None) -> list[str]:

@@ -169,7 +169,7 @@ async def test_a_bug_in_a_relay_link_stops_the_server(tmp_path: Path) -> None:
             ):
                 owner_a = await Mesh(a).setup(meshName="A")
                 owner_b = await Mesh(b).setup(meshName="B")
-                app_a.node.relay._link = _bug("_link")  # type: ignore[method-assign]
+                app_a.node.relay.links._link = _bug("_link")  # type: ignore[method-assign]
                 r = await a.post(
                     "/api/connections/request", json={"url": url_b}, headers=owner_a.headers
                 )

@@ -1,0 +1,328 @@
+"""Outbound relay: one supervised link task per accepted connection, draining
+the durable ``relay_outbox`` to the peer (decision 0029).
+
+Changes in shared rooms are written to the outbox in the same transaction as
+the change itself (``services/messages.py``, ``store/relay.py``). A link
+sends the events for its peer in order, in batches, to the peer's
+:data:`~.inbound.RELAY_PATH`, and moves the connection's cursor past them
+only once the peer answered ``200``. What is transient (the peer down or
+refusing, the store unavailable) is retried with backoff by
+:func:`quart_mesh.retry.retrying`; a bug ends the node. A link wakes when an
+event is published in a shared room, and looks at least every
+:data:`_IDLE_POLL` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import trio
+from sqlalchemy.engine import Connection
+
+from ..config import Settings
+from ..errors import Transient, Unavailable
+from ..identity import NodeIdentity
+from ..records import iso, now_ms
+from ..retry import Backoff, retrying
+from ..services.messages import SharedRooms
+from ..store import Database
+from ..store import connections as connections_repo
+from ..store import relay as repo
+from .http import exchange, post_signed
+from .inbound import MAX_EVENTS, MAX_RELAY_BYTES, RELAY_PATH
+from .signing import sign_request
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..events import Event
+    from ..services.accounts import Accounts
+
+__all__ = ["LinkStatus", "Links"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_BYTES = MAX_RELAY_BYTES // 4
+#: most bytes of a peer's answer to a batch read (per-event results)
+_MAX_ANSWER_BYTES = 256 * 1024
+#: first wait after a failed relay attempt (doubling up to ``federation_retry_max``)
+_FIRST_RETRY = 0.5
+#: a link looks at its outbox at least this often, woken or not
+_IDLE_POLL = 10.0
+
+
+@dataclass(slots=True)
+class LinkStatus:
+    """What ``GET /api/connections`` shows of a link task (in memory)."""
+
+    running: bool = False
+    failures: int = 0
+    last_error: str | None = None
+    last_relayed_at: int | None = None
+    relayed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "failures": self.failures,
+            "lastError": self.last_error,
+            "lastRelayedAt": iso(self.last_relayed_at),
+            "relayed": self.relayed,
+        }
+
+
+class Links:
+    """The link tasks, one per accepted connection, in the nursery of
+    :meth:`run`; while it runs, also the signed calls to peers that share
+    administration makes (:meth:`post_signed`), with the same HTTP client."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        identity: NodeIdentity,
+        *,
+        broker: Broker,
+        accounts: Accounts,
+        shared_rooms: SharedRooms,
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._identity = identity
+        self._broker = broker
+        self._accounts = accounts
+        #: rooms that are (or were, since the node started) shared: a
+        #: superset, so that events in other rooms wake no link
+        self._shared = shared_rooms
+        self._client: httpx.AsyncClient | None = None
+        self._nursery: trio.Nursery | None = None
+        self._links: dict[str, trio.CancelScope] = {}
+        self._wakeups: dict[str, trio.Event] = {}
+        self.status: dict[str, LinkStatus] = {}
+
+    async def run(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Start one link task per accepted connection, then those that
+        :meth:`start_link` asks for; run until cancelled. *client* is the
+        caller's (``Federation.run`` owns it)."""
+        self._client = client
+        self._broker.observe(self._observe)
+        accepted = [
+            row.connection_id
+            for row in await self._db.read(connections_repo.list_connections)
+            if row.status == "accepted" and self._settings.federation_enabled
+        ]
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for connection_id in accepted:
+                    self.start_link(connection_id)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._client = None
+
+    def start_link(self, connection_id: str) -> None:
+        """Supervise a link task for an accepted connection (idempotent; does
+        nothing unless :meth:`run` is running)."""
+        if self._nursery is None or connection_id in self._links:
+            return
+        scope = trio.CancelScope()
+        self._links[connection_id] = scope
+        self._nursery.start_soon(self._supervise, connection_id, scope)
+
+    def connection_ended(self, connection_id: str) -> None:
+        """The connection is no longer accepted (its shares are gone): stop its link."""
+        scope = self._links.pop(connection_id, None)
+        if scope is not None:
+            scope.cancel()
+        self.status.pop(connection_id, None)
+
+    async def link_states(self, connection_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The link state of each running link among *connection_ids*, with
+        ``waiting``: events in the outbox not yet acknowledged by the peer."""
+        running = [cid for cid in connection_ids if cid in self.status]
+
+        def read(conn: Connection) -> dict[str, int]:
+            return {cid: repo.waiting_for(conn, cid) for cid in running}
+
+        waiting = await self._db.read(read) if running else {}
+        return {
+            cid: {**self.status[cid].to_json(), "waiting": waiting[cid]}
+            for cid in running
+            if cid in self.status
+        }
+
+    async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST *body* to the peer at *base*, signed; its JSON answer.
+
+        Raises:
+            Unavailable: ``federation_unavailable``, :meth:`run` is not running.
+            PeerError: unreachable, refused (non-2xx) or an invalid answer.
+        """
+        if self._client is None:
+            raise Unavailable("federation is not running", "federation_unavailable")
+        return await post_signed(self._client, self._identity, base, path, body)
+
+    def _observe(self, event: Event) -> None:
+        if event.room_id is not None and event.room_id in self._shared:
+            for wakeup in self._wakeups.values():
+                wakeup.set()
+
+    async def _supervise(self, connection_id: str, scope: trio.CancelScope) -> None:
+        """Run the link, retrying what is transient (the peer or the store
+        unavailable) with backoff; a bug ends the node (``retry``)."""
+        status = self.status.setdefault(connection_id, LinkStatus())
+        status.running = True
+        backoff = Backoff(_FIRST_RETRY, self._settings.federation_retry_max)
+
+        def failed(error: Exception, _delay: float) -> None:
+            status.failures += 1
+            status.last_error = error.reason if isinstance(error, Transient) else str(error)
+
+        try:
+            with scope:
+                await retrying(
+                    f"relay link {connection_id}",
+                    partial(self._link, connection_id, status, backoff),
+                    backoff=backoff,
+                    on_failure=failed,
+                    logger=log,
+                )
+        finally:
+            status.running = False
+            if self._links.get(connection_id) is scope:
+                del self._links[connection_id]
+            self._wakeups.pop(connection_id, None)
+
+    async def _link(self, connection_id: str, status: LinkStatus, backoff: Backoff) -> None:
+        """Drain the outbox to the peer, in order, until the connection ends.
+
+        Raises:
+            Transient: the peer did not take the next batch.
+            Unavailable: the store could not be read or written.
+        """
+        batch = min(self._settings.federation_batch, MAX_EVENTS)
+        while True:
+            wakeup = self._wakeups[connection_id] = trio.Event()
+            row, cursor, items, head = await self._db.read(partial(_pending, connection_id, batch))
+            if row is None or row.status != "accepted":
+                return
+            if not items:
+                if head > cursor:
+                    await self._db.write(partial(_advance, connection_id, head))
+                with trio.move_on_after(_IDLE_POLL):
+                    await wakeup.wait()
+                continue
+            sent = await self._send(row, items)
+            backoff.reset()
+            status.failures = 0
+            status.last_error = None
+            status.last_relayed_at = now_ms()
+            status.relayed += sent
+            done = items[sent - 1].seq
+            if sent == len(items) < batch:
+                done = max(done, head)  # nothing else was waiting for this peer
+            await self._db.write(partial(_advance, connection_id, done))
+
+    async def _send(self, row: connections_repo.ConnectionRow, items: list[repo.OutboxItem]) -> int:
+        """POST the first of *items* (at least one, at most ``_BATCH_BYTES``
+        of them) to the peer; how many it took.
+
+        Raises:
+            Transient: the peer is unreachable or did not answer 200.
+        """
+        own = {"did": self._identity.did, "name": self._own_name()}
+        encoded: list[bytes] = []
+        size = 0
+        for item in items:
+            event = {"seq": item.seq, "kind": item.kind, "room": item.home_room_id}
+            one = json.dumps({**event, **_fill(item.body, own)}, separators=(",", ":")).encode()
+            if encoded and size + len(one) > _BATCH_BYTES:
+                break
+            encoded.append(one)
+            size += len(one) + 1
+        head = json.dumps({"connectionId": row.connection_id}, separators=(",", ":")).encode()
+        raw = head[:-1] + b',"events":[' + b",".join(encoded) + b"]}"
+        headers = sign_request(self._identity, "POST", RELAY_PATH, raw)
+        headers["Content-Type"] = "application/json"
+        client = self._client
+        if client is None:
+            raise Transient("not running")
+        try:
+            answer = await exchange(
+                client,
+                "POST",
+                f"{row.peer_url}{RELAY_PATH}",
+                content=raw,
+                headers=headers,
+                limit=_MAX_ANSWER_BYTES,
+            )
+        except httpx.HTTPError as error:
+            raise Transient(f"cannot reach the peer: {type(error).__name__}") from None
+        if answer.status == 200:
+            for result in _results(answer.body):
+                if result.get("status") == "refused":
+                    log.warning(
+                        "peer %s refused relayed event %s: %s",
+                        row.peer_url,
+                        result.get("seq"),
+                        result.get("code"),
+                    )
+            return len(encoded)
+        after = 0.0
+        if answer.status in (429, 503):
+            try:
+                after = min(float(answer.headers.get("Retry-After", "0")), 3600.0)
+            except ValueError:
+                after = 0.0
+        raise Transient(f"the peer answered {answer.status}", after)
+
+    def _own_name(self) -> str:
+        mesh = self._accounts.mesh
+        return mesh.name if mesh is not None else self._identity.did
+
+
+def _pending(
+    connection_id: str, batch: int, conn: Connection
+) -> tuple[connections_repo.ConnectionRow | None, int, list[repo.OutboxItem], int]:
+    """The connection, its cursor, the next events for its peer, and the outbox head."""
+    row = connections_repo.get_connection(conn, connection_id)
+    cursor = repo.cursor_of(conn, connection_id)
+    items, head = repo.outbox_after(conn, connection_id, cursor, batch)
+    return row, cursor, items, head
+
+
+def _advance(connection_id: str, cursor: int, conn: Connection) -> None:
+    """The peer has every event up to *cursor*: move on, drop what all peers have."""
+    repo.advance_cursor(conn, connection_id, cursor)
+    repo.prune_outbox(conn)
+
+
+def _fill(body: dict[str, Any], own: dict[str, str]) -> dict[str, Any]:
+    """*body* with this node named in the participant refs that leave it ``None``."""
+    out = dict(body)
+    for field in ("by", "to"):
+        ref = out.get(field)
+        if isinstance(ref, dict) and ref.get("node") is None:
+            out[field] = {**ref, "node": own}
+    return out
+
+
+def _results(raw: bytes) -> list[dict[str, Any]]:
+    """The per-event results of a peer's answer to a batch (none if unreadable)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return []
+    results = data.get("results") if isinstance(data, dict) else None
+    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []

@@ -1,0 +1,188 @@
+"""Remote participants: the local participant that stands for a participant
+of another node in shared rooms (decision 0029), and the relayed references
+that name them.
+
+A remote participant is created here the first time one of its events
+arrives: named ``name@<handle>``, with its home kind and type, role
+``agent``, ``origin`` its home node's DID, no password and no token. Its
+relayed actions are taken at most as Tier 4, whatever role an admin gives it
+here; what it may do is then decided by ``services.authz.authorize`` in the
+services that apply them, as for any local participant.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from ..errors import BadRequest, Conflict
+from ..identity import public_key_from_did
+from ..ids import is_ulid, new_id
+from ..records import Participant, now_ms
+from ..services.authz import Actor, capped_at_tier_4
+from ..store import Database
+from ..store import accounts as accounts_repo
+from ..store import connections as connections_repo
+from ..store import relay as repo
+from .peers import handle_of
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..services.accounts import Accounts
+    from ..services.rooms import Rooms
+
+__all__ = ["MAX_REMOTES", "RemoteParticipants", "parse_ref"]
+
+#: most remote participants one connection may bring
+MAX_REMOTES = 10_000
+#: longest part of a remote participant's name before ``@node``
+_MAX_BASE_NAME = 24
+#: remote participants whose local id is remembered in memory at most
+_MAX_REMEMBERED = 10_000
+_NAME_CHARS = re.compile(r"[^\w.-]")
+
+
+class RemoteParticipants:
+    """The participants of other nodes, as participants of this one."""
+
+    def __init__(
+        self, db: Database, node_did: str, accounts: Accounts, broker: Broker, rooms: Rooms
+    ) -> None:
+        self._db = db
+        self._node_did = node_did
+        self._accounts = accounts
+        self._broker = broker
+        self._rooms = rooms
+        #: (home node DID, id there) -> (participant id here, connection)
+        self._ids: dict[tuple[str, str], tuple[str, str]] = {}
+
+    async def actor(
+        self, row: connections_repo.ConnectionRow, by: dict[str, Any], room_id: str
+    ) -> Actor:
+        """The local participant standing for *by* (a reference checked by
+        :func:`parse_ref`, relayed over the connection *row*), created on
+        first sight, as an actor of at most Tier 4, and a member of *room_id*
+        (joined through the ordinary room checks).
+
+        Raises:
+            Conflict: ``too_many_participants``, ``name_taken``.
+            MeshError: the room refuses the join (``Rooms.join``).
+        """
+        node = by["node"]
+        connection_id = row.connection_id
+
+        def write(conn: Connection) -> Participant:
+            known = repo.find_remote(conn, node["did"], by["id"])
+            if known is not None:
+                found = accounts_repo.get_participant(conn, known.participant_id)
+                if found is not None:
+                    if known.connection_id != connection_id:
+                        repo.set_remote_connection(conn, known.participant_id, connection_id)
+                    return found
+            if repo.count_remotes(conn, connection_id) >= MAX_REMOTES:
+                raise Conflict(
+                    "this connection has brought as many participants as allowed",
+                    "too_many_participants",
+                )
+            base = _NAME_CHARS.sub("_", by["name"])[:_MAX_BASE_NAME] or "someone"
+            suffix = "@" + handle_of(_node_name(conn, row, node))
+            kind = by["kind"] if by["kind"] in ("human", "bot", "guest") else "bot"
+            for n in range(1, 100):
+                name = base + suffix if n == 1 else f"{base}-{n}{suffix}"
+                if not accounts_repo.name_taken(conn, name):
+                    break
+            else:
+                raise Conflict("no free name for the remote participant", "name_taken")
+            participant = Participant(
+                new_id(), name, kind, by["type"], "agent", now_ms(), origin=node["did"]
+            )
+            accounts_repo.insert_participant(conn, participant, None)
+            remote = repo.RemoteParticipant(
+                participant.participant_id,
+                connection_id,
+                node["did"],
+                _node_name(conn, row, node),
+                by["id"],
+                by["name"],
+            )
+            repo.insert_remote(conn, remote)
+            return participant
+
+        key = (node["did"], by["id"])
+        known = self._ids.get(key)
+        actor = None
+        if known is not None and known[1] == connection_id:
+            actor = await self._accounts.actor_of(known[0])  # None if deleted since
+        if actor is None:
+            participant = await self._db.write(write)
+            if len(self._ids) >= _MAX_REMEMBERED:
+                self._ids.clear()
+            self._ids[key] = (participant.participant_id, connection_id)
+            actor = self._accounts.actor_for(participant)
+        actor = capped_at_tier_4(actor)
+        if room_id not in self._broker.rooms_of(actor.participant_id):
+            await self._rooms.join(actor, room_id)
+        return actor
+
+    async def local_id(self, value: object) -> str | None:
+        """A relayed participant reference (``to``) as a participant id here:
+        this node's own participant, or a remote participant already known
+        (``None`` if it is neither, or not a reference)."""
+        if value is None:
+            return None
+        try:
+            ref = parse_ref(value, "to")
+        except BadRequest:
+            return None
+        if ref["node"]["did"] == self._node_did:
+            return str(ref["id"])
+        known = await self._db.read(lambda c: repo.find_remote(c, ref["node"]["did"], ref["id"]))
+        return None if known is None else known.participant_id
+
+
+def parse_ref(value: object, field: str) -> dict[str, Any]:
+    """A relayed participant: ``{"id", "name", "kind", "type", "node": {"did", "name"}}``.
+
+    Raises:
+        BadRequest: ``invalid_event``.
+    """
+    bad = BadRequest(f"{field} must name a participant and its node", "invalid_event")
+    if not isinstance(value, dict):
+        raise bad
+    pid, name, node = value.get("id"), value.get("name"), value.get("node")
+    kind, type_ = value.get("kind", "human"), value.get("type", "human")
+    if not (isinstance(pid, str) and is_ulid(pid)):
+        raise bad
+    if not (isinstance(name, str) and 0 < len(name) <= 200):
+        raise bad
+    if not (isinstance(kind, str) and isinstance(type_, str) and 0 < len(type_) <= 32):
+        raise bad
+    if not isinstance(node, dict):
+        raise bad
+    did, node_name = node.get("did"), node.get("name")
+    if not (isinstance(did, str) and isinstance(node_name, str) and 0 < len(node_name) <= 200):
+        raise bad
+    try:
+        public_key_from_did(did)
+    except ValueError:
+        raise bad from None
+    return {
+        "id": pid,
+        "name": name,
+        "kind": kind,
+        "type": type_,
+        "node": {"did": did, "name": node_name},
+    }
+
+
+def _node_name(conn: Connection, row: connections_repo.ConnectionRow, node: dict[str, str]) -> str:
+    """The name a node's participants are shown with (``name@<handle>``): the
+    peer's name as recorded for its connection, not what an event claims; for
+    a third node, the name of this node's own connection with it if there is
+    one, else the name the relaying home node gives."""
+    if node["did"] == row.peer_did:
+        return row.peer_name
+    known = connections_repo.get_by_did(conn, node["did"])
+    return known.peer_name if known is not None else node["name"]
