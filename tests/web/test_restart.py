@@ -1,11 +1,13 @@
 """Nothing lost across a restart: two people chat in real browsers while the
 node (a real ``python -m quart_mesh serve`` process) is stopped and started
 again on the same port and data folder. Each page says it is reconnecting,
-reconnects with ``since``, sends what was typed meanwhile, and ends with
-every message exactly once, in the node's order."""
+reconnects with ``since`` (its ``authenticate`` frame says so), sends what
+was typed meanwhile, and ends with every message exactly once, in the node's
+order; a room not open in the page counts what it missed exactly."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,12 @@ from tests.receiver import free_port
 pytestmark = pytest.mark.e2e
 
 
+#: what the pages may report in the console while the node is down
+DOWN_NOISE = re.compile(r"ERR_CONNECTION_REFUSED|WebSocket|status of 50\d")
+
+
+# the browser part alone may take 180 s (in_browser below), over the global 120
+@pytest.mark.timeout(300)
 async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
     browser_ready: None, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
@@ -39,6 +47,10 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
         r = await http.post("/api/agents/bootstrap", json={"name": "ticker", "type": "nanoclaw"})
         ticker = User(r.json()["agentId"], "ticker", r.json()["token"])
         await mesh.join(ticker, room_id)
+        # a second room, never opened in the pages: it only counts
+        other_id = (await mesh.create_room(alice_user, "random"))["roomId"]
+        for user in (bob_user, ticker):
+            await mesh.join(user, other_id)
 
     async def stop() -> None:
         assert await process.stop() == 0
@@ -47,7 +59,8 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
 
     async def start_and_post() -> None:
         """Start the node again, and at once post from a bot: the pages are
-        still waiting to reconnect, so they get these by ``since``."""
+        still waiting to reconnect, so they get these by ``since`` (in the
+        open room, and in one the pages only count)."""
         nonlocal process
         logs.append(process.output)
         process = ServerProcess(data_dir, "--port", str(port), "--log-level", "DEBUG")
@@ -55,17 +68,31 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
         async with httpx.AsyncClient(base_url=url, timeout=15) as http:
             for i in range(3):
                 await Mesh(http).send(ticker, room_id, f"tick {i}")
+                await Mesh(http).send(ticker, other_id, f"elsewhere {i}")
 
-    async def stored() -> list[str]:
+    async def post_elsewhere() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=15) as http:
-            page = await Mesh(http).messages(alice_user, room_id, limit=200)
-        return [m["content"] for m in page]
+            await Mesh(http).send(ticker, other_id, "elsewhere, live")
+
+    async def stored() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=url, timeout=15) as http:
+            return await Mesh(http).messages(alice_user, room_id, limit=200)
 
     def scenario() -> tuple[list[str], list[str]]:
         with chromium() as browser:
             people: dict[str, Person] = {}
+            #: the ``authenticate`` frames each page sent, in order
+            authenticated: dict[str, list[dict[str, Any]]] = {}
             for user in (alice_user, bob_user):
                 person = Person(browser, url)
+                frames = authenticated[user.name] = []
+
+                def record(payload: str | bytes, frames: list[dict[str, Any]] = frames) -> None:
+                    frame = json.loads(payload)
+                    if frame.get("type") == "authenticate":
+                        frames.append(frame)
+
+                person.page.on("websocket", lambda ws, record=record: ws.on("framesent", record))
                 person.open()
                 person.sign_in(user.name)
                 expect(person.heading("#Town Square")).to_be_visible()
@@ -80,6 +107,12 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
                 alice.send(f"alice before {i}")
                 bob.send(f"bob before {i}")
             both_see("bob before 2")
+            # the newest message each page has been given: where it resumes
+            last_seen = call(stored)[-1]
+            assert last_seen["content"] == "bob before 2"
+            for frames in authenticated.values():
+                assert len(frames) == 1, frames
+                assert "since" not in frames[0], frames
 
             # the node stops: both pages say so, and keep what is typed
             call(stop)
@@ -102,6 +135,21 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
             both_see("alice while down 1")
             both_see("bob while down 1")
             both_see("tick 2")
+            # each page resumed once, from the last message it had before the stop
+            for name, frames in authenticated.items():
+                assert len(frames) == 2, (name, frames)
+                assert str(frames[1]["since"]) == last_seen["cursor"], (name, frames)
+            # the room not open missed three messages: counted once each,
+            # and a live one after the reconnect adds one
+            for person in (alice, bob):
+                expect(person.room_link("random")).to_have_accessible_name(
+                    "random, 3 unread messages"
+                )
+            call(post_elsewhere)
+            for person in (alice, bob):
+                expect(person.room_link("random")).to_have_accessible_name(
+                    "random, 4 unread messages"
+                )
             for i in range(3):
                 alice.send(f"alice after {i}")
                 bob.send(f"bob after {i}")
@@ -109,17 +157,16 @@ async def test_a_restart_in_the_middle_loses_and_repeats_nothing(
             both_see("bob after 2")
 
             # each page shows every message once, in the node's order
-            expected = call(stored)
+            expected = [m["content"] for m in call(stored)]
             for person in (alice, bob):
                 shown = (
                     person.timeline.get_by_role("article").locator(".msg-body").all_inner_texts()
                 )
                 assert shown == expected, (person, shown, expected)
                 person.assert_clean(console=False)  # refused connections while down
-                assert all(
-                    re.search(r"ERR_CONNECTION_REFUSED|WebSocket|status of 50\d", e)
-                    for e in person.console_errors
-                ), person.console_errors
+                assert all(DOWN_NOISE.search(e) for e in person.console_errors), (
+                    person.console_errors
+                )
             tokens = [person.token() or "" for person in (alice, bob)]
             return expected, tokens
 

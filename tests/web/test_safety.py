@@ -32,6 +32,7 @@ HOSTILE = [
     "A" * 5000,
     "\u202etxt.exe\u202c then the next word \u2066isolated\u2069",
     "right after the override",
+    "_leaning_ and *also leaning*, write to mailto:alice@example.com.",
 ]
 
 
@@ -112,6 +113,15 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             expect(alice.message("<script>window.__pwned=2;alert(2)</script>")).to_be_visible()
             strong = alice.message("bold").locator("strong")
             expect(strong).to_have_text("<b onmouseover=alert(7)>bold</b>")
+            # the rest of the Markdown subset: italic, inline code, code blocks
+            expect(alice.message("leaning").locator("em")).to_have_text(["leaning", "also leaning"])
+            expect(alice.message("bold").locator("code")).to_have_text("<i>code</i>")
+            expect(alice.message("<iframe").locator("pre > code")).to_have_text(
+                "<iframe src=javascript:alert(9)></iframe>\n"
+            )
+            mail = alice.message("leaning").get_by_role("link", name="mailto:alice@example.com")
+            expect(mail).to_have_attribute("href", "mailto:alice@example.com")
+            expect(mail).to_have_attribute("rel", re.compile(r"\bnoopener\b.*\bnoreferrer\b"))
             # links: only http(s), with noopener noreferrer, showing where they go
             timeline = alice.timeline
             links = timeline.get_by_role("link")
@@ -145,11 +155,34 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             override = alice.message("txt.exe")
             after = alice.message("right after the override")
             body = override.locator(".msg-body")
-            assert body.evaluate("el => getComputedStyle(el).unicodeBidi") == "isolate"
+            # each message body takes its direction from its own text, isolated
+            for shown in (body, after.locator(".msg-body")):
+                expect(shown).to_have_attribute("dir", "auto")
+                assert shown.evaluate("el => getComputedStyle(el).unicodeBidi") == "isolate"
             # the override itself is shown, not obeyed ("txt.exe" is not shown as "exe.txt")
             expect(body.locator(".bidi-mark")).to_have_text("[RLO]")
             assert "\u202e" not in (body.text_content() or "")
-            assert after.evaluate("el => getComputedStyle(el).direction") == "ltr"
+            # as laid out: "txt" is left of "exe" (an obeyed override swaps them)
+            lefts = body.evaluate(
+                """el => {
+                    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+                    while (walk.nextNode()) {
+                        const node = walk.currentNode;
+                        const at = node.data.indexOf("txt.exe");
+                        if (at === -1) continue;
+                        const left = (i) => {
+                            const r = document.createRange();
+                            r.setStart(node, i);
+                            r.setEnd(node, i + 3);
+                            return r.getBoundingClientRect().left;
+                        };
+                        return [left(at), left(at + 4)];
+                    }
+                    return null;
+                }"""
+            )
+            assert lefts is not None
+            assert lefts[0] < lefts[1], lefts
             assert (
                 after.locator(".msg-sender").evaluate("el => el.getBoundingClientRect().left") < 300
             )
@@ -165,5 +198,86 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             )
             assert page.evaluate("() => window.__pwned") is None
             alice.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_the_content_security_policy_blocks_injected_script(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Suppose script got into the page anyway: in the HTML as served, or put
+    into the DOM by the page's own code. The policy refuses to run it, and
+    says so with a ``securitypolicyviolation`` event.
+
+    The other tests fail on any CSP violation (``Person.assert_clean``); this
+    one provokes them, so it expects exactly these instead."""
+    node: Served = await serve_node()
+    await node.mesh.setup("alice")
+
+    def scenario() -> None:
+        from playwright.sync_api import Route
+
+        with chromium() as browser:
+            person = Person(browser, node.url)
+            page = person.page
+
+            def inject(route: Route) -> None:
+                """The page as the node serves it (its headers, its policy),
+                with an inline script and an inline handler added."""
+                response = route.fetch()
+                body = response.text().replace(
+                    "<body>",
+                    "<body><script>window.__pwned = 'inline script'</script>"
+                    "<img src=/no-such-image onerror=\"window.__pwned = 'handler'\">",
+                )
+                route.fulfill(response=response, body=body)
+
+            # (a document answered by a route loses its local address, so
+            # Chromium would refuse its WebSocket: this test stays signed out)
+            page.route(node.url + "/", inject)
+            person.open()
+            expect(person.heading("Sign in")).to_be_visible()  # the page's own script runs
+            page.wait_for_function("() => window.__cspViolations.length >= 2")
+            assert sorted(person.csp_violations()) == [
+                "script-src-attr inline",
+                "script-src-elem inline",
+            ], person.csp_violations()
+
+            # from the page's own code (a timer): inside page.evaluate itself,
+            # DevTools would let eval run whatever the policy says
+            page.evaluate(
+                """() => setTimeout(() => {
+                    const out = (window.__refused = {});
+                    for (const [name, attempt] of Object.entries({
+                        script() {
+                            const s = document.createElement("script");
+                            s.append(document.createTextNode("window.__pwned = 'script'"));
+                            document.body.append(s);
+                        },
+                        eval: () => eval("window.__pwned = 'eval'"),
+                        Function: () => new Function("window.__pwned = 'Function'")(),
+                        timer: () => setTimeout("window.__pwned = 'timer'"),
+                    })) {
+                        try { attempt(); out[name] = null; }
+                        catch (e) { out[name] = e.name; }
+                    }
+                })"""
+            )
+            page.wait_for_function("() => window.__cspViolations.length >= 6")
+            refused = page.evaluate("() => window.__refused")
+            assert refused == {
+                "script": None,  # appended quietly, never run
+                "eval": "EvalError",
+                "Function": "EvalError",
+                "timer": "TypeError",  # a string where Trusted Types wants TrustedScript
+            }, refused
+            assert (
+                person.csp_violations()[2:] == ["require-trusted-types-for trusted-types-sink"] * 4
+            ), person.csp_violations()
+            # nothing ran, and nothing broke the page
+            assert page.evaluate("() => window.__pwned") is None
+            assert person.errors == [], person.errors
+            assert person.dialogs == [], person.dialogs
+            expect(person.textbox("Name")).to_be_editable()
 
     await in_browser(scenario)

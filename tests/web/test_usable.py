@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import trio
-from playwright.sync_api import expect
+from playwright.sync_api import Locator, expect
 
 from quart_mesh.config import RateLimits
-from tests.browser import chromium, in_browser, shot
+from tests.browser import PASSWORD, Person, chromium, in_browser, shot
 from tests.helpers import connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
@@ -173,6 +173,100 @@ async def test_the_keyboard_alone_and_names_for_everything(
     await in_browser(scenario)
 
 
+def tab_to(person: Person, target: Locator, *, key: str = "Tab", limit: int = 40) -> None:
+    """Press *key* (Tab or Shift+Tab) until *target* has the focus, as a
+    person without a mouse would; fail if it is not reached in *limit* presses."""
+    for _ in range(limit):
+        if target.evaluate("el => el === document.activeElement"):
+            return
+        person.page.keyboard.press(key)
+    raise AssertionError(f"{key} never reached {target}")
+
+
+async def test_sign_in_switch_rooms_and_reply_in_a_thread_by_keyboard(
+    browser_ready: None, serve_node: Any
+) -> None:
+    node: Served = await serve_node()
+    alice_user, bob_user, _ = await two_people(node)
+    random = await node.mesh.create_room(alice_user, "random")
+    await node.mesh.join(bob_user, random["roomId"])
+    await node.mesh.send(bob_user, random["roomId"], "a question for a thread")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = Person(browser, node.url)
+            page = alice.page
+            keyboard = page.keyboard
+            alice.open()
+
+            # the sign-in form: every control named; the name box has the focus
+            expect(alice.heading("Sign in")).to_be_visible()
+            snapshot = page.locator("body").aria_snapshot()
+            assert unnamed_controls(snapshot) == [], snapshot
+            expect(alice.textbox("Name")).to_be_focused()
+            keyboard.type(alice_user.name)
+            keyboard.press("Tab")
+            expect(alice.textbox("Password")).to_be_focused()
+            keyboard.type(PASSWORD)
+            keyboard.press("Tab")
+            expect(alice.button("Sign in")).to_be_focused()
+            keyboard.press("Enter")
+            expect(alice.heading("#Town Square")).to_be_visible()
+            expect(alice.composer).to_be_focused()
+
+            # the room browser and the DM picker, opened from the keyboard
+            for opener, title in (("Browse rooms", "Rooms"), ("New direct message", None)):
+                button = alice.button(opener)
+                tab_to(alice, button, key="Shift+Tab")
+                keyboard.press("Enter")
+                dialog = page.get_by_role("dialog", name=title or opener)
+                expect(dialog).to_be_visible()
+                expect(dialog.locator(":focus")).to_have_count(1)
+                snapshot = dialog.aria_snapshot()
+                assert unnamed_controls(snapshot) == [], snapshot
+                keyboard.press("Escape")
+                expect(dialog).to_be_hidden()
+                expect(button).to_be_focused()
+
+            # another room, from the sidebar
+            tab_to(alice, alice.room_link("random"))
+            keyboard.press("Enter")
+            expect(alice.heading("#random")).to_be_visible()
+            expect(alice.room_link("random")).to_have_attribute("aria-current", "page")
+            expect(alice.composer).to_be_focused()
+            keyboard.type("typed in random")
+            keyboard.press("Enter")
+            expect(alice.message("typed in random")).not_to_contain_text("sending…")
+
+            # reply in a thread: to the timeline, up to the message, to its action
+            tab_to(alice, alice.timeline, key="Shift+Tab")
+            keyboard.press("ArrowUp")
+            keyboard.press("ArrowUp")
+            question = alice.message("a question for a thread").first
+            expect(question).to_be_focused()
+            reply = question.get_by_role("button", name="Reply in thread")
+            tab_to(alice, reply)
+            keyboard.press("Enter")
+            thread = page.get_by_role("complementary", name="Thread")
+            expect(thread).to_be_visible()
+            expect(thread.get_by_role("textbox", name="Reply in thread")).to_be_focused()
+            keyboard.type("answered without a mouse")
+            keyboard.press("Enter")
+            expect(
+                thread.get_by_role("article").filter(has_text="answered without a mouse")
+            ).not_to_contain_text("sending…")
+            keyboard.press("Escape")
+            expect(thread).to_be_hidden()
+            expect(question).to_be_focused()
+            alice.assert_clean()
+
+    await in_browser(scenario)
+    replies = await node.mesh.messages(bob_user, random["roomId"])
+    by_content = {m["content"]: m for m in replies}
+    root = by_content["a question for a thread"]
+    assert by_content["answered without a mouse"]["threadId"] == root["messageId"]
+
+
 async def test_light_and_dark_follow_the_system(browser_ready: None, serve_node: Any) -> None:
     node: Served = await serve_node()
     alice_user, _, room_id = await two_people(node)
@@ -205,6 +299,9 @@ async def test_light_and_dark_follow_the_system(browser_ready: None, serve_node:
     assert seen["dark-text"] > 0.8, seen
 
 
+# seeding may take up to 120 s (the expect below) and the browser part up to
+# 120 s more (in_browser): over the global 120 s
+@pytest.mark.timeout(300)
 async def test_a_room_of_5000_messages_opens_a_page_at_a_time(
     browser_ready: None, serve_node: Any
 ) -> None:
@@ -247,3 +344,11 @@ async def test_a_room_of_5000_messages_opens_a_page_at_a_time(
     pages = seen["pages"]
     assert len(pages) == 3, pages
     assert all("limit=50" in url for url in pages), pages
+    # the newest page first, then older pages before the oldest one shown
+    assert "before=" not in pages[0], pages
+    assert all("before=" in url for url in pages[1:]), pages
+    newest = {
+        m["content"]: m["cursor"] for m in await node.mesh.messages(alice_user, room_id, limit=100)
+    }
+    assert f"before={newest['message 4950']}&" in pages[1] + "&", pages
+    assert f"before={newest['message 4900']}&" in pages[2] + "&", pages
