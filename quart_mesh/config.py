@@ -278,6 +278,18 @@ class Settings:
     #: Seconds a WebSocket client may take to accept one batch of frames before
     #: it is disconnected (a client that stopped reading).
     ws_send_timeout: float = 30.0
+    #: Seconds an authenticated WebSocket client may stay silent before the node
+    #: pings it (and again every this many seconds while it stays silent).
+    ws_ping_interval: float = 20.0
+    #: Seconds an authenticated WebSocket client may send nothing at all (no
+    #: pong, no frame) before the node closes the connection (1011
+    #: ``idle_timeout``); its participant then goes offline.
+    ws_idle_timeout: float = 60.0
+    #: Seconds a connection's request head may take to arrive (the first one
+    #: read by the node, the WebSocket handshake included; later ones on a
+    #: kept-alive connection within hypercorn's keep-alive timeout, 5 s or this
+    #: if shorter); else the connection is dropped.
+    request_head_timeout: float = 10.0
     #: Largest WebSocket message accepted from a client (bytes).
     max_frame_bytes: int = 64 * 1024
     #: Most missed messages replayed on resume (``since``); beyond, the client pages by REST.
@@ -337,6 +349,10 @@ class Settings:
     #: As a registry: most meshes kept at once (beyond, heartbeats of new ones get 429).
     registry_max_entries: int = 10_000
 
+    def __post_init__(self) -> None:
+        if not self.ws_ping_interval < self.ws_idle_timeout:
+            raise ConfigError("ws_ping_interval must be shorter than ws_idle_timeout")
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -387,6 +403,9 @@ class Settings:
         for name in (
             "auth_timeout",
             "ws_send_timeout",
+            "ws_ping_interval",
+            "ws_idle_timeout",
+            "request_head_timeout",
             "max_poll_timeout",
             "webhook_timeout",
             "webhook_max_backoff",

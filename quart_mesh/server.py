@@ -1,12 +1,15 @@
 """Serving a node: one port, HTTP by hypercorn, WebSocket by the node.
 
 The node owns its listening sockets. For each connection it reads the first
-request head itself (bounded in size and time):
+request head itself, within 16 KiB and ``request_head_timeout``; a head not
+complete by then, or cut short by the client, is dropped unanswered — so a
+WebSocket handshake never waits longer on the client than that deadline:
 
 - a WebSocket upgrade goes to the node's own WebSocket transport
   (:mod:`quart_mesh.realtime`), which serves ``/ws`` and answers 404 elsewhere;
 - anything else is handed, bytes and all, to hypercorn's trio ``TCPServer``,
-  which serves the Quart app (and any further requests on that connection).
+  which serves the Quart app (and any further requests on that connection,
+  each awaited under its keep-alive timeout, which also bounds their heads).
 
 Each connection runs under its own exception guard, so no single client can
 take the server down (hypercorn #225). The node's components, the app's
@@ -40,14 +43,21 @@ __all__ = ["serve"]
 
 log = logging.getLogger("quart_mesh")
 
-#: the first request head must arrive within this time and size
-HEAD_TIMEOUT = 10.0
+#: the first request head must fit in this (its time: ``request_head_timeout``)
 MAX_HEAD_BYTES = 16 * 1024
+#: hypercorn's keep-alive timeout: the wait for a later request and its head
+KEEP_ALIVE_TIMEOUT = 5.0
+#: after a WebSocket connection's close frame, seconds to wait for the client
+#: to close its side before the socket is closed
+CLOSE_LINGER = 2.0
 
 
-def hypercorn_config(graceful_timeout: float) -> HypercornConfig:
+def hypercorn_config(graceful_timeout: float, head_timeout: float) -> HypercornConfig:
     config = HypercornConfig()
     config.graceful_timeout = graceful_timeout
+    # a later request's head is read under the keep-alive timer (hypercorn
+    # stops it once the head is complete), so that bounds it too
+    config.keep_alive_timeout = min(KEEP_ALIVE_TIMEOUT, head_timeout)
     config.accesslog = None
     # hypercorn's warnings and errors still reach the log, not its info chatter
     hlog = logging.getLogger("hypercorn.error")
@@ -95,23 +105,42 @@ def _is_websocket_upgrade(head: bytes) -> bool:
     return False
 
 
-async def _read_head(stream: trio.SocketStream) -> bytes:
-    """Bytes up to the end of the first request head (possibly more), or what
-    arrived before the limit, the deadline or EOF."""
+async def _read_head(stream: trio.SocketStream, deadline: float) -> bytes | None:
+    """Bytes up to the end of the first request head (possibly more), or
+    ``MAX_HEAD_BYTES`` or more without its end (too large: answered by
+    whoever serves it); ``None`` if the client closed, or *deadline* passed,
+    before either (then there is nothing to answer)."""
     data = b""
-    with trio.move_on_after(HEAD_TIMEOUT):
+    with trio.move_on_at(deadline):
         while b"\r\n\r\n" not in data and len(data) < MAX_HEAD_BYTES:
             chunk = await stream.receive_some(MAX_HEAD_BYTES)
             if not chunk:
-                break
+                return None
             data += chunk
-    return data
+        return data
+    return None
+
+
+async def _close_gracefully(stream: trio.SocketStream) -> None:
+    """After a WebSocket connection's close frame: send EOF, then discard
+    what the client still sends until it closes too, for at most
+    ``CLOSE_LINGER`` seconds. Closing with unread data would reset the
+    connection, and a reset can destroy the close frame before the client
+    has read it. (A connection the transport has reset is closed already.)"""
+    with trio.move_on_after(CLOSE_LINGER):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(MAX_HEAD_BYTES):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            pass
 
 
 class _Server:
-    def __init__(self, app: MeshApp, config: HypercornConfig) -> None:
+    def __init__(self, app: MeshApp, config: HypercornConfig, head_timeout: float) -> None:
         self.app = app
         self.config = config
+        self.head_timeout = head_timeout
         self.asgi: AppWrapper = wrap_app(app, config.wsgi_max_body_size, None)
         self.context = WorkerContext(None)
         self.state: LifespanState = {}
@@ -119,11 +148,12 @@ class _Server:
     async def handle(self, stream: trio.SocketStream) -> None:
         """Serve one connection; whatever happens stays inside it."""
         try:
-            head = await _read_head(stream)
-            if not head:
-                return
+            head = await _read_head(stream, trio.current_time() + self.head_timeout)
+            if head is None:
+                return  # dropped: closed, or too slow (an upgrade is never read further)
             if _is_websocket_upgrade(head):
                 await self.app.node.realtime.serve_websocket(stream, head)
+                await _close_gracefully(stream)
             else:
                 await TCPServer(
                     self.asgi,
@@ -180,8 +210,9 @@ async def _serve_node(
     shutdown_trigger: Callable[[], Awaitable[None]] | None,
     task_status: trio.TaskStatus[str],
 ) -> None:
-    config = hypercorn_config(node.settings.graceful_timeout)
-    server = _Server(app, config)
+    settings = node.settings
+    config = hypercorn_config(settings.graceful_timeout, settings.request_head_timeout)
+    server = _Server(app, config, settings.request_head_timeout)
     lifespan = Lifespan(server.asgi, config, server.state)
     stopping = False
 

@@ -25,7 +25,13 @@ from ..services.authz import Actor
 from ..services.delivery import Feed
 from ..services.validation import cursor_number, is_client_id
 from ..wire import Fields, parse_json_object
-from .transport import ConnectionClosed, FrameTooLarge, WebSocket, encode_text_frame
+from .transport import (
+    CLOSE_TIMEOUT,
+    ConnectionClosed,
+    FrameTooLarge,
+    WebSocket,
+    encode_text_frame,
+)
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -117,6 +123,9 @@ class ProtocolSession:
         auth = await self._authenticate()
         if auth is None:
             return
+        settings = self.services.settings
+        # pings and the idle timeout: a silent client ends its session (offline)
+        self.ws.keep_alive(settings.ws_ping_interval, settings.ws_idle_timeout)
         actor = auth.actor
         self.actor = actor
         self._auto_read = auth.auto_read
@@ -221,7 +230,9 @@ class ProtocolSession:
                 while True:
                     batch = await sub.get_batch()
                     if not batch:
-                        send_scope.deadline = trio.current_time() + timeout
+                        # the farewell (error, close frame) to a client that may
+                        # have stopped reading: a short deadline, then a reset
+                        send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
                         await self._ended(sub)
                         return
                     send_scope.deadline = trio.current_time() + timeout

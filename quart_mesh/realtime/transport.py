@@ -6,17 +6,28 @@ trio server down there (hypercorn #225, DESIGN.md §4a), and its per-frame cost
 below what a chat node needs (DESIGN.md §7). Here frames to clients are
 encoded once per event (server frames are unmasked, so the bytes are the same
 for every subscriber) and each wake-up of a session's writer sends all queued
-frames with one ``send_all``.
+frames with one write.
 
 This module does no protocol logic: it turns bytes into text messages and
-text frames into bytes. :mod:`quart_mesh.realtime.session` speaks the mesh
-protocol over it.
+text frames into bytes, answers pings, and keeps the connection alive —
+once :meth:`WebSocket.keep_alive` is called, it pings a client that has gone
+quiet and closes one that stays silent (no pong, no frame) for the idle
+timeout. :mod:`quart_mesh.realtime.session` speaks the mesh protocol over it.
+
+Writes are never left half done: a write cut off by cancellation (a send
+deadline) keeps the unsent rest of the frame it was in, and the next write
+(or the close frame) sends that rest first, so a client always sees whole
+frames and then a close frame. The close frame itself has a short deadline
+(:data:`CLOSE_TIMEOUT`); a client that does not read it in time is reset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import socket
+import struct
 from collections.abc import Iterable
 
 import trio
@@ -33,12 +44,27 @@ from wsproto.events import (
 from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import RemoteProtocolError
 
-__all__ = ["ConnectionClosed", "FrameTooLarge", "WebSocket", "encode_text_frame"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "IDLE_CLOSE_CODE",
+    "ConnectionClosed",
+    "FrameTooLarge",
+    "WebSocket",
+    "encode_text_frame",
+]
 
 log = logging.getLogger(__name__)
 
 _MAX_RECV = 65536
 _MAX_HEAD = 16 * 1024
+
+#: seconds a close frame (with the rest of a frame cut off before it) may take
+#: to be written; a client that does not read it in time is reset
+CLOSE_TIMEOUT = 2.0
+#: the close code for a client silent past the idle timeout (RFC 6455: the
+#: server "encountered an unexpected condition"; the ``websockets`` library
+#: closes a keepalive timeout the same way); the reason is ``idle_timeout``
+IDLE_CLOSE_CODE = 1011
 
 
 class ConnectionClosed(Exception):
@@ -64,10 +90,11 @@ def encode_text_frame(payload: bytes) -> bytes:
 class WebSocket:
     """One server-side WebSocket connection.
 
-    Lifecycle: :meth:`accept` (or :meth:`reject`) with the request bytes read
-    so far, then any number of :meth:`receive` calls in one task and
-    :meth:`send_frames` calls in another, then :meth:`close`. The stream is
-    owned by the caller, which closes it afterwards.
+    Lifecycle: :meth:`accept` (or :meth:`reject`) with the request head, then
+    any number of :meth:`receive` calls in one task and :meth:`send_frames`
+    calls in another, then :meth:`close`. The stream is owned by the caller,
+    which closes it afterwards (unless :meth:`close` had to reset it: then it
+    is closed already, and closing it again does nothing).
     """
 
     def __init__(self, stream: trio.abc.Stream, *, max_message_bytes: int) -> None:
@@ -80,27 +107,32 @@ class WebSocket:
         self._discarding = False
         self._pending: list[str | FrameTooLarge] = []
         self._closed = False
+        #: the unsent rest of a frame whose write was cut off (sent first next time)
+        self._rest = b""
+        #: a write to a stream other than a socket was cut off: where it stopped is unknown
+        self._torn = False
+        self._ping_interval = math.inf
+        self._idle_timeout = math.inf
+        self._ping_frame = b""
+        self._ping_wanted = False
         self.path: str = ""
 
     async def accept(self, head: bytes) -> bool:
-        """Complete the opening handshake from the bytes read so far.
+        """Complete the opening handshake from the request head.
 
-        Returns False (after answering 400 or 404 and closing) if the request
-        is not a usable upgrade to ``/ws``. Frames that arrived in the same
-        packets as the request are kept (wsproto's server handshake would
-        drop them).
+        *head* must hold the whole request head (the server reads it under
+        its deadline); this reads nothing more from the client, so the
+        handshake takes no longer than that deadline. Returns False (after
+        answering 400 or 404) if the request is not a usable upgrade to
+        ``/ws``: a head that does not end within the first 16 KiB is a 400.
+        Frames that arrived in the same packets as the request are kept
+        (wsproto's server handshake would drop them).
         """
-        buffer = head
-        while b"\r\n\r\n" not in buffer:
-            if len(buffer) > _MAX_HEAD:
-                await self._reject(400)
-                return False
-            data = await self._stream.receive_some(_MAX_RECV)
-            if not data:
-                return False
-            buffer += data
-        end = buffer.index(b"\r\n\r\n") + 4
-        request_bytes, rest = buffer[:end], buffer[end:]
+        if b"\r\n\r\n" not in head[: _MAX_HEAD + 4]:
+            await self._reject(400)
+            return False
+        end = head.index(b"\r\n\r\n") + 4
+        request_bytes, rest = head[:end], head[end:]
         try:
             self._ws.receive_data(request_bytes)
             request = next((e for e in self._ws.events() if isinstance(e, Request)), None)
@@ -131,29 +163,42 @@ class WebSocket:
                 )
             )
             await self._send_raw(data)
-        except (RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (RemoteProtocolError, ConnectionClosed):
             pass
         except Exception:  # wsproto refuses to reject in some broken states
             log.debug("could not send a rejection", exc_info=True)
         self._closed = True
 
+    def keep_alive(self, ping_interval: float, idle_timeout: float) -> None:
+        """From now on, while :meth:`receive` waits: ping the client after
+        *ping_interval* seconds without anything from it (and again every
+        *ping_interval*), and once *idle_timeout* seconds pass without a byte
+        from it (no pong, no frame), close the connection with
+        :data:`IDLE_CLOSE_CODE` (reason ``idle_timeout``) and raise
+        :class:`ConnectionClosed`. Time the reader spends handling a frame
+        does not count: only silence while waiting for the client does.
+        """
+        self._ping_interval = ping_interval
+        self._idle_timeout = idle_timeout
+        self._ping_frame = self._ws.send(Ping())
+
     async def receive(self) -> str:
         """The next complete text message.
+
+        Cancelling it loses nothing: bytes already read stay buffered.
 
         Raises:
             FrameTooLarge: a message over the limit arrived (and was dropped);
                 the connection stays usable.
-            ConnectionClosed: the peer closed or broke the connection, or sent
-                something wsproto cannot parse (answered with a close frame).
+            ConnectionClosed: the peer closed or broke the connection, sent
+                something wsproto cannot parse (answered with a close frame),
+                or stayed silent past the idle timeout (closed, see
+                :meth:`keep_alive`).
         """
         while not self._pending:
             if self._closed:
                 raise ConnectionClosed
-            try:
-                data = await self._stream.receive_some(_MAX_RECV)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._closed = True
-                raise ConnectionClosed from None
+            data = await self._receive_some()
             if not data:
                 self._closed = True
                 raise ConnectionClosed
@@ -168,6 +213,36 @@ class WebSocket:
             raise item
         return item
 
+    async def _receive_some(self) -> bytes | bytearray:
+        """Bytes from the client, pinging it while it is quiet (see :meth:`keep_alive`)."""
+        quiet_since = trio.current_time()
+        idle_at = quiet_since + self._idle_timeout
+        ping_at = quiet_since + self._ping_interval
+        while True:
+            with trio.move_on_at(min(ping_at, idle_at)):
+                try:
+                    return await self._stream.receive_some(_MAX_RECV)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._closed = True
+                    raise ConnectionClosed from None
+            if trio.current_time() >= idle_at:
+                await self.close(IDLE_CLOSE_CODE, "idle_timeout")
+                raise ConnectionClosed
+            await self._ping(idle_at)
+            ping_at = trio.current_time() + self._ping_interval
+
+    async def _ping(self, deadline: float) -> None:
+        """Ping the client now, or with the next write if one is under way
+        (the reader does not wait behind a writer; the writer's own deadline
+        covers a client that stopped reading)."""
+        if self._closed:
+            return
+        if self._send_lock.locked():
+            self._ping_wanted = True  # goes out with the writer's next write
+            return
+        with trio.move_on_at(deadline):
+            await self._send_frames([self._ping_frame])
+
     def _take_events(self) -> list[Ping | CloseConnection]:
         """Sort wsproto's events: messages to ``_pending``, controls returned."""
         controls: list[Ping | CloseConnection] = []
@@ -181,7 +256,8 @@ class WebSocket:
     async def _flush_events(self) -> None:
         for event in self._take_events():
             if isinstance(event, Ping):
-                await self._send_raw(self._ws.send(event.response()))
+                if not self._closed:  # nothing follows our close frame
+                    await self._send_raw(self._ws.send(event.response()))
             else:  # CloseConnection: answer it, then we are done
                 with contextlib.suppress(RemoteProtocolError, ConnectionClosed):
                     await self._send_raw(self._ws.send(event.response()))
@@ -215,39 +291,107 @@ class WebSocket:
     async def send_frames(self, frames: Iterable[bytes]) -> None:
         """Send already-encoded frames with one write.
 
+        Cancelled partway (a send deadline), the frames after the one being
+        written are dropped and the rest of that one is sent before anything
+        else: the client never sees a frame cut short.
+
         Raises:
-            ConnectionClosed: the connection is gone.
+            ConnectionClosed: the connection is gone, or closing.
         """
-        await self._send_raw(b"".join(frames))
+        if self._closed:
+            raise ConnectionClosed
+        await self._send_frames(list(frames))
 
     async def send_text(self, text: str) -> None:
         await self.send_frames([encode_text_frame(text.encode("utf-8"))])
 
     async def _send_raw(self, data: bytes) -> None:
-        if not data:
-            return
+        if data:
+            await self._send_frames([data])
+
+    async def _send_frames(self, frames: list[bytes]) -> None:
+        if self._torn:
+            raise ConnectionClosed
+        async with self._send_lock:
+            if self._rest:
+                frames.insert(0, self._rest)
+                self._rest = b""
+            if self._ping_wanted:
+                self._ping_wanted = False
+                frames.append(self._ping_frame)
+            await self._write(frames)
+
+    async def _write(self, frames: list[bytes]) -> None:
+        """Write *frames* in order (the caller holds the send lock)."""
+        data = memoryview(frames[0] if len(frames) == 1 else b"".join(frames))
+        sent = 0
         try:
-            async with self._send_lock:
-                await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            if isinstance(self._stream, trio.SocketStream):
+                # the socket's send is all or nothing under cancellation, so
+                # the count of bytes written is exact (send_all's is lost)
+                sock = self._stream.socket
+                while sent < len(data):
+                    sent += await sock.send(data[sent:])
+            else:
+                try:
+                    await self._stream.send_all(data)
+                except trio.Cancelled:
+                    self._torn = True
+                    raise
+        except trio.Cancelled:
+            if not self._torn and sent > 0:
+                end = 0
+                for frame in frames:
+                    end += len(frame)
+                    if end > sent:
+                        self._rest = bytes(data[sent:end])
+                        break
+            raise
+        except (
+            OSError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.BusyResourceError,
+        ):
             self._closed = True
             raise ConnectionClosed from None
 
     async def close(self, code: int = CloseReason.NORMAL_CLOSURE, reason: str = "") -> None:
-        """Send a close frame (best effort) and stop; the caller closes the stream."""
-        if not self._closed:
-            self._closed = True
-            try:
-                data = self._ws.send(CloseConnection(code=code, reason=reason[:120]))
-                with trio.move_on_after(2):
-                    async with self._send_lock:
-                        await self._stream.send_all(data)
-            except (
-                RemoteProtocolError,
-                trio.BrokenResourceError,
-                trio.ClosedResourceError,
-                trio.BusyResourceError,
-            ):
-                pass
-            except Exception:  # wsproto in a state where it cannot close
-                log.debug("could not send a close frame", exc_info=True)
+        """Send a close frame and stop; the caller closes the stream.
+
+        The close frame (after the rest of a frame cut off earlier) must be
+        written within :data:`CLOSE_TIMEOUT` seconds; if it cannot be (a
+        client that does not read), the connection is reset instead: the
+        stream is closed with a TCP reset, which also frees what the kernel
+        still buffers for that client. Nothing is sent if the connection is
+        already closed or broken.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            data = self._ws.send(CloseConnection(code=code, reason=reason[:120]))
+        except Exception:  # wsproto in a state where it cannot close
+            log.debug("could not send a close frame", exc_info=True)
+            return
+        self._ping_wanted = False
+        written = False
+        try:
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await self._send_frames([data])
+                written = True
+        except ConnectionClosed:
+            written = not self._torn  # broken: nothing more to do
+        finally:
+            if not written:  # not in time, or cut off: reset rather than wait
+                await self._reset()
+
+    async def _reset(self) -> None:
+        """Abort the connection: RST instead of FIN, and unsent data dropped."""
+        if isinstance(self._stream, trio.SocketStream):
+            with contextlib.suppress(OSError):
+                self._stream.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+        with trio.CancelScope(shield=True):
+            await self._stream.aclose()

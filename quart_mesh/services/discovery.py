@@ -229,6 +229,8 @@ def render_skill(
         "max_poll_timeout": _number(settings.max_poll_timeout),
         "max_frame_bytes": str(settings.max_frame_bytes),
         "max_replay": str(settings.max_replay),
+        "ws_ping_interval": _number(settings.ws_ping_interval),
+        "ws_idle_timeout": _number(settings.ws_idle_timeout),
         "max_message_bytes": str(limits.max_message_bytes),
         "max_body_bytes": str(limits.max_body_bytes),
         "max_name_chars": str(limits.max_name_chars),
