@@ -294,10 +294,18 @@ def authorize_above(actor: Actor, priority: int, message: str, code: str) -> Non
 
 def capped_at_tier_4(actor: Actor) -> Actor:
     """*actor* with at most the rights of Tier 4: a role above it counts as
-    ``agent`` (the highest role of Tier 4). How a federated participant acts,
-    whatever role it was given here (spec §5.10)."""
-    if tier_of(actor.priority) < 4:
+    ``agent`` (the highest role of Tier 4), and so does a custom role that
+    holds anything ``agent`` does not, whatever its priority. How a federated
+    participant acts, whatever role it was given here (spec §5.10)."""
+    role = actor.policy.roles.get(actor.role)
+    if role is None:  # a role that no longer exists holds nothing
+        return actor
+    if tier_of(role.priority) < 4:
         return replace(actor, role="agent")
+    if role.permissions is not None:
+        agent = actor.policy.roles["agent"]
+        if any(not agent.holds(permission) for permission in role.permissions):
+            return replace(actor, role="agent")
     return actor
 
 

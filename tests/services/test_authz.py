@@ -9,8 +9,12 @@ from quart_mesh.services.authz import (
     BUILTIN_ROLES,
     PERMISSIONS,
     Actor,
+    Policy,
+    Role,
     RoomRef,
     authorize,
+    capped_at_tier_4,
+    permitted,
     tier_of,
 )
 
@@ -72,3 +76,25 @@ def test_guests_send_only_when_the_mesh_allows() -> None:
 def test_unknown_role_has_nothing() -> None:
     with pytest.raises(Forbidden):
         authorize(actor("nobody"), "rooms.read")
+
+
+def test_a_remote_participant_acts_at_tier_4_at_most() -> None:
+    """Relayed actions (federation): built-in roles above Tier 4 and custom
+    roles that hold more than ``agent`` act as ``agent``; lesser roles stay."""
+    policy = Policy()
+    policy.put_role(Role("low_deleter", 100, frozenset({"messages.delete"})))
+    policy.put_role(Role("reader", 100, frozenset({"rooms.read"} & set(PERMISSIONS))))
+    for role, expected in [
+        ("owner", "agent"),
+        ("admin", "agent"),
+        ("member", "agent"),
+        ("agent", "agent"),
+        ("spectator", "spectator"),
+        ("low_deleter", "agent"),  # low priority, but a right agent lacks
+        ("reader", "reader"),
+        ("gone", "gone"),  # a role that no longer exists holds nothing
+    ]:
+        who = Actor("R", "r@peer", "human", "human", role, policy=policy)
+        assert capped_at_tier_4(who).role == expected, role
+    capped = capped_at_tier_4(Actor("R", "r@peer", "human", "human", "low_deleter", policy=policy))
+    assert not permitted(capped, "messages.delete")
