@@ -17,9 +17,11 @@ PYTHON = "3.11"
 
 
 @nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
+@nox.parametrize("store", ["sqlite", "postgresql"])
+def tests(session: nox.Session, store: str) -> None:
+    """The suite on each store (``nox -s "tests(store='sqlite')"`` for one)."""
     session.install("-e", ".[test]", "-e", "./bridge")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "--store", store, *session.posargs)
 
 
 @nox.session(python=PYTHON)

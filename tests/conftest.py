@@ -3,7 +3,8 @@ and the real app served by hypercorn on a loopback port."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,12 +13,64 @@ import pytest
 import trio
 
 from quart_mesh import MeshApp, Settings, create_app, serve
+from tests import stores
 from tests.browser import require_browser
 from tests.helpers import Mesh
 from tests.upstream import Upstream
 
 if TYPE_CHECKING:
     from quart.typing import TestClientProtocol
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default=os.environ.get("MESH_TEST_STORE", "sqlite"),
+        help="the store every node of the suite uses (tests/stores.py)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--store") != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="about SQLite itself (--store postgresql)")
+    for item in items:
+        if item.get_closest_marker("sqlite_only") is not None:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"store: {config.getoption('--store')}"
+
+
+@pytest.fixture(scope="session")
+def _store(request: pytest.FixtureRequest) -> Iterator[stores.Cluster | None]:
+    """The session's PostgreSQL cluster with ``--store postgresql``."""
+    if request.config.getoption("--store") != "postgresql":
+        yield None
+        return
+    with stores.postgres_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _node_store(
+    request: pytest.FixtureRequest, _store: stores.Cluster | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL, a node with no database URL of its own gets the
+    database of its data folder (in-process here; subprocesses through
+    :func:`tests.stores.node_env`)."""
+    if request.config.getoption("--store") != "postgresql":
+        return
+    if _store is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    cluster = _store
+
+    def resolved(self: Settings) -> str:
+        return self.database_url or cluster.url_for(self.data_dir)
+
+    monkeypatch.setattr(Settings, "resolved_database_url", property(resolved))
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ from types import ModuleType
 
 import pytest
 
+from tests import stores
+
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "embed.py"
 
 
@@ -23,7 +25,7 @@ def example() -> ModuleType:
 
 async def test_serve_and_use(example: ModuleType, tmp_path: Path) -> None:
     assert await example.serve_and_use(tmp_path) == ["hello from the host program"]
-    assert (tmp_path / "mesh.db").exists()
+    assert (tmp_path / "mesh.db").exists() == (stores.backend() == "sqlite")
 
 
 async def test_node_without_http(example: ModuleType, tmp_path: Path) -> None:

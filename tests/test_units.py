@@ -48,6 +48,7 @@ def test_iso_timestamps() -> None:
     assert iso(None) is None
 
 
+@pytest.mark.sqlite_only  # the default database URL (the suite swaps it on PostgreSQL)
 def test_settings_from_env(tmp_path: Path) -> None:
     settings = Settings.from_env(
         {

@@ -16,7 +16,9 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
+from tests import stores
 from tests.helpers import PASSWORD, Mesh, open_client
+from tests.stores import node_env
 
 _LISTENING = re.compile(rb"listening on (http://\S+)")
 
@@ -24,6 +26,7 @@ _LISTENING = re.compile(rb"listening on (http://\S+)")
 class ServerProcess:
     def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.env = env or {}
+        self.data_dir = data_dir
         self.args = [
             sys.executable,
             "-m",
@@ -38,7 +41,7 @@ class ServerProcess:
         self.output = b""
 
     async def start(self, nursery: trio.Nursery) -> str:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **node_env(self.data_dir), **self.env}
         self.process = await trio.lowlevel.open_process(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
@@ -118,7 +121,7 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
             assert closed.value.reason.code == 1001
     assert b"received SIGTERM" in first.output
     assert b"Traceback" not in first.output
-    assert (data_dir / "mesh.db").exists()
+    assert (data_dir / "mesh.db").exists() == (stores.backend() == "sqlite")
     assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
 
     second = ServerProcess(data_dir)
@@ -189,7 +192,7 @@ async def test_environment_configures_the_node(tmp_path: Path, nursery: trio.Nur
         )
         assert r.status_code == 413
     assert await server.stop() == 0
-    assert (data_dir / "mesh.db").exists()
+    assert (data_dir / "mesh.db").exists() == (stores.backend() == "sqlite")
 
 
 async def _drain(ws: object) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from tests import stores
 from tests.helpers import Mesh, assert_error
 
 
@@ -90,4 +91,4 @@ async def test_health(http: httpx.AsyncClient) -> None:
     assert body["version"] == "0.1.0"
     assert isinstance(body["uptime"], float | int)
     assert body["uptime"] >= 0
-    assert body["storage"] == {"ok": True, "backend": "sqlite"}
+    assert body["storage"] == {"ok": True, "backend": stores.backend()}

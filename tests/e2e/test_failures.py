@@ -375,6 +375,7 @@ async def test_managed_bots_wait_for_the_listening_address(tmp_path: Path) -> No
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.sqlite_only  # another process holds SQLite's write lock
 async def test_a_full_write_queue_is_refused_at_once(tmp_path: Path) -> None:
     """With the store's writer stuck (another process holds SQLite's write
     lock), writes queue up to ``max_queued_writes``; beyond, REST answers

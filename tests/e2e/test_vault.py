@@ -21,6 +21,7 @@ import trio
 
 from quart_mesh.config import Limits, Settings
 from quart_mesh.vault_client import VaultError, decrypt, encrypt
+from tests import stores
 from tests.e2e.test_agents import bot_pids, wait_for
 from tests.e2e.test_cli_restart import ServerProcess
 from tests.helpers import Mesh, User, assert_error
@@ -115,10 +116,15 @@ async def test_an_api_key_goes_from_the_vault_to_a_bot_and_nowhere_else(
         assert api_key not in (await http.get("/api/state", headers=owner.headers)).text
 
         # while it runs: the database, its WAL and shared memory, the whole folder
-        assert {p.name for p in data_dir.iterdir()} >= {"mesh.db", "mesh.db-wal", "mesh.db-shm"}
-        assert scan_folder(data_dir, forms) == {}
+        # (on PostgreSQL: the data folder, the database's files and the WAL)
+        folders = stores.stored_folders(data_dir)
+        if stores.backend() == "sqlite":
+            stored = {p.name for p in data_dir.iterdir()}
+            assert stored >= {"mesh.db", "mesh.db-wal", "mesh.db-shm"}
+        assert {f: h for folder in folders for f, h in scan_folder(folder, forms).items()} == {}
         # the scan does see what is stored: the blob itself is in the store
-        blob_hits = scan_folder(data_dir, {"blob": blob.encode()})
+        blob_hits = [scan_folder(folder, {"blob": blob.encode()}) for folder in folders]
+        blob_hits = [hits for hits in blob_hits if hits]
         assert blob_hits, "the encrypted blob should be in the database files"
 
         r = await http.delete(f"/api/agents/{agent_id}", headers=owner.headers)

@@ -1,0 +1,194 @@
+"""The store the suite runs on: SQLite (the default) or PostgreSQL.
+
+``pytest --store postgresql`` runs the whole suite on a real PostgreSQL
+server: a throwaway cluster (Debian's ``postgresql`` package: ``initdb`` and
+``pg_ctl``) started in a temporary folder for the session, listening only on
+a Unix socket in that folder, and gone when the session ends. Every node a
+test makes, in-process or as a subprocess, gets a database of its own,
+named after its data folder, so two nodes of one test (federation) never
+share one and a node restarted on the same folder finds its data again.
+
+Tests that are about SQLite itself (its file, its locks) are marked
+``sqlite_only`` and skipped on PostgreSQL.
+
+PostgreSQL missing: the session is skipped with a message, unless
+``MESH_REQUIRE_POSTGRES=1`` (CI), then it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from glob import glob
+from pathlib import Path
+
+REQUIRED = os.environ.get("MESH_REQUIRE_POSTGRES") == "1"
+
+
+def _bin_dir() -> Path | None:
+    """Where Debian keeps the server's programs (newest version first)."""
+    found = sorted(glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+    if found:
+        return Path(found[0]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+class Cluster:
+    """A PostgreSQL cluster in a temporary folder, reached by Unix socket."""
+
+    def __init__(self, folder: Path, bin_dir: Path) -> None:
+        self.folder = folder
+        self.bin_dir = bin_dir
+        self.port = 5432
+        # the server refuses to run as root: run its programs as ``postgres``
+        self._as: list[str] = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self._created: set[str] = set()
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run(
+            [*self._as, *args], capture_output=True, text=True, check=False, timeout=120
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {result.stdout}{result.stderr}")
+
+    def start(self) -> None:
+        if self._as:
+            shutil.chown(self.folder, "postgres")
+        data = self.folder / "data"
+        self._run(
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "mesh",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        # durability is not what these tests are about: no fsync, to be quick
+        options = (
+            f"-k {self.folder} -p {self.port} -c listen_addresses='' -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=400"
+        )
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self._run(
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.folder / "data"),
+                "-m",
+                "immediate",
+                "stop",
+            )
+
+    def url(self, database: str) -> str:
+        """The SQLAlchemy URL of *database* (made on first use)."""
+        if database not in self._created:
+            import psycopg
+
+            with psycopg.connect(
+                host=str(self.folder),
+                port=self.port,
+                user="mesh",
+                dbname="postgres",
+                autocommit=True,
+            ) as conn:
+                exists = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+                ).fetchone()
+                if exists is None:
+                    conn.execute(f'CREATE DATABASE "{database}"')
+            self._created.add(database)
+        return f"postgresql+psycopg://mesh@/{database}?host={self.folder}&port={self.port}"
+
+    def url_for(self, data_dir: Path) -> str:
+        """The database of the node whose data folder is *data_dir*."""
+        return self.url(_database_name(data_dir))
+
+    def stored_folders(self, data_dir: Path) -> list[Path]:
+        """Where the server keeps the bytes of *data_dir*'s database, after
+        a checkpoint has written them out: its folder and the write-ahead log."""
+        import psycopg
+
+        with psycopg.connect(
+            host=str(self.folder), port=self.port, user="mesh", dbname="postgres", autocommit=True
+        ) as conn:
+            conn.execute("CHECKPOINT")
+            row = conn.execute(
+                "SELECT oid FROM pg_database WHERE datname = %s", (_database_name(data_dir),)
+            ).fetchone()
+        assert row is not None, "no database for this data folder"
+        data = self.folder / "data"
+        return [data / "base" / str(row[0]), data / "pg_wal"]
+
+
+def _database_name(data_dir: Path) -> str:
+    return "mesh_" + hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:20]
+
+
+#: the session's cluster while the suite runs on PostgreSQL, else ``None``
+cluster: Cluster | None = None
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[Cluster | None]:
+    """Start a throwaway cluster for the session; ``None`` if PostgreSQL is
+    not installed (and not required)."""
+    global cluster
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        if REQUIRED:
+            raise RuntimeError("MESH_REQUIRE_POSTGRES=1 but PostgreSQL is not installed")
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="mesh-pg-"))
+    started = Cluster(folder, bin_dir)
+    try:
+        started.start()
+        cluster = started
+        yield started
+    finally:
+        cluster = None
+        started.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def backend() -> str:
+    """The store the suite runs on: ``sqlite`` or ``postgresql``."""
+    return "sqlite" if cluster is None else "postgresql"
+
+
+def stored_folders(data_dir: Path) -> list[Path]:
+    """The folders that hold what the node on *data_dir* has stored: the
+    data folder itself, and on PostgreSQL its database's files."""
+    if cluster is None:
+        return [data_dir]
+    return [data_dir, *cluster.stored_folders(data_dir)]
+
+
+def node_env(data_dir: Path) -> dict[str, str]:
+    """What a node started as a subprocess on *data_dir* needs in its
+    environment to use the suite's store (nothing on SQLite)."""
+    if cluster is None:
+        return {}
+    return {"MESH_DATABASE_URL": cluster.url_for(data_dir)}
