@@ -53,8 +53,7 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
             httpx.AsyncClient(base_url=url_b, timeout=10) as b,
             httpx.AsyncClient(base_url=url_c, timeout=10) as c,
         ):
-            # nothing is sent before setup
-            await trio.sleep(0.7)
+            # (nothing is sent before setup: tests/federation/test_heartbeat.py)
             assert await _listed(b) == {}
 
             owner_a = await Mesh(a).setup(meshName="Mesh A", description="the first mesh")
