@@ -2,6 +2,12 @@
 
 Options override ``MESH_*`` environment variables, which override defaults.
 SIGINT and SIGTERM shut the server down gracefully.
+
+Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings;
+1, the node cannot serve: the system refused it something (an ``OSError``,
+such as the port being taken) before it listened; 70 (EX_SOFTWARE), any
+other failure, and any failure at all once it listened: a part of the node
+failed, and the traceback is logged.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -70,9 +77,21 @@ async def _wait_for_signal() -> None:
             return
 
 
-async def run_server(settings: Settings) -> None:
+async def run_server(settings: Settings, listening: list[str] | None = None) -> None:
+    """Serve until a signal; *listening* gets the URL once the node listens."""
     app = create_app(settings)
-    await serve(app, host=settings.host, port=settings.port, shutdown_trigger=_wait_for_signal)
+    async with trio.open_nursery() as nursery:
+        url: str = await nursery.start(
+            partial(
+                serve,
+                app,
+                host=settings.host,
+                port=settings.port,
+                shutdown_trigger=_wait_for_signal,
+            )
+        )
+        if listening is not None:
+            listening.append(url)
     log.info("stopped")
 
 
@@ -97,13 +116,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         logging.getLogger("alembic").setLevel(logging.WARNING)
+    listening: list[str] = []
     try:
-        trio.run(run_server, settings)
+        trio.run(run_server, settings, listening)
     except KeyboardInterrupt:  # a second Ctrl+C while draining
         return 130
     except Exception as exc:
         leaves = list(_leaves(exc))
-        if all(isinstance(leaf, OSError) for leaf in leaves):  # e.g. the port is taken
+        if not listening and all(isinstance(leaf, OSError) for leaf in leaves):
+            # e.g. the port is taken: before it served, nothing to restart
             log.error("cannot serve: %s", leaves[0])
             return 1
         # a part of the node failed: say so, and let whatever runs it start it again

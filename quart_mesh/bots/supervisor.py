@@ -11,6 +11,10 @@ next start resumes after the last one (``MESH_SINCE``). Acknowledged cursors
 are saved about once a second and when the node stops, so a node restart
 resumes from them too (at least once: a crash may repeat up to a second's
 worth of messages).
+
+A bot that cannot even be started (the node is out of file descriptors or
+processes: ``OSError`` from the spawn) counts as a run that failed: logged,
+and tried again after the same backoff as a crash.
 """
 
 from __future__ import annotations
@@ -207,6 +211,10 @@ class Supervisor:
                 started = trio.current_time()
                 code = await self._run_once(bot, base)
                 bot.pid = None
+                if isinstance(code, OSError):
+                    outcome = f"could not be started ({code.strerror or code})"
+                else:
+                    outcome = f"exited with status {code}"
                 if code == EX_CONFIG:
                     bot.status = "failed"
                     bot.detail = bot.last_error or "cannot run as configured"
@@ -219,8 +227,8 @@ class Supervisor:
                 if trio.current_time() - started > _STABLE_AFTER:
                     backoff.reset()
                 delay = backoff.next()
-                bot.status, bot.detail = "restarting", f"exited with status {code}"
-                log.warning("bot %s exited (%s); restarting in %.1f s", bot.name, code, delay)
+                bot.status, bot.detail = "restarting", outcome
+                log.warning("bot %s %s; restarting in %.1f s", bot.name, outcome, delay)
                 await trio.sleep(delay)
         bot.status = "stopped"
 
@@ -247,7 +255,9 @@ class Supervisor:
                         ),
                     )
 
-    async def _run_once(self, bot: ManagedBot, base: str) -> int:
+    async def _run_once(self, bot: ManagedBot, base: str) -> int | OSError:
+        """Run the bot's process once; its exit status, or the error that
+        kept it from starting."""
         token = self._tokens.issue(bot.agent_id, "bot", self._settings.bot_token_ttl_seconds)
         env = {
             **os.environ,
@@ -265,17 +275,20 @@ class Supervisor:
             env["MESH_SINCE"] = bot.cursor
         command = [sys.executable, "-m", "quart_mesh.bots.runner"]
         async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(
-                    trio.run_process,
-                    command,
-                    env=env,
-                    check=False,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    deliver_cancel=_terminate_then_kill,
+            try:
+                process: trio.Process = await nursery.start(
+                    partial(
+                        trio.run_process,
+                        command,
+                        env=env,
+                        check=False,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        deliver_cancel=_terminate_then_kill,
+                    )
                 )
-            )
+            except OSError as error:  # EMFILE, EAGAIN, ENOMEM...: a run that failed
+                return error
             bot.pid = process.pid
             bot.status, bot.detail = "running", None
             assert process.stdout is not None

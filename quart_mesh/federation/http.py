@@ -1,5 +1,7 @@
 """Calls to other nodes whose answers are read with a size cap: a peer (or a
-registry) cannot make this node buffer an answer of any size."""
+registry) cannot make this node buffer an answer of any size, nor make it
+fail by what it answers (JSON nested too deep to parse is not JSON) or by
+an address that cannot be looked up (a peer that cannot be reached)."""
 
 from __future__ import annotations
 
@@ -59,8 +61,10 @@ async def exchange(
     at a time would otherwise hold the call for ever.
 
     Raises:
-        httpx.HTTPError: the peer could not be reached, the exchange failed,
-            or it did not finish within the deadline (``httpx.TimeoutException``).
+        httpx.HTTPError: the peer could not be reached (also when *url*'s
+            host is a name that cannot be looked up: ``httpx.ConnectError``),
+            the exchange failed, or it did not finish within the deadline
+            (``httpx.TimeoutException``).
     """
     if deadline is None:
         deadline = client.timeout.read or DEFAULT_DEADLINE
@@ -79,6 +83,9 @@ async def exchange(
                 return Answer(response.status_code, response.headers, b"".join(chunks), False)
     except trio.TooSlowError:
         raise httpx.TimeoutException(f"no complete answer within {deadline:g} s") from None
+    except (UnicodeError, httpx.InvalidURL) as error:
+        # a label IDNA cannot encode (httpx, or the resolver): no such peer
+        raise httpx.ConnectError(f"invalid address: {error}"[:300]) from None
 
 
 class PeerError(BadGateway):
@@ -116,7 +123,7 @@ def json_object(answer: Answer, url: str) -> dict[str, Any]:
         raise PeerError(f"{url} answered too much", "peer_invalid")
     try:
         data = json.loads(raw) if raw.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
         raise PeerError(f"{url} did not answer JSON", "peer_invalid") from None
     if not isinstance(data, dict):
         raise PeerError(f"{url} did not answer a JSON object", "peer_invalid")
@@ -126,7 +133,7 @@ def json_object(answer: Answer, url: str) -> dict[str, Any]:
 def _error_code(raw: bytes) -> str:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "error"
     code = data.get("code") if isinstance(data, dict) else None
     return code[:64] if isinstance(code, str) and code.isascii() else "error"

@@ -112,12 +112,18 @@ class Links:
     ) -> None:
         """Start one link task per accepted connection, then those that
         :meth:`start_link` asks for; run until cancelled. *client* is the
-        caller's (``Federation.run`` owns it)."""
+        caller's (``Federation.run`` owns it). The first read of the
+        connections is retried while the store is unavailable."""
         self._client = client
         self._broker.observe(self._observe)
+        rows = await retrying(
+            "reading connections",
+            partial(self._db.read, connections_repo.list_connections),
+            logger=log,
+        )
         accepted = [
             row.connection_id
-            for row in await self._db.read(connections_repo.list_connections)
+            for row in rows
             if row.status == "accepted" and self._settings.federation_enabled
         ]
         try:
@@ -267,7 +273,7 @@ class Links:
                 headers=headers,
                 limit=_MAX_ANSWER_BYTES,
             )
-        except httpx.HTTPError as error:
+        except httpx.HTTPError as error:  # a name that cannot be looked up too (``exchange``)
             raise Transient(f"cannot reach the peer: {type(error).__name__}") from None
         if answer.status == 200:
             for result in _results(answer.body):
@@ -322,7 +328,7 @@ def _results(raw: bytes) -> list[dict[str, Any]]:
     """The per-event results of a peer's answer to a batch (none if unreadable)."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
         return []
     results = data.get("results") if isinstance(data, dict) else None
     return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []

@@ -31,6 +31,7 @@ from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..records import iso, now_ms
 from ..services.authz import Actor, authorize
+from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
@@ -371,6 +372,7 @@ def _base_url(url: str) -> str:
         or parts.query
         or parts.fragment
         or any(ch.isspace() for ch in text)
+        or not is_resolvable_url(text)  # a name no resolver takes (labels 1-63)
     ):
         raise BadRequest("url must be the peer's http(s) base URL", "invalid_url")
     return text

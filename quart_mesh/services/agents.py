@@ -26,6 +26,7 @@ from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
 from .accounts import Accounts
 from .authz import Actor, authorize, permitted
+from .validation import is_resolvable_url
 from .webhooks import Webhooks, is_private_address
 
 __all__ = ["EXTERNAL_TYPES", "MANAGED_TYPES", "Agents", "Bootstrapped", "BotRunner", "BotSpec"]
@@ -291,6 +292,8 @@ def _check_url(url: str, private_ok: bool) -> None:
         raise BadRequest("webhookUrl must be an http(s) URL", "invalid_url") from None
     if parts.scheme not in ("http", "https") or not host or len(url) > 2000:
         raise BadRequest("webhookUrl must be an http(s) URL", "invalid_url")
+    if not is_resolvable_url(url):  # every delivery would fail: say so now
+        raise BadRequest("webhookUrl has a host name that cannot be looked up", "invalid_url")
     if parts.username or parts.password:
         raise BadRequest("webhookUrl must not carry credentials", "invalid_url")
     if not private_ok and (host == "localhost" or is_private_address(host)):

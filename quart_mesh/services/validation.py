@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import httpx
+
 from ..config import Limits
 from ..errors import BadRequest, PayloadTooLarge
 from ..ids import is_ulid
@@ -23,6 +25,7 @@ __all__ = [
     "check_room_name",
     "cursor_number",
     "is_client_id",
+    "is_resolvable_url",
 ]
 
 _NAME_RE = re.compile(r"\w[\w.-]*")
@@ -182,3 +185,16 @@ def check_client_id(value: str) -> None:
             "clientId must be 1 to 64 characters of letters, digits, '.', '_', ':' and '-'",
             "invalid_client_id",
         )
+
+
+def is_resolvable_url(url: str) -> bool:
+    """Whether *url* (http or https) has a host that can be looked up at all:
+    a name whose every label IDNA can encode (1 to 63 characters, none
+    empty), or an address. httpx and the resolver raise on any other, at
+    every attempt, so such a URL is refused when it is registered."""
+    try:
+        host = httpx.URL(url).raw_host.decode("ascii")
+        host.encode("idna")  # what the resolver does to a name (labels 1-63)
+    except (ValueError, httpx.InvalidURL):  # UnicodeError is a ValueError
+        return False
+    return bool(host)

@@ -16,6 +16,13 @@ stable across retries: receivers deduplicate by it). Failures are retried with
 exponential backoff. A 2xx answer ``{"content": "..."}`` to a message is posted
 as the bot's reply in that room; ``{"ok": ..., "result": ...}`` to a command
 answers the command. See ``docs/agents.md``.
+
+What a receiver answers cannot hurt the node: an answer that does not parse
+(even one nested too deep to parse) is no answer, and a URL whose name cannot
+be looked up fails each attempt like a receiver that is down. After a POST
+was taken, the writes that record it (the cursor, a command marked delivered)
+and the bot's reply are retried on their own while the store is unavailable
+or overloaded: retrying the whole round would POST the event again.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import hmac
 import ipaddress
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -32,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import trio
+from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..errors import MeshError, Transient
@@ -124,7 +133,12 @@ class Webhooks:
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        targets = await self._db.read(repo.webhook_targets)
+        """Start one delivery task per webhook bot, then those :meth:`start`
+        asks for; run until cancelled. The first read of the bots is retried
+        while the store is unavailable."""
+        targets = await retrying(
+            "reading webhook bots", partial(self._db.read, repo.webhook_targets), logger=log
+        )
         async with (
             httpx.AsyncClient(
                 timeout=self._settings.webhook_timeout,
@@ -208,7 +222,9 @@ class Webhooks:
             cursor, skipped = cutoff
             state.skipped += skipped
             log.warning("webhook bot %s is behind: skipped %d messages", agent_id, skipped)
-            await self._db.write(lambda conn: repo.set_delivery_cursor(conn, agent_id, cursor))
+            await self._record(
+                agent_id, partial(repo.set_delivery_cursor, agent_id=agent_id, cursor=cursor)
+            )
         backlog = await feed.backlog(cursor, _PAGE, commands=True)
         if not backlog.commands and not backlog.messages:
             return False
@@ -218,10 +234,19 @@ class Webhooks:
         for message in backlog.messages:
             if message.sender_id != agent_id:  # bots never get their own messages
                 await self._deliver_message(target, message, state)
-            await self._db.write(
-                partial(repo.set_delivery_cursor, agent_id=agent_id, cursor=message.seq)
+            await self._record(
+                agent_id, partial(repo.set_delivery_cursor, agent_id=agent_id, cursor=message.seq)
             )
         return True
+
+    async def _record(self, agent_id: str, write: Callable[[Connection], None]) -> None:
+        """Write how far delivery went, retried on its own while the store is
+        unavailable or overloaded (the events it records were taken already)."""
+        await retrying(
+            f"recording webhook delivery to bot {agent_id}",
+            partial(self._db.write, write),
+            logger=log,
+        )
 
     async def _deliver_command(
         self, target: repo.WebhookTarget, command: repo.CommandRow, state: WebhookState
@@ -229,19 +254,27 @@ class Webhooks:
         answer = await self._post_until_done(
             target, command_event(command).to_json(), "command", command.command_id, state
         )
-        await self._db.write(lambda conn: repo.mark_delivered(conn, [command.command_id], now_ms()))
-        if isinstance(answer, dict) and ("ok" in answer or "result" in answer):
+        await self._record(
+            target.agent_id,
+            lambda conn: repo.mark_delivered(conn, [command.command_id], now_ms()),
+        )
+        if not (isinstance(answer, dict) and ("ok" in answer or "result" in answer)):
+            return
+
+        async def complete() -> None:
             actor = await self._accounts.actor_of(target.agent_id)
-            if actor is not None and True:
-                try:
-                    await self._commands.complete_command(
-                        actor,
-                        command.command_id,
-                        ok=answer.get("ok") is not False,
-                        result=answer.get("result"),
-                    )
-                except MeshError as error:
-                    log.info("webhook answer to command %s: %s", command.command_id, error)
+            if actor is not None:
+                await self._commands.complete_command(
+                    actor,
+                    command.command_id,
+                    ok=answer.get("ok") is not False,
+                    result=answer.get("result"),
+                )
+
+        try:
+            await retrying(f"completing command {command.command_id}", complete, logger=log)
+        except MeshError as error:  # not transient: the command cannot be completed
+            log.info("webhook answer to command %s: %s", command.command_id, error)
 
     async def _deliver_message(
         self, target: repo.WebhookTarget, message: Message, state: WebhookState
@@ -251,16 +284,23 @@ class Webhooks:
         content = answer.get("content") if isinstance(answer, dict) else answer
         if not isinstance(content, str) or not content.strip():
             return
-        actor = await self._accounts.actor_of(target.agent_id)
+        try:
+            await retrying(
+                f"posting the reply of bot {target.agent_id}",
+                partial(self._reply, target.agent_id, message, content),
+                logger=log,
+            )
+        except MeshError as error:  # not transient (not a member, too long...): dropped
+            log.info("webhook bot %s could not reply: %s", target.agent_id, error)
+
+    async def _reply(self, agent_id: str, message: Message, content: str) -> None:
+        actor = await self._accounts.actor_of(agent_id)
         sender = await self._accounts.actor_of(message.sender_id)
         if actor is None:
             return
         if sender is not None and sender.kind == "bot" and not _addressed(message, actor):
             return  # loop guard: bots answer other bots only when addressed
-        try:
-            await self._messages.send(actor, message.room_id, content)
-        except MeshError as error:
-            log.info("webhook bot %s could not reply: %s", target.agent_id, error)
+        await self._messages.send(actor, message.room_id, content)
 
     async def _post_until_done(
         self,
@@ -323,6 +363,8 @@ class Webhooks:
             raise Transient(f"no answer within {deadline:g} s") from None
         except httpx.HTTPError as error:
             raise Transient(f"{type(error).__name__}: {error}"[:300]) from None
+        except (UnicodeError, httpx.InvalidURL) as error:  # a name IDNA cannot encode
+            raise Transient(f"invalid webhook URL: {error}"[:300]) from None
         status = response.status_code
         if status >= 500 or status in _RETRY_STATUSES:
             raise Transient(f"the receiver answered {status}")
@@ -336,7 +378,10 @@ class Webhooks:
             return None
         try:
             return json.loads(raw)
-        except ValueError:
+        except RecursionError:  # nested too deep to parse: no usable answer
+            log.warning("webhook %s answered JSON nested too deep; ignored", target.agent_id)
+            return None
+        except ValueError:  # plain text (a reply, docs/agents.md)
             return raw.decode("utf-8", errors="replace")
 
 
@@ -363,8 +408,8 @@ async def _pin_public(url: str) -> tuple[str, str, dict[str, Any]]:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-    except OSError as error:
-        raise Transient(f"cannot resolve {host}: {error}") from None
+    except (OSError, UnicodeError) as error:  # UnicodeError: a label IDNA cannot encode
+        raise Transient(f"cannot resolve {host[:300]}: {error}") from None
     addresses = [str(info[4][0]) for info in infos]
     if not addresses or any(is_private_address(a) for a in addresses):
         raise Transient(
