@@ -282,8 +282,9 @@ class Settings:
     #: pings it (and again every this many seconds while it stays silent).
     ws_ping_interval: float = 20.0
     #: Seconds an authenticated WebSocket client may send nothing at all (no
-    #: pong, no frame) before the node closes the connection (1011
-    #: ``idle_timeout``); its participant then goes offline.
+    #: pong, no frame), while not busy taking a long write from the node,
+    #: before the node closes the connection (1011 ``idle_timeout``); its
+    #: participant then goes offline.
     ws_idle_timeout: float = 60.0
     #: Seconds a connection's request head may take to arrive (the first one
     #: read by the node, the WebSocket handshake included; later ones on a
