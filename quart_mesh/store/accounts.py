@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import MeshConfig, Participant
+from .dialect import insert
 from .schema import mesh_config, participants, revoked_tokens
 
 __all__ = [
@@ -171,15 +172,10 @@ def count_with_role(conn: Connection, role: str) -> int:
 
 def revoke_token(conn: Connection, token_id: str, participant_id: str, expires_at: int) -> None:
     """Record a signed-out token (idempotent)."""
-    exists = conn.execute(
-        sa.select(revoked_tokens.c.token_id).where(revoked_tokens.c.token_id == token_id)
-    ).first()
-    if exists is None:
-        conn.execute(
-            revoked_tokens.insert().values(
-                token_id=token_id, participant_id=participant_id, expires_at=expires_at
-            )
-        )
+    query = insert(conn, revoked_tokens).values(
+        token_id=token_id, participant_id=participant_id, expires_at=expires_at
+    )
+    conn.execute(query.on_conflict_do_nothing())
 
 
 def list_revoked_tokens(conn: Connection, now: int) -> dict[str, int]:

@@ -9,6 +9,12 @@ function ``fn(conn) -> T`` run in a worker thread:
 - :meth:`Database.read` runs it on a pooled connection; several readers may
   run at once (SQLite in WAL mode lets readers proceed during a write).
 
+On PostgreSQL several processes may each run a writer against one
+database: migrations run under an advisory lock, cursor positions are
+assigned under another until commit, and a constraint violation that a
+concurrent writer caused reaches the client as a 404 or 409
+(``dialect.py``). A batch PostgreSQL aborts to break a deadlock runs again.
+
 Cancellation: a unit of work that has started in its thread always runs to
 completion (commit or rollback); the awaiting task sees ``Cancelled`` only
 after that. So a cancelled request never leaves half a transaction.
@@ -17,6 +23,7 @@ after that. So a cancelled request never leaves half a transaction.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,9 +34,10 @@ import trio
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ..errors import Overloaded, Unavailable
+from .dialect import MIGRATION_LOCK, hold_sequences, holds_sequences, is_retryable, translate
 
 __all__ = ["Database"]
 
@@ -40,6 +48,7 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 _BATCH = 64  # units of work committed together at most
+_ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 
 
 class _Job(Generic[T]):
@@ -103,6 +112,10 @@ class Database:
             sa.event.listen(engine, "begin", _sqlite_begin)
         self._engine = engine
         with engine.begin() as conn:
+            if self.backend == "postgresql":
+                # processes starting together: one migrates, the others wait
+                # here until it commits, then find the schema at head
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             cfg = AlembicConfig()
             cfg.set_main_option("script_location", str(_MIGRATIONS))
             cfg.attributes["connection"] = conn
@@ -216,56 +229,83 @@ class Database:
                 job.done.set()
 
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
+        """Commit *batch* in one transaction; run it again (a few times) if
+        PostgreSQL aborted it to break a deadlock with another writer."""
+        for attempt in itertools.count(1):
+            try:
+                self._run_batch_once(batch)
+            except OperationalError as exc:
+                if is_retryable(exc) and attempt < _ATTEMPTS:
+                    log.warning("write batch aborted (%s): running it again", exc.orig)
+                    continue
+                error = _unavailable(exc)
+                for job in batch:
+                    job.error = error
+            except Unavailable as exc:
+                for job in batch:
+                    job.error = exc
+            return
+
+    def _run_batch_once(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction.
 
         Optimistic first: all units without savepoints (two statements fewer
         each). If any unit raises, that transaction is rolled back and the
         batch runs again with a savepoint per unit, so only the failing units
         fail. Units are plain functions of the connection, safe to run again.
+
+        Raises:
+            OperationalError: the database failed; no unit committed.
         """
+        sequenced = False
         if len(batch) > 1:
             try:
                 with self._writing().begin() as conn:
-                    results = [job.fn(conn) for job in batch]
-            except OperationalError as exc:
-                error = _unavailable(exc)
-                for job in batch:
-                    job.error = error
-                return
+                    try:
+                        results = [job.fn(conn) for job in batch]
+                    finally:
+                        sequenced = holds_sequences(conn)
+            except OperationalError:
+                raise
             except Exception:
                 pass  # some unit failed: all rolled back; isolate it below
             else:
                 for job, result in zip(batch, results, strict=True):
-                    job.result = result
+                    job.result, job.error = result, None
                 return
-        try:
-            with self._writing().begin() as conn:
-                for job in batch:
-                    try:
-                        with conn.begin_nested():
-                            job.result = job.fn(conn)
-                    except OperationalError:
-                        raise
-                    except Exception as exc:  # the unit's own error, for its caller
-                        job.error = exc
-        except OperationalError as exc:
-            error = _unavailable(exc)
+        with self._writing().begin() as conn:
+            if sequenced:
+                # once for the batch, outside the savepoints (rolling back to
+                # a savepoint would release a lock taken inside it)
+                hold_sequences(conn)
             for job in batch:
-                job.error = error
-        except Unavailable as exc:
-            for job in batch:
-                job.error = exc
+                try:
+                    with conn.begin_nested():
+                        job.result, job.error = job.fn(conn), None
+                except OperationalError:
+                    raise
+                except IntegrityError as exc:
+                    job.error = _translated(exc)
+                except Exception as exc:  # the unit's own error, for its caller
+                    job.error = exc
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` on a read connection, concurrently with other reads."""
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
     def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
-        try:
-            with self._writing().begin() as conn:
-                result = fn(conn)
-        except OperationalError as exc:
-            raise _unavailable(exc) from exc
+        for attempt in itertools.count(1):
+            try:
+                with self._writing().begin() as conn:
+                    result = fn(conn)
+            except OperationalError as exc:
+                if is_retryable(exc) and attempt < _ATTEMPTS:
+                    log.warning("write aborted (%s): running it again", exc.orig)
+                    continue
+                raise _unavailable(exc) from exc
+            except IntegrityError as exc:
+                raise _translated(exc) from exc
+            break
         if then is not None:
             trio.from_thread.run_sync(then, result)
         return result
@@ -292,6 +332,16 @@ class Database:
 def _unavailable(exc: OperationalError) -> Unavailable:
     log.error("storage error: %s", exc.orig)
     return Unavailable("the storage backend is unavailable", "storage_unavailable")
+
+
+def _translated(exc: IntegrityError) -> Exception:
+    """A constraint violation as the client error it means (``dialect.translate``),
+    or itself if it means a bug."""
+    error = translate(exc)
+    if error is None:
+        return exc
+    error.__cause__ = exc
+    return error
 
 
 def _sqlite_begin(conn: Connection) -> None:

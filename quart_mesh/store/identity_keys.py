@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..errors import Conflict
 from ..records import Participant
 from .accounts import participant_from_row
+from .dialect import insert
 from .schema import identity_keys, participants
 
 __all__ = ["IdentityKey", "get_by_did", "get_for_participant", "link", "participant_for_did"]
@@ -73,16 +75,20 @@ def link(
     """
     current = get_for_participant(conn, participant_id)
     if current is None:
-        conn.execute(
-            identity_keys.insert().values(
-                participant_id=participant_id,
-                did=did,
-                encrypted_key=encrypted_key,
-                created_at=at,
-                updated_at=at,
-            )
+        query = insert(conn, identity_keys).values(
+            participant_id=participant_id,
+            did=did,
+            encrypted_key=encrypted_key,
+            created_at=at,
+            updated_at=at,
         )
-        return
+        query = query.on_conflict_do_nothing(index_elements=["participant_id"])
+        if conn.execute(query.returning(identity_keys.c.did)).first() is not None:
+            return
+        # another writer linked a DID to this participant meanwhile: replace it
+        current = get_for_participant(conn, participant_id)
+        if current is None:  # and unlinked it again
+            raise Conflict("the DID link changed meanwhile: try again", "conflict")
     if encrypted_key is None and current.did == did:
         encrypted_key = current.encrypted_key
     conn.execute(

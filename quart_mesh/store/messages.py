@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import Message, Reaction, Upload
+from .dialect import hold_sequences, insert
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
 from .uploads import upload_from_row, uploads_table
 
@@ -113,11 +114,16 @@ _INSERT_MESSAGE = (
     " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
     " RETURNING seq"
 )
-_insert_message = sa.text(_INSERT_MESSAGE).columns(sa.column("seq", sa.Integer))
+_insert_message = sa.text(_INSERT_MESSAGE).columns(sa.column("seq", sa.BigInteger))
 
 
 def insert_message(conn: Connection, message: Message) -> Message:
-    """Insert *message* (its ``seq`` is ignored) and return it with its new ``seq``."""
+    """Insert *message* (its ``seq`` is ignored) and return it with its new ``seq``.
+
+    On PostgreSQL this waits for other writers' transactions that hold cursor
+    positions to commit (:func:`.dialect.hold_sequences`), so cursors commit in order.
+    """
+    hold_sequences(conn)
     seq = conn.execute(
         _insert_message,
         {
@@ -290,22 +296,15 @@ def delete_message(conn: Connection, message_id: str) -> bool:
 def add_reaction(
     conn: Connection, message_id: str, participant_id: str, emoji: str, at: int
 ) -> bool:
-    """Add a reaction; False if this participant already reacted with this emoji."""
-    exists = conn.execute(
-        sa.select(reactions.c.emoji).where(
-            reactions.c.message_id == message_id,
-            reactions.c.participant_id == participant_id,
-            reactions.c.emoji == emoji,
-        )
-    ).first()
-    if exists is not None:
-        return False
-    conn.execute(
-        reactions.insert().values(
-            message_id=message_id, participant_id=participant_id, emoji=emoji, created_at=at
-        )
+    """Add a reaction; False if this participant already reacted with this emoji
+    (also when another writer adds the same reaction at the same time)."""
+    query = (
+        insert(conn, reactions)
+        .values(message_id=message_id, participant_id=participant_id, emoji=emoji, created_at=at)
+        .on_conflict_do_nothing()
+        .returning(reactions.c.emoji)
     )
-    return True
+    return conn.execute(query).first() is not None
 
 
 def remove_reaction(conn: Connection, message_id: str, participant_id: str, emoji: str) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .dialect import insert
 from .schema import llm_models, model_usage
 
 __all__ = [
@@ -52,22 +53,16 @@ def list_models(conn: Connection) -> list[StoredModel]:
 
 def insert_model(conn: Connection, model: StoredModel) -> bool:
     """False if the name is taken."""
-    exists = conn.execute(
-        sa.select(llm_models.c.name).where(llm_models.c.name == model.name)
-    ).first()
-    if exists is not None:
-        return False
-    conn.execute(
-        llm_models.insert().values(
-            name=model.name,
-            base_url=model.base_url,
-            upstream_model=model.upstream_model,
-            api_key=model.api_key,
-            created_by=model.created_by,
-            created_at=model.created_at,
-        )
+    query = insert(conn, llm_models).values(
+        name=model.name,
+        base_url=model.base_url,
+        upstream_model=model.upstream_model,
+        api_key=model.api_key,
+        created_by=model.created_by,
+        created_at=model.created_at,
     )
-    return True
+    added = query.on_conflict_do_nothing().returning(llm_models.c.name)
+    return conn.execute(added).first() is not None
 
 
 def delete_model(conn: Connection, name: str) -> bool:
@@ -84,30 +79,27 @@ def add_usage(
     completion_tokens: int,
     at: int,
 ) -> None:
-    key = (model_usage.c.participant_id == participant_id) & (model_usage.c.model == model)
-    updated = conn.execute(
-        model_usage.update()
-        .where(key)
-        .values(
-            requests=model_usage.c.requests + 1,
-            errors=model_usage.c.errors + int(error),
-            prompt_tokens=model_usage.c.prompt_tokens + prompt_tokens,
-            completion_tokens=model_usage.c.completion_tokens + completion_tokens,
-            updated_at=at,
+    query = insert(conn, model_usage).values(
+        participant_id=participant_id,
+        model=model,
+        requests=1,
+        errors=int(error),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        updated_at=at,
+    )
+    conn.execute(
+        query.on_conflict_do_update(
+            index_elements=["participant_id", "model"],
+            set_={
+                "requests": model_usage.c.requests + 1,
+                "errors": model_usage.c.errors + int(error),
+                "prompt_tokens": model_usage.c.prompt_tokens + prompt_tokens,
+                "completion_tokens": model_usage.c.completion_tokens + completion_tokens,
+                "updated_at": at,
+            },
         )
-    ).rowcount
-    if not updated:
-        conn.execute(
-            model_usage.insert().values(
-                participant_id=participant_id,
-                model=model,
-                requests=1,
-                errors=int(error),
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                updated_at=at,
-            )
-        )
+    )
 
 
 def list_usage(conn: Connection) -> list[UsageRow]:

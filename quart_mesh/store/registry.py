@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from .dialect import insert
 from .schema import registry_entries
 
 __all__ = ["RegistryRow", "delete_entry", "list_recent", "upsert_entry"]
@@ -55,7 +56,9 @@ def upsert_entry(conn: Connection, row: RegistryRow, *, max_entries: int, cutoff
         conn.execute(sa.delete(registry_entries).where(c.last_seen < cutoff))
         if int(conn.execute(count).scalar_one()) >= max_entries:
             return False
-    conn.execute(sa.insert(registry_entries).values(did=row.did, **values))
+    # another writer may add the same DID meanwhile: then this heartbeat replaces it
+    query = insert(conn, registry_entries).values(did=row.did, **values)
+    conn.execute(query.on_conflict_do_update(index_elements=["did"], set_=values))
     return True
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import now_ms
+from .dialect import hold_sequences
 from .schema import (
     connections,
     participants,
@@ -105,6 +106,7 @@ def add_share(
 ) -> Share:
     """Share a room over a connection: the peer gets the room's changes from now on."""
     created = now_ms()
+    hold_sequences(conn)  # no outbox position below the head is still uncommitted
     conn.execute(
         shared_rooms.insert().values(
             room_id=room_id,
@@ -274,6 +276,7 @@ def record(
     to = payload.get("to")
     if isinstance(to, str):
         payload["to"] = participant_ref(conn, to)
+    hold_sequences(conn)  # outbox positions commit in order, like message cursors
     conn.execute(
         relay_outbox.insert().values(
             room_id=room_id,

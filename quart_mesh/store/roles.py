@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..permissions import Override, Role
+from .dialect import insert
 from .schema import custom_roles, room_overrides, rooms
 
 __all__ = [
@@ -41,23 +42,17 @@ def list_roles(conn: Connection) -> list[Role]:
 
 def insert_role(conn: Connection, role: Role, created_by: str | None) -> bool:
     """False if the name is taken."""
-    taken = conn.execute(
-        sa.select(custom_roles.c.role_id).where(custom_roles.c.name == role.name)
-    ).first()
-    if taken is not None:
-        return False
-    conn.execute(
-        custom_roles.insert().values(
-            role_id=role.role_id,
-            name=role.name,
-            priority=role.priority,
-            permissions=json.dumps(sorted(role.permissions or ())),
-            description=role.description,
-            created_by=created_by,
-            created_at=role.created_at,
-        )
+    query = insert(conn, custom_roles).values(
+        role_id=role.role_id,
+        name=role.name,
+        priority=role.priority,
+        permissions=json.dumps(sorted(role.permissions or ())),
+        description=role.description,
+        created_by=created_by,
+        created_at=role.created_at,
     )
-    return True
+    added = query.on_conflict_do_nothing().returning(custom_roles.c.role_id)
+    return conn.execute(added).first() is not None
 
 
 def update_role(conn: Connection, role: Role) -> bool:
@@ -100,37 +95,31 @@ def list_overrides(conn: Connection) -> list[Override]:
 
 
 def put_override(conn: Connection, override: Override, created_by: str, at: int) -> Override:
-    """Insert or replace the room's rule for (target, permission)."""
-    key = sa.and_(
-        room_overrides.c.room_id == override.room_id,
-        room_overrides.c.target_type == override.target_type,
-        room_overrides.c.target == override.target,
-        room_overrides.c.permission == override.permission,
+    """Insert or replace the room's rule for (target, permission); the stored
+    rule keeps the id it had."""
+    query = insert(conn, room_overrides).values(
+        override_id=override.override_id,
+        room_id=override.room_id,
+        target_type=override.target_type,
+        target=override.target,
+        permission=override.permission,
+        effect=override.effect,
+        created_by=created_by,
+        created_at=at,
     )
-    existing = conn.execute(sa.select(room_overrides.c.override_id).where(key)).first()
-    if existing is not None:
-        conn.execute(room_overrides.update().where(key).values(effect=override.effect))
-        return Override(
-            existing.override_id,
-            override.room_id,
-            override.target_type,
-            override.target,
-            override.permission,
-            override.effect,
-        )
-    conn.execute(
-        room_overrides.insert().values(
-            override_id=override.override_id,
-            room_id=override.room_id,
-            target_type=override.target_type,
-            target=override.target,
-            permission=override.permission,
-            effect=override.effect,
-            created_by=created_by,
-            created_at=at,
-        )
+    query = query.on_conflict_do_update(
+        index_elements=["room_id", "target_type", "target", "permission"],
+        set_={"effect": override.effect},
     )
-    return override
+    override_id = conn.execute(query.returning(room_overrides.c.override_id)).scalar_one()
+    return Override(
+        override_id,
+        override.room_id,
+        override.target_type,
+        override.target,
+        override.permission,
+        override.effect,
+    )
 
 
 def delete_override(conn: Connection, room_id: str, override_id: str) -> bool:

@@ -3,6 +3,9 @@
 Times are integer milliseconds since the Unix epoch (UTC); the API renders
 them as ISO 8601. ``messages.seq`` is the per-node cursor: with SQLite's
 AUTOINCREMENT it only ever grows, so a cursor is never reused after deletes.
+Cursor and sequence columns are 64-bit (:data:`Seq`): BIGINT on PostgreSQL,
+INTEGER on SQLite (already 64-bit there, and the only type AUTOINCREMENT
+accepts).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy import false as sa_false
+
+#: a cursor or sequence position: 64-bit on every backend
+Seq = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData(
     naming_convention={
@@ -108,7 +114,7 @@ room_members = Table(
 messages = Table(
     "messages",
     metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("seq", Seq, primary_key=True, autoincrement=True),
     Column("message_id", String(26), nullable=False, unique=True),
     Column(
         "room_id",
@@ -180,7 +186,7 @@ room_reads = Table(
         ForeignKey("rooms.room_id", ondelete="CASCADE"),
         primary_key=True,
     ),
-    Column("last_read_seq", Integer, nullable=False),
+    Column("last_read_seq", Seq, nullable=False),
 )
 
 # bots: the participant row holds name, type and role; this holds how it connects
@@ -473,7 +479,7 @@ remote_participants = Table(
 relay_outbox = Table(
     "relay_outbox",
     metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("seq", Seq, primary_key=True, autoincrement=True),
     Column("room_id", String(26), nullable=False),
     #: ``message``, ``edit``, ``delete`` or ``reaction``
     Column("kind", String(16), nullable=False),

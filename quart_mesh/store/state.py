@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .dialect import insert
 from .schema import messages, positions, room_members, room_reads
 
 __all__ = [
@@ -39,13 +40,8 @@ def set_position(conn: Connection, position: Position, at: int) -> None:
         "z": position.z,
         "updated_at": at,
     }
-    updated = conn.execute(
-        positions.update()
-        .where(positions.c.participant_id == position.participant_id)
-        .values(**values)
-    ).rowcount
-    if not updated:
-        conn.execute(positions.insert().values(participant_id=position.participant_id, **values))
+    query = insert(conn, positions).values(participant_id=position.participant_id, **values)
+    conn.execute(query.on_conflict_do_update(index_elements=["participant_id"], set_=values))
 
 
 def list_positions(conn: Connection) -> dict[str, Position]:
@@ -67,26 +63,16 @@ def advance_reads(conn: Connection, participant_id: str, reads: dict[str, int]) 
         ).first()
         if member is None:
             continue
-        current = conn.execute(
-            sa.select(room_reads.c.last_read_seq).where(
-                room_reads.c.participant_id == participant_id, room_reads.c.room_id == room_id
+        query = insert(conn, room_reads).values(
+            participant_id=participant_id, room_id=room_id, last_read_seq=seq
+        )
+        conn.execute(
+            query.on_conflict_do_update(
+                index_elements=["participant_id", "room_id"],
+                set_={"last_read_seq": query.excluded.last_read_seq},
+                where=room_reads.c.last_read_seq < query.excluded.last_read_seq,
             )
-        ).scalar_one_or_none()
-        if current is None:
-            conn.execute(
-                room_reads.insert().values(
-                    participant_id=participant_id, room_id=room_id, last_read_seq=seq
-                )
-            )
-        elif seq > current:
-            conn.execute(
-                room_reads.update()
-                .where(
-                    room_reads.c.participant_id == participant_id,
-                    room_reads.c.room_id == room_id,
-                )
-                .values(last_read_seq=seq)
-            )
+        )
 
 
 def unread_summary(

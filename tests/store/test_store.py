@@ -1,4 +1,7 @@
-"""The store: migrations match the schema, SQLite runs in WAL, writes serialize."""
+"""The store: migrations match the schema, SQLite runs in WAL, writes serialize.
+
+On the suite's store (``--store sqlite`` or ``--store postgresql``) except
+where a test is about SQLite itself."""
 
 from __future__ import annotations
 
@@ -7,31 +10,29 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 import trio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from quart_mesh.errors import Conflict
 from quart_mesh.store import Database
 from quart_mesh.store.schema import metadata
 
 
-async def test_migrations_build_exactly_the_schema(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+async def test_migrations_build_exactly_the_schema(store_url: str) -> None:
+    db = Database(store_url)
     await db.open()
     try:
         diff = await db.read(
             lambda conn: compare_metadata(MigrationContext.configure(conn), metadata)
         )
         assert diff == []
-        mode = await db.read(lambda conn: conn.exec_driver_sql("PRAGMA journal_mode").scalar())
-        assert mode == "wal"
-        fks = await db.read(lambda conn: conn.exec_driver_sql("PRAGMA foreign_keys").scalar())
-        assert fks == 1
     finally:
         await db.close()
     # opening again applies nothing and keeps the version
-    again = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    again = Database(store_url)
     await again.open()
     version = await again.read(
         lambda conn: conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
@@ -40,14 +41,27 @@ async def test_migrations_build_exactly_the_schema(tmp_path: Path) -> None:
     await again.close()
 
 
-async def test_concurrent_writes_are_serialized_and_all_commit(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'w.db'}")
+@pytest.mark.sqlite_only
+async def test_sqlite_runs_in_wal_with_foreign_keys(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    await db.open()
+    try:
+        mode = await db.read(lambda conn: conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+        assert mode == "wal"
+        fks = await db.read(lambda conn: conn.exec_driver_sql("PRAGMA foreign_keys").scalar())
+        assert fks == 1
+    finally:
+        await db.close()
+
+
+async def test_concurrent_writes_are_serialized_and_all_commit(store_url: str) -> None:
+    db = Database(store_url)
     await db.open()
     await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER)"))
 
     def add(n: int) -> Callable[[sa.Connection], None]:
         def write(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("INSERT INTO t VALUES (?)", (n,))
+            conn.execute(_INSERT, {"n": n})
 
         return write
 
@@ -62,13 +76,13 @@ async def test_concurrent_writes_are_serialized_and_all_commit(tmp_path: Path) -
     await db.close()
 
 
-async def test_failed_write_rolls_back(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'r.db'}")
+async def test_failed_write_rolls_back(store_url: str) -> None:
+    db = Database(store_url)
     await db.open()
     await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER)"))
 
     def boom(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+        conn.execute(_INSERT, {"n": 1})
         raise ValueError("stop")
 
     with contextlib.suppress(ValueError):
@@ -77,8 +91,8 @@ async def test_failed_write_rolls_back(tmp_path: Path) -> None:
     await db.close()
 
 
-async def test_group_commit_isolates_failures_and_keeps_order(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'g.db'}")
+async def test_group_commit_isolates_failures_and_keeps_order(store_url: str) -> None:
+    db = Database(store_url)
     await db.open()
     await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER UNIQUE)"))
     published: list[int] = []
@@ -87,7 +101,7 @@ async def test_group_commit_isolates_failures_and_keeps_order(tmp_path: Path) ->
 
         def insert(n: int) -> Callable[[sa.Connection], int]:
             def write(conn: sa.Connection) -> int:
-                conn.exec_driver_sql("INSERT INTO t VALUES (?)", (n,))
+                conn.execute(_INSERT, {"n": n})
                 return n
 
             return write
@@ -98,7 +112,7 @@ async def test_group_commit_isolates_failures_and_keeps_order(tmp_path: Path) ->
         for wait in waits:
             try:
                 results.append(await wait)
-            except sa.exc.IntegrityError:
+            except Conflict:  # a unique violation that escaped the unit
                 results.append("conflict")
         assert results == [1, 2, 3, "conflict", 4]
         assert published == [1, 2, 3, 4]  # in commit order, failures not published
@@ -108,21 +122,24 @@ async def test_group_commit_isolates_failures_and_keeps_order(tmp_path: Path) ->
     await db.close()
 
 
-async def test_a_cancelled_write_still_queued_is_withdrawn(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+async def test_a_cancelled_write_still_queued_is_withdrawn(store_url: str) -> None:
+    db = Database(store_url)
     await db.open()
     await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER)"))
     # no writer running yet: queue by hand, then cancel the waiter before it runs
     db._queue = collections.deque()  # what Database.run sets up
     with trio.CancelScope() as scope:
         scope.cancel()  # the unit is queued, then its waiter is cancelled at once
-        await db.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+        await db.write(lambda conn: conn.execute(_INSERT, {"n": 1}))
     assert scope.cancelled_caught
     assert len(db._queue) == 0
     db._queue = None
     count = await db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar())
     assert count == 0
     await db.close()
+
+
+_INSERT = sa.text("INSERT INTO t VALUES (:n)")
 
 
 def _head() -> str:

@@ -1,0 +1,124 @@
+"""What differs between SQLite and PostgreSQL, in one place.
+
+Several processes may write to one PostgreSQL database, each with its own
+group-commit writer (``docs/decisions/0032-postgresql-store.md``). Three
+things make that safe here:
+
+- :func:`insert` builds ``INSERT ... ON CONFLICT`` for either backend, so a
+  row two writers add at once is added once, without select-then-insert.
+- :func:`hold_sequences` makes cursor positions (``messages.seq``,
+  ``relay_outbox.seq``) commit in the order they are assigned: a
+  transaction-level advisory lock, taken before the first position is
+  assigned and held until commit, so a reader at cursor *n* never passes a
+  position a slower transaction will later fill. SQLite has one writer at
+  a time and needs nothing.
+- :func:`translate` turns a constraint violation that escaped a unit of
+  work (a row referred to was deleted meanwhile, a row was added twice at
+  once) into a client error instead of a 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from ..errors import Conflict, MeshError, NotFound
+
+__all__ = [
+    "MIGRATION_LOCK",
+    "SEQUENCE_LOCK",
+    "hold_sequences",
+    "holds_sequences",
+    "insert",
+    "is_retryable",
+    "translate",
+]
+
+#: advisory lock keys (64-bit, fixed): "mesh" and a number
+MIGRATION_LOCK = 0x6D65_7368_0000_0001
+SEQUENCE_LOCK = 0x6D65_7368_0000_0002
+
+# conn.info key: the root transaction that holds SEQUENCE_LOCK outside any savepoint
+_HELD = "mesh_sequence_lock"
+
+
+def insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """``table.insert()`` of the connection's dialect, which has
+    ``on_conflict_do_nothing`` and ``on_conflict_do_update`` (same arguments
+    on both backends)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def hold_sequences(conn: Connection) -> None:
+    """Call before a statement that assigns a cursor position: on PostgreSQL,
+    wait for and take the sequence lock until the transaction ends.
+
+    Taken once per transaction: a unit of work that runs inside a savepoint
+    takes it again (cheaply, it is re-entrant), because rolling back to the
+    savepoint releases a lock taken inside it.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    root = conn.get_transaction()
+    if root is not None and conn.info.get(_HELD) is root:
+        return
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SEQUENCE_LOCK})")
+    if conn.get_nested_transaction() is None:
+        conn.info[_HELD] = root
+
+
+def holds_sequences(conn: Connection) -> bool:
+    """Whether this transaction took the sequence lock outside any savepoint."""
+    root = conn.get_transaction()
+    return root is not None and conn.info.get(_HELD) is root
+
+
+# SQLSTATE codes (PostgreSQL) and extended result codes (SQLite) of the
+# violations a concurrent writer can cause
+_PG_FOREIGN_KEY, _PG_UNIQUE = "23503", "23505"
+_SQLITE_FOREIGN_KEY = 787
+_SQLITE_UNIQUE = {1555, 2067}  # PRIMARYKEY, UNIQUE
+_PG_RETRY = {"40001", "40P01"}  # serialization failure, deadlock detected
+
+# the table a foreign key points at (schema's naming convention
+# ``fk_<table>_<column>_<referred table>``) -> the code a client sees
+_GONE = {
+    "participants": ("participant", "participant_not_found"),
+    "rooms": ("room", "room_not_found"),
+    "messages": ("message", "message_not_found"),
+    "uploads": ("upload", "upload_not_found"),
+    "apps": ("app", "app_not_found"),
+}
+
+
+def translate(exc: IntegrityError) -> MeshError | None:
+    """The client error for a constraint violation that escaped a unit of
+    work, or ``None`` if it is not one a concurrent writer explains (a bug).
+
+    A foreign-key violation means a row the write refers to was deleted
+    meanwhile: :class:`NotFound`. A unique violation means another writer
+    added the same row at once: :class:`Conflict`.
+    """
+    orig: Any = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    code = getattr(orig, "sqlite_errorcode", None)
+    if sqlstate == _PG_FOREIGN_KEY or code == _SQLITE_FOREIGN_KEY:
+        constraint = getattr(getattr(orig, "diag", None), "constraint_name", None) or ""
+        for table, (what, error_code) in _GONE.items():
+            if constraint.endswith("_" + table):
+                return NotFound(f"that {what} no longer exists", error_code)
+        return NotFound("something this request refers to no longer exists", "not_found")
+    if sqlstate == _PG_UNIQUE or code in _SQLITE_UNIQUE:
+        return Conflict("a concurrent change conflicts with this one: try again", "conflict")
+    return None
+
+
+def is_retryable(exc: OperationalError) -> bool:
+    """A deadlock or serialization failure: the transaction may simply run again."""
+    return getattr(exc.orig, "sqlstate", None) in _PG_RETRY
