@@ -11,8 +11,9 @@ frames with one write.
 This module does no protocol logic: it turns bytes into text messages and
 text frames into bytes, answers pings, and keeps the connection alive —
 once :meth:`WebSocket.keep_alive` is called, it pings a client that has gone
-quiet and closes one that stays silent (no pong, no frame) for the idle
-timeout. :mod:`quart_mesh.realtime.session` speaks the mesh protocol over it.
+quiet and closes one that shows no life (no pong, no frame, and none of our
+writes taken) for the idle timeout. :mod:`quart_mesh.realtime.session`
+speaks the mesh protocol over it.
 
 Writes are never left half done: a write cut off by cancellation (a send
 deadline) keeps the unsent rest of the frame it was in, and the next write
@@ -65,6 +66,9 @@ CLOSE_TIMEOUT = 2.0
 #: server "encountered an unexpected condition"; the ``websockets`` library
 #: closes a keepalive timeout the same way); the reason is ``idle_timeout``
 IDLE_CLOSE_CODE = 1011
+#: an unmasked ping with no payload, as a server sends it (built here: wsproto
+#: refuses to make one once the client's close frame has been read)
+_PING = bytes((0x89, 0))
 
 
 class ConnectionClosed(Exception):
@@ -113,8 +117,10 @@ class WebSocket:
         self._torn = False
         self._ping_interval = math.inf
         self._idle_timeout = math.inf
-        self._ping_frame = b""
         self._ping_wanted = False
+        #: when a write that had to wait for room last went on: the client is
+        #: taking our frames (a slow link draining a replay), which is life too
+        self._drained_at = -math.inf
         self.path: str = ""
 
     async def accept(self, head: bytes) -> bool:
@@ -172,15 +178,19 @@ class WebSocket:
     def keep_alive(self, ping_interval: float, idle_timeout: float) -> None:
         """From now on, while :meth:`receive` waits: ping the client after
         *ping_interval* seconds without anything from it (and again every
-        *ping_interval*), and once *idle_timeout* seconds pass without a byte
-        from it (no pong, no frame), close the connection with
-        :data:`IDLE_CLOSE_CODE` (reason ``idle_timeout``) and raise
-        :class:`ConnectionClosed`. Time the reader spends handling a frame
-        does not count: only silence while waiting for the client does.
+        *ping_interval*), and once *idle_timeout* seconds pass without a sign
+        of life, close the connection with :data:`IDLE_CLOSE_CODE` (reason
+        ``idle_timeout``) and raise :class:`ConnectionClosed`.
+
+        Life is a byte from the client (a pong, a frame), or the client taking
+        our writes: a write to the socket that found the kernel's buffer full
+        and then went on. A write the kernel takes at once shows nothing (the
+        client may be gone), and one that does not go on is cut off by the
+        sender's deadline. Time the reader spends handling a frame does not
+        count: only silence while waiting for the client does.
         """
         self._ping_interval = ping_interval
         self._idle_timeout = idle_timeout
-        self._ping_frame = self._ws.send(Ping())
 
     async def receive(self) -> str:
         """The next complete text message.
@@ -216,32 +226,36 @@ class WebSocket:
     async def _receive_some(self) -> bytes | bytearray:
         """Bytes from the client, pinging it while it is quiet (see :meth:`keep_alive`)."""
         quiet_since = trio.current_time()
-        idle_at = quiet_since + self._idle_timeout
         ping_at = quiet_since + self._ping_interval
         while True:
+            # a write going on meanwhile moves the deadline: looked at again each time
+            idle_at = max(quiet_since, self._drained_at) + self._idle_timeout
             with trio.move_on_at(min(ping_at, idle_at)):
                 try:
                     return await self._stream.receive_some(_MAX_RECV)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._closed = True
                     raise ConnectionClosed from None
-            if trio.current_time() >= idle_at:
+            now = trio.current_time()
+            idle_at = max(quiet_since, self._drained_at) + self._idle_timeout
+            if now >= idle_at:
                 await self.close(IDLE_CLOSE_CODE, "idle_timeout")
                 raise ConnectionClosed
-            await self._ping(idle_at)
-            ping_at = trio.current_time() + self._ping_interval
+            if now >= ping_at:
+                await self._ping(idle_at)
+                ping_at = trio.current_time() + self._ping_interval
 
     async def _ping(self, deadline: float) -> None:
-        """Ping the client now, or with the next write if one is under way
-        (the reader does not wait behind a writer; the writer's own deadline
+        """Ping the client now, or right after the write under way (the
+        reader does not wait behind a writer; the writer's own deadline
         covers a client that stopped reading)."""
         if self._closed:
             return
         if self._send_lock.locked():
-            self._ping_wanted = True  # goes out with the writer's next write
+            self._ping_wanted = True  # the writer sends it when its write is done
             return
         with trio.move_on_at(deadline):
-            await self._send_frames([self._ping_frame])
+            await self._send_frames([_PING])
 
     def _take_events(self) -> list[Ping | CloseConnection]:
         """Sort wsproto's events: messages to ``_pending``, controls returned."""
@@ -318,8 +332,13 @@ class WebSocket:
                 self._rest = b""
             if self._ping_wanted:
                 self._ping_wanted = False
-                frames.append(self._ping_frame)
+                frames.append(_PING)
             await self._write(frames)
+            # a ping wanted during that write goes now, not with some later
+            # write: there may be none before the idle timeout
+            while self._ping_wanted and not self._closed:
+                self._ping_wanted = False
+                await self._write([_PING])
 
     async def _write(self, frames: list[bytes]) -> None:
         """Write *frames* in order (the caller holds the send lock)."""
@@ -331,7 +350,10 @@ class WebSocket:
                 # the count of bytes written is exact (send_all's is lost)
                 sock = self._stream.socket
                 while sent < len(data):
-                    sent += await sock.send(data[sent:])
+                    n = await sock.send(data[sent:])
+                    if sent:  # the kernel's buffer was full and has room again
+                        self._drained_at = trio.current_time()
+                    sent += n
             else:
                 try:
                     await self._stream.send_all(data)

@@ -9,6 +9,8 @@ parsed as a browser would (a frame cut short would fail to parse).
 from __future__ import annotations
 
 import json
+import math
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -51,6 +53,9 @@ class Client:
     messages: list[str] = field(default_factory=list)
     closed: CloseConnection | None = None
     open: trio.Event = field(default_factory=trio.Event)
+    #: a slow link: read at most *chunk* bytes every *read_every* seconds
+    chunk: int = 65536
+    read_every: float = 0.0
     _part: str = ""
 
     def close_frame(self) -> CloseConnection | None:
@@ -63,8 +68,9 @@ class Client:
     async def run(self) -> None:
         """Read until the server's close frame, EOF or a reset."""
         while self.closed is None:
+            await trio.sleep(self.read_every)
             try:
-                data = await self.stream.receive_some(65536)
+                data = await self.stream.receive_some(self.chunk)
             except trio.BrokenResourceError:
                 return
             if not data:
@@ -233,3 +239,126 @@ async def test_a_head_without_its_end_is_refused_without_reading_more(
         assert not await ws.accept(HEAD[:-2])
     answer = await client_end.receive_some(65536)
     assert answer.startswith(b"HTTP/1.1 400 ")
+
+
+class Stalled(trio.abc.Stream):
+    """A stream whose writes wait until ``open_at`` (a client not reading
+    until then) before they go through."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.open_at = -math.inf
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep_until(self.open_at)
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def test_a_ping_put_off_by_a_write_goes_out_when_the_write_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ping at 45 s, idle at 60 s: the ping falls due while a write waits
+    (from 40 s to 50 s) and goes out when that write ends, though no other
+    write follows; the client answers it and stays."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    stalled = Stalled(server_end)
+    ws = WebSocket(stalled, max_message_bytes=1024)
+    client = Client(client_end, pong=True)
+    assert await ws.accept(client.request())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        await client.open.wait()
+        ws.keep_alive(45, 60)
+        start = trio.current_time()
+
+        async def write() -> None:
+            await trio.sleep_until(start + 40)
+            stalled.open_at = start + 50
+            await ws.send_text("late")
+
+        nursery.start_soon(write)
+        with trio.move_on_after(200) as waited:
+            await ws.receive()
+        assert waited.cancelled_caught  # not closed as idle at 60 s
+        assert client.messages == ["late"]
+        assert client.pings[0] - start == pytest.approx(50)
+        assert client.closed is None
+        await ws.close()
+
+
+def _small_buffers(server: trio.SocketStream, client: trio.SocketStream) -> None:
+    """Kernel buffers of tens of KiB, so that a slow reader holds up writes."""
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+
+
+async def test_a_client_taking_long_writes_is_not_idle(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client on a slow link takes minutes to read what was written to it
+    and sends nothing (our pings wait behind the frames): each write that
+    goes on as it reads shows it alive. Once nothing more is written, its
+    silence counts again."""
+    async with tcp_pair() as (server, client_end):
+        _small_buffers(server, client_end)
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False, chunk=16384, read_every=1)
+        assert await ws.accept(client.request())
+        data = frames(40)  # 2.4 MB at 16 KiB/s: about 150 s
+        written = math.inf
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)
+            await client.open.wait()
+            ws.keep_alive(20, 60)
+            start = trio.current_time()
+
+            async def write() -> None:
+                nonlocal written
+                for i in range(0, len(data), 4):
+                    with trio.fail_after(30):  # the session's send deadline
+                        await ws.send_frames(data[i : i + 4])
+                written = trio.current_time()
+
+            nursery.start_soon(write)
+            with pytest.raises(ConnectionClosed):
+                await ws.receive()
+            closed = trio.current_time()
+        assert written - start > 120  # two idle timeouts of writing, all of it taken
+        assert closed - written == pytest.approx(60, abs=1)
+        assert [json.loads(m)["n"] for m in client.messages] == list(range(40))
+        assert client.closed is not None
+        assert (client.closed.code, client.closed.reason) == (IDLE_CLOSE_CODE, "idle_timeout")
+
+
+async def test_writes_the_kernel_takes_at_once_are_not_life(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that reads nothing, written a small frame every 7 s (and
+    pinged) that the kernel's buffers take at once, is closed as idle."""
+    async with tcp_pair() as (server, client_end):
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        ws.keep_alive(20, 60)
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+
+            async def write() -> None:
+                for n in range(100):
+                    await trio.sleep(7)  # never at the idle deadline itself
+                    await ws.send_text(json.dumps({"n": n}))
+
+            nursery.start_soon(write)
+            with pytest.raises(ConnectionClosed):
+                await ws.receive()
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() - start == pytest.approx(60)
