@@ -2,9 +2,12 @@
 
 :func:`~quart_mesh.server.serve` opens the app's node and runs it in the same
 nursery as the listeners (one tree: a component that fails takes the server
-down). Served any other way (Quart's test client), the app's lifespan opens
-and runs the node in the app's nursery instead. Every error leaves as JSON
-``{"error", "code"}``; an unexpected one is logged with a request id and
+down). Served any other way (Quart's test client, a stock ASGI server through
+:mod:`quart_mesh.asgi`), the app's lifespan opens and runs the node in the
+app's nursery instead; under a stock server (``exit_on_failure``) a node that
+stops while serving ends the process with status 70, because the server
+would swallow the error and go on serving without it. Every error leaves as
+JSON ``{"error", "code"}``; an unexpected one is logged with a request id and
 answered 500 without internals.
 """
 
@@ -13,22 +16,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import secrets
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
-from quart import Response, g, jsonify
+from quart import Response, g, jsonify, websocket
 from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing.exceptions import WebsocketMismatch
 
 from . import web
 from .api import BLUEPRINTS
 from .api.apps import APPS_PREFIX
 from .api.models import PROXY_PREFIX
 from .api.uploads import UPLOAD_PATH, upload_body_limit
-from .asgi import drain_request_bodies
+from .asgi_guards import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
@@ -37,6 +45,10 @@ from .node import Node, open_node
 __all__ = ["MeshApp", "create_app"]
 
 log = logging.getLogger(__name__)
+
+#: seconds a process whose node was cancelled from outside while serving is
+#: given to end by itself before it is ended (see _run_in_scope)
+EXIT_GRACE = 5.0
 
 _HTTP_CODES = {
     400: "bad_request",
@@ -83,6 +95,8 @@ class MeshApp(QuartTrio):
 
     settings: Settings
     _node: Node | None = None
+    #: the lifespan's shutdown has begun (the node's end is expected from now)
+    stopping = False
 
     @property
     def node(self) -> Node:
@@ -98,6 +112,14 @@ class MeshApp(QuartTrio):
     @property
     def has_node(self) -> bool:
         return self._node is not None
+
+    async def startup(self) -> None:
+        self.stopping = False
+        await super().startup()
+
+    async def shutdown(self) -> None:
+        self.stopping = True
+        await super().shutdown()
 
     @contextlib.asynccontextmanager
     async def node_opened(self) -> AsyncIterator[Node]:
@@ -115,9 +137,25 @@ class MeshApp(QuartTrio):
                 del self.extensions["quart_mesh.node"]
 
 
-def create_app(settings: Settings | None = None, *, node: Node | None = None) -> MeshApp:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    node: Node | None = None,
+    websocket_route: bool = False,
+    exit_on_failure: bool = False,
+) -> MeshApp:
     """Build the app. Pass an open *node* (``open_node``) to share one you
-    use directly; otherwise the app opens its own when served."""
+    use directly; otherwise the app opens its own when served.
+
+    Args:
+        websocket_route: serve ``/ws`` through a Quart websocket route, for
+            servers that do not put the node's own transport in front (a
+            stock ASGI server); otherwise WebSocket requests that reach the
+            app are refused.
+        exit_on_failure: when the node, run by the app's lifespan, stops
+            while serving (a part failed), log it and end the process with
+            status 70 (``os.EX_SOFTWARE``) after the node is closed.
+    """
     if node is not None:
         settings = node.settings
     settings = settings or Settings.from_env()
@@ -126,7 +164,11 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     if node is not None:
         app._node = node
         app.extensions["quart_mesh.node"] = node
-    app.asgi_app = drain_request_bodies(app.asgi_app, lambda: app.nursery)  # type: ignore[method-assign,assignment]
+    app.asgi_app = drain_request_bodies(  # type: ignore[method-assign,assignment]
+        app.asgi_app,
+        lambda: app.nursery,
+        websockets=websocket_route,
+    )
     app.config.update(
         MAX_CONTENT_LENGTH=settings.limits.max_body_bytes,
         BODY_TIMEOUT=30,
@@ -149,12 +191,25 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
         if app.has_node and app.node.running:
             return
         scopes.append(trio.CancelScope())
-        await app.nursery.start(_run_in_scope, app, scopes[-1])
+        try:
+            await app.nursery.start(_run_in_scope, app, scopes[-1], exit_on_failure)
+        except Exception as error:
+            if exit_on_failure:  # say why before the server's own traceback
+                log.error("cannot start the node: %s", error)
+            raise
 
     @app.after_serving
     async def _stop_node() -> None:
+        if scopes and app.has_node:
+            app.node.realtime.shut_down()
         while scopes:
             scopes.pop().cancel()
+
+    if websocket_route:
+
+        @app.websocket("/ws")
+        async def _websocket() -> None:
+            await app.node.realtime.serve_asgi_websocket(websocket)
 
     @app.before_request
     async def _request_id() -> None:
@@ -171,7 +226,8 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
 
     @app.errorhandler(HTTPException)
     async def _http_error(error: HTTPException) -> Response:
-        status = error.code or 500
+        # plain HTTP to the websocket route: an unknown path, as behind serve()
+        status = 404 if isinstance(error, WebsocketMismatch) else error.code or 500
         code = _HTTP_CODES.get(status, "http_error")
         message = {
             404: "no such endpoint",
@@ -201,9 +257,82 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
     return app
 
 
+class _Started:
+    """A task status that remembers whether ``started()`` was called."""
+
+    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
+        self._task_status = task_status
+        self.called = False
+
+    def started(self, value: None = None) -> None:
+        self.called = True
+        self._task_status.started(value)
+
+
 async def _run_in_scope(
-    app: MeshApp, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    app: MeshApp,
+    scope: trio.CancelScope,
+    exit_on_failure: bool,
+    *,
+    task_status: trio.TaskStatus[None],
 ) -> None:
-    with scope:
-        async with app.node_opened() as node:
-            await node.run(task_status=task_status)
+    """Open and run the app's node until *scope* is cancelled (the app stops).
+
+    Failing before it started, the error goes to whoever started it (the
+    lifespan's startup fails). With *exit_on_failure*, stopping afterwards
+    for any other reason ends the process with status 70, once the node is
+    closed: at once when a part failed; after ``EXIT_GRACE`` seconds when
+    the node was cancelled from outside (the app's nursery died around it,
+    which hypercorn would swallow; or the server is going down, and then the
+    process ends first, with the server's own error). Without it, the error
+    propagates into the app's nursery.
+    """
+    started = _Started(task_status)
+    try:
+        with scope:
+            async with app.node_opened() as node:
+                await node.run(task_status=started)
+    except BaseException as error:
+        if exit_on_failure and started.called and not (scope.cancel_called or app.stopping):
+            if _cancelled(error):
+                _exit_later(EXIT_GRACE)
+            else:
+                _exit("the node stopped because one of its parts failed", error)
+        raise
+
+
+def _cancelled(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(trio.Cancelled)[1] is None
+    return isinstance(error, trio.Cancelled)
+
+
+def _exit(why: str, error: BaseException | None = None) -> None:
+    """Log why the node stopped, flush the logs and end the process (status 70)."""
+    log.critical(
+        "%s; exiting with status %d for whatever runs this server to start it again",
+        why,
+        os.EX_SOFTWARE,
+        exc_info=error,
+    )
+    logging.shutdown()  # flushes every handler
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(os.EX_SOFTWARE)
+
+
+def _exit_later(seconds: float) -> None:
+    """End the process with status 70 in *seconds*, unless it ends before."""
+    log.error(
+        "the node was stopped while serving, without a shutdown (the app's lifespan "
+        "failed, or the server is going down); the process ends in %g s if it goes on",
+        seconds,
+    )
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        _exit("the process went on serving without its node")
+
+    # a daemon thread: it dies with a process that ends by itself
+    threading.Thread(target=watchdog, name="quart-mesh exit", daemon=True).start()

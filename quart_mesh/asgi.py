@@ -1,115 +1,88 @@
-"""ASGI-level guards that keep one bad client from wedging a connection.
+"""The node as an ASGI app for a stock ASGI server (hypercorn's trio worker)::
 
-hypercorn 0.18 (trio worker) hands each request's events to the app through
-a bounded memory channel whose receiving end nobody reads once the app has
-answered. If the app answers early — a 401 before reading the body, a 413 at
-the body limit — and the client keeps sending, hypercorn's reader blocks on
-that full channel; the ``http.disconnect`` it must deliver to finish the
-stream blocks behind it, and the connection (two tasks and a socket) hangs
-for ever. :func:`drain_request_bodies` puts a pump between hypercorn and the
-app that keeps reading until ``http.disconnect``, discarding whatever
-arrives after the app is done, so hypercorn always gets to close the stream,
-and shields the app's sends so that closing is never cut off halfway.
+    MESH_DATA_DIR=/var/lib/mesh hypercorn -k trio --bind 0.0.0.0:8000 \\
+        'quart_mesh.asgi:create_asgi_app()'
+
+``quart-mesh serve`` stays the default (its own listeners, with the node's
+fast WebSocket transport on the same port). Here the server owns the
+sockets — binds, TLS, unix sockets, its own config file — and the app serves
+everything, ``/ws`` included, through a Quart websocket route that drives
+the same protocol session (:mod:`quart_mesh.realtime.quart_ws` says what
+differs). Settings come from the environment (``MESH_*``,
+:meth:`Settings.from_env`).
+
+The node runs under the ASGI lifespan: opened and started at startup (a
+node that cannot start fails the startup, and the server exits), stopped at
+shutdown. A node that stops while serving ends the process with status 70
+once it is closed: hypercorn would otherwise log the lifespan's error and go
+on serving without it (``create_app(exit_on_failure=True)``).
+
+On SQLite the data folder is one process's (``data_folder.py``): a second
+process, or a second worker (``--workers 2``), fails at startup. Several
+workers need PostgreSQL. ``docs/operations.md`` covers both ways to run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+import sys
 
-import trio
-from hypercorn.typing import (
-    ASGIReceiveCallable,
-    ASGIReceiveEvent,
-    ASGISendCallable,
-    ASGISendEvent,
-    Scope,
-)
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
-__all__ = ["drain_request_bodies"]
+from .app import MeshApp, create_app
+from .asgi_guards import ASGIApp
+from .config import Settings
 
-ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
-
-#: events buffered between the pump and the app (Quart reads them eagerly)
-_RELAY_BUFFER = 16
+__all__ = ["create_asgi_app"]
 
 
-def drain_request_bodies(app: ASGIApp, nursery: Callable[[], trio.Nursery]) -> ASGIApp:
-    """Wrap an ASGI app so every HTTP request's events are read to the end.
+def create_asgi_app(settings: Settings | None = None) -> MeshApp:
+    """The app for a stock ASGI server: ``/ws`` through Quart, the node run
+    by the lifespan, the process ended if the node fails.
 
-    Args:
-        app: the ASGI callable to wrap (``Quart.asgi_app``).
-        nursery: returns the long-lived nursery that owns the pumps (the
-            app's lifespan nursery). A pump outlives its request by design:
-            it ends at ``http.disconnect``, which hypercorn sends only after
-            the app has returned.
+    Without ``MESH_PUBLIC_URL`` the node takes its address (for managed bots,
+    the registry heartbeat) from the first request it serves: the server's
+    address on that connection.
+
+    Raises:
+        ConfigError: a ``MESH_*`` variable cannot be used.
     """
+    settings = settings or Settings.from_env()
+    _configure_logging(settings)
+    app = create_app(settings, websocket_route=True, exit_on_failure=True)
+    app.asgi_app = _learn_address(app, app.asgi_app)  # type: ignore[method-assign,assignment]
+    return app
+
+
+def _configure_logging(settings: Settings) -> None:
+    """The node's log to stderr at ``log_level``, unless logging is set up
+    already (a ``--log-config`` that configures the root logger replaces it).
+    hypercorn's own loggers have their handlers: they are left to them."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
+    root.addHandler(handler)
+    root.setLevel(settings.log_level)
+    if root.getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _learn_address(app: MeshApp, asgi_app: ASGIApp) -> ASGIApp:
+    """Bind the node's address from the first request's server address
+    (an ASGI app is not told where the server listens)."""
 
     async def wrapped(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        if scope["type"] == "websocket":
-            # WebSockets are the node's own (quart_mesh.realtime); an upgrade that
-            # reaches hypercorn (a later request on a kept-alive connection) is
-            # refused at once, so nothing waits on hypercorn's WebSocket stream.
-            await send({"type": "websocket.close", "code": 1008, "reason": None})
-            return
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-        pump = _Pump(receive)
-        nursery().start_soon(pump.run)
-
-        async def shielded_send(message: ASGISendEvent) -> None:
-            # hypercorn finishes the stream inside the app's last send: it hands
-            # the app an http.disconnect and then closes or recycles the
-            # connection. Quart cancels its request task on that disconnect, so
-            # unshielded, the cancellation lands midway and leaves the socket
-            # open with nobody reading it. (hypercorn already shields the
-            # socket write itself, so this adds no new way to block.)
-            with trio.CancelScope(shield=True):
-                await send(message)
-
-        try:
-            await app(scope, pump.receive, shielded_send)
-        finally:
-            pump.app_done()
+        if scope["type"] in ("http", "websocket") and app.has_node:
+            address = app.node.address
+            if address.url is None and (server := scope.get("server")) is not None:
+                host, port = server
+                if ":" in host:
+                    host = f"[{host}]"
+                secure = scope["scheme"] in ("https", "wss")
+                address.bind(f"{'https' if secure else 'http'}://{host}:{port}")
+        await asgi_app(scope, receive, send)
 
     return wrapped
-
-
-class _Pump:
-    """Reads one request's events from the server and relays them to the app.
-
-    Ends at ``http.disconnect``, or once the app is done and the body is
-    complete (then at most the disconnect is left to deliver, and the server's
-    queue has room for it; in-process test clients never send one).
-    """
-
-    def __init__(self, receive: ASGIReceiveCallable) -> None:
-        self._receive = receive
-        self._relay_send, self._relay_receive = trio.open_memory_channel[ASGIReceiveEvent](
-            _RELAY_BUFFER
-        )
-        self._scope = trio.CancelScope()
-        self._body_complete = False
-
-    async def receive(self) -> ASGIReceiveEvent:
-        return await self._relay_receive.receive()
-
-    def app_done(self) -> None:
-        self._relay_receive.close()  # later relays fail: the pump discards
-        if self._body_complete:
-            self._scope.cancel()
-
-    async def run(self) -> None:
-        with self._scope, self._relay_send:
-            while True:
-                message = await self._receive()
-                if message["type"] == "http.request" and not message.get("more_body", False):
-                    self._body_complete = True
-                try:
-                    await self._relay_send.send(message)
-                except trio.BrokenResourceError:
-                    # the app has answered: discard the rest
-                    if self._body_complete:
-                        return
-                if message["type"] == "http.disconnect":
-                    return

@@ -29,6 +29,7 @@ from .address import PublicAddress
 from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
+from .data_folder import lock_data_folder
 from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
@@ -216,8 +217,10 @@ class Node:
     async def _save(self) -> None:
         """Write what is still only in memory (the writer has stopped: these
         go straight to the store)."""
+        # each on its own: one that fails does not keep the other from saving
         with contextlib.suppress(Unavailable):
             await self.world.flush_reads()
+        with contextlib.suppress(Unavailable):
             await self.supervisor.save_cursors()
 
     async def health(self) -> dict[str, Any]:
@@ -240,10 +243,21 @@ async def open_node(settings: Settings) -> AsyncIterator[Node]:
     shielded from cancellation, read positions and bot cursors still in
     memory are saved and the store is closed.
 
+    On SQLite the data folder is this process's alone while the node is
+    open (``data_folder.py``).
+
     Raises:
         Unavailable: the store cannot be opened.
+        DataFolderInUse: another process serves this SQLite data folder.
         OSError: the data folder cannot be used.
     """
+    with await trio.to_thread.run_sync(lock_data_folder, settings):
+        async with _open_node(settings) as node:
+            yield node
+
+
+@contextlib.asynccontextmanager
+async def _open_node(settings: Settings) -> AsyncIterator[Node]:
     data_dir = settings.data_dir
     secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
     identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
@@ -261,6 +275,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Node]:
         yield node
     finally:
         with trio.CancelScope(shield=True):
-            if node is not None:
-                await node._save()
-            await db.close()
+            try:
+                if node is not None:
+                    await node._save()
+            finally:  # even if saving failed (the part that saves may be the bug)
+                await db.close()

@@ -1,9 +1,13 @@
 """Realtime: the node's WebSocket endpoint ``/ws``.
 
-:class:`Realtime` is the node's component for WebSocket connections: the
-server hands it each upgrade request (:meth:`serve_websocket`), it runs a
-:class:`~quart_mesh.realtime.session.ProtocolSession` on it, and on shutdown tells
-every open session the node is going away.
+:class:`Realtime` is the node's component for WebSocket connections. Behind
+:func:`~quart_mesh.server.serve`, the server hands it each upgrade request
+(:meth:`~Realtime.serve_websocket`) and the node's own transport speaks the
+protocol; under a stock ASGI server, the app's ``/ws`` route hands it the
+server's connection (:meth:`~Realtime.serve_asgi_websocket`, through
+:class:`~quart_mesh.realtime.quart_ws.QuartWebSocket`). Either way it runs a
+:class:`~quart_mesh.realtime.session.ProtocolSession` on it, and on shutdown
+tells every open session the node is going away.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import logging
 
 import trio
 
-from .session import GOING_AWAY, ProtocolSession, SessionServices
+from .quart_ws import AsgiWebSocket, QuartWebSocket
+from .session import GOING_AWAY, ProtocolSession, SessionServices, SessionSocket
 from .transport import WebSocket
 
 __all__ = ["Realtime"]
@@ -26,7 +31,7 @@ class Realtime:
         self._settings = services.settings
         #: until the node runs, and once it stops, upgrades are refused
         self.accepting = False
-        self._scopes: dict[WebSocket, trio.CancelScope] = {}
+        self._scopes: dict[SessionSocket, trio.CancelScope] = {}
         self._closing = False
 
     async def serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
@@ -37,6 +42,27 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
+        await self._run(ws)
+
+    async def serve_asgi_websocket(self, websocket: AsgiWebSocket) -> None:
+        """Run one WebSocket connection of an ASGI server (Quart's ``websocket``,
+        whose ASGI ``receive`` is wrapped by :func:`~quart_mesh.realtime.quart_ws.end_in_band`).
+
+        A client that goes is seen as on the node's own transport: its last
+        messages are handled and its queued sends stored. Errors of the
+        session are logged here; the server goes on.
+        """
+        ws = QuartWebSocket(websocket, max_message_bytes=self._settings.max_frame_bytes)
+        await ws.accept()
+        if self._closing or not self.accepting:
+            await ws.close(GOING_AWAY, "shutting down")
+            return
+        try:
+            await self._run(ws)
+        except Exception:
+            log.exception("WebSocket session failed; the server goes on")
+
+    async def _run(self, ws: SessionSocket) -> None:
         code, reason = 1000, ""
         with trio.CancelScope() as scope:
             self._scopes[ws] = scope

@@ -4,17 +4,21 @@ A :class:`ProtocolSession` authenticates the first frame, subscribes its partici
 to the broker, sends ``auth_ok`` and ``snapshot`` (and, on resume, the
 missed messages), then runs two tasks in its own nursery: a reader that turns
 client frames into service calls, and a writer that drains the
-subscription in batches. When either ends, the other is cancelled.
+subscription in batches. When either ends, the other is cancelled, except
+that a writer that finds the connection closed leaves the reader to hand
+over the frames it had read; the sends they queued are awaited past the
+session's end (for at most ``_SETTLE_TIMEOUT`` seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -29,7 +33,6 @@ from .transport import (
     CLOSE_TIMEOUT,
     ConnectionClosed,
     FrameTooLarge,
-    WebSocket,
     encode_text_frame,
 )
 
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
     from ..services.rooms import Rooms
     from ..services.world import World
 
-__all__ = ["ProtocolSession", "SessionServices"]
+__all__ = ["ProtocolSession", "SessionServices", "SessionSocket"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,9 @@ log = logging.getLogger(__name__)
 POLICY_VIOLATION = 1008
 #: sends of one session queued but not yet stored
 _MAX_IN_FLIGHT = 64
+#: seconds the sends still queued when a session ends may take to be stored
+#: (they are awaited past the session's cancellation); the rest are dropped
+_SETTLE_TIMEOUT = 5.0
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
@@ -61,6 +67,28 @@ def _wire(event: Event | None, frame: str) -> bytes:
     if event is None:
         return encode_text_frame(frame.encode("utf-8"))
     return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
+
+
+class SessionSocket(Protocol):
+    """What a session uses of its socket: the node's own
+    :class:`~quart_mesh.realtime.transport.WebSocket`, or the adapter over an
+    ASGI server's (:class:`~quart_mesh.realtime.quart_ws.QuartWebSocket`).
+
+    ``receive`` raises :class:`ConnectionClosed` once the client is gone and
+    :class:`FrameTooLarge` for a message over the limit; sends raise
+    :class:`ConnectionClosed`; ``send_frames`` takes frames encoded by
+    :func:`encode_text_frame`.
+    """
+
+    def keep_alive(self, ping_interval: float, idle_timeout: float) -> None: ...
+
+    async def receive(self) -> str: ...
+
+    async def send_frames(self, frames: Iterable[bytes]) -> None: ...
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def close(self, code: int, reason: str = "") -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +121,9 @@ class _Auth:
 
 class ProtocolSession:
     """One authenticated client on one WebSocket (the protocol; the socket is
-    a :class:`~quart_mesh.realtime.transport.WebSocket`)."""
+    a :class:`SessionSocket`)."""
 
-    def __init__(self, services: SessionServices, ws: WebSocket) -> None:
+    def __init__(self, services: SessionServices, ws: SessionSocket) -> None:
         self.services = services
         self.ws = ws
         self.actor: Actor | None = None
@@ -103,6 +131,9 @@ class ProtocolSession:
         self._nursery: trio.Nursery
         self._sub: Subscription
         self._in_flight = trio.Semaphore(_MAX_IN_FLIGHT)
+        #: the shielded waits of queued sends, and when they must end (see _settle_sends)
+        self._settling: set[trio.CancelScope] = set()
+        self._settle_by = math.inf
         self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
             "join_room": self._join_room,
             "leave_room": self._leave_room,
@@ -150,12 +181,19 @@ class ProtocolSession:
                     sub.push(None, error_frame(error.message, error.code))
                     sub.fail("unavailable")
                     return
-                await self._reader(actor, sub)
-                # the client is gone: let its queued sends be stored, then stop
-                with trio.move_on_after(5):
-                    for _ in range(_MAX_IN_FLIGHT):
-                        await self._in_flight.acquire()
-                nursery.cancel_scope.cancel()
+                try:
+                    await self._reader(actor, sub)
+                finally:  # the client is gone, or the session is cancelled
+                    self._settle_sends()
+                nursery.cancel_scope.cancel()  # the nursery still waits for the sends
+
+    def _settle_sends(self) -> None:
+        """The session is ending: the sends it queued are still awaited (what
+        was read off the socket is stored), for at most
+        :data:`_SETTLE_TIMEOUT` seconds from now."""
+        self._settle_by = trio.current_time() + _SETTLE_TIMEOUT
+        for scope in self._settling:
+            scope.deadline = self._settle_by
 
     async def _expire(self, expires_at: int, sub: Subscription) -> None:
         """End the session when its token expires: the client authenticates
@@ -227,22 +265,27 @@ class ProtocolSession:
         # one scope for every send; its deadline is armed only while sending
         with trio.CancelScope() as send_scope:
             try:
-                while True:
-                    batch = await sub.get_batch()
-                    if not batch:
-                        # the farewell (error, close frame) to a client that may
-                        # have stopped reading: a short deadline, then a reset
-                        send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
-                        await self._ended(sub)
-                        return
+                while batch := await sub.get_batch():
                     send_scope.deadline = trio.current_time() + timeout
-                    await self.ws.send_frames([_wire(event, frame) for event, frame in batch])
+                    try:
+                        await self.ws.send_frames([_wire(event, frame) for event, frame in batch])
+                    except ConnectionClosed:
+                        # the client closed or hung up: the session goes on
+                        # until the reader has handed over what it read before
+                        # (its sends are stored); nothing drains ``sub`` now
+                        sub.fail("closed")
+                        return
                     send_scope.deadline = math.inf
                     self._note_delivered(batch)
-            except ConnectionClosed:
-                pass
-            finally:
+                # the farewell (error, close frame) to a client that may
+                # have stopped reading: a short deadline, then a reset
+                send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
+                with contextlib.suppress(ConnectionClosed):
+                    await self._ended(sub)
+            except BaseException:
                 scope.cancel()
+                raise
+            scope.cancel()
         # a client that stopped reading for ws_send_timeout ends here, cancelled
 
     async def _ended(self, sub: Subscription) -> None:
@@ -359,6 +402,21 @@ class ProtocolSession:
         self._nursery.start_soon(self._finish_send, stored, client_id)
 
     async def _finish_send(self, stored: Awaitable[object], client_id: str | None) -> None:
+        """Await a queued send and report its failure. Shielded: cancelling
+        the session would withdraw the unit from the store's queue, so it is
+        awaited until stored, or until :meth:`_settle_sends`'s deadline."""
+        # shielded from the start: the unit is queued already
+        with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
+            self._settling.add(settling)
+            try:
+                await self._stored_or_error(stored, client_id)
+            finally:
+                self._settling.discard(settling)
+                self._in_flight.release()
+        if settling.cancelled_caught:
+            log.warning("a send queued by a session that ended was not stored in time")
+
+    async def _stored_or_error(self, stored: Awaitable[object], client_id: str | None) -> None:
         try:
             await stored
         except MeshError as error:
@@ -371,8 +429,6 @@ class ProtocolSession:
             self._sub.push(
                 None, _error("internal error", "internal_error", "send_message", None, client_id)
             )
-        finally:
-            self._in_flight.release()
 
     async def _edit_message(self, actor: Actor, f: Fields) -> None:
         await self.services.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))

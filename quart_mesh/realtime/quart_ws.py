@@ -1,0 +1,184 @@
+"""The session's socket over an ASGI server's WebSocket (Quart's ``websocket``).
+
+Under a stock ASGI server (``hypercorn -k trio 'quart_mesh.asgi:create_asgi_app()'``)
+the node's own transport is not in front: the server speaks the WebSocket
+protocol and hands the app whole messages, and ``/ws`` is a Quart websocket
+route. :class:`QuartWebSocket` gives a
+:class:`~quart_mesh.realtime.session.ProtocolSession` what it uses of
+:class:`~quart_mesh.realtime.transport.WebSocket` (receive text, send frames
+or text, close with a code), so the protocol code is the same. What ASGI
+does not allow differs (``docs/operations.md``):
+
+- no pings and no idle timeout from the node: ASGI has neither pings nor
+  pongs, so :meth:`keep_alive` does nothing. The server pings if told to
+  (hypercorn's ``websocket_ping_interval``); a dead client is noticed when
+  the server's reads or writes fail (hypercorn's ``read_timeout``, TCP).
+- no send deadline: hypercorn writes to the socket shielded from
+  cancellation, so ``ws_send_timeout`` cannot cut a write to a client that
+  stopped reading. Such a session holds no more than its bounded buffer
+  (it fails as ``lagging`` when that fills) and ends when the write goes
+  through or the connection breaks.
+- frames are sent one message at a time (the server frames them again), and
+  a message over the server's own limit (hypercorn's
+  ``websocket_max_message_size``, 16 MiB) closes the connection with 1009
+  instead of being answered with ``frame_too_large``.
+- Quart cancels the route as soon as the server reports the client gone,
+  which would drop messages the client sent just before it went (up to the
+  ten Quart buffers) and the sends still being stored. So the app's ASGI
+  wrapper hands the route the end of the stream in band instead
+  (:func:`end_in_band`): after every message, :data:`END_OF_STREAM`, on
+  which :meth:`QuartWebSocket.receive` raises :class:`ConnectionClosed` and
+  the session winds down as on the node's own transport; the disconnect
+  itself follows once the route is done (or after ``ASGI_WIND_DOWN``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent
+
+from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge
+
+__all__ = ["ASGI_WIND_DOWN", "END_OF_STREAM", "AsgiWebSocket", "QuartWebSocket", "end_in_band"]
+
+log = logging.getLogger(__name__)
+
+#: seconds a session may take to wind down once its client is gone (it lets
+#: queued sends be stored for up to 5 s) before the route is cancelled
+ASGI_WIND_DOWN = 5 + CLOSE_TIMEOUT + 1
+
+
+class _EndOfStream(bytes):
+    """The one object that stands for the end of a client's stream."""
+
+
+#: what the route receives, after the client's last message, when it is gone
+END_OF_STREAM = _EndOfStream(b"end of stream")
+
+
+def end_in_band(receive: ASGIReceiveCallable) -> ASGIReceiveCallable:
+    """Wrap a WebSocket scope's ``receive`` so that the server's
+    ``websocket.disconnect`` reaches the app first as a message,
+    :data:`END_OF_STREAM`, behind the client's last ones, and itself only
+    when the app asks again after ``ASGI_WIND_DOWN`` seconds (Quart asks at
+    once, and stops asking when the route returns)."""
+    held: ASGIReceiveEvent | None = None
+
+    async def wrapped() -> ASGIReceiveEvent:
+        nonlocal held
+        if held is not None:
+            await trio.sleep(ASGI_WIND_DOWN)  # cancelled once the route is done
+            return held
+        event = await receive()
+        if event["type"] == "websocket.disconnect":
+            held = event
+            return {"type": "websocket.receive", "bytes": END_OF_STREAM, "text": None}
+        return event
+
+    return wrapped
+
+
+class AsgiWebSocket(Protocol):
+    """What the adapter uses of Quart's ``websocket`` object."""
+
+    async def accept(self) -> None: ...
+
+    async def receive(self) -> str | bytes: ...
+
+    async def send(self, data: str) -> None: ...
+
+    async def close(self, code: int, reason: str = "") -> None: ...
+
+
+def _text_of(frame: bytes) -> memoryview:
+    """The payload of a frame made by ``encode_text_frame`` (final, unmasked, text)."""
+    length = frame[1] & 0x7F
+    start = 2 if length < 126 else 4 if length == 126 else 10
+    return memoryview(frame)[start:]
+
+
+class QuartWebSocket:
+    """A :class:`~quart_mesh.realtime.session.SessionSocket` over an ASGI
+    server's WebSocket connection.
+
+    Lifecycle: :meth:`accept`, then :meth:`receive` in one task and sends in
+    another, then :meth:`close`. The server's ``receive`` must be wrapped by
+    :func:`end_in_band`.
+    """
+
+    def __init__(self, websocket: AsgiWebSocket, *, max_message_bytes: int) -> None:
+        self._ws = websocket
+        self._max = max_message_bytes
+        #: a close frame was sent, or the client is gone: nothing more is sent
+        self._closed = False
+
+    async def accept(self) -> None:
+        """Complete the opening handshake (the server answers 101)."""
+        await self._ws.accept()
+
+    def keep_alive(self, ping_interval: float, idle_timeout: float) -> None:
+        """Nothing: ASGI carries no pings or pongs (see the module docstring)."""
+
+    async def receive(self) -> str:
+        """The next complete text message (binary ones are read as UTF-8).
+
+        Raises:
+            FrameTooLarge: the message was over the limit (and was dropped);
+                the connection stays usable.
+            ConnectionClosed: the client is gone, or this side closed.
+        """
+        if self._closed:
+            raise ConnectionClosed
+        data = await self._ws.receive()
+        if data is END_OF_STREAM:
+            self._closed = True  # nothing more can be sent either
+            raise ConnectionClosed
+        if isinstance(data, str):
+            text = data
+        else:  # binary (Quart hands over None for an empty one)
+            try:
+                text = bytes(data or b"").decode("utf-8")
+            except UnicodeDecodeError:
+                return "\x00invalid"  # rejected as invalid JSON by the session
+        # a character is at most 4 bytes: count bytes only when it may matter
+        if len(text) * 4 > self._max and len(text.encode("utf-8", "surrogatepass")) > self._max:
+            raise FrameTooLarge
+        return text
+
+    async def send_frames(self, frames: Iterable[bytes]) -> None:
+        """Send encoded frames (``encode_text_frame``), one message each.
+
+        Raises:
+            ConnectionClosed: the connection is gone, or closing.
+        """
+        for frame in frames:
+            await self._send(str(_text_of(frame), "utf-8"))
+
+    async def send_text(self, text: str) -> None:
+        await self._send(text)
+
+    async def _send(self, text: str) -> None:
+        if self._closed:
+            raise ConnectionClosed
+        try:
+            await self._ws.send(text)
+        except Exception as exc:  # the server's own state errors: the connection is gone
+            log.debug("WebSocket send failed", exc_info=exc)
+            self._closed = True
+            raise ConnectionClosed from None
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Send a close frame (within ``CLOSE_TIMEOUT``), unless the
+        connection is closed or gone already."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self._ws.close(code, reason[:120])
+            except Exception as exc:  # the server's own state errors
+                log.debug("WebSocket close failed", exc_info=exc)
