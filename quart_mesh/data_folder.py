@@ -10,8 +10,12 @@ start with :class:`DataFolderInUse`. The kernel drops the lock when the
 process ends, however it ends, so a crash never leaves a stale lock behind
 (the pid written in the file is only for the message).
 
-A node on PostgreSQL takes no lock: several processes share one database by
-design.
+A node on PostgreSQL takes no lock (its data folder need not be shared; the
+store is elsewhere). Several processes on one database are not supported yet
+either (docs/configuration.md).
+
+:func:`create_once` writes the node's own secret files so that processes
+starting together on one folder agree on a single one.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["LOCK_FILE", "DataFolderInUse", "DataFolderLock", "lock_data_folder"]
+__all__ = ["LOCK_FILE", "DataFolderInUse", "DataFolderLock", "create_once", "lock_data_folder"]
 
 LOCK_FILE = "node.lock"
 
@@ -81,8 +88,7 @@ def lock_data_folder(settings: Settings) -> DataFolderLock:
             holder = _holder(fd)
             raise DataFolderInUse(
                 f"the data folder {data_dir.resolve()} is in use by another quart-mesh "
-                f"process{holder}: a node on SQLite runs in one process only (stop the "
-                "other one; to run several processes, use PostgreSQL: MESH_DATABASE_URL)"
+                f"process{holder}: a node runs in one process only (stop the other one)"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
@@ -98,3 +104,28 @@ def _holder(fd: int) -> str:
         pid = int(os.pread(fd, 32, 0).decode("ascii").strip())
         return f" (pid {pid})"
     return ""
+
+
+def create_once(path: Path, make: Callable[[], str]) -> str:
+    """The text of *path* (mode 0600), written from ``make()`` if the file does
+    not exist yet. The text is written to a temporary file and linked into
+    place, so a process starting at the same moment finds either no file or
+    the whole one, never an empty or half-written file; the first link wins
+    and every process returns its text."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_text()
+    text = make()
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:  # mkstemp makes it 0600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return path.read_text()
+        return text
+    finally:
+        os.unlink(temporary)

@@ -9,7 +9,6 @@ start with mode 0600; federation signs node-to-node requests with it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     PublicFormat,
 )
+
+from .data_folder import create_once
 
 __all__ = [
     "NodeIdentity",
@@ -109,19 +110,15 @@ class NodeIdentity:
 
 def load_or_create_node_identity(data_dir: Path) -> NodeIdentity:
     """The node's key from ``<data_dir>/node.key``, created (mode 0600) on first start."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = data_dir / _KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        seed = bytes.fromhex(path.read_text().strip())
-        if len(seed) != 32:
-            raise ValueError(f"{path} does not hold a 32-byte Ed25519 key") from None
-        key = Ed25519PrivateKey.from_private_bytes(seed)
-    else:
+
+    def new_seed() -> str:
         key = Ed25519PrivateKey.generate()
-        seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        with os.fdopen(fd, "w") as f:
-            f.write(seed.hex())
+        return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex()
+
+    seed = bytes.fromhex(create_once(path, new_seed).strip())
+    if len(seed) != 32:
+        raise ValueError(f"{path} does not hold a 32-byte Ed25519 key")
+    key = Ed25519PrivateKey.from_private_bytes(seed)
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     return NodeIdentity(key, did_from_public_key(public))

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import trio
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from .data_folder import create_once
 from .errors import Unauthorized
 
 __all__ = ["Passwords", "TokenClaims", "Tokens", "load_or_create_secret"]
@@ -32,18 +32,10 @@ _SECRET_FILE = "secret.key"
 
 def load_or_create_secret(data_dir: Path) -> bytes:
     """Return the node's signing secret, creating it (mode 0600) if missing."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = data_dir / _SECRET_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        secret = bytes.fromhex(path.read_text().strip())
-        if len(secret) < 32:
-            raise ValueError(f"{path} holds a secret shorter than 32 bytes") from None
-        return secret
-    secret = secrets.token_bytes(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret.hex())
+    secret = bytes.fromhex(create_once(path, lambda: secrets.token_bytes(32).hex()).strip())
+    if len(secret) < 32:
+        raise ValueError(f"{path} holds a secret shorter than 32 bytes")
     return secret
 
 

@@ -134,6 +134,8 @@ class ProtocolSession:
         #: the shielded waits of queued sends, and when they must end (see _settle_sends)
         self._settling: set[trio.CancelScope] = set()
         self._settle_by = math.inf
+        #: the reader runs (it ends the session when the client is gone)
+        self._reading = False
         self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
             "join_room": self._join_room,
             "leave_room": self._leave_room,
@@ -181,6 +183,7 @@ class ProtocolSession:
                     sub.push(None, error_frame(error.message, error.code))
                     sub.fail("unavailable")
                     return
+                self._reading = True
                 try:
                     await self._reader(actor, sub)
                 finally:  # the client is gone, or the session is cancelled
@@ -272,8 +275,11 @@ class ProtocolSession:
                     except ConnectionClosed:
                         # the client closed or hung up: the session goes on
                         # until the reader has handed over what it read before
-                        # (its sends are stored); nothing drains ``sub`` now
+                        # (its sends are stored); nothing drains ``sub`` now.
+                        # No reader (the start failed): nothing else ends it.
                         sub.fail("closed")
+                        if not self._reading:
+                            scope.cancel()
                         return
                     send_scope.deadline = math.inf
                     self._note_delivered(batch)

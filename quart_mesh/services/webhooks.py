@@ -300,7 +300,10 @@ class Webhooks:
             return
         if sender is not None and sender.kind == "bot" and not _addressed(message, actor):
             return  # loop guard: bots answer other bots only when addressed
-        await self._messages.send(actor, message.room_id, content)
+        # the reply's clientId is the message it answers: a retry after a commit
+        # whose answer was lost returns the stored reply instead of a second one
+        client_id = f"webhook-reply:{message.message_id}"
+        await self._messages.send(actor, message.room_id, content, client_id=client_id)
 
     async def _post_until_done(
         self,

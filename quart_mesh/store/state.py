@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from .dialect import insert
 from .schema import messages, positions, room_members, room_reads
@@ -53,26 +54,43 @@ def list_positions(conn: Connection) -> dict[str, Position]:
 
 
 def advance_reads(conn: Connection, participant_id: str, reads: dict[str, int]) -> None:
-    """Move read positions forward (never back), for rooms the participant is in."""
+    """Move read positions forward (never back), for rooms the participant is in.
+
+    On PostgreSQL another process may delete the room or the participant
+    between the membership check and the write: that row is then skipped
+    (in a savepoint of its own) and the others are written. SQLite has one
+    writer, so there is no such race there and no savepoint is needed."""
+    racy = conn.dialect.name == "postgresql"
     for room_id, seq in reads.items():
-        member = conn.execute(
-            sa.select(room_members.c.room_id).where(
-                room_members.c.room_id == room_id,
-                room_members.c.participant_id == participant_id,
-            )
-        ).first()
-        if member is None:
+        if not racy:
+            _advance_read(conn, participant_id, room_id, seq)
             continue
-        query = insert(conn, room_reads).values(
-            participant_id=participant_id, room_id=room_id, last_read_seq=seq
+        try:
+            with conn.begin_nested():
+                _advance_read(conn, participant_id, room_id, seq)
+        except IntegrityError:
+            continue  # deleted meanwhile: nothing to keep
+
+
+def _advance_read(conn: Connection, participant_id: str, room_id: str, seq: int) -> None:
+    member = conn.execute(
+        sa.select(room_members.c.room_id).where(
+            room_members.c.room_id == room_id,
+            room_members.c.participant_id == participant_id,
         )
-        conn.execute(
-            query.on_conflict_do_update(
-                index_elements=["participant_id", "room_id"],
-                set_={"last_read_seq": query.excluded.last_read_seq},
-                where=room_reads.c.last_read_seq < query.excluded.last_read_seq,
-            )
+    ).first()
+    if member is None:
+        return
+    query = insert(conn, room_reads).values(
+        participant_id=participant_id, room_id=room_id, last_read_seq=seq
+    )
+    conn.execute(
+        query.on_conflict_do_update(
+            index_elements=["participant_id", "room_id"],
+            set_={"last_read_seq": query.excluded.last_read_seq},
+            where=room_reads.c.last_read_seq < query.excluded.last_read_seq,
         )
+    )
 
 
 def unread_summary(
