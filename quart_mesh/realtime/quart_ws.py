@@ -10,9 +10,12 @@ or text, close with a code), so the protocol code is the same. What ASGI
 does not allow differs (``docs/operations.md``):
 
 - no pings and no idle timeout from the node: ASGI has neither pings nor
-  pongs, so :meth:`keep_alive` does nothing. The server pings if told to
-  (hypercorn's ``websocket_ping_interval``); a dead client is noticed when
-  the server's reads or writes fail (hypercorn's ``read_timeout``, TCP).
+  pongs. The server pings if told to (hypercorn's
+  ``websocket_ping_interval``); a dead client is noticed when the server's
+  reads or writes fail (hypercorn's ``read_timeout``, TCP). Only once a send
+  has failed does the idle timeout (:meth:`QuartWebSocket.keep_alive`) bound
+  the wait for what the client sent before: a server that never reports the
+  client gone cannot keep the session.
 - no send deadline: hypercorn writes to the socket shielded from
   cancellation, so ``ws_send_timeout`` cannot cut a write to a client that
   stopped reading. Such a session holds no more than its bounded buffer
@@ -35,6 +38,7 @@ does not allow differs (``docs/operations.md``):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -113,18 +117,27 @@ class QuartWebSocket:
     def __init__(self, websocket: AsgiWebSocket, *, max_message_bytes: int) -> None:
         self._ws = websocket
         self._max = max_message_bytes
-        #: a close frame was sent, or the client is gone: nothing more is sent
+        #: we closed, or the client's stream ended: nothing more is sent or received
         self._closed = False
+        #: a send failed: nothing more is sent, but what the client sent is read
+        self._send_failed = False
+        self._idle_timeout = math.inf
 
     async def accept(self) -> None:
         """Complete the opening handshake (the server answers 101)."""
         await self._ws.accept()
 
     def keep_alive(self, ping_interval: float, idle_timeout: float) -> None:
-        """Nothing: ASGI carries no pings or pongs (see the module docstring)."""
+        """No pings: ASGI carries none (see the module docstring). Once a
+        send has failed, a client silent for *idle_timeout* seconds is gone."""
+        self._idle_timeout = idle_timeout
 
     async def receive(self) -> str:
         """The next complete text message (binary ones are read as UTF-8).
+
+        A failed send does not end it: messages the client sent before are
+        still returned, until the end of its stream (or, from then on, until
+        it is silent for the idle timeout).
 
         Raises:
             FrameTooLarge: the message was over the limit (and was dropped);
@@ -133,7 +146,10 @@ class QuartWebSocket:
         """
         if self._closed:
             raise ConnectionClosed
-        data = await self._ws.receive()
+        timeout = self._idle_timeout if self._send_failed else math.inf
+        data: str | bytes = END_OF_STREAM  # silent that long: taken as gone
+        with trio.move_on_after(timeout):
+            data = await self._ws.receive()
         if data is END_OF_STREAM:
             self._closed = True  # nothing more can be sent either
             raise ConnectionClosed
@@ -162,21 +178,24 @@ class QuartWebSocket:
         await self._send(text)
 
     async def _send(self, text: str) -> None:
-        if self._closed:
+        if self._closed or self._send_failed:
             raise ConnectionClosed
         try:
             await self._ws.send(text)
         except Exception as exc:  # the server's own state errors: the connection is gone
             log.debug("WebSocket send failed", exc_info=exc)
-            self._closed = True
+            self._send_failed = True  # what the client sent before is still read
             raise ConnectionClosed from None
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Send a close frame (within ``CLOSE_TIMEOUT``), unless the
-        connection is closed or gone already."""
+        connection is closed or gone already, or a send failed; receiving
+        stops either way."""
         if self._closed:
             return
         self._closed = True
+        if self._send_failed:
+            return
         with trio.move_on_after(CLOSE_TIMEOUT):
             try:
                 await self._ws.close(code, reason[:120])

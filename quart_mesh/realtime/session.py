@@ -134,8 +134,8 @@ class ProtocolSession:
         #: the shielded waits of queued sends, and when they must end (see _settle_sends)
         self._settling: set[trio.CancelScope] = set()
         self._settle_by = math.inf
-        #: the reader runs (it ends the session when the client is gone)
-        self._reading = False
+        #: set when the writer has returned (its farewell, if any, is out)
+        self._writer_done = trio.Event()
         self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
             "join_room": self._join_room,
             "leave_room": self._leave_room,
@@ -182,8 +182,11 @@ class ProtocolSession:
                 except MeshError as error:  # e.g. the store is unavailable
                     sub.push(None, error_frame(error.message, error.code))
                     sub.fail("unavailable")
+                    # the writer says so (its farewell is bounded), or finds the
+                    # client gone; either way the session ends then
+                    await self._writer_done.wait()
+                    nursery.cancel_scope.cancel()
                     return
-                self._reading = True
                 try:
                     await self._reader(actor, sub)
                 finally:  # the client is gone, or the session is cancelled
@@ -264,6 +267,12 @@ class ProtocolSession:
     # writer ------------------------------------------------------------------
 
     async def _writer(self, sub: Subscription, scope: trio.CancelScope) -> None:
+        try:
+            await self._write(sub, scope)
+        finally:
+            self._writer_done.set()
+
+    async def _write(self, sub: Subscription, scope: trio.CancelScope) -> None:
         timeout = self.services.settings.ws_send_timeout
         # one scope for every send; its deadline is armed only while sending
         with trio.CancelScope() as send_scope:
@@ -275,11 +284,8 @@ class ProtocolSession:
                     except ConnectionClosed:
                         # the client closed or hung up: the session goes on
                         # until the reader has handed over what it read before
-                        # (its sends are stored); nothing drains ``sub`` now.
-                        # No reader (the start failed): nothing else ends it.
+                        # (its sends are stored); nothing drains ``sub`` now
                         sub.fail("closed")
-                        if not self._reading:
-                            scope.cancel()
                         return
                     send_scope.deadline = math.inf
                     self._note_delivered(batch)

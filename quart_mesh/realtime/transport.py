@@ -15,6 +15,14 @@ quiet and closes one that shows no life (no pong, no frame, and none of our
 writes taken) for the idle timeout. :mod:`quart_mesh.realtime.session`
 speaks the mesh protocol over it.
 
+Reading ends only at the end of the client's stream (its close frame, EOF,
+a reset) or after our own :meth:`~WebSocket.close`: a write that fails
+stops sending, but what the client sent before is still read. Every write
+the reader makes has a deadline: a pong (sent after the write under way, if
+any, else within the idle timeout) and the answer to a close frame (within
+:data:`CLOSE_TIMEOUT`), so a client that stopped reading cannot hold the
+reader, and with it the session, for ever.
+
 Writes are never left half done: a write cut off by cancellation (a send
 deadline) keeps the unsent rest of the frame it was in, and the next write
 (or the close frame) sends that rest first, so a client always sees whole
@@ -33,6 +41,7 @@ from collections.abc import Iterable
 
 import trio
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -43,7 +52,7 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
-from wsproto.utilities import RemoteProtocolError
+from wsproto.utilities import ProtocolError, RemoteProtocolError
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -110,7 +119,11 @@ class WebSocket:
         self._size = 0
         self._discarding = False
         self._pending: list[str | FrameTooLarge] = []
+        #: the stream ended (the client's close frame, EOF, a protocol error)
+        #: or we closed: receiving stops after ``_pending``, sending is over
         self._closed = False
+        #: a write failed: nothing more is sent, but what the client sent is read
+        self._send_failed = False
         #: the unsent rest of a frame whose write was cut off (sent first next time)
         self._rest = b""
         #: a write to a stream other than a socket was cut off: where it stopped is unknown
@@ -118,6 +131,9 @@ class WebSocket:
         self._ping_interval = math.inf
         self._idle_timeout = math.inf
         self._ping_wanted = False
+        #: the pong to the latest ping that came during a write (RFC 6455
+        #: §5.5.3: only the latest needs one); the writer sends it after
+        self._pong_wanted: bytes | None = None
         #: when a write that had to wait for room last went on: the client is
         #: taking our frames (a slow link draining a replay), which is life too
         self._drained_at = -math.inf
@@ -195,15 +211,18 @@ class WebSocket:
     async def receive(self) -> str:
         """The next complete text message.
 
-        Cancelling it loses nothing: bytes already read stay buffered.
+        Cancelling it loses nothing: bytes already read stay buffered. A
+        failed write does not end it: messages the client sent before are
+        still returned, until the end of its stream.
 
         Raises:
             FrameTooLarge: a message over the limit arrived (and was dropped);
                 the connection stays usable.
             ConnectionClosed: the peer closed or broke the connection, sent
                 something wsproto cannot parse (answered with a close frame),
-                or stayed silent past the idle timeout (closed, see
-                :meth:`keep_alive`).
+                stayed silent past the idle timeout (closed, see
+                :meth:`keep_alive`), or did not take a pong within it (closed,
+                or reset); or :meth:`close` was called.
         """
         while not self._pending:
             if self._closed:
@@ -249,7 +268,7 @@ class WebSocket:
         """Ping the client now, or right after the write under way (the
         reader does not wait behind a writer; the writer's own deadline
         covers a client that stopped reading)."""
-        if self._closed:
+        if self._closed or self._send_failed:
             return
         if self._send_lock.locked():
             self._ping_wanted = True  # the writer sends it when its write is done
@@ -270,12 +289,38 @@ class WebSocket:
     async def _flush_events(self) -> None:
         for event in self._take_events():
             if isinstance(event, Ping):
-                if not self._closed:  # nothing follows our close frame
-                    await self._send_raw(self._ws.send(event.response()))
-            else:  # CloseConnection: answer it, then we are done
-                with contextlib.suppress(RemoteProtocolError, ConnectionClosed):
-                    await self._send_raw(self._ws.send(event.response()))
+                await self._pong(event)
+            elif not self._closed:  # CloseConnection: answer it, then we are done
                 self._closed = True
+                try:
+                    data = self._ws.send(event.response())
+                except ProtocolError:
+                    continue
+                if not self._send_failed:
+                    await self._send_close(data)
+
+    async def _pong(self, ping: Ping) -> None:
+        """Answer a ping: after the write under way (the writer sends it, under
+        its deadline), or now, within the idle timeout.
+
+        Raises:
+            ConnectionClosed: the client did not take the pong in time (the
+                connection is closed as idle, or reset).
+        """
+        # nothing follows our close frame; none is wanted after the client's
+        if self._closed or self._send_failed or self._ws.state is not ConnectionState.OPEN:
+            return
+        frame = self._ws.send(ping.response())
+        if self._send_lock.locked():
+            self._pong_wanted = frame
+            return
+        with trio.move_on_after(self._idle_timeout) as cut:
+            # a failed write stops sending, not reading
+            with contextlib.suppress(ConnectionClosed):
+                await self._send_frames([frame])
+        if cut.cancelled_caught:
+            await self.close(IDLE_CLOSE_CODE, "idle_timeout")
+            raise ConnectionClosed
 
     def _add_part(self, event: TextMessage | BytesMessage) -> None:
         if isinstance(event, BytesMessage):
@@ -310,9 +355,10 @@ class WebSocket:
         else: the client never sees a frame cut short.
 
         Raises:
-            ConnectionClosed: the connection is gone, or closing.
+            ConnectionClosed: the connection is gone, or closing, or a write
+                failed before.
         """
-        if self._closed:
+        if self._closed or self._send_failed:
             raise ConnectionClosed
         await self._send_frames(list(frames))
 
@@ -324,21 +370,26 @@ class WebSocket:
             await self._send_frames([data])
 
     async def _send_frames(self, frames: list[bytes]) -> None:
-        if self._torn:
+        if self._torn or self._send_failed:
             raise ConnectionClosed
         async with self._send_lock:
             if self._rest:
                 frames.insert(0, self._rest)
                 self._rest = b""
-            if self._ping_wanted:
-                self._ping_wanted = False
-                frames.append(_PING)
-            await self._write(frames)
-            # a ping wanted during that write goes now, not with some later
+            await self._write(frames + self._take_controls())
+            # controls wanted during that write go now, not with some later
             # write: there may be none before the idle timeout
-            while self._ping_wanted and not self._closed:
-                self._ping_wanted = False
-                await self._write([_PING])
+            while not self._closed and (controls := self._take_controls()):
+                await self._write(controls)
+
+    def _take_controls(self) -> list[bytes]:
+        """The pong and ping put off by a write under way, if any."""
+        controls = [] if self._pong_wanted is None else [self._pong_wanted]
+        if self._ping_wanted:
+            controls.append(_PING)
+        self._pong_wanted = None
+        self._ping_wanted = False
+        return controls
 
     async def _write(self, frames: list[bytes]) -> None:
         """Write *frames* in order (the caller holds the send lock)."""
@@ -375,7 +426,7 @@ class WebSocket:
             trio.ClosedResourceError,
             trio.BusyResourceError,
         ):
-            self._closed = True
+            self._send_failed = True
             raise ConnectionClosed from None
 
     async def close(self, code: int = CloseReason.NORMAL_CLOSURE, reason: str = "") -> None:
@@ -386,17 +437,26 @@ class WebSocket:
         client that does not read), the connection is reset instead: the
         stream is closed with a TCP reset, which also frees what the kernel
         still buffers for that client. Nothing is sent if the connection is
-        already closed or broken.
+        already closed or a write failed. Either way :meth:`receive` returns
+        only what is buffered from then on.
         """
         if self._closed:
             return
         self._closed = True
+        if self._send_failed:
+            return
         try:
             data = self._ws.send(CloseConnection(code=code, reason=reason[:120]))
         except Exception:  # wsproto in a state where it cannot close
             log.debug("could not send a close frame", exc_info=True)
             return
-        self._ping_wanted = False
+        await self._send_close(data)
+
+    async def _send_close(self, data: bytes) -> None:
+        """Write a close frame (ours, or the answer to the client's) within
+        :data:`CLOSE_TIMEOUT`, or reset the connection."""
+        self._ping_wanted = False  # nothing follows a close frame
+        self._pong_wanted = None
         written = False
         try:
             with trio.move_on_after(CLOSE_TIMEOUT):

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -31,9 +31,13 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from trio_websocket import ConnectionClosed
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
 from quart_mesh import Settings, create_app
+from quart_mesh.asgi_guards import ASGIApp
 from quart_mesh.data_folder import LOCK_FILE
 from tests.helpers import Mesh, connect, open_client, wait_for
 from tests.stores import node_env
@@ -236,7 +240,7 @@ async def test_a_second_process_on_the_same_sqlite_folder_is_refused(
     await serve.start(nursery)
     assert await serve.exit_status() == 1, serve.text
     assert _IN_USE + f" (pid {holder})".encode() in serve.output, serve.text
-    assert b"use PostgreSQL" in serve.output
+    assert b"a node runs in one process only" in serve.output
 
     # hypercorn serving in its own process (--workers 0) exits with the error
     second = Process.hypercorn(data_dir, "--workers", "0")
@@ -301,15 +305,19 @@ async def test_a_lifespan_that_dies_ends_the_process(tmp_path: Path, nursery: tr
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, **settings: Any) -> AsyncIterator[str]:
-    """The app as ``create_asgi_app`` builds it, on hypercorn in this process."""
+async def served(
+    tmp_path: Path, wrap: Callable[[ASGIApp], ASGIApp] | None = None, **settings: Any
+) -> AsyncIterator[str]:
+    """The app as ``create_asgi_app`` builds it, on hypercorn in this process
+    (seen by hypercorn through *wrap*, if given)."""
     app = create_app(Settings(data_dir=tmp_path, **settings), websocket_route=True)
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.graceful_timeout = 1
+    asgi: ASGIApp = app if wrap is None else wrap(app)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(hypercorn_serve, app, config))
+        binds = await nursery.start(partial(hypercorn_serve, asgi, config))
         yield binds[0]
         nursery.cancel_scope.cancel()
 
@@ -353,3 +361,71 @@ async def test_frames_too_large_binary_and_bad_json(tmp_path: Path) -> None:
                 assert (await ws.expect("error"))["code"] == "invalid_json"
                 # the session goes on
                 assert await ws.settle() == []
+
+
+def _sends_fail_after(count: int) -> Callable[[ASGIApp], ASGIApp]:
+    """A server whose WebSocket sends fail after the first *count* (ASGI lets
+    a server raise on a send to a client that is going)."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def wrapped(
+            scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+        ) -> None:
+            sent = 0
+
+            async def failing(message: ASGISendEvent) -> None:
+                nonlocal sent
+                if message["type"] == "websocket.send":
+                    sent += 1
+                    if sent > count:
+                        raise OSError("injected: the client is going")
+                await send(message)
+
+            await app(scope, receive, failing if scope["type"] == "websocket" else send)
+
+        return wrapped
+
+    return wrap
+
+
+async def test_sends_pipelined_before_a_close_are_stored_though_an_echo_fails(
+    tmp_path: Path,
+) -> None:
+    """The client writes its sends and a close frame at once; sending to it
+    fails at the third echo. Every send it made is still read and stored,
+    in order."""
+    n = 100
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, wrap=_sends_fail_after(2 + 2)) as url,  # auth_ok, snapshot, 2 echoes
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            room_id = (await mesh.create_room(owner, "echo fails"))["roomId"]
+            host, port = url.removeprefix("http://").split(":")
+            client = WSConnection(ConnectionType.CLIENT)
+            async with await trio.open_tcp_stream(host, int(port)) as stream:
+                await stream.send_all(client.send(Request(host=host, target="/ws")))
+                while not any(isinstance(e, AcceptConnection) for e in client.events()):
+                    client.receive_data(await stream.receive_some(65536))
+                frames = [{"type": "authenticate", "token": owner.token}]
+                frames += [
+                    {"type": "send_message", "roomId": room_id, "content": f"m{i}"}
+                    for i in range(n)
+                ]
+                data = [client.send(TextMessage(json.dumps(frame))) for frame in frames]
+                data.append(client.send(CloseConnection(code=1000)))
+                await stream.send_all(b"".join(data))
+                # until the server answers the close frame (echoes may come before)
+                closed = False
+                while not closed and (received := await stream.receive_some(65536)):
+                    client.receive_data(received)
+                    closed = any(isinstance(e, CloseConnection) for e in client.events())
+
+            async def all_stored() -> bool:
+                return len(await mesh.messages(owner, room_id, limit=n)) >= n
+
+            await wait_for(all_stored, seconds=10)
+            stored = await mesh.messages(owner, room_id, limit=n)
+            assert [m["content"] for m in stored] == [f"m{i}" for i in range(n)]

@@ -24,6 +24,7 @@ from wsproto.events import (
     CloseConnection,
     Event,
     Ping,
+    Pong,
     Request,
     TextMessage,
 )
@@ -50,6 +51,7 @@ class Client:
     pong: bool
     ws: WSConnection = field(default_factory=lambda: WSConnection(ConnectionType.CLIENT))
     pings: list[float] = field(default_factory=list)
+    pongs: list[float] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     closed: CloseConnection | None = None
     open: trio.Event = field(default_factory=trio.Event)
@@ -84,6 +86,8 @@ class Client:
             self.pings.append(trio.current_time())
             if self.pong:
                 await self.stream.send_all(self.ws.send(event.response()))
+        elif isinstance(event, Pong):
+            self.pongs.append(trio.current_time())
         elif isinstance(event, TextMessage):
             self._part += event.data
             if event.message_finished:
@@ -362,3 +366,169 @@ async def test_writes_the_kernel_takes_at_once_are_not_life(
                 await ws.receive()
             nursery.cancel_scope.cancel()
         assert trio.current_time() - start == pytest.approx(60)
+
+
+async def handshake(ws: WebSocket, client: Client) -> None:
+    """The opening handshake, the client reading the server's answer."""
+    assert await ws.accept(client.request())
+    client.ws.receive_data(bytes(await client.stream.receive_some(65536)))
+    assert any(isinstance(e, AcceptConnection) for e in client.ws.events())
+
+
+class Failing(trio.abc.Stream):
+    """A stream whose writes fail once ``broken`` is set (a peer that reset
+    its end) while what the peer sent before is still there to read."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.broken = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.broken:
+            raise trio.BrokenResourceError
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def test_what_the_client_sent_is_read_after_a_write_fails(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A write fails (the echo of the first send); the frames the client sent
+    before its close frame are still read, then the end of the stream."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    failing = Failing(server_end)
+    ws = WebSocket(failing, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    await handshake(ws, client)
+    ws.keep_alive(20, 60)
+    await client.stream.send_all(client.ws.send(TextMessage("m0")))
+    assert await ws.receive() == "m0"
+    failing.broken = True
+    with pytest.raises(ConnectionClosed):
+        await ws.send_text("echo of m0")
+    # the rest, still unread when the write failed
+    await client.stream.send_all(client.ws.send(TextMessage("m1")))
+    await client.stream.send_all(client.ws.send(TextMessage("m2")))
+    await client.stream.send_all(client.ws.send(CloseConnection(code=1000)))
+    with trio.fail_after(1):
+        assert [await ws.receive(), await ws.receive()] == ["m1", "m2"]
+        with pytest.raises(ConnectionClosed):
+            await ws.receive()
+    with pytest.raises(ConnectionClosed):  # nothing more is sent
+        await ws.send_text("late")
+
+
+async def test_after_a_write_fails_a_silent_client_still_ends_at_the_idle_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server_end, client_end = trio.testing.memory_stream_pair()
+    failing = Failing(server_end)
+    ws = WebSocket(failing, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    await handshake(ws, client)
+    ws.keep_alive(20, 60)
+    failing.broken = True
+    with pytest.raises(ConnectionClosed):
+        await ws.send_text("lost")
+    start = trio.current_time()
+    with trio.fail_after(3600), pytest.raises(ConnectionClosed):
+        await ws.receive()
+    assert trio.current_time() - start == pytest.approx(60)
+
+
+async def test_a_pong_to_a_client_that_does_not_read_is_cut_off_at_the_idle_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The client stopped reading (our writes block) and pings; nothing is
+    queued for it, so no send deadline applies: the pong's own deadline
+    (the idle timeout) ends the connection, which is reset."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    stalled = Stalled(server_end)
+    ws = WebSocket(stalled, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    await handshake(ws, client)
+    ws.keep_alive(20, 60)
+    stalled.open_at = math.inf  # from now on the client reads nothing
+    start = trio.current_time()
+    await client.stream.send_all(client.ws.send(Ping(b"are you there")))
+    with trio.fail_after(3600), pytest.raises(ConnectionClosed):
+        await ws.receive()
+    assert trio.current_time() - start == pytest.approx(60)
+    # reset: the stream is closed, its unsent bytes dropped
+    with pytest.raises(trio.ClosedResourceError):
+        await server_end.send_all(b"x")
+
+
+async def test_a_ping_during_a_write_is_answered_after_it_without_holding_up_the_reader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A write waits (from 0 s to 30 s); the client pings at 5 s and sends a
+    frame: the reader hands the frame over at once, and the pong follows the
+    write."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    stalled = Stalled(server_end)
+    ws = WebSocket(stalled, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    assert await ws.accept(client.request())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        await client.open.wait()
+        ws.keep_alive(20, 60)
+        start = trio.current_time()
+        stalled.open_at = start + 30
+        nursery.start_soon(ws.send_text, "slow")
+        await trio.sleep(5)
+        data = client.ws.send(Ping(b"p")) + client.ws.send(TextMessage("frame"))
+        await client.stream.send_all(data)
+        assert await ws.receive() == "frame"
+        assert trio.current_time() - start == pytest.approx(5)
+        await trio.sleep(30)
+        assert client.messages == ["slow"]
+        assert [t - start for t in client.pongs] == pytest.approx([30])
+        await ws.close()
+
+
+async def test_a_ping_read_with_the_close_frame_is_not_answered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ping and then a close frame in one read: the close is answered, the
+    ping not (wsproto refuses a pong once the close frame is read)."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    ws = WebSocket(server_end, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    await handshake(ws, client)
+    await client.stream.send_all(client.ws.send(Ping(b"p")) + client.ws.send(CloseConnection(1000)))
+    with trio.fail_after(1), pytest.raises(ConnectionClosed):
+        await ws.receive()
+    await client.run()
+    assert client.pongs == []
+    assert client.closed is not None
+    assert client.closed.code == 1000
+
+
+async def test_the_answer_to_a_close_frame_is_cut_off_at_the_close_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that stopped reading sends a close frame: the answer gets
+    :data:`CLOSE_TIMEOUT`, then the connection is reset."""
+    server_end, client_end = trio.testing.memory_stream_pair()
+    stalled = Stalled(server_end)
+    ws = WebSocket(stalled, max_message_bytes=1024)
+    client = Client(client_end, pong=False)
+    await handshake(ws, client)
+    stalled.open_at = math.inf
+    start = trio.current_time()
+    await client.stream.send_all(client.ws.send(CloseConnection(1000)))
+    with trio.fail_after(3600), pytest.raises(ConnectionClosed):
+        await ws.receive()
+    assert trio.current_time() - start == pytest.approx(CLOSE_TIMEOUT)
+    with pytest.raises(trio.ClosedResourceError):
+        await server_end.send_all(b"x")
