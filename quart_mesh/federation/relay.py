@@ -20,7 +20,7 @@ change names the connection it came over, and that link skips it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import trio
@@ -86,7 +86,3 @@ class Relay:
     ) -> None:
         """Run the link tasks with *client* until cancelled (:meth:`Links.run`)."""
         await self.links.run(client, task_status=task_status)
-
-    async def receive_relay(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """Apply a peer's batch of events (:meth:`Receiver.receive_relay`)."""
-        return await self.receiver.receive_relay(did, fields)

@@ -109,11 +109,11 @@ async def test_a_failed_message_is_not_marked_applied(
     fail_once(monkeypatch, first["messageId"], error)
     batch = {"connectionId": connection_id, "events": [first, second, third]}
     with pytest.raises(MeshError) as refused:
-        await relay.receive_relay(did, batch)
+        await relay.receiver.receive_relay(did, batch)
     assert refused.value.status == 503
     assert await node.db.read(lambda c: relay_repo.applied_of(c, connection_id)) == 0
     # the peer sends the batch again: each message once, the edit applied
-    answer = await relay.receive_relay(did, batch)
+    answer = await relay.receiver.receive_relay(did, batch)
     statuses = [r["status"] for r in answer["results"]]
     assert (statuses[0], statuses[2]) == ("ok", "ok"), statuses
     stored = await node.db.read(lambda c: messages_repo.get_message(c, first["messageId"]))
@@ -129,5 +129,7 @@ async def test_positions_the_store_cannot_hold_are_refused(app: MeshApp, tmp_pat
     relay = node.federation.relay
     assert relay is not None
     events = [{**message(1, room, did), "seq": seq} for seq in (2**64, 0, -1, True, "1")]
-    answer = await relay.receive_relay(did, {"connectionId": connection_id, "events": events})
+    answer = await relay.receiver.receive_relay(
+        did, {"connectionId": connection_id, "events": events}
+    )
     assert [r["code"] for r in answer["results"]] == ["invalid_event"] * 5
