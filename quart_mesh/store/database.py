@@ -231,20 +231,15 @@ class Database:
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction; run it again (a few times) if
         PostgreSQL aborted it to break a deadlock with another writer."""
-        for attempt in itertools.count(1):
-            try:
-                self._run_batch_once(batch)
-            except OperationalError as exc:
-                if is_retryable(exc) and attempt < _ATTEMPTS:
-                    log.warning("write batch aborted (%s): running it again", exc.orig)
-                    continue
-                error = _unavailable(exc)
-                for job in batch:
-                    job.error = error
-            except Unavailable as exc:
-                for job in batch:
-                    job.error = exc
-            return
+        try:
+            _rerun_aborted("write batch", lambda: self._run_batch_once(batch))
+        except OperationalError as exc:
+            error = _unavailable(exc)
+            for job in batch:
+                job.error = error
+        except Unavailable as exc:
+            for job in batch:
+                job.error = exc
 
     def _run_batch_once(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction.
@@ -294,18 +289,16 @@ class Database:
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
     def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
-        for attempt in itertools.count(1):
-            try:
-                with self._writing().begin() as conn:
-                    result = fn(conn)
-            except OperationalError as exc:
-                if is_retryable(exc) and attempt < _ATTEMPTS:
-                    log.warning("write aborted (%s): running it again", exc.orig)
-                    continue
-                raise _unavailable(exc) from exc
-            except IntegrityError as exc:
-                raise _translated(exc) from exc
-            break
+        def once() -> T:
+            with self._writing().begin() as conn:
+                return fn(conn)
+
+        try:
+            result = _rerun_aborted("write", once)
+        except OperationalError as exc:
+            raise _unavailable(exc) from exc
+        except IntegrityError as exc:
+            raise _translated(exc) from exc
         if then is not None:
             trio.from_thread.run_sync(then, result)
         return result
@@ -332,6 +325,20 @@ class Database:
 def _unavailable(exc: OperationalError) -> Unavailable:
     log.error("storage error: %s", exc.orig)
     return Unavailable("the storage backend is unavailable", "storage_unavailable")
+
+
+def _rerun_aborted(what: str, transaction: Callable[[], T]) -> T:
+    """Run *transaction*, and again (up to ``_ATTEMPTS`` runs in all) while
+    PostgreSQL aborts it to break a deadlock or a serialization conflict
+    with another writer; any other error, or the last abort, is raised."""
+    for attempt in itertools.count(1):
+        try:
+            return transaction()
+        except OperationalError as exc:
+            if not is_retryable(exc) or attempt >= _ATTEMPTS:
+                raise
+            log.warning("%s aborted (%s): running it again", what, exc.orig)
+    raise AssertionError("unreachable")
 
 
 def _translated(exc: IntegrityError) -> Exception:
