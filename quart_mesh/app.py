@@ -42,7 +42,7 @@ from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
 from .node import Node, open_node
 
-__all__ = ["MeshApp", "create_app"]
+__all__ = ["MeshApp", "configure_logging", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,25 @@ class MeshApp(QuartTrio):
             finally:
                 self._node = None
                 del self.extensions["quart_mesh.node"]
+
+
+def configure_logging(level: str, *, leave_hypercorn: bool = False) -> None:
+    """The node's log to stderr at *level*, unless logging is set up already
+    (a ``--log-config`` that configures the root logger replaces it); Alembic
+    says what it migrates only at DEBUG. With *leave_hypercorn*, records of
+    hypercorn's own loggers are left to the handlers hypercorn gives them
+    (a stock hypercorn server), not printed twice."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if leave_hypercorn:
+        handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
+    root.addHandler(handler)
+    root.setLevel(level)
+    if root.getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def create_app(

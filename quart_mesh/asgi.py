@@ -24,12 +24,9 @@ workers need PostgreSQL. ``docs/operations.md`` covers both ways to run.
 
 from __future__ import annotations
 
-import logging
-import sys
-
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
-from .app import MeshApp, create_app
+from .app import MeshApp, configure_logging, create_app
 from .asgi_guards import ASGIApp
 from .config import Settings
 
@@ -48,26 +45,10 @@ def create_asgi_app(settings: Settings | None = None) -> MeshApp:
         ConfigError: a ``MESH_*`` variable cannot be used.
     """
     settings = settings or Settings.from_env()
-    _configure_logging(settings)
+    configure_logging(settings.log_level, leave_hypercorn=True)
     app = create_app(settings, websocket_route=True, exit_on_failure=True)
     app.asgi_app = _learn_address(app, app.asgi_app)  # type: ignore[method-assign,assignment]
     return app
-
-
-def _configure_logging(settings: Settings) -> None:
-    """The node's log to stderr at ``log_level``, unless logging is set up
-    already (a ``--log-config`` that configures the root logger replaces it).
-    hypercorn's own loggers have their handlers: they are left to them."""
-    root = logging.getLogger()
-    if root.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
-    root.addHandler(handler)
-    root.setLevel(settings.log_level)
-    if root.getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _learn_address(app: MeshApp, asgi_app: ASGIApp) -> ASGIApp:

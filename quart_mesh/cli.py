@@ -23,7 +23,7 @@ from pathlib import Path
 import trio
 
 from ._version import __version__
-from .app import create_app
+from .app import configure_logging, create_app
 from .config import Settings, parse_port, parse_public_url
 from .errors import ConfigError
 from .server import serve
@@ -109,13 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"quart-mesh: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+    configure_logging(settings.log_level)
     listening: list[str] = []
     try:
         trio.run(run_server, settings, listening)
