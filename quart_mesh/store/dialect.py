@@ -34,6 +34,7 @@ __all__ = [
     "hold_sequences",
     "holds_sequences",
     "insert",
+    "insert_new",
     "is_retryable",
     "translate",
 ]
@@ -53,6 +54,22 @@ def insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
     if conn.dialect.name == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
+
+
+def insert_new(
+    conn: Connection,
+    query: postgresql.Insert | sqlite.Insert,
+    *,
+    index_elements: list[str] | None = None,
+) -> bool:
+    """Run *query* (an :func:`insert`) unless its row is there already
+    (``ON CONFLICT DO NOTHING``, on *index_elements* or any unique key),
+    also when another writer adds it at the same moment; True if this one
+    added it. Told by ``RETURNING``: the driver reports no row count for an
+    INSERT here."""
+    key = next(iter(query.table.primary_key.columns))  # type: ignore[attr-defined]
+    added = query.on_conflict_do_nothing(index_elements=index_elements).returning(key)
+    return conn.execute(added).first() is not None
 
 
 def hold_sequences(conn: Connection) -> None:

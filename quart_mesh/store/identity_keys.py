@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from ..errors import Conflict
 from ..records import Participant
 from .accounts import participant_from_row
-from .dialect import insert
+from .dialect import insert, insert_new
 from .schema import identity_keys, participants
 
 __all__ = ["IdentityKey", "get_by_did", "get_for_participant", "link", "participant_for_did"]
@@ -82,8 +82,7 @@ def link(
             created_at=at,
             updated_at=at,
         )
-        query = query.on_conflict_do_nothing(index_elements=["participant_id"])
-        if conn.execute(query.returning(identity_keys.c.did)).first() is not None:
+        if insert_new(conn, query, index_elements=["participant_id"]):
             return
         # another writer linked a DID to this participant meanwhile: replace it
         current = get_for_participant(conn, participant_id)

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import Message, Reaction, Upload
-from .dialect import hold_sequences, insert
+from .dialect import hold_sequences, insert, insert_new
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
 from .uploads import upload_from_row, uploads_table
 
@@ -298,13 +298,10 @@ def add_reaction(
 ) -> bool:
     """Add a reaction; False if this participant already reacted with this emoji
     (also when another writer adds the same reaction at the same time)."""
-    query = (
-        insert(conn, reactions)
-        .values(message_id=message_id, participant_id=participant_id, emoji=emoji, created_at=at)
-        .on_conflict_do_nothing()
-        .returning(reactions.c.emoji)
+    query = insert(conn, reactions).values(
+        message_id=message_id, participant_id=participant_id, emoji=emoji, created_at=at
     )
-    return conn.execute(query).first() is not None
+    return insert_new(conn, query)
 
 
 def remove_reaction(conn: Connection, message_id: str, participant_id: str, emoji: str) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .dialect import insert
+from .dialect import insert, insert_new
 from .schema import llm_models, model_usage
 
 __all__ = [
@@ -61,8 +61,7 @@ def insert_model(conn: Connection, model: StoredModel) -> bool:
         created_by=model.created_by,
         created_at=model.created_at,
     )
-    added = query.on_conflict_do_nothing().returning(llm_models.c.name)
-    return conn.execute(added).first() is not None
+    return insert_new(conn, query)
 
 
 def delete_model(conn: Connection, name: str) -> bool:

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..permissions import Override, Role
-from .dialect import insert
+from .dialect import insert, insert_new
 from .schema import custom_roles, room_overrides, rooms
 
 __all__ = [
@@ -51,8 +51,7 @@ def insert_role(conn: Connection, role: Role, created_by: str | None) -> bool:
         created_by=created_by,
         created_at=role.created_at,
     )
-    added = query.on_conflict_do_nothing().returning(custom_roles.c.role_id)
-    return conn.execute(added).first() is not None
+    return insert_new(conn, query)
 
 
 def update_role(conn: Connection, role: Role) -> bool:

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from ..records import Participant, Room
 from .accounts import participant_from_row
-from .dialect import insert
+from .dialect import insert, insert_new
 from .schema import messages, participants, room_members, rooms
 
 __all__ = [
@@ -132,13 +132,10 @@ def is_member(conn: Connection, room_id: str, participant_id: str) -> bool:
 def add_member(conn: Connection, room_id: str, participant_id: str, at: int) -> bool:
     """Add a member; False if already one (also when another writer adds it at
     the same time)."""
-    query = (
-        insert(conn, room_members)
-        .values(room_id=room_id, participant_id=participant_id, joined_at=at, hidden=False)
-        .on_conflict_do_nothing()
-        .returning(room_members.c.room_id)
+    query = insert(conn, room_members).values(
+        room_id=room_id, participant_id=participant_id, joined_at=at, hidden=False
     )
-    return conn.execute(query).first() is not None
+    return insert_new(conn, query)
 
 
 def remove_member(conn: Connection, room_id: str, participant_id: str) -> bool:
