@@ -245,16 +245,13 @@ async def test_a_head_without_its_end_is_refused_without_reading_more(
     assert answer.startswith(b"HTTP/1.1 400 ")
 
 
-class Stalled(trio.abc.Stream):
-    """A stream whose writes wait until ``open_at`` (a client not reading
-    until then) before they go through."""
+class Wrapped(trio.abc.Stream):
+    """A stream passing everything to *stream*; subclasses change writes."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        self.open_at = -math.inf
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await trio.sleep_until(self.open_at)
         await self.stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -265,6 +262,19 @@ class Stalled(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self.stream.aclose()
+
+
+class Stalled(Wrapped):
+    """A stream whose writes wait until ``open_at`` (a client not reading
+    until then) before they go through."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        super().__init__(stream)
+        self.open_at = -math.inf
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep_until(self.open_at)
+        await self.stream.send_all(data)
 
 
 async def test_a_ping_put_off_by_a_write_goes_out_when_the_write_ends(
@@ -375,27 +385,18 @@ async def handshake(ws: WebSocket, client: Client) -> None:
     assert any(isinstance(e, AcceptConnection) for e in client.ws.events())
 
 
-class Failing(trio.abc.Stream):
+class Failing(Wrapped):
     """A stream whose writes fail once ``broken`` is set (a peer that reset
     its end) while what the peer sent before is still there to read."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.broken = False
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self.broken:
             raise trio.BrokenResourceError
         await self.stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.stream.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
 
 
 async def test_what_the_client_sent_is_read_after_a_write_fails(
