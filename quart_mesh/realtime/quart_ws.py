@@ -45,15 +45,17 @@ from typing import Protocol
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent
 
+from .session import SETTLE_TIMEOUT
 from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge
 
 __all__ = ["ASGI_WIND_DOWN", "END_OF_STREAM", "AsgiWebSocket", "QuartWebSocket", "end_in_band"]
 
 log = logging.getLogger(__name__)
 
-#: seconds a session may take to wind down once its client is gone (it lets
-#: queued sends be stored for up to 5 s) before the route is cancelled
-ASGI_WIND_DOWN = 5 + CLOSE_TIMEOUT + 1
+#: seconds a session may take to wind down once its client is gone (its
+#: queued sends are stored for up to SETTLE_TIMEOUT, then its farewell has
+#: CLOSE_TIMEOUT) before the route is cancelled
+ASGI_WIND_DOWN = SETTLE_TIMEOUT + CLOSE_TIMEOUT + 1
 
 
 class _EndOfStream(bytes):

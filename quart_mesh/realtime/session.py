@@ -7,7 +7,7 @@ client frames into service calls, and a writer that drains the
 subscription in batches. When either ends, the other is cancelled, except
 that a writer that finds the connection closed leaves the reader to hand
 over the frames it had read; the sends they queued are awaited past the
-session's end (for at most ``_SETTLE_TIMEOUT`` seconds).
+session's end (for at most ``SETTLE_TIMEOUT`` seconds).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ..services.rooms import Rooms
     from ..services.world import World
 
-__all__ = ["ProtocolSession", "SessionServices", "SessionSocket"]
+__all__ = ["SETTLE_TIMEOUT", "ProtocolSession", "SessionServices", "SessionSocket"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ POLICY_VIOLATION = 1008
 _MAX_IN_FLIGHT = 64
 #: seconds the sends still queued when a session ends may take to be stored
 #: (they are awaited past the session's cancellation); the rest are dropped
-_SETTLE_TIMEOUT = 5.0
+SETTLE_TIMEOUT = 5.0
 GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
@@ -196,8 +196,8 @@ class ProtocolSession:
     def _settle_sends(self) -> None:
         """The session is ending: the sends it queued are still awaited (what
         was read off the socket is stored), for at most
-        :data:`_SETTLE_TIMEOUT` seconds from now."""
-        self._settle_by = trio.current_time() + _SETTLE_TIMEOUT
+        :data:`SETTLE_TIMEOUT` seconds from now."""
+        self._settle_by = trio.current_time() + SETTLE_TIMEOUT
         for scope in self._settling:
             scope.deadline = self._settle_by
 
