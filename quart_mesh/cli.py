@@ -3,17 +3,22 @@
 Options override ``MESH_*`` environment variables, which override defaults.
 SIGINT and SIGTERM shut the server down gracefully.
 
-Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings;
-1, the node cannot serve: the system refused it something (an ``OSError``,
-such as the port being taken) before it listened; 70 (EX_SOFTWARE), any
-other failure, and any failure at all once it listened: a part of the node
-failed, and the traceback is logged.
+Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
+(``--workers 2`` or more on SQLite included); 1, the node cannot serve: the
+system refused it something (an ``OSError``, such as the port being taken)
+before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
+all once it listened: a part of the node failed, and the traceback is logged.
+
+``--workers N`` (``MESH_WORKERS``) above 1 runs a parent that binds the
+socket and supervises N node processes (:mod:`quart_mesh.workers`, which
+gives the parent's exit statuses); 1, the default, serves in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -24,9 +29,10 @@ import trio
 
 from ._version import __version__
 from .app import configure_logging, create_app
-from .config import Settings, parse_port, parse_public_url
+from .config import Settings, parse_port, parse_public_url, parse_workers
 from .errors import ConfigError
 from .server import serve
+from .workers import Worker, supervise
 
 __all__ = ["main"]
 
@@ -55,7 +61,28 @@ def _parser() -> argparse.ArgumentParser:
         "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
     )
     srv.add_argument("--log-level", help="DEBUG, INFO, WARNING... (MESH_LOG_LEVEL, default INFO)")
+    srv.add_argument(
+        "--workers",
+        type=_arg(parse_workers),
+        help="node processes sharing the port; more than 1 needs PostgreSQL "
+        "(MESH_WORKERS, default 1)",
+    )
+    srv.add_argument(
+        "--uploads-dir",
+        type=Path,
+        help="folder of uploaded files, shared by every host of the mesh "
+        "(MESH_UPLOADS_DIR, default <data-dir>/uploads)",
+    )
+    # set by the parent of --workers for each worker (quart_mesh.workers)
+    srv.add_argument("--worker", type=_worker_spec, help=argparse.SUPPRESS)
     return parser
+
+
+def _worker_spec(value: str) -> Worker:
+    try:
+        return Worker.parse(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a worker spec: {value!r}") from None
 
 
 def _arg(fn: Callable[[str], object]) -> Callable[[str], object]:
@@ -77,8 +104,14 @@ async def _wait_for_signal() -> None:
             return
 
 
-async def run_server(settings: Settings, listening: list[str] | None = None) -> None:
-    """Serve until a signal; *listening* gets the URL once the node listens."""
+async def run_server(
+    settings: Settings, listening: list[str] | None = None, worker: Worker | None = None
+) -> None:
+    """Serve until a signal; *listening* gets the URL once the node listens.
+
+    As a *worker* of ``--workers``, accept on the sockets the parent bound,
+    tell it once serving, and stop on a signal or when the parent is gone.
+    """
     app = create_app(settings)
     async with trio.open_nursery() as nursery:
         url: str = await nursery.start(
@@ -87,16 +120,28 @@ async def run_server(settings: Settings, listening: list[str] | None = None) -> 
                 app,
                 host=settings.host,
                 port=settings.port,
-                shutdown_trigger=_wait_for_signal,
+                listeners=worker.listeners() if worker is not None else None,
+                shutdown_trigger=(
+                    partial(worker.wait_for_stop, _wait_for_signal)
+                    if worker is not None
+                    else _wait_for_signal
+                ),
             )
         )
         if listening is not None:
             listening.append(url)
-    log.info("stopped")
+        if worker is not None:
+            await worker.ready(url)
+    if worker is not None:
+        log.info("worker %d (pid %d) stopped", worker.number, os.getpid())
+    else:
+        log.info("stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    worker: Worker | None = args.worker
     try:
         settings = Settings.from_env().with_overrides(
             host=args.host,
@@ -105,14 +150,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             public_url=args.public_url,
             database_url=args.database_url,
             log_level=args.log_level.upper() if args.log_level else None,
+            workers=args.workers,
+            uploads_dir=args.uploads_dir,
         )
+        settings.check_workers_store()
     except ConfigError as exc:
         print(f"quart-mesh: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    if settings.workers > 1 and worker is None:
+        try:
+            return trio.run(supervise, settings, argv)
+        except KeyboardInterrupt:
+            return 130
     listening: list[str] = []
     try:
-        trio.run(run_server, settings, listening)
+        trio.run(run_server, settings, listening, worker)
     except KeyboardInterrupt:  # a second Ctrl+C while draining
         return 130
     except Exception as exc:

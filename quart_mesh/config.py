@@ -251,6 +251,12 @@ class Settings:
     port: int = 8000
     public_url: str | None = None
     database_url: str | None = None
+    #: Processes ``quart-mesh serve`` runs, each a whole node accepting on one
+    #: listening socket (``docs/operations.md``); more than 1 needs PostgreSQL.
+    workers: int = 1
+    #: Folder of uploaded files (default ``<data_dir>/uploads``); with several
+    #: hosts, one folder they all mount.
+    uploads_dir: Path | None = None
     limits: Limits = dataclasses.field(default_factory=Limits)
     #: Lifetime of tokens issued to humans (login, register, setup), seconds.
     token_ttl_seconds: int = 30 * 24 * 3600
@@ -353,6 +359,24 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.ws_ping_interval < self.ws_idle_timeout:
             raise ConfigError("ws_ping_interval must be shorter than ws_idle_timeout")
+        check_workers(self.workers, "workers")
+
+    def check_workers_store(self) -> None:
+        """Several workers need a store several processes can share.
+
+        Raises:
+            ConfigError: more than one worker on SQLite.
+        """
+        if self.workers > 1 and self.resolved_database_url.startswith("sqlite"):
+            raise ConfigError(
+                f"--workers {self.workers} needs PostgreSQL (MESH_DATABASE_URL): a node on "
+                "SQLite runs in one process only"
+            )
+
+    @property
+    def resolved_uploads_dir(self) -> Path:
+        """Where uploaded files are kept."""
+        return self.uploads_dir if self.uploads_dir is not None else self.data_dir / "uploads"
 
     @property
     def resolved_database_url(self) -> str:
@@ -385,6 +409,10 @@ class Settings:
             values["database_url"] = v
         if v := env.get("MESH_LOG_LEVEL"):
             values["log_level"] = v.upper()
+        if v := env.get("MESH_WORKERS"):
+            values["workers"] = _workers(v, "MESH_WORKERS")
+        if v := env.get("MESH_UPLOADS_DIR"):
+            values["uploads_dir"] = Path(v)
         for name in (
             "token_ttl_seconds",
             "guest_token_ttl_seconds",
@@ -539,6 +567,25 @@ def _port(value: str | int, name: str) -> int:
     return number
 
 
+#: most worker processes ``quart-mesh serve --workers`` runs
+MAX_WORKERS = 256
+
+
+def check_workers(number: int, name: str) -> None:
+    """Raises ConfigError unless 1 <= *number* <= :data:`MAX_WORKERS`."""
+    if isinstance(number, bool) or not 1 <= number <= MAX_WORKERS:
+        raise ConfigError(f"{name} must be between 1 and {MAX_WORKERS}, not {number}")
+
+
+def _workers(value: str, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of processes, not {value!r}") from None
+    check_workers(number, name)
+    return number
+
+
 def _url(value: str, name: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ConfigError(f"{name} must start with http:// or https://, not {value!r}")
@@ -548,6 +595,11 @@ def _url(value: str, name: str) -> str:
 def parse_port(value: str) -> int:
     """Validate a port given on the command line."""
     return _port(value, "--port")
+
+
+def parse_workers(value: str) -> int:
+    """Validate a number of workers given on the command line."""
+    return _workers(value, "--workers")
 
 
 def parse_public_url(value: str) -> str:

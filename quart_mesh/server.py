@@ -25,7 +25,7 @@ connections, and anything still open after ``graceful_timeout`` is cancelled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import trio
@@ -39,7 +39,7 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 from .app import MeshApp
 from .node import Node
 
-__all__ = ["serve"]
+__all__ = ["listening_url", "serve"]
 
 log = logging.getLogger("quart_mesh")
 
@@ -64,6 +64,12 @@ def hypercorn_config(graceful_timeout: float, head_timeout: float) -> HypercornC
     hlog.setLevel(max(hlog.getEffectiveLevel(), logging.WARNING))
     config.errorlog = hlog
     return config
+
+
+def listening_url(listeners: Sequence[trio.SocketListener]) -> str:
+    """The base URL of the first of *listeners* (``http://127.0.0.1:8000``)."""
+    sock = listeners[0].socket
+    return "http://" + repr_socket_addr(sock.family, sock.getsockname())
 
 
 class PrefixedStream(trio.abc.HalfCloseableStream):
@@ -176,11 +182,18 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
+    listeners: Sequence[trio.SocketListener] | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve *app* and run its node until *shutdown_trigger* returns or the
     caller cancels.
+
+    It binds *host* and *port* itself, once the node has started, and logs
+    ``quart-mesh listening on <url>``; or it accepts on *listeners*, sockets
+    already listening (a worker of ``quart-mesh serve --workers``, whose
+    parent bound them), and logs nothing: the caller announces it. Either
+    way the listeners are closed when it returns.
 
     One nursery holds the node's components (:meth:`Node.run`), the app's
     lifespan and the listeners. A component that fails with a bug ends it:
@@ -199,7 +212,7 @@ async def serve(
     public address (managed bots wait for it).
     """
     async with app.node_opened() as node:
-        await _serve_node(app, node, host, port, shutdown_trigger, task_status)
+        await _serve_node(app, node, host, port, listeners, shutdown_trigger, task_status)
 
 
 async def _serve_node(
@@ -207,6 +220,7 @@ async def _serve_node(
     node: Node,
     host: str,
     port: int,
+    given: Sequence[trio.SocketListener] | None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None,
     task_status: trio.TaskStatus[str],
 ) -> None:
@@ -230,11 +244,11 @@ async def _serve_node(
         await tree.start(run_lifespan)
         await lifespan.wait_for_startup()
 
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        sockname = listeners[0].socket.getsockname()
-        url = "http://" + repr_socket_addr(listeners[0].socket.family, sockname)
+        listeners = list(given) if given else await trio.open_tcp_listeners(port, host=host)
+        url = listening_url(listeners)
         node.address.bind(url)
-        log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
+        if not given:
+            log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
 
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as front:

@@ -2,13 +2,21 @@
 
 A file arrives as an async stream of chunks (the transport has already taken
 it out of its multipart envelope). It is written, while counted, to a
-temporary file in ``<data_dir>/uploads/`` and refused (413) as soon as it
-passes the limit, so memory use does not depend on the file's size. Once
-complete, its type is detected from its first bytes (the client's claim can
-only make it stricter, never more trusted: ``docs/uploads.md``), it is
-renamed to a server-chosen name (the lower-cased upload id and an extension
-of the detected type) and recorded in the store. The client's file name is
+temporary file in the uploads folder (``<data_dir>/uploads/``, or
+``MESH_UPLOADS_DIR``) and refused (413) as soon as it passes the limit, so
+memory use does not depend on the file's size. Once complete, its type is
+detected from its first bytes (the client's claim can only make it stricter,
+never more trusted: ``docs/uploads.md``), it is synced to disk, renamed to a
+server-chosen name (the lower-cased upload id and an extension of the
+detected type) and recorded in the store. The client's file name is
 metadata only: sanitized, stored, shown; never a path.
+
+Several processes and hosts may share the folder (``docs/decisions/0037``):
+every file is written under a name no other writer uses and moved into place
+with one atomic ``os.replace`` before its row is committed, and a file is
+only ever looked for once its row exists, so whoever finds the row finds
+the whole file. Nothing about uploads is kept in memory: each process asks
+the store.
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ log = logging.getLogger(__name__)
 SNIFF_BYTES = 64 * 1024
 #: bytes gathered before one write to disk (one thread hop per write)
 _WRITE_BATCH = 256 * 1024
-#: a temporary file older than this (seconds) is left over from a crash
+#: a temporary file untouched for this long (seconds; at least twice
+#: ``upload_timeout_seconds``) is left over from a crash, not another
+#: process's upload in progress
 _STALE_PARTIAL_SECONDS = 3600
 _PARTIAL_PREFIX = ".partial-"
 
@@ -289,24 +299,28 @@ class StoredFile:
 class Uploads:
     """Receives, records and finds uploaded files.
 
-    Owns ``<data_dir>/uploads/`` (mode 0700; files 0600).
+    Owns the uploads folder (``settings.resolved_uploads_dir``, mode 0700;
+    files 0600), shared with the mesh's other processes and hosts.
     """
 
     def __init__(self, settings: Settings, db: Database) -> None:
         self._limits = settings.limits
         self._quota = max(0, settings.upload_quota_bytes)
         self._db = db
-        self.directory = settings.data_dir / "uploads"
+        self.directory = settings.resolved_uploads_dir
+        self._stale_after = max(_STALE_PARTIAL_SECONDS, 2 * self._limits.upload_timeout_seconds)
         self._prepared = False
 
     async def prepare(self) -> None:
-        """Create the folder if needed and remove temporary files left by a crash."""
+        """Create the folder if needed and remove temporary files left by a
+        crash (of this process or another: one untouched for longer than an
+        upload may take)."""
         await trio.to_thread.run_sync(self._prepare_sync)
 
     def _prepare_sync(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
-        cutoff = time.time() - _STALE_PARTIAL_SECONDS
+        cutoff = time.time() - self._stale_after
         for path in self.directory.glob(_PARTIAL_PREFIX + "*"):
             with contextlib.suppress(OSError):
                 if path.stat().st_mtime < cutoff:
@@ -387,7 +401,8 @@ class Uploads:
                 )
             if pending:
                 await trio.to_thread.run_sync(out.write, bytes(pending))
-            await trio.to_thread.run_sync(out.close)
+            # on disk (on every host) before the row that lets others find it
+            await trio.to_thread.run_sync(_sync_and_close, out)
             name = sanitize_filename(filename)
             ext, content_type = sniff(bytes(head), size, claimed_type, name)
             upload = Upload(
@@ -400,7 +415,7 @@ class Uploads:
                 created_at=now_ms(),
             )
             final = self.directory / upload.stored_name
-            await trio.to_thread.run_sync(os.rename, temp, final)
+            await trio.to_thread.run_sync(_move_into_place, temp, final)
             await self._db.write(lambda conn: repo.insert_upload(conn, upload))
             final = None  # recorded: keep it
             return upload
@@ -454,6 +469,22 @@ class Uploads:
 def _create_private(path: Path) -> IO[bytes]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     return os.fdopen(fd, "wb")
+
+
+def _sync_and_close(file: IO[bytes]) -> None:
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()
+
+
+def _move_into_place(temp: Path, final: Path) -> None:
+    """Rename atomically, and make the rename itself durable."""
+    os.replace(temp, final)
+    fd = os.open(final.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _open_for_reading(path: Path) -> tuple[IO[bytes], int]:

@@ -1,4 +1,7 @@
-"""Repository: uploaded files (their records; the bytes live in the data folder)."""
+"""Repository: uploaded files (their records; the bytes live in the uploads
+folder, ``Settings.resolved_uploads_dir``, which every process of the mesh
+shares). A row is written only once its file is in place, so a process that
+finds the row, on any host, finds the file."""
 
 from __future__ import annotations
 
