@@ -48,7 +48,7 @@ async def _signed() -> tuple[str, dict[str, Any]]:
     data = await request.get_data(cache=False)
     raw = data.encode() if isinstance(data, str) else data
     signed = SignedRequest(dict(request.headers), request.method, request.path, raw)
-    did = node().federation.authenticate(signed)
+    did = await node().federation.authenticate(signed)
     return did, (parse_json_object(raw) if raw.strip() else {})
 
 

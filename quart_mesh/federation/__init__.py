@@ -1,6 +1,7 @@
 """Federation between nodes: signed node-to-node requests and mesh connections.
 
-``signing`` builds and checks the ``X-Mesh-*`` signature headers (no I/O);
+``signing`` builds and checks the ``X-Mesh-*`` signature headers (and
+remembers nonces in the store);
 ``http`` makes capped, deadlined calls to other nodes; ``service`` keeps the
 connections (``docs/federation.md``, decision 0027); ``registry`` lists
 public meshes and sends this mesh's heartbeat to a registry (decision 0028).
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 from .registry import Heartbeat, Registry
 from .service import Federation, PeerError
-from .signing import NonceCache, canonical_string, sign_request, verify_request
+from .signing import Nonces, canonical_string, sign_request, verify_request
 
 __all__ = [
     "Federation",
     "Heartbeat",
-    "NonceCache",
+    "Nonces",
     "PeerError",
     "Registry",
     "canonical_string",

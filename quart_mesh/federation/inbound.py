@@ -134,7 +134,7 @@ class Receiver:
                         if stop is not None:
                             break
                     try:
-                        self._rate.key("federation_relay", did)
+                        await self._rate.key("federation_relay", did)
                         outcome = await self._apply(
                             row, event, shares, RelaySource(connection_id, seq)
                         )

@@ -8,9 +8,13 @@ A signed request carries four headers::
     X-Mesh-Signature  base64url (padding optional) Ed25519 signature of
                       METHOD \\n PATH \\n TIMESTAMP \\n NONCE \\n sha256-hex(body)
 
-This module does no I/O: it builds headers and checks them, raising
-:class:`~quart_mesh.errors.Unauthorized` with the codes ``unsigned``,
-``bad_signature``, ``stale`` and ``replayed``.
+Building headers and checking signatures does no I/O. Nonces are
+remembered in the store (:class:`Nonces`, ``store/nonces.py``, decision
+0036), shared by every process of the mesh and kept across restarts, so a
+request one process accepted is ``replayed`` on any other, and at any time
+until its timestamp has left the skew window (after which it is ``stale``).
+Refusals are :class:`~quart_mesh.errors.Unauthorized` with the codes
+``unsigned``, ``bad_signature``, ``stale`` and ``replayed``.
 """
 
 from __future__ import annotations
@@ -23,16 +27,21 @@ import secrets
 import time
 from collections.abc import Mapping
 
+from sqlalchemy.engine import Connection
+
 from ..errors import Unauthorized, Unavailable
 from ..identity import NodeIdentity, verify
+from ..store import Database
+from ..store import nonces as repo
 
 __all__ = [
     "HEADER_DID",
     "HEADER_NONCE",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
-    "NonceCache",
+    "Nonces",
     "canonical_string",
+    "check_signature",
     "is_signed",
     "sign_request",
     "verify_request",
@@ -47,6 +56,13 @@ _NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 #: an Ed25519 signature is 64 bytes: 86 base64url characters without padding
 _MAX_SIGNATURE_CHARS = 100
+#: nonces are kept this long past the skew window, for clocks that differ
+#: a little between the node's hosts (seconds)
+_CLOCK_GRACE = 60
+#: how often a process forgets expired nonces and counts the live ones (seconds)
+_PRUNE_EVERY = 30.0
+#: how often, while too many are live, it counts again (seconds)
+_RECOUNT_EVERY = 1.0
 
 
 def canonical_string(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
@@ -80,69 +96,81 @@ def is_signed(headers: Mapping[str, str]) -> bool:
     return any(name.lower() in names for name in _HEADERS)
 
 
-class NonceCache:
-    """Nonces seen within the skew window, per sender DID; bounded.
+class Nonces:
+    """Nonces seen within the skew window, per sender DID, in the store.
 
-    A nonce is remembered until its timestamp has left the window, after which
-    the timestamp check alone refuses it. When *max_entries* nonces are live,
-    new signed requests are refused (503 ``busy``) rather than forgetting a
-    nonce early, which would let it be replayed.
+    A nonce is remembered until its timestamp has left the window (plus a
+    grace for clock differences between hosts), after which the timestamp
+    check alone refuses it; so nothing is forgotten early, not even by a
+    restart, and a request signed before this process started is judged
+    by its timestamp like any other. When about *max_entries* nonces are
+    live, new signed requests are refused (503 ``busy``) rather than
+    forgetting a nonce early, which would let it be replayed. Live nonces
+    are counted now and then, not per request: the bound is approximate.
     """
 
-    def __init__(
-        self, window_seconds: float, max_entries: int, *, not_before: float | None = None
-    ) -> None:
+    def __init__(self, db: Database, window_seconds: float, max_entries: int) -> None:
+        self._db = db
         self._window = window_seconds
         self._max = max_entries
-        self._seen: dict[tuple[str, str], float] = {}
-        #: requests signed before this second are refused as ``stale``: nonces
-        #: live in memory, so an earlier run of the node may have seen them
-        self._not_before = int(time.time() if not_before is None else not_before)
+        self._next_prune = 0.0
+        self._full = False
 
-    def __len__(self) -> int:
-        return len(self._seen)
+    async def check_and_add(self, did: str, nonce: str, timestamp: int, now: float) -> None:
+        """Remember (*did*, *nonce*) for a request signed at *timestamp*.
 
-    def check_and_add(self, did: str, nonce: str, timestamp: int, now: float) -> None:
-        """Remember (*did*, *nonce*).
+        Cancellation: once handed to the store, the nonce is remembered even
+        if the caller is cancelled.
 
         Raises:
-            Unauthorized: ``replayed``, it was seen before.
-            Unavailable: ``busy``, the cache is full of live nonces.
+            Unauthorized: ``replayed``, it was seen before (by any process).
+            Unavailable: ``busy``, too many nonces are live; or the store
+                cannot be reached.
         """
-        if timestamp < self._not_before:
-            raise Unauthorized("this request was signed before this node started", "stale")
-        key = (did, nonce)
-        if key in self._seen:
+        expires_at = int((timestamp + self._window + _CLOCK_GRACE) * 1000)
+        prune = now >= self._next_prune
+        if prune:
+            self._next_prune = now + (_RECOUNT_EVERY if self._full else _PRUNE_EVERY)
+        elif self._full:
+            raise Unavailable("too many signed requests; try again later", "busy")
+        # expired: their timestamps are outside the window, whatever the clocks say
+        cutoff = int((now - self._window - _CLOCK_GRACE) * 1000)
+
+        def add(conn: Connection) -> tuple[bool, bool]:
+            """(whether too many are live, whether this one was added)"""
+            if prune:
+                repo.prune(conn, cutoff)
+                if repo.count(conn) >= self._max:
+                    return True, False
+            return False, repo.add(conn, did, nonce, expires_at)
+
+        full, added = await self._db.write(add)
+        if prune:
+            self._full = full
+        if full:
+            raise Unavailable("too many signed requests; try again later", "busy")
+        if not added:
             raise Unauthorized("this signed request was already received", "replayed")
-        if len(self._seen) >= self._max:
-            self._seen = {k: exp for k, exp in self._seen.items() if exp > now}
-            if len(self._seen) >= self._max:
-                raise Unavailable("too many signed requests; try again later", "busy")
-        self._seen[key] = timestamp + self._window
 
 
-def verify_request(
+def check_signature(
     headers: Mapping[str, str],
     method: str,
     path: str,
     body: bytes,
     *,
-    nonces: NonceCache,
     max_skew: float,
-    now: float | None = None,
-) -> str:
-    """Check a signed request; return the sender's DID.
+    now: float,
+) -> tuple[str, str, int]:
+    """The sender's DID, nonce and timestamp of a request whose signature
+    holds (no I/O; :func:`verify_request` also checks the nonce).
 
     Header names are matched in any case. Checks, in order: all headers
     present and well-formed (``unsigned``), timestamp within *max_skew*
-    seconds of now (``stale``), signature by the DID's key
-    (``bad_signature``), nonce not seen before (``replayed``). The nonce is
-    remembered only once the signature holds, so forged requests
-    cannot fill the cache.
+    seconds of *now* (``stale``), signature by the DID's key (``bad_signature``).
 
     Raises:
         Unauthorized: with one of the codes above.
-        Unavailable: the nonce cache is full.
     """
     lowered = {key.lower(): value for key, value in headers.items()}
     values = {name: lowered.get(name.lower(), "").strip() for name in _HEADERS}
@@ -156,15 +184,41 @@ def verify_request(
         raise Unauthorized(f"{HEADER_TIMESTAMP} must be unix seconds", "unsigned")
     if not _NONCE.fullmatch(nonce):
         raise Unauthorized(f"{HEADER_NONCE} must be 16-128 of [A-Za-z0-9_-]", "unsigned")
-    current = time.time() if now is None else now
-    if abs(current - int(timestamp)) > max_skew:
+    if abs(now - int(timestamp)) > max_skew:
         raise Unauthorized(
             f"{HEADER_TIMESTAMP} is more than {max_skew:g} s from this node's clock", "stale"
         )
     raw = _b64url(signature)
     if raw is None or not verify(did, raw, canonical_string(method, path, timestamp, nonce, body)):
         raise Unauthorized(f"the signature does not verify for {HEADER_DID}", "bad_signature")
-    nonces.check_and_add(did, nonce, int(timestamp), current)
+    return did, nonce, int(timestamp)
+
+
+async def verify_request(
+    headers: Mapping[str, str],
+    method: str,
+    path: str,
+    body: bytes,
+    *,
+    nonces: Nonces,
+    max_skew: float,
+    now: float | None = None,
+) -> str:
+    """Check a signed request; return the sender's DID.
+
+    The checks of :func:`check_signature`, then the nonce must not have been
+    seen before (``replayed``). The nonce is remembered only once the
+    signature holds, so forged requests cannot fill the store.
+
+    Raises:
+        Unauthorized: ``unsigned``, ``stale``, ``bad_signature`` or ``replayed``.
+        Unavailable: too many live nonces (``busy``), or the store is down.
+    """
+    current = time.time() if now is None else now
+    did, nonce, timestamp = check_signature(
+        headers, method, path, body, max_skew=max_skew, now=current
+    )
+    await nonces.check_and_add(did, nonce, timestamp, current)
     return did
 
 

@@ -10,9 +10,12 @@ challenge the node issued. Challenges:
   ``did_challenge_ttl_seconds`` and are single-use: the first attempt that
   names one consumes it, whatever its outcome, so a challenge cannot be used
   to guess signatures;
-- live in memory (at most ``max_did_challenges``; beyond, the oldest is
-  dropped), so a node restart invalidates the outstanding ones. One node
-  process serves a mesh, so nothing needs sharing (see decision 0020).
+- live in the store (``store/challenges.py``, decision 0036), on both
+  backends, so that a challenge one process issued verifies on another
+  and is consumed once across all of them (one atomic ``UPDATE ...
+  RETURNING``). At most about ``max_did_challenges`` are kept; beyond, the
+  soonest to expire are dropped. Used and expired ones stay one more TTL to
+  be told apart from ones never issued.
 
 ``store-key`` links a DID to the caller and keeps its client-encrypted private
 key. Linking needs the same proof (a signed challenge): otherwise anyone could
@@ -24,10 +27,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import collections
 import contextlib
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from ..records import Participant, iso, now_ms
 from ..security import Tokens
 from ..store import Database
 from ..store import agents as agents_repo
+from ..store import challenges as challenges_repo
 from ..store import identity_keys as repo
 from .accounts import Accounts, SignedIn
 from .authz import Actor, authorize
@@ -51,6 +53,8 @@ __all__ = ["Challenge", "DidAuth", "DidLogin", "KeyRecord", "decode_signature", 
 _PREFIX = "mesh-challenge"
 #: longest challenge text the node issues is well below this
 _MAX_CHALLENGE = 256
+#: issued challenges between two checks of ``max_did_challenges`` (per process)
+_CAP_EVERY = 32
 #: an Ed25519 signature in base64 is 86 to 88 characters; allow for slack
 _MAX_SIGNATURE = 200
 _MAX_PUBLIC_KEY = 128
@@ -64,19 +68,9 @@ class Challenge:
     did: str
     #: wall-clock expiry, epoch milliseconds (shown as ``expiresAt``)
     expires_at: int
-    #: the same moment on the monotonic clock (what expiry is checked against)
-    deadline: float
 
     def to_json(self) -> dict[str, Any]:
         return {"challenge": self.text, "expiresAt": iso(self.expires_at), "did": self.did}
-
-
-@dataclass(slots=True)
-class _Slot:
-    """An issued challenge and whether an attempt has consumed it."""
-
-    challenge: Challenge
-    used: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,61 +178,67 @@ class DidAuth:
         self._accounts = accounts
         self._tokens = tokens
         self._node_did = node_did
-        #: issued challenges by text, oldest first; used ones stay until they
-        #: are long expired, so a second attempt is told ``challenge_used``
-        self._challenges: collections.OrderedDict[str, _Slot] = collections.OrderedDict()
+        #: challenges this process issued since it last checked the cap
+        self._issued = 0
 
     # challenges -----------------------------------------------------------------
 
-    def challenge(self, did: str) -> Challenge:
+    async def challenge(self, did: str) -> Challenge:
         """Issue a single-use challenge for *did* to sign (no authentication).
 
         Raises:
             Forbidden: the mesh is not set up (``not_initialized``).
             BadRequest: *did* is not an Ed25519 ``did:key``.
+            Unavailable, Overloaded: the store cannot take it.
         """
         if self._accounts.mesh is None:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
         parse_did(did)
-        ttl = self._limits.did_challenge_ttl_seconds
-        now = time.monotonic()
-        challenges = self._challenges
-        # long expired ones go (recently expired ones stay, to be told apart
-        # from challenges never issued)
-        while challenges:
-            oldest = next(iter(challenges.values()))
-            if oldest.challenge.deadline + ttl > now:
-                break
-            challenges.popitem(last=False)
-        while len(challenges) >= self._limits.max_did_challenges:
-            challenges.popitem(last=False)
+        ttl_ms = self._limits.did_challenge_ttl_seconds * 1000
+        most = self._limits.max_did_challenges
         text = f"{_PREFIX}:{self._node_did}:{secrets.token_urlsafe(32)}"
-        issued = Challenge(text, did, now_ms() + ttl * 1000, now + ttl)
-        challenges[text] = _Slot(issued)
+        issued = Challenge(text, did, now_ms() + ttl_ms)
+        self._issued += 1
+        cap = self._issued >= _CAP_EVERY
+        if cap:
+            self._issued = 0
+
+        def write(conn: Connection) -> None:
+            # long expired ones go (recently expired ones stay, to be told
+            # apart from challenges never issued): an index range, cheap
+            challenges_repo.prune(conn, issued.expires_at - 2 * ttl_ms)
+            if cap:  # a scan of the newest ones: now and then
+                challenges_repo.keep_newest(conn, most - 1)
+            challenges_repo.issue(conn, text, did, issued.expires_at)
+
+        await self._db.write(write)
         return issued
 
-    def _prove(self, did: str, challenge: str, signature: str) -> None:
+    async def _prove(self, did: str, challenge: str, signature: str) -> None:
         """Consume *challenge* and check that *signature* is *did*'s over it.
 
         Raises:
             Unauthorized: ``unknown_challenge``, ``challenge_used``,
                 ``challenge_expired``, ``challenge_mismatch`` or ``invalid_signature``.
         """
-        slot = self._challenges.get(challenge) if len(challenge) <= _MAX_CHALLENGE else None
-        if slot is None:
+        consumed: challenges_repo.Consumed | challenges_repo.Refused = (
+            challenges_repo.Refused.UNKNOWN
+        )
+        if len(challenge) <= _MAX_CHALLENGE and challenge.startswith(_PREFIX + ":"):
+            consumed = await self._db.write(lambda conn: challenges_repo.consume(conn, challenge))
+        if consumed is challenges_repo.Refused.UNKNOWN:
             raise Unauthorized(
                 "unknown challenge: this node did not issue it, or dropped it",
                 "unknown_challenge",
             )
-        if slot.used:
+        if consumed is challenges_repo.Refused.USED:
             raise Unauthorized(
                 "the challenge was already used: request a new one", "challenge_used"
             )
-        slot.used = True
-        issued = slot.challenge
-        if time.monotonic() >= issued.deadline:
+        assert isinstance(consumed, challenges_repo.Consumed)
+        if now_ms() >= consumed.expires_at:
             raise Unauthorized("the challenge has expired: request a new one", "challenge_expired")
-        if issued.did != did:
+        if consumed.did != did:
             raise Unauthorized("the challenge was issued for another DID", "challenge_mismatch")
         raw = decode_signature(signature)
         if raw is None or not verify(did, raw, challenge.encode("utf-8")):
@@ -279,8 +279,8 @@ class DidAuth:
         if name is not None:
             check_name(name, self._limits)
         limiter = self._accounts.rate_limits
-        limiter.address("login_address", address)
-        self._prove(did, challenge, signature)
+        await limiter.address("login_address", address)
+        await self._prove(did, challenge, signature)
         participant = await self._db.read(lambda conn: repo.participant_for_did(conn, did))
         if participant is not None:
             return DidLogin(self._session(participant), created=False)
@@ -289,7 +289,7 @@ class DidAuth:
                 "registration is closed on this mesh: this DID is not linked to anyone",
                 "registration_closed",
             )
-        limiter.address("registration_address", address)
+        await limiter.address("registration_address", address)
         name = name or f"did-{public_key.hex()[:12]}"
 
         def record(conn: Connection, participant: Participant) -> None:
@@ -360,7 +360,7 @@ class DidAuth:
             if key not in readings:
                 raise BadRequest("publicKey is not the key the DID names", "public_key_mismatch")
         try:
-            self._prove(did, challenge, signature)
+            await self._prove(did, challenge, signature)
         except Unauthorized as error:
             # the caller's token is good: this is a refusal, not a failed login
             raise Forbidden(error.message, error.code) from None

@@ -1,4 +1,4 @@
-"""Rate limits: one in-memory limiter that every domain service consults.
+"""Rate limits: one limiter that every domain service consults.
 
 The services call it, not the handlers, so REST, WebSocket, polling and
 webhook bots share one budget per participant. The rules and their defaults
@@ -17,6 +17,19 @@ pressure a key that is not idle may be forgotten too, which only lets that
 key off lightly.
 
 The clock is Trio's (``trio.current_time``), so tests can use an autojump clock.
+
+Several processes on one PostgreSQL database (decision 0036): the rules
+whose point is security (:data:`SHARED_RULES`: login attempts per name and
+per address, registrations per address, which DID verifications and guest
+sessions count against too) keep their buckets in the store, so an attacker
+gains nothing by spreading attempts over processes. The same algorithm runs
+there, as one atomic upsert per hit (``store/limits.py``), on a clock all
+processes share: the wall clock when this limiter first counts there, moved
+on by the limiter's clock since (so an autojump clock moves it in tests).
+The chat rules (messages, reactions, typing, models) and ``federation_relay``
+stay in each process's memory: sharing them would cost a database round trip
+per message, and what they protect (the node's capacity) is per process too.
+On SQLite (one process) every rule stays in memory.
 """
 
 from __future__ import annotations
@@ -24,16 +37,20 @@ from __future__ import annotations
 import collections
 import ipaddress
 import math
+import time
 from collections.abc import Callable
 from typing import Final
 
 import trio
+from sqlalchemy.engine import Connection
 
 from ..config import RateLimits
 from ..errors import RateLimited
+from ..store import Database
+from ..store import limits as repo
 from .authz import Actor
 
-__all__ = ["RULE_MESSAGES", "RateLimiter"]
+__all__ = ["RULE_MESSAGES", "SHARED_RULES", "RateLimiter"]
 
 #: what a refusal says, per rule
 RULE_MESSAGES: Final = {
@@ -46,8 +63,12 @@ RULE_MESSAGES: Final = {
     "registration_address": "too many registrations from your address",
     "federation_relay": "this node relays too many events",
 }
+#: rules counted in the store when several processes may serve the mesh
+SHARED_RULES: Final = frozenset({"login_name", "login_address", "registration_address"})
 #: idle keys examined for eviction per action (amortized sweeping)
 _SWEEP = 2
+#: how often a process deletes the full buckets from the store (seconds)
+_PRUNE_EVERY = 60.0
 _Address = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -55,9 +76,22 @@ class RateLimiter:
     """Decides whether an action is allowed now; remembers recent actions."""
 
     def __init__(
-        self, config: RateLimits | None = None, *, clock: Callable[[], float] | None = None
+        self,
+        config: RateLimits | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        db: Database | None = None,
     ) -> None:
+        """Args:
+        clock: seconds, for the rules kept in memory (default Trio's).
+        db: the store; on PostgreSQL, :data:`SHARED_RULES` are counted
+            there (on SQLite it is not used: one process, memory is enough).
+        """
         self._clock = clock or trio.current_time
+        self._db = db if db is not None and db.backend == "postgresql" else None
+        self._next_prune = 0.0
+        #: wall clock minus the limiter's clock (seconds), fixed at the first shared hit
+        self._wall_offset: float | None = None
         #: (rule, key) -> when that key's bucket is full again (least recently used first)
         self._full_at: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
         self._refused: collections.Counter[str] = collections.Counter()
@@ -86,26 +120,38 @@ class RateLimiter:
         """Like :meth:`participant`, for actions dropped silently when over the limit."""
         return not self._participant(rule, actor, scope)
 
-    def address(self, rule: str, address: str | None) -> None:
+    @property
+    def shared(self) -> bool:
+        """Whether :data:`SHARED_RULES` are counted in the store (PostgreSQL)."""
+        return self._db is not None
+
+    async def address(self, rule: str, address: str | None) -> None:
         """Count one *rule* action from a client address. ``None`` (not over
         HTTP) and exempt addresses are not limited.
 
         Raises:
             RateLimited: over the limit.
+            Unavailable, Overloaded: a shared rule, and the store cannot count
+                it (the action is refused, not let through uncounted).
         """
         if address is None or self._is_exempt(address):
             return
-        wait = self._take(rule, address, 1.0)
-        if wait:
-            self._refuse(rule, wait)
+        await self.key(rule, address)
 
-    def key(self, rule: str, key: str) -> None:
+    async def key(self, rule: str, key: str) -> None:
         """Count one *rule* action for *key* (e.g. a casefolded login name).
+
+        Cancellation: a shared hit handed to the store is counted even if the
+        caller is cancelled meanwhile.
 
         Raises:
             RateLimited: over the limit.
+            Unavailable, Overloaded: as :meth:`address`.
         """
-        wait = self._take(rule, key, 1.0)
+        if self._db is not None and rule in SHARED_RULES:
+            wait = await self._take_shared(self._db, rule, key)
+        else:
+            wait = self._take(rule, key, 1.0)
         if wait:
             self._refuse(rule, wait)
 
@@ -118,6 +164,7 @@ class RateLimiter:
     def statistics(self) -> dict[str, object]:
         return {
             "enabled": self.config.enabled,
+            # in this process's memory (shared rules on PostgreSQL are not)
             "trackedKeys": len(self._full_at),
             "refused": dict(sorted(self._refused.items())),
         }
@@ -150,6 +197,29 @@ class RateLimiter:
         memory[slot] = full_at + interval
         self._forget_idle(now)
         return 0.0
+
+    async def _take_shared(self, db: Database, rule: str, key: str) -> float:
+        """:meth:`_take` in the store, on the wall clock (ms), for every process."""
+        config = self.config
+        rate = config.rule(rule)
+        if rate is None or not config.enabled:
+            return 0.0
+        interval = max(1, round(rate.per * 1000 / rate.count))
+        tolerance = interval * (max(1, rate.burst) - 1)
+        if self._wall_offset is None:
+            self._wall_offset = time.time() - self._clock()
+        now = int((self._clock() + self._wall_offset) * 1000)
+        # full buckets are the same as none: each process deletes them now and then
+        prune = now / 1000 >= self._next_prune
+        if prune:
+            self._next_prune = now / 1000 + _PRUNE_EVERY
+
+        def hit(conn: Connection) -> int:
+            if prune:
+                repo.prune(conn, now)
+            return repo.take(conn, rule, key, now=now, interval=interval, tolerance=tolerance)
+
+        return await db.write(hit) / 1000
 
     def _forget_idle(self, now: float) -> None:
         memory = self._full_at

@@ -95,33 +95,33 @@ def test_rules_off_and_all_off() -> None:
         rates.participant("reactions", actor())
 
 
-def test_addresses_and_exemptions() -> None:
+async def test_addresses_and_exemptions() -> None:
     clock = Clock()
     rates = limiter(clock, login_address=Rate(1, 60), exempt_addresses=("127.0.0.0/8", "::1"))
     for address in ("127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", None):
         for _ in range(5):
-            rates.address("login_address", address)
-    rates.address("login_address", "192.0.2.1")
+            await rates.address("login_address", address)
+    await rates.address("login_address", "192.0.2.1")
     with pytest.raises(RateLimited):
-        rates.address("login_address", "192.0.2.1")
-    rates.address("login_address", "192.0.2.2")
+        await rates.address("login_address", "192.0.2.1")
+    await rates.address("login_address", "192.0.2.2")
     # something that is not an address (a Unix socket) is still limited
-    rates.address("login_address", "unix-socket")
+    await rates.address("login_address", "unix-socket")
     with pytest.raises(RateLimited):
-        rates.address("login_address", "unix-socket")
+        await rates.address("login_address", "unix-socket")
 
 
-def test_memory_stays_bounded() -> None:
+async def test_memory_stays_bounded() -> None:
     clock = Clock()
     rates = limiter(clock, login_name=Rate(1, 1), max_keys=1000)
     # keys that go idle are forgotten as new ones arrive
     for i in range(50_000):
         clock.now += 0.01
-        rates.key("login_name", f"name{i}")
+        await rates.key("login_name", f"name{i}")
     assert rates.statistics()["trackedKeys"] <= 200
     # under a flood of fresh keys the least recently used go first
     for i in range(5000):
-        rates.key("login_name", f"flood{i}")
+        await rates.key("login_name", f"flood{i}")
     assert rates.statistics()["trackedKeys"] == 1000
     with pytest.raises(RateLimited):
-        rates.key("login_name", "flood4999")
+        await rates.key("login_name", "flood4999")

@@ -48,14 +48,14 @@ async def wait_what_it_says(rates: RateLimiter, rule: str, seconds: float) -> in
     start = trio.current_time()
     while trio.current_time() - start < seconds:
         try:
-            rates.key(rule, "bob")
+            await rates.key(rule, "bob")
         except RateLimited as error:
             wait = error.retry_after
         else:
             wait = 0.0
         if wait:
             await trio.sleep(wait)
-            rates.key(rule, "bob")  # must not raise
+            await rates.key(rule, "bob")  # must not raise
         allowed += 1
     return allowed
 

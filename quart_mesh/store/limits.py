@@ -1,0 +1,70 @@
+"""Repository: rate-limit buckets shared by every process (decision 0036).
+
+One row per (rule, key) holds the GCRA number of ``services/ratelimit.py``:
+the wall-clock millisecond at which the key's bucket is full again. A hit
+is one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``, so two processes
+counting the same key at once are serialized by the row, and neither can
+miss the other's hit. A row whose time has passed is a full bucket, the
+same as no row: :func:`prune` deletes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .dialect import insert
+from .schema import rate_counters
+
+__all__ = ["prune", "storage_key", "take"]
+
+#: keys longer than this are stored as their SHA-256 (a casefolded login
+#: name may be longer than the column)
+_LONGEST_KEY = 128
+
+
+def storage_key(key: str) -> str:
+    """*key* as stored: itself, or ``sha256:<hex>`` if it is long."""
+    if len(key) <= _LONGEST_KEY:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def take(conn: Connection, rule: str, key: str, *, now: int, interval: int, tolerance: int) -> int:
+    """Count one *rule* action for *key* at *now* (epoch ms) if its bucket
+    allows it: at most *tolerance* ms of credit in use, each action using
+    *interval* ms.
+
+    Returns:
+        0 if allowed (and counted), else the ms until it would be.
+    """
+    c = rate_counters.c
+    now_ = sa.literal(now, sa.BigInteger)
+    # the bucket's time, or now if it is full (both sides of the upsert)
+    base = sa.case((c.full_at > now_, c.full_at), else_=now_)
+    over = base - now_ > tolerance
+    query = (
+        insert(conn, rate_counters)
+        .values(rule=rule, key=storage_key(key), full_at=now + interval, allowed=True)
+        .on_conflict_do_update(
+            index_elements=["rule", "key"],
+            # every SET expression reads the row as it was before this hit
+            set_={
+                "full_at": sa.case((over, c.full_at), else_=base + interval),
+                "allowed": sa.not_(over),
+            },
+        )
+        .returning(c.full_at, c.allowed)
+    )
+    full_at, allowed = conn.execute(query).one()
+    if allowed:
+        return 0
+    return max(1, int(full_at) - tolerance - now)
+
+
+def prune(conn: Connection, now: int) -> int:
+    """Delete the buckets that are full again at *now*; how many went."""
+    result = conn.execute(sa.delete(rate_counters).where(rate_counters.c.full_at <= now))
+    return int(result.rowcount or 0)
