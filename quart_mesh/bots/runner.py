@@ -9,6 +9,12 @@ a WebSocket bot. Exit status 78 (EX_CONFIG) means "cannot run as configured";
 the supervisor then does not restart it. Exit status 75 (EX_TEMPFAIL) asks
 for an immediate restart (the ``restart`` command).
 
+With ``MESH_EXIT_WITH_PARENT=1`` (the supervisor sets it) the bot exits as
+soon as its stdin reaches end of file: stdin is a pipe whose other end only
+the node process holds, so the bot ends with the node even when the node is
+killed with SIGKILL (``prctl(PR_SET_PDEATHSIG)`` would not do: Trio starts
+processes from a worker thread, and that signal follows the thread).
+
 Every managed bot answers the commands of ``POST /api/agents/:id/command``
 (``command`` events) with a ``command_result`` frame: ``status``,
 ``join_room`` and ``leave_room`` (``args.roomId``) and ``restart``.
@@ -56,12 +62,29 @@ async def run() -> int:
         return EX_CONFIG
     rooms = json.loads(env.get("MESH_ROOMS", "[]"))
     since = env.get("MESH_SINCE") or None
-    # the nursery (model bots answer in it) ends before the connection does
-    async with open_websocket_url(env["MESH_WS_URL"]) as ws, trio.open_nursery() as nursery:
-        try:
-            return await _session(ws, env, bot_type, rooms, since, nursery)
-        finally:
-            nursery.cancel_scope.cancel()
+    code = 1
+    async with trio.open_nursery() as outer:
+        if env.get("MESH_EXIT_WITH_PARENT") == "1":
+            outer.start_soon(_exit_with_parent)
+        # the nursery (model bots answer in it) ends before the connection does
+        async with open_websocket_url(env["MESH_WS_URL"]) as ws, trio.open_nursery() as nursery:
+            try:
+                code = await _session(ws, env, bot_type, rooms, since, nursery)
+            finally:
+                nursery.cancel_scope.cancel()
+                outer.cancel_scope.cancel()
+    return code
+
+
+async def _exit_with_parent() -> None:
+    """Exit at once when stdin ends: the node that started this bot is gone
+    (killed, perhaps), and another node process may be starting its copy."""
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with stdin:
+        while await stdin.receive_some(1024):
+            pass
+    print("the node that started this bot is gone: exiting", file=sys.stderr, flush=True)
+    os._exit(EX_TEMPFAIL)  # no clean-up: nobody is left to talk to
 
 
 async def _session(

@@ -1,10 +1,28 @@
 """The supervisor of managed bots: one child process per bot, restarted with
 exponential backoff, stopped with SIGTERM then SIGKILL.
 
+The supervisor is an elected singleton (``store/leases.py``, decision
+0035): on PostgreSQL, where several processes serve one mesh, it runs on one
+of them, and each bot runs once in the whole mesh. A spawn may reach any
+process: it is recorded in the store, and the running supervisor starts
+what the store lists and stops what it no longer lists — at once when the
+spawn or the removal reached its own process, else within
+:data:`_RECONCILE_INTERVAL`. It writes each bot's status to
+``managed_bots``, which every process's ``GET /api/agents`` shows.
+
 Each bot gets a fresh token at every start (tokens are not stored) and, if it
-was spawned with one, its API key — in the child's environment only, and in
-this process's memory for restarts; never on disk (spec §5.9). After a node
-restart such a bot has no key and waits in status ``needs_key``.
+was spawned with one, its API key — in the child's environment, and in this
+process's memory for restarts (spec §5.9). On SQLite the key is never
+written anywhere: after a node restart such a bot has no key and waits in
+status ``needs_key``. On PostgreSQL the process that runs the bot may not be
+the one that took the spawn, and may change when one dies, so the key is
+stored sealed (AES-GCM, a key derived from the node secret, which lives in
+the data folder, not the database) and removed with the bot.
+
+A bot's process ends with the process that started it, even after
+``kill -9``: it watches its stdin, a pipe only the node holds, and exits
+when that pipe closes (``runner.py``). Otherwise a bot orphaned by a
+killed node would keep running beside the copy the next supervisor starts.
 
 A bot acknowledges each message it handled (``cursor N`` on its stdout); the
 next start resumes after the last one (``MESH_SINCE``). Acknowledged cursors
@@ -19,6 +37,8 @@ and tried again after the same backoff as a crash.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import os
@@ -29,10 +49,12 @@ from functools import partial
 from typing import Any
 
 import trio
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy.engine import Connection
 
 from ..address import PublicAddress
 from ..config import Settings
+from ..records import now_ms
 from ..retry import Backoff, retrying
 from ..security import Tokens
 from ..services.agents import BotSpec
@@ -47,8 +69,12 @@ EX_CONFIG = 78  # the bot cannot run as configured: do not restart it
 EX_TEMPFAIL = 75  # the bot asks to be started again now (the restart command)
 _BACKOFF_START, _BACKOFF_MAX, _STABLE_AFTER = 0.5, 30.0, 60.0
 _STOP_GRACE = 5.0
-#: how often acknowledged cursors are saved (a node restart resumes from them)
+#: how often acknowledged cursors and statuses are saved (a node restart
+#: resumes from the cursors; every process shows the statuses)
 _SAVE_INTERVAL = 1.0
+#: how often the running supervisor reads which bots the store lists
+_RECONCILE_INTERVAL = 1.0
+_KEY_ASSOCIATED_DATA = b"managed-bot-key"
 
 
 @dataclass
@@ -70,10 +96,17 @@ class ManagedBot:
     last_error: str | None = None
     #: the cursor last written to the store (it is saved every second or so)
     saved_cursor: str | None = None
+    #: the status last written to the store
+    saved_state: agents_repo.BotState | None = None
     scope: trio.CancelScope | None = field(default=None, repr=False)
+    #: whether its supervising task has ended (failed, needs_key, stopped)
+    ended: bool = False
+
+    def state(self) -> agents_repo.BotState:
+        return agents_repo.BotState(self.status, self.restarts, self.detail)
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "restarts": self.restarts, "detail": self.detail}
+        return self.state().to_json()
 
 
 async def _read_errors(bot: ManagedBot, stderr: trio.abc.ReceiveStream) -> None:
@@ -107,72 +140,147 @@ class Supervisor:
     """
 
     def __init__(
-        self, settings: Settings, db: Database, tokens: Tokens, address: PublicAddress
+        self,
+        settings: Settings,
+        db: Database,
+        tokens: Tokens,
+        address: PublicAddress,
+        secret: bytes | None = None,
     ) -> None:
         self._settings = settings
         self._db = db
         self._tokens = tokens
         self._address = address
         self.bots: dict[str, ManagedBot] = {}
+        #: bots removed while this ran (a read begun before the removal
+        #: committed must not start them again)
+        self._removed: set[str] = set()
         self._nursery: trio.Nursery | None = None
+        self._cipher = (
+            None
+            if secret is None
+            else AESGCM(hashlib.sha256(b"quart-mesh bot keys\0" + secret).digest())
+        )
+
+    @property
+    def running(self) -> bool:
+        """Whether this process runs the supervisor (it is elected to)."""
+        return self._nursery is not None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start every persisted managed bot, then supervise until cancelled
-        (which stops them all: SIGTERM, then SIGKILL after a grace period).
-        Acknowledged cursors are saved every second, retried while the store
-        is unavailable."""
+        """Start every managed bot the store lists, then supervise until
+        cancelled (which stops them all: SIGTERM, then SIGKILL after a grace
+        period). Every second: the store is read again (bots spawned or
+        removed through another process), and acknowledged cursors and
+        changed statuses are saved; both are retried while the store is
+        unavailable."""
         rows = await retrying(
             "reading managed bots", partial(self._db.read, agents_repo.list_agents)
         )
+        self.bots = {}
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for row in rows:
-                if row.managed:
-                    p = row.participant
-                    cursor = None if row.delivery_cursor is None else str(row.delivery_cursor)
-                    self.launch(
-                        BotSpec(
-                            p.participant_id,
-                            p.name,
-                            p.type,
-                            row.model,
-                            row.rooms,
-                            row.needs_key,
-                            cursor=cursor,
-                        )
-                    )
+            self._reconcile(rows)
             task_status.started()
             try:
                 while True:
-                    await trio.sleep(_SAVE_INTERVAL)
+                    await trio.sleep(min(_SAVE_INTERVAL, _RECONCILE_INTERVAL))
                     await retrying("saving bot cursors", self.save_cursors)
+                    rows = await retrying(
+                        "reading managed bots", partial(self._db.read, agents_repo.list_agents)
+                    )
+                    self._reconcile(rows)
             finally:
                 self._nursery = None
 
+    def _reconcile(self, rows: list[agents_repo.AgentRow]) -> None:
+        """Run what the store lists, stop what it no longer lists."""
+        listed: set[str] = set()
+        for row in rows:
+            if not row.managed:
+                continue
+            agent_id = row.participant.participant_id
+            listed.add(agent_id)
+            if agent_id in self.bots or agent_id in self._removed:
+                continue
+            p = row.participant
+            cursor = None if row.delivery_cursor is None else str(row.delivery_cursor)
+            self.launch(
+                BotSpec(
+                    agent_id,
+                    p.name,
+                    p.type,
+                    row.model,
+                    row.rooms,
+                    row.needs_key,
+                    api_key=self._unseal(row.sealed_key),
+                    cursor=cursor,
+                )
+            )
+        for agent_id in [a for a in self.bots if a not in listed]:
+            self.stop(agent_id)
+
+    def sealed_key(self, api_key: str | None) -> str | None:
+        """What the store keeps of a spawn's API key: sealed with the node
+        secret on PostgreSQL (another process may run the bot), nothing on
+        SQLite (the key stays in this process's memory)."""
+        if api_key is None or self._cipher is None or self._db.backend != "postgresql":
+            return None
+        nonce = os.urandom(12)
+        sealed = self._cipher.encrypt(nonce, api_key.encode(), _KEY_ASSOCIATED_DATA)
+        return "v1:" + base64.b64encode(nonce + sealed).decode()
+
+    def _unseal(self, stored: str | None) -> str | None:
+        if stored is None or self._cipher is None:
+            return None
+        try:
+            raw = base64.b64decode(stored.removeprefix("v1:"))
+            return self._cipher.decrypt(raw[:12], raw[12:], _KEY_ASSOCIATED_DATA).decode()
+        except Exception:  # sealed under another secret: unusable (needs_key), not fatal
+            log.warning("a managed bot's stored key cannot be decrypted (secret.key replaced?)")
+            return None
+
     async def save_cursors(self) -> None:
-        """Write the cursors acknowledged since the last save (the node also
-        calls this once more as it stops)."""
+        """Write the cursors acknowledged and the statuses changed since the
+        last save (the node also calls this once more as it stops)."""
+        bots = list(self.bots.values())
         changed = {
             bot.agent_id: int(bot.cursor)
-            for bot in self.bots.values()
+            for bot in bots
             if bot.cursor is not None and bot.cursor != bot.saved_cursor
         }
-        if not changed:
+        states = {bot.agent_id: bot.state() for bot in bots if bot.state() != bot.saved_state}
+        if not changed and not states:
             return
 
         def write(conn: Connection) -> None:
             for agent_id, cursor in changed.items():
                 agents_repo.set_delivery_cursor(conn, agent_id, cursor)
+            agents_repo.save_bot_states(conn, states, now_ms())
 
         await self._db.write(write)
         for agent_id, cursor in changed.items():
             if (bot := self.bots.get(agent_id)) is not None:
                 bot.saved_cursor = str(cursor)
+        for agent_id, state in states.items():
+            if (bot := self.bots.get(agent_id)) is not None:
+                bot.saved_state = state
 
     def launch(self, spec: BotSpec) -> None:
-        """Start running *spec* (as soon as the node's address is known)."""
+        """Start running *spec* (as soon as the node's address is known), if
+        this process runs the supervisor; else the one that does starts it
+        from the store. Launching a bot that runs already only hands it the
+        spec's API key (and starts it again if it was waiting for one)."""
         if self._nursery is None:
-            raise RuntimeError("the supervisor is not running")
+            return
+        running = self.bots.get(spec.agent_id)
+        if running is not None:
+            if spec.api_key is not None and running.api_key is None:
+                running.api_key = spec.api_key
+                if running.ended:
+                    running.ended = False
+                    self._nursery.start_soon(self._supervise, running)
+            return
         bot = ManagedBot(
             spec.agent_id,
             spec.name,
@@ -188,15 +296,25 @@ class Supervisor:
         self._nursery.start_soon(self._supervise, bot)
 
     def stop(self, agent_id: str) -> None:
+        """Stop a removed bot (here at once if this process runs it; the one
+        that does otherwise, when it finds it gone from the store)."""
+        self._removed.add(agent_id)
         bot = self.bots.pop(agent_id, None)
         if bot is not None and bot.scope is not None:
             bot.scope.cancel()
 
     def state(self, agent_id: str) -> dict[str, Any] | None:
-        bot = self.bots.get(agent_id)
+        """The bot's state, if this process runs it (else see the store)."""
+        bot = self.bots.get(agent_id) if self._nursery is not None else None
         return None if bot is None else bot.to_json()
 
     async def _supervise(self, bot: ManagedBot) -> None:
+        try:
+            await self._supervise_runs(bot)
+        finally:
+            bot.ended = True
+
+    async def _supervise_runs(self, bot: ManagedBot) -> None:
         backoff = Backoff(_BACKOFF_START, _BACKOFF_MAX)
         with trio.CancelScope() as scope:
             bot.scope = scope
@@ -268,6 +386,8 @@ class Supervisor:
             "MESH_ROOMS": json.dumps(list(bot.rooms)),
             "MESH_MODEL": bot.model or "",
             "MESH_MODEL_URL": base + "/api/models/v1",
+            # exit when this process does, even after kill -9 (runner.py)
+            "MESH_EXIT_WITH_PARENT": "1",
         }
         if bot.api_key is not None:
             env["MESH_API_KEY"] = bot.api_key
@@ -282,6 +402,8 @@ class Supervisor:
                         command,
                         env=env,
                         check=False,
+                        # held open by this process alone: closed when it dies
+                        stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
                         deliver_cancel=_terminate_then_kill,

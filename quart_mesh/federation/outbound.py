@@ -10,6 +10,11 @@ refusing, the store unavailable) is retried with backoff by
 :func:`quart_mesh.retry.retrying`; a bug ends the node. A link wakes when an
 event is published in a shared room, and looks at least every
 :data:`_IDLE_POLL` seconds.
+
+The link tasks are an elected singleton (decision 0035): on PostgreSQL,
+where several processes serve one mesh, they run on one of them
+(:meth:`Links.lead`), so each peer has one link in the whole mesh; the HTTP
+client for share administration is on every process (:meth:`Links.run`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ _MAX_ANSWER_BYTES = 256 * 1024
 _FIRST_RETRY = 0.5
 #: a link looks at its outbox at least this often, woken or not
 _IDLE_POLL = 10.0
+#: how often the process running the links reads which connections are accepted
+_RECONCILE_INTERVAL = 2.0
 
 
 @dataclass(slots=True)
@@ -77,8 +84,10 @@ class LinkStatus:
 
 class Links:
     """The link tasks, one per accepted connection, in the nursery of
-    :meth:`run`; while it runs, also the signed calls to peers that share
-    administration makes (:meth:`post_signed`), with the same HTTP client."""
+    :meth:`lead` (on one process of the mesh: an elected singleton, decision
+    0035); while :meth:`run` runs (on every process), the signed calls to
+    peers that share administration makes (:meth:`post_signed`), with the
+    same HTTP client."""
 
     def __init__(
         self,
@@ -110,32 +119,45 @@ class Links:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Start one link task per accepted connection, then those that
-        :meth:`start_link` asks for; run until cancelled. *client* is the
-        caller's (``Federation.run`` owns it). The first read of the
-        connections is retried while the store is unavailable."""
+        """Make *client* (the caller's: ``Federation.run`` owns it) the one
+        for :meth:`post_signed` and the link tasks, and follow the events
+        that wake links; run until cancelled. Every process runs this; the
+        link tasks themselves run in :meth:`lead`, on one process."""
         self._client = client
         self._broker.observe(self._observe)
-        rows = await retrying(
-            "reading connections",
-            partial(self._db.read, connections_repo.list_connections),
-            logger=log,
-        )
-        accepted = [
-            row.connection_id
-            for row in rows
-            if row.status == "accepted" and self._settings.federation_enabled
-        ]
+        try:
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            self._client = None
+
+    async def lead(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run one link task per accepted connection until cancelled: those
+        the store lists now, those :meth:`start_link` asks for, and those
+        accepted through another process (the store is read again every
+        :data:`_RECONCILE_INTERVAL` seconds). An elected singleton
+        (``store/leases.py``): one process of the mesh runs it. Reads of
+        the connections are retried while the store is unavailable."""
+        read = partial(self._db.read, connections_repo.list_connections)
+        rows = await retrying("reading connections", read, logger=log)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for connection_id in accepted:
-                    self.start_link(connection_id)
+                self._start_accepted(rows)
                 task_status.started()
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(_RECONCILE_INTERVAL)
+                    self._start_accepted(await retrying("reading connections", read, logger=log))
         finally:
             self._nursery = None
-            self._client = None
+            self._links.clear()
+            self.status.clear()
+
+    def _start_accepted(self, rows: list[connections_repo.ConnectionRow]) -> None:
+        if self._settings.federation_enabled:
+            for row in rows:
+                if row.status == "accepted":
+                    self.start_link(row.connection_id)
 
     def start_link(self, connection_id: str) -> None:
         """Supervise a link task for an accepted connection (idempotent; does

@@ -131,6 +131,9 @@ class Heartbeat:
     backoff (``retry.retrying``, at most one interval apart). Cancellation
     ends the loop at once (no final heartbeat: a stopped node drops out of
     the registry after its TTL).
+
+    An elected singleton (``store/leases.py``, decision 0035): when several
+    processes serve the mesh on PostgreSQL, one of them beats.
     """
 
     def __init__(

@@ -38,7 +38,7 @@ from ..store import relay as relay_repo
 from .http import PeerError, exchange, json_object, peer_client, post_signed
 from .peers import get_connection
 from .relay import Relay
-from .signing import NonceCache, verify_request
+from .signing import Nonces, verify_request
 
 __all__ = ["Federation", "PeerError", "SignedRequest"]
 
@@ -75,8 +75,8 @@ class Federation:
         self._settings = settings
         self._db = db
         self._identity = identity
-        self.nonces = NonceCache(
-            settings.federation_max_skew_seconds, settings.federation_max_nonces
+        self.nonces = Nonces(
+            db, settings.federation_max_skew_seconds, settings.federation_max_nonces
         )
         self._client: httpx.AsyncClient | None = None
         #: shared rooms, link tasks and inbound relay (its links run in :meth:`run`)
@@ -87,6 +87,9 @@ class Federation:
         return self._settings.federation_enabled
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the HTTP client to peers (connections, shares, relay) until
+        cancelled; every process runs this. The link tasks run in
+        :meth:`run_links`."""
         async with peer_client(
             self._settings.federation_timeout, "quart-mesh-federation"
         ) as client:
@@ -98,6 +101,14 @@ class Federation:
                     await trio.sleep_forever()
             finally:
                 self._client = None
+
+    async def run_links(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the relay's link tasks, one per accepted connection, until
+        cancelled (``outbound.Links.lead``); needs :meth:`run` running. An
+        elected singleton: one process of the mesh runs it (decision 0035)."""
+        await self.relay.links.lead(task_status=task_status)
 
     # -- admin operations -------------------------------------------------
 
@@ -202,7 +213,7 @@ class Federation:
 
     # -- node-to-node (inbound) -------------------------------------------
 
-    def authenticate(self, request: SignedRequest) -> str:
+    async def authenticate(self, request: SignedRequest) -> str:
         """The DID that signed *request*.
 
         Raises:
@@ -210,7 +221,7 @@ class Federation:
             Unauthorized: ``unsigned``, ``stale``, ``bad_signature``, ``replayed``.
         """
         self._require_enabled()
-        return verify_request(
+        return await verify_request(
             request.headers,
             request.method,
             request.path,

@@ -4,6 +4,13 @@ This module holds bootstrap (external bots registering themselves), the agent
 list and agent removal. Bots are participants like any other: they get a
 token and use the same REST, WebSocket and polling paths, through the same
 permission checks.
+
+Managed bots and webhook deliveries run on one process of the mesh (elected
+singletons, decision 0035), which may not be the one a request reaches: what
+a request changes is written to the store first, then handed to this
+process's runner, which acts at once if it is the one running, and is
+otherwise picked up from the store by the process that is. A managed bot's
+status comes from that runner here, else from the store (``managed_bots``).
 """
 
 from __future__ import annotations
@@ -81,12 +88,21 @@ class BotSpec:
 class BotRunner(Protocol):
     """What runs managed bots (``bots.supervisor.Supervisor``)."""
 
-    def launch(self, spec: BotSpec) -> None: ...
+    def launch(self, spec: BotSpec) -> None:
+        """Run a spawned bot (recorded already), if this process runs bots."""
+        ...
 
-    def stop(self, agent_id: str) -> None: ...
+    def stop(self, agent_id: str) -> None:
+        """Stop a removed bot (removed already), if this process runs it."""
+        ...
 
     def state(self, agent_id: str) -> dict[str, Any] | None:
-        """``status``, ``restarts`` and ``detail`` of a bot it runs, or None."""
+        """``status``, ``restarts`` and ``detail`` of a bot it runs here, or None."""
+        ...
+
+    def sealed_key(self, api_key: str | None) -> str | None:
+        """What to store of a spawn's API key for the process that will run
+        the bot (None: nothing, the key stays in this process's memory)."""
         ...
 
 
@@ -117,8 +133,11 @@ class Agents:
     ) -> Participant:
         """Register a managed bot and start it (owner and admins only).
 
-        The bot is persisted (started again when the node restarts); its
-        ``api_key`` is kept only in memory and in the child's environment.
+        The bot is persisted (started again when the node restarts) and run
+        by the process that runs managed bots (this one, or another on
+        PostgreSQL). Its ``api_key`` is kept in memory and the child's
+        environment; on PostgreSQL it is also stored sealed with the node
+        secret, for the process that runs the bot (``bots/supervisor.py``).
 
         Raises:
             Forbidden: not an admin.
@@ -135,6 +154,7 @@ class Agents:
         if model is not None and not 1 <= len(model) <= 200:
             raise BadRequest("model must be 1 to 200 characters", "invalid_field")
         role = "super_agent" if bot_type == "coder" else "agent"
+        sealed_key = self._bots.sealed_key(api_key)
 
         def record(conn: Connection, participant: Participant) -> None:
             for room_id in rooms:
@@ -152,6 +172,9 @@ class Agents:
                 model=model,
                 rooms=rooms,
                 needs_key=api_key is not None,
+            )
+            repo.record_managed_bot(
+                conn, participant.participant_id, sealed_key=sealed_key, at=now_ms()
             )
 
         session = await self._accounts.create_bot(name, bot_type, role, "", record)
@@ -202,7 +225,7 @@ class Agents:
                 )
             authorize(actor, "agents.bootstrap")
         if actor is None or not permitted(actor, "agents.bootstrap"):
-            self._accounts.rate_limits.address("registration_address", address)
+            await self._accounts.rate_limits.address("registration_address", address)
         if bot_type in MANAGED_TYPES:
             raise BadRequest(
                 f"{bot_type} bots are run by the node: use POST /api/agents/spawn",
@@ -256,16 +279,21 @@ class Agents:
                 },
                 "description": row.participant.description,
                 "managed": row.managed,
-                **self._managed_state(row.participant.participant_id, row.managed),
+                **self._managed_state(row),
             }
             for row in rows
         ]
 
-    def _managed_state(self, agent_id: str, managed: bool) -> dict[str, Any]:
-        if not managed:
+    def _managed_state(self, row: repo.AgentRow) -> dict[str, Any]:
+        agent_id = row.participant.participant_id
+        if not row.managed:
             webhook = self._webhooks.states.get(agent_id)
             return {"webhook": webhook.to_json()} if webhook else {}
-        return self._bots.state(agent_id) or {"status": "stopped", "restarts": 0, "detail": None}
+        # this process's runner if it runs the bot (live), else the store
+        state = self._bots.state(agent_id)
+        if state is not None:
+            return state
+        return (row.state or repo.BotState("stopped")).to_json()
 
     async def delete(self, actor: Actor, agent_id: str) -> None:
         """Remove an agent (admin and above): its token stops working at once and

@@ -1,7 +1,11 @@
 """Webhook bots: the node POSTs each event addressed to the bot to its URL.
 
 One supervised task per webhook bot (in :meth:`Webhooks.run`'s nursery)
-drains that bot's queue. The queue is durable without a table of its own:
+drains that bot's queue. Delivery is an elected singleton (decision 0035):
+on PostgreSQL, where several processes serve one mesh, :meth:`Webhooks.run`
+runs on one of them, which reads the webhook bots again every
+:data:`_RECONCILE_INTERVAL` seconds to pick up those registered through
+another process. The queue is durable without a table of its own:
 messages are read from the message log after the bot's persisted cursor
 (``agents.delivery_cursor``, advanced after each delivery) and commands from
 ``agent_commands`` (marked delivered after each delivery), so a node restart
@@ -63,6 +67,8 @@ __all__ = ["Webhooks", "is_private_address", "sign"]
 log = logging.getLogger(__name__)
 
 _BACKOFF_START = 1.0
+#: how often the running delivery reads which webhook bots the store lists
+_RECONCILE_INTERVAL = 1.0
 #: messages read from the store per round of delivery
 _PAGE = 50
 #: most bytes of a receiver's answer read
@@ -134,11 +140,12 @@ class Webhooks:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start one delivery task per webhook bot, then those :meth:`start`
-        asks for; run until cancelled. The first read of the bots is retried
-        while the store is unavailable."""
-        targets = await retrying(
-            "reading webhook bots", partial(self._db.read, repo.webhook_targets), logger=log
-        )
+        asks for and those the store lists later (registered through another
+        process); run until cancelled. Reads of the bots are retried while
+        the store is unavailable."""
+        read = partial(self._db.read, repo.webhook_targets)
+        targets = await retrying("reading webhook bots", read, logger=log)
+        self.states, self._scopes = {}, {}
         async with (
             httpx.AsyncClient(
                 timeout=self._settings.webhook_timeout,
@@ -154,14 +161,19 @@ class Webhooks:
                 self.start(target.agent_id)
             task_status.started()
             try:
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(_RECONCILE_INTERVAL)
+                    for target in await retrying("reading webhook bots", read, logger=log):
+                        self.start(target.agent_id)
             finally:
                 self._nursery = None
+                self.states, self._scopes = {}, {}
 
     def start(self, agent_id: str) -> None:
-        """Start delivering to a (new) webhook bot."""
+        """Start delivering to a (new) webhook bot, if this process runs
+        webhook delivery (else the one that does finds it in the store)."""
         if self._nursery is None:
-            raise RuntimeError("webhooks are not running")
+            return
         if agent_id not in self._scopes:
             self.states[agent_id] = WebhookState()
             scope = self._scopes[agent_id] = trio.CancelScope()

@@ -11,10 +11,11 @@ from sqlalchemy.engine import Connection
 
 from ..records import Participant
 from .accounts import participant_from_row
-from .schema import agent_commands, agents, participants
+from .schema import agent_commands, agents, managed_bots, participants
 
 __all__ = [
     "AgentRow",
+    "BotState",
     "CommandRow",
     "WebhookTarget",
     "agent_creator",
@@ -27,6 +28,8 @@ __all__ = [
     "list_agents",
     "mark_delivered",
     "pending_commands",
+    "record_managed_bot",
+    "save_bot_states",
     "set_delivery_cursor",
     "set_rooms",
     "webhook_targets",
@@ -42,6 +45,22 @@ class AgentRow:
     rooms: tuple[str, ...] = ()
     needs_key: bool = False
     delivery_cursor: int | None = None
+    #: a managed bot as the supervisor last reported it (``managed_bots``)
+    state: BotState | None = None
+    #: a managed bot's API key, sealed with the node secret (PostgreSQL only)
+    sealed_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BotState:
+    """What ``GET /api/agents`` shows of a managed bot's process."""
+
+    status: str
+    restarts: int = 0
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "restarts": self.restarts, "detail": self.detail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +131,13 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             agents.c.rooms,
             agents.c.needs_key,
             agents.c.delivery_cursor,
+            managed_bots.c.status,
+            managed_bots.c.restarts,
+            managed_bots.c.detail,
+            managed_bots.c.sealed_key,
         )
         .join(agents, agents.c.agent_id == participants.c.participant_id)
+        .outerjoin(managed_bots, managed_bots.c.agent_id == agents.c.agent_id)
         .order_by(participants.c.name_key)
     )
     return [
@@ -125,9 +149,42 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             tuple(json.loads(row.rooms)) if row.rooms else (),
             bool(row.needs_key),
             row.delivery_cursor,
+            None if row.status is None else BotState(row.status, row.restarts, row.detail),
+            row.sealed_key,
         )
         for row in rows
     ]
+
+
+def record_managed_bot(conn: Connection, agent_id: str, *, sealed_key: str | None, at: int) -> None:
+    """A managed bot was spawned: its state row (``starting``), with its
+    sealed API key if it is to travel to another process."""
+    conn.execute(
+        managed_bots.insert().values(
+            agent_id=agent_id,
+            status="starting",
+            restarts=0,
+            detail=None,
+            sealed_key=sealed_key,
+            updated_at=at,
+        )
+    )
+
+
+def save_bot_states(conn: Connection, states: dict[str, BotState], at: int) -> None:
+    """Record what the supervisor reports of its bots (a bot deleted
+    meanwhile has no row left to update: nothing happens)."""
+    for agent_id, state in states.items():
+        conn.execute(
+            managed_bots.update()
+            .where(managed_bots.c.agent_id == agent_id)
+            .values(
+                status=state.status,
+                restarts=state.restarts,
+                detail=state.detail,
+                updated_at=at,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)

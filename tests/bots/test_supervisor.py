@@ -17,16 +17,33 @@ from trio.testing import MockClock
 from quart_mesh.address import PublicAddress
 from quart_mesh.bots.supervisor import EX_CONFIG, EX_TEMPFAIL, ManagedBot, Supervisor
 from quart_mesh.config import Settings
+from quart_mesh.records import Participant
 from quart_mesh.services.agents import BotSpec
+from quart_mesh.store.agents import AgentRow
 
 pytestmark = pytest.mark.timeout(10)
 
 
 class NoStore:
-    """The supervisor's store, holding no bots (nothing is written here)."""
+    """The supervisor's store: empty as the supervisor starts, then listing
+    the one bot ``b1`` the tests launch right after (the supervisor stops
+    bots the store no longer lists); writes go nowhere."""
+
+    backend = "sqlite"
+
+    def __init__(self) -> None:
+        self.reads = 0
 
     async def read(self, fn: Callable[..., Any]) -> list[Any]:
-        return []
+        await trio.lowlevel.checkpoint()
+        self.reads += 1
+        if self.reads == 1:
+            return []
+        participant = Participant("b1", "b1", "bot", "echo", "agent", 0)
+        return [AgentRow(participant, managed=True, webhook_url=None)]
+
+    async def write(self, fn: Callable[..., Any]) -> None:
+        await trio.lowlevel.checkpoint()
 
 
 class Script:
