@@ -12,8 +12,15 @@ an event arrives is *failed* with reason ``"lagging"`` (its owner sends an
 ``error`` frame and disconnects; the client resumes from its cursor, losing
 nothing, because messages are committed before they are published).
 
-Ordering: services publish from inside the store's write section
-(``Database.write(..., then=...)``), so events leave in commit order.
+Ordering: services do not publish committed changes themselves; their
+units of work record events and routing changes (``store/outbox.py``) and
+the store hands them over after the commit (:meth:`Broker.committed`), so
+events leave in commit order. With several processes on one database
+(:attr:`Broker.clustered`), events are delivered by the bus instead, which
+reads every process's commits from the cluster stream in commit order
+(``services/bus.py``) and calls :meth:`Broker.apply`. Events that are not
+stored (typing, a participant coming online) go through
+:meth:`Broker.publish_live`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 import trio
 
 from .events import Event
+from .store.outbox import MIRRORED, Change, Entry, Publish, SendTo
 
 __all__ = ["Broker", "Queued", "Subscription"]
 
@@ -55,6 +63,10 @@ class Subscription:
         self.token_id: str | None = None
         self._items: collections.deque[Queued] = collections.deque()
         self._held: collections.deque[Event] | None = None
+        #: events already delivered another way (a resume's replay)
+        self._skip: Callable[[Event], bool] | None = None
+        #: the stream position this subscription began after (``services/bus.py``)
+        self.after = broker.stream_head()
         self._wakeup = trio.Event()
         self._space = trio.Event()
         #: why the subscription ended ("lagging", "closed", ...), or None while live
@@ -86,6 +98,11 @@ class Subscription:
         """Called by the broker: queue (or hold, while held) a published event."""
         if event.chat and not self.chat:
             return False
+        if self._skip is not None and self._skip(event):
+            return False
+        position = self.broker.delivering
+        if position is not None and position <= self.after:
+            return False  # committed before this subscription began
         if self._held is not None:
             if self.failed is not None:
                 return False
@@ -103,7 +120,10 @@ class Subscription:
 
     async def release(self, skip: Callable[[Event], bool] | None = None) -> None:
         """Queue the held events (waiting for room), dropping those for which
-        ``skip(event)`` is true; then deliver live again."""
+        ``skip(event)`` is true; then deliver live again, still dropping
+        those (with several processes an event may reach this one after the
+        replay that already delivered it, ``services/bus.py``)."""
+        self._skip = skip
         held = self._held
         while held:
             event = held.popleft()
@@ -178,6 +198,19 @@ class Broker:
         self._drops = 0
         self._published = 0
         self._observers: list[Callable[[Event], object]] = []
+        #: several processes share the store: committed events come from the bus
+        self.clustered = False
+        #: the bus, told of each local commit (it reads the stream at once)
+        self.on_local_commit: Callable[[], object] | None = None
+        #: the bus, given events that are not stored, for the other processes
+        self.live_sink: Callable[[Event], object] | None = None
+        #: the newest stream position known to be committed (the bus's):
+        #: a new subscription receives what comes after it only
+        self.stream_head: Callable[[], int] = lambda: 0
+        #: the stream position of the events being delivered, while the bus
+        #: applies a row (None otherwise)
+        self.delivering: int | None = None
+        self._invalidators: dict[str, list[Callable[[str], object]]] = collections.defaultdict(list)
 
     # membership mirror ------------------------------------------------------
 
@@ -223,6 +256,14 @@ class Broker:
         """End *participant_id*'s subscriptions as *reason* (their owners tell
         the client and close), keeping its memberships; how many ended."""
         subs = list(self._subs_of.get(participant_id, ()))
+        for sub in subs:
+            sub.fail(reason)
+            self._unsubscribe(sub)
+        return len(subs)
+
+    def disconnect_all(self, reason: str) -> int:
+        """End every subscription as *reason*; how many ended."""
+        subs = list(self._all)
         for sub in subs:
             sub.fail(reason)
             self._unsubscribe(sub)
@@ -277,6 +318,58 @@ class Broker:
         not block, e.g. it sets a ``trio.Event``). The federation's link
         tasks wake this way."""
         self._observers.append(observer)
+
+    # committed changes -------------------------------------------------------
+
+    def committed(self, entries: list[Entry]) -> None:
+        """The store, after a local commit: what the unit recorded. Alone,
+        apply it all now; clustered, add the new memberships now (so that
+        this process's next check of them sees them) and leave the rest to
+        the bus, which applies it in the stream's order (a member who leaves
+        still gets the ``participant_left`` that comes before the leave)."""
+        if not self.clustered:
+            self.apply(entries)
+            return
+        for entry in entries:
+            if isinstance(entry, Change) and entry.kind == "join":
+                self._change(entry)
+        if self.on_local_commit is not None:
+            self.on_local_commit()
+
+    def apply(self, entries: list[Entry]) -> None:
+        """Deliver events and apply routing changes, in order (the bus, for
+        every process's commits; :meth:`committed` alone). Other changes
+        (cache invalidations) are the bus's."""
+        for entry in entries:
+            if isinstance(entry, Publish):
+                self.publish(entry.event)
+            elif isinstance(entry, SendTo):
+                self.send_to(entry.participant_id, entry.event)
+            elif entry.kind in MIRRORED:
+                self._change(entry)
+
+    def _change(self, entry: Change) -> None:
+        args = entry.args
+        match entry.kind:
+            case "join":
+                self.join(args[0], args[1])
+            case "leave":
+                self.leave(args[0], args[1])
+            case "drop_room":
+                self.drop_room(args[0])
+            case "drop_participant":
+                self.drop_participant(args[0])
+            case "disconnect":
+                self.disconnect(args[0], args[1])
+            case "disconnect_token":
+                self.disconnect_token(args[0], args[1], args[2])
+
+    def publish_live(self, event: Event) -> int:
+        """Publish an event that is not stored (typing, presence coming
+        online): here at once, and to the other processes through the bus."""
+        if self.live_sink is not None:
+            self.live_sink(event)
+        return self.publish(event)
 
     # publishing -------------------------------------------------------------
 

@@ -11,8 +11,8 @@ process ends, however it ends, so a crash never leaves a stale lock behind
 (the pid written in the file is only for the message).
 
 A node on PostgreSQL takes no lock (its data folder need not be shared; the
-store is elsewhere). Several processes on one database are not supported yet
-either (docs/configuration.md).
+store is elsewhere), and several processes may serve one database
+(``docs/operations.md``, decision 0034).
 
 :func:`create_once` writes the node's own secret files so that processes
 starting together on one folder agree on a single one.

@@ -27,6 +27,7 @@ __all__ = [
     "Presence",
     "ReactionAdded",
     "ReactionRemoved",
+    "Relayed",
     "RoomDeleted",
     "RoomRead",
     "Typing",
@@ -260,3 +261,45 @@ class CommandIssued(Event):
             "sentBy": self.sent_by,
             "createdAt": iso(self.created_at),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed(Event):
+    """An event written by another process (``store/outbox.py``), carried as
+    its frame: delivered as is, never looked into. :meth:`of` picks the class
+    by whether it is chat traffic."""
+
+    kind: str = field(kw_only=True)
+    text: str = field(kw_only=True)
+    excluded: str | None = field(kw_only=True, default=None)
+
+    @property
+    def exclude(self) -> str | None:
+        return self.excluded
+
+    @property
+    def frame(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.text)
+        return data
+
+    def payload(self) -> dict[str, Any]:
+        data = self.to_json()
+        data.pop("type", None)
+        return data
+
+    @staticmethod
+    def of(
+        kind: str, room_id: str | None, frame: str, *, chat: bool, exclude: str | None
+    ) -> Relayed:
+        cls = RelayedChat if chat else Relayed
+        return cls(room_id, kind=kind, text=frame, excluded=exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayedChat(Relayed):
+    """A relayed event that is chat traffic (not for ``simple`` bots)."""
+
+    chat: ClassVar[bool] = True

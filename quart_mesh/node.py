@@ -34,6 +34,7 @@ from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
 from .identity import NodeIdentity, load_or_create_node_identity
+from .ids import new_id
 from .realtime import Realtime
 from .realtime.session import SessionServices
 from .security import Passwords, Tokens, load_or_create_secret
@@ -42,6 +43,7 @@ from .services.admin import Admin
 from .services.agents import Agents
 from .services.apps import Apps
 from .services.authz import Policy
+from .services.bus import Bus
 from .services.commands import Commands
 from .services.delivery import Delivery
 from .services.did_auth import DidAuth
@@ -59,6 +61,13 @@ from .services.webhooks import Webhooks
 from .services.world import World
 from .store import Database
 from .store import rooms as rooms_repo
+from .store.leases import (
+    BOT_SUPERVISOR,
+    FEDERATION_LINKS,
+    REGISTRY_HEARTBEAT,
+    WEBHOOK_DELIVERY,
+    run_elected,
+)
 
 __all__ = ["Node", "open_node"]
 
@@ -86,11 +95,21 @@ class Node:
         self.address = PublicAddress(settings.public_url)
         limits = settings.limits
         self.broker = Broker(settings.subscriber_buffer)
+        #: what each commit published reaches the broker (``store/outbox.py``)
+        db.on_commit = self.broker.committed
+        #: this process, among those serving the mesh
+        self.process_id = new_id()
+        #: with several processes on one PostgreSQL database, every commit
+        #: reaches every process through the bus (``services/bus.py``)
+        self.bus: Bus | None = None
+        if db.backend == "postgresql":
+            db.stream_origin = self.process_id
+            self.bus = Bus(db, self.broker, self.process_id)
         #: roles and room rules (a mirror of the store)
         self.policy = Policy()
         self.presence = Presence(db, self.broker)
         #: rate limits, shared by the services (changed at run time by admins)
-        self.rate_limits = RateLimiter(settings.rate_limits)
+        self.rate_limits = RateLimiter(settings.rate_limits, db=db)
         shared_rooms = SharedRooms()
         self.rooms = Rooms(db, limits, self.broker, self.presence)
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
@@ -113,7 +132,7 @@ class Node:
         self.webhooks = Webhooks(
             settings, db, self.accounts, self.messages, self.commands, self.delivery
         )
-        self.supervisor = Supervisor(settings, db, self.tokens, self.address)
+        self.supervisor = Supervisor(settings, db, self.tokens, self.address, secret)
         self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
         self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
         self.polling = Polling(settings, self.delivery, self.presence, self.world, self.commands)
@@ -139,7 +158,7 @@ class Node:
             else None
         )
         self.vault = Vault(limits, db)
-        #: uploaded files (``<data_dir>/uploads/``)
+        #: uploaded files (``MESH_UPLOADS_DIR``, by default ``<data_dir>/uploads/``)
         self.uploads = Uploads(settings, db)
         self.realtime = Realtime(
             SessionServices(
@@ -164,6 +183,33 @@ class Node:
         )
         self.started_at = time.monotonic()
         self._running = False
+        if self.bus is not None:
+            self._reload_on_change(self.bus)
+
+    def _reload_on_change(self, bus: Bus) -> None:
+        """What each process reloads when another changes what it caches."""
+
+        async def participant(participant_id: str) -> None:
+            self.accounts.forget(participant_id)
+
+        async def revoked(key: str) -> None:
+            token_id, _, expires_at = key.partition(" ")
+            self.accounts.revoked(token_id, int(expires_at))
+
+        async def policy(_: str) -> None:
+            await self.roles.load()
+
+        async def room_rules(room_id: str) -> None:
+            self.policy.forget_room(room_id)
+
+        async def mesh(_: str) -> None:
+            await self.admin.reload()
+
+        bus.on_invalidate("participant", participant)
+        bus.on_invalidate("revoked", revoked)
+        bus.on_invalidate("policy", policy)
+        bus.on_invalidate("room_rules", room_rules)
+        bus.on_invalidate("mesh", mesh)
 
     async def _load(self) -> None:
         """What must be in memory before the first request."""
@@ -189,6 +235,12 @@ class Node:
         are. A component that fails with a bug (anything but the transient
         faults they retry, ``retry``) cancels the others and propagates.
 
+        The bot supervisor, webhook delivery, the federation link tasks and
+        the registry heartbeat are singletons of the mesh: on PostgreSQL,
+        where several processes may serve it, each runs on the process that
+        holds its lease (``store/leases.py``), and moves to another within
+        seconds when that one dies.
+
         Raises:
             RuntimeError: it is already running.
         """
@@ -198,14 +250,23 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.db.run)
+                if self.bus is not None:  # before anything else writes
+                    await nursery.start(self.bus.run)
                 await nursery.start(self.world.run)
                 await nursery.start(self.presence.run)
-                await nursery.start(self.supervisor.run)
-                await nursery.start(self.webhooks.run)
+                # singletons: on one process of the mesh at a time (elected
+                # through the store on PostgreSQL; here on SQLite)
+                await nursery.start(run_elected, self.db, BOT_SUPERVISOR, self.supervisor.run)
+                await nursery.start(run_elected, self.db, WEBHOOK_DELIVERY, self.webhooks.run)
                 await nursery.start(self.model_proxy.run)
                 await nursery.start(self.federation.run)
+                await nursery.start(
+                    run_elected, self.db, FEDERATION_LINKS, self.federation.run_links
+                )
                 if self.heartbeat is not None:
-                    await nursery.start(self.heartbeat.run)
+                    await nursery.start(
+                        run_elected, self.db, REGISTRY_HEARTBEAT, self.heartbeat.run
+                    )
                 self.realtime.accepting = True
                 log.debug("node running (store %s)", self.db.backend)
                 task_status.started()

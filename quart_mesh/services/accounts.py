@@ -16,7 +16,7 @@ from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unaut
 from ..ids import is_ulid, new_id
 from ..records import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as repo
 from ..store import rooms as rooms_repo
 from .authz import Actor, Policy, authorize
@@ -195,10 +195,10 @@ class Accounts:
             rooms_repo.insert_room(conn, room)
             rooms_repo.add_member(conn, room.room_id, owner.participant_id, now)
             repo.insert_mesh_config(conn, mesh)
+            outbox.change(conn, "join", room.room_id, owner.participant_id)
+            outbox.change(conn, "invalidate", "mesh", "")
 
-        await self._db.write(
-            write, then=lambda _: self._broker.join(room.room_id, owner.participant_id)
-        )
+        await self._db.write(write)
         self._mesh = mesh
         return self._session(owner)
 
@@ -217,7 +217,7 @@ class Accounts:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
         if mesh.registration_mode != "open":
             raise Forbidden("registration is closed on this mesh", "registration_closed")
-        self.rate_limits.address("registration_address", address)
+        await self.rate_limits.address("registration_address", address)
         check_name(name, self._limits)
         check_password(password, name, self._limits)
         if await self._db.read(lambda conn: repo.name_taken(conn, name)):
@@ -235,8 +235,8 @@ class Accounts:
                 (every attempt counts, known name or not).
             Unauthorized: one message for unknown names and wrong passwords.
         """
-        self.rate_limits.address("login_address", address)
-        self.rate_limits.key("login_name", name[:200].casefold())
+        await self.rate_limits.address("login_address", address)
+        await self.rate_limits.key("login_name", name[:200].casefold())
         if len(password) > self._limits.max_password_chars or len(name) > 200:
             # no account has such a password: refuse without spending argon2 on it
             raise Unauthorized("wrong name or password", "invalid_credentials")
@@ -258,7 +258,7 @@ class Accounts:
         """
         if not self.guests_allowed:
             raise Forbidden("guest access is only allowed on public meshes", "guests_not_allowed")
-        self.rate_limits.address("registration_address", address)
+        await self.rate_limits.address("registration_address", address)
         if name is None:
             name = f"guest-{secrets.token_hex(4)}"
         check_name(name, self._limits)
@@ -342,11 +342,18 @@ class Accounts:
         def write(conn: Connection) -> None:
             repo.prune_revoked_tokens(conn, now)
             repo.revoke_token(conn, claims.token_id, actor.participant_id, claims.expires_at)
+            outbox.change(conn, "invalidate", "revoked", f"{claims.token_id} {claims.expires_at}")
+            outbox.change(
+                conn, "disconnect_token", actor.participant_id, claims.token_id, "signed_out"
+            )
 
-        await self._db.write(write)
+        await self._db.write(write, then=lambda _: self.revoked(claims.token_id, claims.expires_at))
+
+    def revoked(self, token_id: str, expires_at: int) -> None:
+        """Refuse *token_id* from now on (signed out here or on another process)."""
+        now = int(time.time())
         self._revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
-        self._revoked[claims.token_id] = claims.expires_at
-        self._broker.disconnect_token(actor.participant_id, claims.token_id, "signed_out")
+        self._revoked[token_id] = expires_at
 
     def _remember(self, participant: Participant) -> None:
         known = self._known
@@ -358,7 +365,12 @@ class Accounts:
     async def set_role(self, participant_id: str, role: str) -> Participant | None:
         """Store *participant_id*'s new role (checks are the caller's: see
         ``services/roles.py``); the new role applies to its next request."""
-        updated = await self._db.write(lambda conn: repo.set_role(conn, participant_id, role))
+
+        def write(conn: Connection) -> Participant | None:
+            outbox.change(conn, "invalidate", "participant", participant_id)
+            return repo.set_role(conn, participant_id, role)
+
+        updated = await self._db.write(write)
         self.forget(participant_id)
         return updated
 
@@ -379,11 +391,18 @@ class Accounts:
         mesh = self._mesh
         if mesh is not None and participant_id == mesh.owner_id:
             raise Forbidden("the mesh owner cannot be deleted", "is_owner")
-        deleted = await self._db.write(lambda conn: repo.delete_participant(conn, participant_id))
-        if not deleted:
+
+        def write(conn: Connection) -> bool:
+            if not repo.delete_participant(conn, participant_id):
+                return False
+            # its sessions end everywhere; other processes forget it
+            outbox.change(conn, "invalidate", "participant", participant_id)
+            outbox.change(conn, "drop_participant", participant_id)
+            return True
+
+        if not await self._db.write(write):
             raise NotFound("no such participant", "participant_not_found")
         self.forget(participant_id)
-        self._presence.participant_removed(participant_id)
 
     async def actor_of(self, participant_id: str) -> Actor | None:
         """The participant as an actor now (role changes included), or ``None``

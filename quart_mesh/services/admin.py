@@ -33,7 +33,7 @@ from ..config import RATE_RULES, Rate, RateLimits, Settings, check_role_multipli
 from ..errors import BadRequest, ConfigError, Forbidden
 from ..ids import is_ulid
 from ..records import MeshConfig
-from ..store import Database
+from ..store import Database, outbox
 from ..store import admin as repo
 from ..store import rooms as rooms_repo
 from .accounts import Accounts, check_mesh_name, check_registration_mode, check_visibility
@@ -285,23 +285,25 @@ class Admin:
                             "invalid_default_room",
                         )
                 repo.update_mesh_settings(conn, mesh, text)
+                outbox.change(conn, "invalidate", "mesh", "")
+                if old.visibility == "public" and mesh.visibility != "public":
+                    # every guest's sessions close (on every process); their
+                    # tokens are refused from now on (``Accounts.authenticate``)
+                    guests = repo.guest_ids(conn)
+                    for guest in guests:
+                        outbox.change(conn, "disconnect", guest, "revoked")
+                    log.info("the mesh is private now: %d guest(s) signed out", len(guests))
 
             await self._db.write(write)
             self._accounts.mesh_changed(mesh)
             self._overrides = overrides
             self._rate.configure(effective)
-            if old.visibility == "public" and mesh.visibility != "public":
-                await self._end_guest_sessions()
         return self._render(mesh)
 
-    async def _end_guest_sessions(self) -> None:
-        """Close every guest's sessions; their tokens are refused from now on
-        (``Accounts.authenticate``)."""
-        ended = sum(
-            self._broker.disconnect(guest, "revoked")
-            for guest in await self._db.read(repo.guest_ids)
-        )
-        log.info("the mesh is private now: %d guest session(s) closed", ended)
+    async def reload(self) -> None:
+        """Read the mesh settings and rate limits again (another process changed them)."""
+        await self._accounts.load()
+        await self.load()
 
     def _changed_overrides(self, rate_limits: Any, role_multipliers: Any) -> RateOverrides:
         rules = dict(self._overrides.rules)

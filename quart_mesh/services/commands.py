@@ -16,7 +16,7 @@ from ..errors import BadRequest, Conflict, NotFound, PayloadTooLarge, RateLimite
 from ..events import CommandIssued
 from ..ids import is_ulid, new_id
 from ..records import iso, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import agents as repo
 from .authz import Actor, authorize
 
@@ -105,10 +105,9 @@ class Commands:
                     code="too_many_commands",
                 )
             repo.insert_command(conn, row)
+            outbox.emit_to(conn, agent_id, command_event(row))
 
-        await self._db.write(
-            store, then=lambda _: self._broker.send_to(agent_id, command_event(row))
-        )
+        await self._db.write(store)
         return row
 
     async def pending_commands(self, agent_id: str) -> list[repo.CommandRow]:

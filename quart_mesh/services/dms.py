@@ -12,7 +12,7 @@ from ..errors import BadRequest, NotFound
 from ..events import ParticipantJoined
 from ..ids import is_ulid, new_id
 from ..records import Participant, Room, iso, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, authorize
@@ -74,24 +74,22 @@ class DirectMessages:
                 repo.add_member(conn, room.room_id, participant_id, now)
                 room = repo.get_room(conn, room.room_id)
                 assert room is not None
+                if me is not None:
+                    # both members learn of the new DM room as a join of each
+                    for participant in (me, other):
+                        outbox.change(conn, "join", room.room_id, participant.participant_id)
+                    for participant in (me, other):
+                        outbox.emit(
+                            conn,
+                            ParticipantJoined(
+                                room.room_id, participant=self._presence.mark(participant)
+                            ),
+                        )
             else:
                 repo.set_hidden(conn, room.room_id, actor.participant_id, False)
             return Dm(room, other), created, me
 
-        def publish(result: tuple[Dm, bool, Participant | None]) -> None:
-            dm, created, me = result
-            if created and me is not None:
-                # both members learn of the new DM room as a join of each
-                for participant in (me, dm.other):
-                    self._broker.join(dm.room.room_id, participant.participant_id)
-                for participant in (me, dm.other):
-                    self._broker.publish(
-                        ParticipantJoined(
-                            dm.room.room_id, participant=self._presence.mark(participant)
-                        )
-                    )
-
-        dm, created, _ = await self._db.write(write, then=publish)
+        dm, created, _ = await self._db.write(write)
         return Dm(dm.room, self._presence.mark(dm.other), dm.last_message_at), created
 
     async def list_dms(self, actor: Actor) -> list[Dm]:

@@ -24,7 +24,7 @@ from ..events import (
 )
 from ..ids import is_ulid, new_id
 from ..records import Message, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import messages as repo
 from ..store import relay as relay_repo
@@ -132,10 +132,7 @@ class Messages:
             raise Forbidden("you are not a member of this room", "not_member")
         if not self._rate.participant_allowed("typing", actor, room_id):
             return
-        self._broker.publish(Typing(room_id, participant_id=actor.participant_id))
-
-    def _posted(self, message: Message) -> None:
-        self._broker.publish(MessagePosted(message.room_id, message=message))
+        self._broker.publish_live(Typing(room_id, participant_id=actor.participant_id))
 
     async def send(
         self,
@@ -206,7 +203,6 @@ class Messages:
         message = replace(message, client_id=client_id)
         stored = self._db.submit(
             self._storer(actor, message, to, thread_id, refs, source=None),
-            then=self._posted_if_new,
         )
         return _first(stored)
 
@@ -228,7 +224,6 @@ class Messages:
         )
         stored = self._db.submit(
             self._storer(actor, message, relayed.to, relayed.thread_id, (), source=relayed.source),
-            then=self._posted_if_new,
         )
         return _if_new(stored)
 
@@ -332,14 +327,10 @@ class Messages:
                 source=source,
                 mark=False,  # relayed messages are recognized by their id
             )
+            outbox.emit(conn, MessagePosted(room_id, message=stored))
             return stored, True
 
         return write
-
-    def _posted_if_new(self, result: tuple[Message, bool]) -> None:
-        message, new = result
-        if new:
-            self._posted(message)
 
     async def list_messages(
         self,
@@ -424,12 +415,10 @@ class Messages:
                 by=actor.participant_id,
                 source=source,
             )
+            outbox.emit(conn, MessageEdited(edited.room_id, message=edited))
             return edited
 
-        def publish(message: Message) -> None:
-            self._broker.publish(MessageEdited(message.room_id, message=message))
-
-        return await self._db.write(write, then=publish)
+        return await self._db.write(write)
 
     async def delete(
         self,
@@ -452,12 +441,10 @@ class Messages:
             self._record(
                 conn, message.room_id, "delete", body, by=actor.participant_id, source=source
             )
+            outbox.emit(conn, MessageDeleted(message.room_id, message_id=message_id))
             return message
 
-        def publish(message: Message) -> None:
-            self._broker.publish(MessageDeleted(message.room_id, message_id=message.message_id))
-
-        return await self._db.write(write, then=publish)
+        return await self._db.write(write)
 
     async def add_reaction(
         self,
@@ -484,9 +471,10 @@ class Messages:
             added = repo.add_reaction(conn, message_id, actor.participant_id, emoji, now_ms())
             if added:
                 self._record_reaction(conn, actor, message, emoji, True, source)
+                _reacted(conn, ReactionAdded, actor, message, emoji)
             return self._load(conn, actor, message_id), added
 
-        message, _ = await self._db.write(write, then=self._reacted(ReactionAdded, actor, emoji))
+        message, _ = await self._db.write(write)
         return message
 
     async def remove_reaction(
@@ -508,29 +496,11 @@ class Messages:
             removed = repo.remove_reaction(conn, message_id, actor.participant_id, emoji)
             if removed:
                 self._record_reaction(conn, actor, message, emoji, False, source)
+                _reacted(conn, ReactionRemoved, actor, message, emoji)
             return self._load(conn, actor, message_id), removed
 
-        message, _ = await self._db.write(write, then=self._reacted(ReactionRemoved, actor, emoji))
+        message, _ = await self._db.write(write)
         return message
-
-    def _reacted(
-        self, event: type[ReactionAdded], actor: Actor, emoji: str
-    ) -> Callable[[tuple[Message, bool]], None]:
-        """The after-commit callback of a reaction change: publish if it changed."""
-
-        def publish(result: tuple[Message, bool]) -> None:
-            message, changed = result
-            if changed:
-                self._broker.publish(
-                    event(
-                        message.room_id,
-                        message_id=message.message_id,
-                        emoji=emoji,
-                        participant_id=actor.participant_id,
-                    )
-                )
-
-        return publish
 
     def _record(
         self,
@@ -573,3 +543,18 @@ class Messages:
         room = rooms_repo.get_room(conn, message.room_id)
         kind = room.kind if room else "room"
         return RoomRef(message.room_id, kind, owner_id=message.sender_id)
+
+
+def _reacted(
+    conn: Connection, event: type[ReactionAdded], actor: Actor, message: Message, emoji: str
+) -> None:
+    """Publish a reaction change once it commits."""
+    outbox.emit(
+        conn,
+        event(
+            message.room_id,
+            message_id=message.message_id,
+            emoji=emoji,
+            participant_id=actor.participant_id,
+        ),
+    )

@@ -5,53 +5,137 @@ waiting long-poll (:meth:`Presence.attached`). When its last one closes and it
 does not come back within a short grace period (so a bot polling in a loop, or
 a client reconnecting, does not flap), ``lastSeen`` is written and
 ``presence`` with ``online: false`` is published.
+
+Alone (SQLite, one process), sessions are counted in memory and the events
+published at once. With several processes on one PostgreSQL database
+(``docs/decisions/0038-presence-across-processes.md``) presence is the union
+over processes:
+
+- each process has a row in ``presence_sessions`` per participant it holds
+  sessions for (written when its first session opens, deleted when the
+  grace period after its last one ends), and the transition of the mesh-wide
+  "any row" is decided in the same transaction, which records the
+  ``presence`` event in the outbox: it reaches every process once, in stream
+  order (``store/presence.py``);
+- who is online (:meth:`Presence.is_online`, :meth:`Presence.online`,
+  :meth:`Presence.mark`) is, on every process, the set those events build,
+  loaded from the table at start and checked against it periodically;
+- each process beats its ``cluster_processes`` row every
+  :attr:`Presence.beat_interval` seconds; the first live process deletes the
+  rows of one whose beat is older than :attr:`Presence.process_timeout` (a
+  ``kill -9``) and announces offline whoever has none left.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 
 import trio
+from sqlalchemy.engine import Connection
 
 from ..broker import Broker
 from ..errors import Unavailable
+from ..events import Event, Relayed
 from ..events import Presence as PresenceEvent
 from ..records import Participant, now_ms
 from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo
+from ..store import presence as repo
 
 __all__ = ["Presence"]
 
+log = logging.getLogger(__name__)
+
+#: how long a stopping process tries to remove its rows (others reap them anyway)
+_LEAVE_TIMEOUT = 5.0
+
 
 class Presence:
-    def __init__(self, db: Database, broker: Broker, grace: float = 1.0) -> None:
+    """Who is online; one per process.
+
+    Args:
+        db: the store.
+        broker: where ``presence`` events go (and, clustered, come from).
+        grace: seconds after the last session closes before offline.
+        process_id: this process among those serving the mesh; given (or
+            the store's ``stream_origin`` set, as on PostgreSQL), presence
+            is kept across processes in the store.
+        beat_interval: seconds between heartbeats (clustered).
+        process_timeout: a process that has not beaten for this long is
+            dead: its sessions go offline (clustered).
+        resync_interval: seconds between checks of the online set against
+            the store (clustered).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        broker: Broker,
+        grace: float = 1.0,
+        *,
+        process_id: str | None = None,
+        beat_interval: float = 2.0,
+        process_timeout: float = 8.0,
+        resync_interval: float = 60.0,
+    ) -> None:
         self._db = db
         self._broker = broker
         self._grace = grace
         self._counts: collections.Counter[str] = collections.Counter()
         self._nursery: trio.Nursery | None = None
         #: participants counted online that have not been announced offline yet
+        #: (clustered: anywhere in the mesh, as the presence events tell)
         self._announced: set[str] = set()
+        self.process_id = process_id or getattr(db, "stream_origin", None)
+        self.beat_interval = beat_interval
+        self.process_timeout = process_timeout
+        self.resync_interval = resync_interval
+        #: clustered: participants this process has a row for
+        self._held: set[str] = set()
+        self._locks: dict[str, trio.Lock] = {}
+        #: clustered: presence events seen, and when each participant's last was
+        self._epoch = 0
+        self._touched: dict[str, int] = {}
+        self._started_at = now_ms()
+        if self.process_id is not None:
+            broker.observe(self._observed)
+
+    @property
+    def clustered(self) -> bool:
+        return self.process_id is not None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the grace-period timers; without it, offline is announced at once."""
+        """Own the grace-period timers; without it, offline is announced at once.
+
+        Clustered, also: beat first and load who is online (retrying while
+        the store is unavailable) before reporting started; then beat, reap
+        dead processes and check the online set periodically. On the way
+        out, shielded and bounded, this process's rows are removed and its
+        participants announced offline (others would after the timeout).
+        """
         async with trio.open_nursery() as nursery:
+            if self.process_id is not None:
+                await retrying("joining the mesh's presence", self._beat)
+                await retrying("loading who is online", self._resync)
+                nursery.start_soon(self._beat_loop)
             self._nursery = nursery
             task_status.started()
             try:
                 await trio.sleep_forever()
             finally:
                 self._nursery = None
-
-    def participant_removed(self, participant_id: str) -> None:
-        """Close the removed participant's sessions and stop routing to it."""
-        self._broker.drop_participant(participant_id)
+                if self.process_id is not None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(_LEAVE_TIMEOUT):
+                        await self._leave()
 
     def is_online(self, participant_id: str) -> bool:
         """Online as announced: true from the ``online`` event until the
@@ -74,16 +158,31 @@ class Presence:
     async def attached(self, participant_id: str) -> AsyncIterator[None]:
         """Count the participant online for the duration of the block.
 
+        Clustered, the first session of a participant on this process waits
+        for its row to be written (so this process sees it online once in);
+        if the store is unavailable, the block runs anyway and the row is
+        written in the background as soon as it can be.
+
         The offline bookkeeping on exit is shielded: it completes even when
         the block was cancelled.
         """
         self._counts[participant_id] += 1
-        if participant_id not in self._announced:
-            self._announced.add(participant_id)
-            self._broker.publish(
-                PresenceEvent(None, participant_id=participant_id, online=True, last_seen=now_ms())
-            )
         try:
+            if self.process_id is None:
+                if participant_id not in self._announced:
+                    self._announced.add(participant_id)
+                    self._broker.publish_live(
+                        PresenceEvent(
+                            None, participant_id=participant_id, online=True, last_seen=now_ms()
+                        )
+                    )
+            elif participant_id not in self._held:
+                try:
+                    await self._claim(participant_id)
+                except Unavailable as exc:
+                    log.warning("recording %s online failed: %s", participant_id, exc)
+                    if self._nursery is not None:
+                        self._nursery.start_soon(self._claim_retrying, participant_id)
             yield
         finally:
             self._counts[participant_id] -= 1
@@ -104,15 +203,149 @@ class Presence:
             )
 
     async def _went_offline(self, participant_id: str) -> None:
+        if self.process_id is not None:
+            await self._release(participant_id)
+            return
         at = now_ms()
 
         def publish(_: None) -> None:
             if not self._connected(participant_id):  # not back online meanwhile
                 self._announced.discard(participant_id)
-                self._broker.publish(
+                self._broker.publish_live(
                     PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
                 )
 
         await self._db.write(
             lambda conn: accounts_repo.set_last_seen(conn, {participant_id: at}), then=publish
         )
+
+    # clustered ---------------------------------------------------------------
+
+    def _lock(self, participant_id: str) -> trio.Lock:
+        lock = self._locks.get(participant_id)
+        if lock is None:
+            lock = self._locks[participant_id] = trio.Lock()
+        return lock
+
+    def _forget_lock(self, participant_id: str, lock: trio.Lock) -> None:
+        idle = not self._connected(participant_id) and participant_id not in self._held
+        if idle and lock.statistics().tasks_waiting == 0:
+            self._locks.pop(participant_id, None)
+
+    def _seen(self, participant_id: str, online: bool) -> None:
+        self._epoch += 1
+        self._touched[participant_id] = self._epoch
+        if online:
+            self._announced.add(participant_id)
+        else:
+            self._announced.discard(participant_id)
+
+    def _observed(self, event: Event) -> None:
+        """Every event the broker publishes: the presence ones keep the set."""
+        if isinstance(event, PresenceEvent):
+            self._seen(event.participant_id, event.online)
+        elif isinstance(event, Relayed) and event.kind == "presence":
+            data = event.to_json()
+            self._seen(str(data["participantId"]), bool(data["online"]))
+
+    async def _claim(self, participant_id: str) -> None:
+        """Write this process's row for *participant_id* if it has sessions
+        and no row (its first session here, or a claim that failed)."""
+        assert self.process_id is not None
+        process_id = self.process_id
+        lock = self._lock(participant_id)
+        async with lock:
+            if not self._connected(participant_id) or participant_id in self._held:
+                return
+            count = self._counts[participant_id]
+
+            def claimed(_: bool) -> None:
+                self._held.add(participant_id)
+                self._seen(participant_id, True)  # some process holds it now
+
+            await self._db.write(
+                lambda conn: repo.claim(conn, process_id, participant_id, count, now_ms()),
+                then=claimed,
+            )
+
+    async def _claim_retrying(self, participant_id: str) -> None:
+        await retrying(f"recording {participant_id} online", partial(self._claim, participant_id))
+
+    async def _release(self, participant_id: str) -> None:
+        """Delete this process's row for *participant_id* if it has no
+        session here (also if it has no row on record: a claim that was
+        cancelled may have committed)."""
+        assert self.process_id is not None
+        process_id = self.process_id
+        lock = self._lock(participant_id)
+        async with lock:
+            if self._connected(participant_id):  # back meanwhile
+                return
+
+            def released(offline: bool) -> None:
+                self._held.discard(participant_id)
+                if offline:
+                    self._seen(participant_id, False)
+
+            await self._db.write(
+                lambda conn: repo.release(conn, process_id, participant_id, now_ms()),
+                then=released,
+            )
+            self._forget_lock(participant_id, lock)
+
+    async def _beat(self) -> None:
+        """One heartbeat: this process's row, its sessions' rows again if it
+        was taken for dead, and the dead processes reaped."""
+        assert self.process_id is not None
+        process_id, held = self.process_id, sorted(self._held)
+        host, pid, started_at = socket.gethostname(), os.getpid(), self._started_at
+        timeout_ms = int(self.process_timeout * 1000)
+
+        def unit(conn: Connection) -> None:
+            at = now_ms()
+            repo.beat(
+                conn,
+                process_id,
+                host=host,
+                pid=pid,
+                started_at=started_at,
+                at=at,
+                held=held,
+            )
+            repo.reap(conn, process_id, at=at, timeout_ms=timeout_ms)
+
+        await self._db.write(unit)
+
+    async def _beat_loop(self) -> None:
+        next_resync = trio.current_time() + self.resync_interval
+        while True:
+            await trio.sleep(self.beat_interval)
+            try:
+                await self._beat()
+                if trio.current_time() >= next_resync:
+                    next_resync = trio.current_time() + self.resync_interval
+                    await self._resync()
+            except Unavailable as exc:
+                log.warning("the presence heartbeat failed: %s", exc)
+
+    async def _resync(self) -> None:
+        """Correct the online set from the table, except for participants a
+        presence event was seen for since the read began (those are newer)."""
+        began = self._epoch
+        rows = await self._db.read(repo.online_participants)
+        for participant_id in rows ^ self._announced:
+            if self._touched.get(participant_id, 0) <= began:
+                if participant_id in rows:
+                    self._announced.add(participant_id)
+                else:
+                    self._announced.discard(participant_id)
+        self._touched = {p: e for p, e in self._touched.items() if e > began}
+
+    async def _leave(self) -> None:
+        assert self.process_id is not None
+        process_id = self.process_id
+        try:
+            await self._db.write(lambda conn: repo.leave(conn, process_id, now_ms()))
+        except Unavailable as exc:
+            log.warning("removing this process's presence failed (others will): %s", exc)
+        self._held.clear()

@@ -21,7 +21,7 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import ParticipantLeft
 from ..ids import is_ulid, new_id
 from ..records import Participant, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import roles as repo
 from ..store import rooms as rooms_repo
@@ -173,6 +173,7 @@ class Roles:
         def insert(conn: Connection) -> None:
             if not repo.insert_role(conn, role, actor.participant_id):
                 raise Conflict(f"a role named {role.name} exists", "role_exists")
+            _policy_changed(conn)
 
         await self._db.write(insert, then=lambda _: self._policy.put_role(role))
         return role
@@ -224,8 +225,12 @@ class Roles:
         def write(conn: Connection) -> list[str]:
             if not repo.update_role(conn, role):
                 raise Conflict(f"a role named {role.name} exists", "role_exists")
+            _policy_changed(conn)
             if role.name != current.name:
-                return accounts_repo.move_role(conn, current.name, role.name)
+                moved = accounts_repo.move_role(conn, current.name, role.name)
+                for participant_id in moved:
+                    outbox.change(conn, "invalidate", "participant", participant_id)
+                return moved
             return []
 
         def changed(moved: list[str]) -> None:
@@ -250,6 +255,7 @@ class Roles:
                     "role_in_use",
                 )
             repo.delete_role(conn, role_id)
+            _policy_changed(conn)
 
         await self._db.write(write, then=lambda _: self._policy.drop_role(role.name))
 
@@ -402,10 +408,12 @@ class Roles:
         if effect == "allow" and (own is None or not own.holds(permission)):
             raise Forbidden("you cannot grant what you do not hold", "permission_too_high")
         override = Override(new_id(), room_id, target_type, str(target), permission, effect)
-        stored = await self._db.write(
-            lambda conn: repo.put_override(conn, override, actor.participant_id, now_ms()),
-            then=self._policy.add_override,
-        )
+
+        def put(conn: Connection) -> Override:
+            _policy_changed(conn)
+            return repo.put_override(conn, override, actor.participant_id, now_ms())
+
+        stored = await self._db.write(put, then=self._policy.add_override)
         await self._evict(room_id)
         return stored
 
@@ -414,9 +422,13 @@ class Roles:
         authorize(actor, "rooms.permissions", RoomRef(room_id, room.kind, room.created_by))
         if not any(o.override_id == override_id for o in self._policy.overrides(room_id)):
             raise NotFound("no such override in this room", "override_not_found")
+
+        def remove(conn: Connection) -> None:
+            repo.delete_override(conn, room_id, override_id)
+            _policy_changed(conn)
+
         await self._db.write(
-            lambda conn: repo.delete_override(conn, room_id, override_id),
-            then=lambda _: self._policy.remove_override(room_id, override_id),
+            remove, then=lambda _: self._policy.remove_override(room_id, override_id)
         )
 
     async def apply_preset(self, actor: Actor, room_id: str, preset: Any) -> dict[str, Any]:
@@ -426,10 +438,12 @@ class Roles:
         if preset not in PRESETS:
             raise BadRequest(f"preset must be one of {', '.join(PRESETS)}", "invalid_preset")
         value = None if preset == "default" else str(preset)
-        await self._db.write(
-            lambda conn: repo.set_preset(conn, room_id, value),
-            then=lambda _: self._policy.set_preset(room_id, value),
-        )
+
+        def preset_set(conn: Connection) -> None:
+            repo.set_preset(conn, room_id, value)
+            _policy_changed(conn)
+
+        await self._db.write(preset_set, then=lambda _: self._policy.set_preset(room_id, value))
         await self._evict(room_id)
         return await self.room_rules(actor, room_id)
 
@@ -465,15 +479,17 @@ class Roles:
                     gone.append(found)
         for participant in gone:
 
-            def write(conn: Connection, pid: str = participant.participant_id) -> bool:
-                return rooms_repo.remove_member(conn, room_id, pid)
+            def write(conn: Connection, participant: Participant = participant) -> None:
+                if rooms_repo.remove_member(conn, room_id, participant.participant_id):
+                    outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
+                    outbox.change(conn, "leave", room_id, participant.participant_id)
 
-            def left(removed: bool, participant: Participant = participant) -> None:
-                if removed:
-                    self._broker.publish(ParticipantLeft(room_id, participant=participant))
-                    self._broker.leave(room_id, participant.participant_id)
+            await self._db.write(write)
 
-            await self._db.write(write, then=left)
+
+def _policy_changed(conn: Connection) -> None:
+    """Record that roles or room rules changed: other processes reload theirs."""
+    outbox.change(conn, "invalidate", "policy", "")
 
 
 def _description(value: Any) -> str:

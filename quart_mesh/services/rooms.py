@@ -13,7 +13,7 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted
 from ..ids import is_ulid, new_id
 from ..records import Participant, Room, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, RoomRef, authorize, held_permissions
@@ -76,19 +76,16 @@ class Rooms:
         self._broker = broker
         self._presence = presence
 
-    def _joined(self, change: tuple[Room, Participant | None]) -> None:
-        room, participant = change
-        if participant is not None:
-            self._broker.join(room.room_id, participant.participant_id)
-            participant = self._presence.mark(participant)
-            self._broker.publish(ParticipantJoined(room.room_id, participant=participant))
+    def _joined(self, conn: Connection, room_id: str, participant: Participant) -> None:
+        """Record *participant* joining *room_id*: routed and announced on commit."""
+        outbox.change(conn, "join", room_id, participant.participant_id)
+        participant = self._presence.mark(participant)
+        outbox.emit(conn, ParticipantJoined(room_id, participant=participant))
 
-    def _left(self, change: tuple[Room, Participant | None]) -> None:
-        room, participant = change
-        if participant is not None:
-            participant = self._presence.mark(participant)
-            self._broker.publish(ParticipantLeft(room.room_id, participant=participant))
-            self._broker.leave(room.room_id, participant.participant_id)
+    def _left(self, conn: Connection, room_id: str, participant: Participant) -> None:
+        participant = self._presence.mark(participant)
+        outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
+        outbox.change(conn, "leave", room_id, participant.participant_id)
 
     async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
         """All ordinary rooms (never DMs), each with whether the actor is in it."""
@@ -112,7 +109,7 @@ class Rooms:
         now = now_ms()
         room = Room(new_id(), "room", name, description, actor.participant_id, now)
 
-        def write(conn: Connection) -> tuple[Room, Participant | None]:
+        def write(conn: Connection) -> Room:
             me = _me(conn, actor)
             try:
                 with conn.begin_nested():
@@ -122,10 +119,10 @@ class Rooms:
             repo.add_member(conn, room.room_id, actor.participant_id, now)
             created = repo.get_room(conn, room.room_id)
             assert created is not None
-            return created, me
+            self._joined(conn, room.room_id, me)
+            return created
 
-        created, _ = await self._db.write(write, then=self._joined)
-        return created
+        return await self._db.write(write)
 
     async def get(self, actor: Actor, room_id: str) -> RoomDetails:
         authorize(actor, "rooms.read")
@@ -162,34 +159,32 @@ class Rooms:
                     "default_room",
                 )
             repo.delete_room(conn, room_id)
+            outbox.emit(conn, RoomDeleted(room_id))
+            outbox.change(conn, "drop_room", room_id)
+            outbox.change(conn, "invalidate", "room_rules", room_id)
 
-        def deleted(_: None) -> None:
-            self._broker.publish(RoomDeleted(room_id))
-            self._broker.drop_room(room_id)
-            actor.policy.forget_room(room_id)
-
-        await self._db.write(write, then=deleted)
+        await self._db.write(write, then=lambda _: actor.policy.forget_room(room_id))
 
     async def join(self, actor: Actor, room_id: str) -> Room:
         """Join a room (idempotent). DMs cannot be joined."""
         authorize(actor, "rooms.join", RoomRef(room_id))
 
-        def write(conn: Connection) -> tuple[Room, Participant | None]:
+        def write(conn: Connection) -> Room:
             room = require_room(conn, actor, room_id)
             if room.kind == "dm":
                 raise BadRequest("direct-message rooms cannot be joined", "is_dm")
             if not repo.add_member(conn, room_id, actor.participant_id, now_ms()):
-                return room, None
-            return repo.get_room(conn, room_id) or room, _me(conn, actor)
+                return room
+            self._joined(conn, room_id, _me(conn, actor))
+            return repo.get_room(conn, room_id) or room
 
-        room, _ = await self._db.write(write, then=self._joined)
-        return room
+        return await self._db.write(write)
 
     async def leave(self, actor: Actor, room_id: str) -> Room:
         """Leave a room (idempotent). DMs are hidden, not left."""
         authorize(actor, "rooms.join")
 
-        def write(conn: Connection) -> tuple[Room, Participant | None]:
+        def write(conn: Connection) -> Room:
             room = require_room(conn, actor, room_id)
             if room.kind == "dm":
                 raise BadRequest(
@@ -197,8 +192,8 @@ class Rooms:
                 )
             me = _me(conn, actor)
             if not repo.remove_member(conn, room_id, actor.participant_id):
-                return room, None
-            return repo.get_room(conn, room_id) or room, me
+                return room
+            self._left(conn, room_id, me)
+            return repo.get_room(conn, room_id) or room
 
-        room, _ = await self._db.write(write, then=self._left)
-        return room
+        return await self._db.write(write)

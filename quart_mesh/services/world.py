@@ -16,7 +16,7 @@ from ..errors import BadRequest
 from ..events import ParticipantMoved, RoomRead
 from ..records import now_ms
 from ..retry import retrying
-from ..store import Database
+from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
@@ -117,13 +117,11 @@ class World:
         def write(conn: Connection) -> None:
             require_member(conn, actor, room_id)
             repo.set_position(conn, position, now_ms())
-
-        def publish(_: None) -> None:
-            self._broker.publish(
-                ParticipantMoved(room_id, participant_id=actor.participant_id, x=x, y=y, z=z)
+            outbox.emit(
+                conn, ParticipantMoved(room_id, participant_id=actor.participant_id, x=x, y=y, z=z)
             )
 
-        await self._db.write(write, then=publish)
+        await self._db.write(write)
 
     async def status(self, actor: Actor) -> dict[str, Any]:
         """What is new for the actor: its rooms with unread and mention counts."""
@@ -182,9 +180,8 @@ class World:
                 repo.advance_reads(conn, actor.participant_id, {room_id: upto})
             summary = repo.unread_summary(conn, actor.participant_id, actor.name, room_id=room_id)
             unread, mentions, last_read = summary.get(room_id, (0, 0, None))
-            return RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
+            event = RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
+            outbox.emit_to(conn, actor.participant_id, event)
+            return event
 
-        def publish(event: RoomRead) -> None:
-            self._broker.send_to(actor.participant_id, event)
-
-        return await self._db.write(write, then=publish)
+        return await self._db.write(write)

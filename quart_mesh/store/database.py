@@ -37,7 +37,10 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ..errors import Overloaded, Unavailable
+from ..records import now_ms
+from . import outbox
 from .dialect import MIGRATION_LOCK, hold_sequences, holds_sequences, is_retryable, translate
+from .schema import cluster_stream
 
 __all__ = ["Database"]
 
@@ -51,8 +54,12 @@ _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 
 
+#: the channel a commit that wrote to the stream notifies (``services/bus.py``)
+STREAM_CHANNEL = "mesh_stream"
+
+
 class _Job(Generic[T]):
-    __slots__ = ("done", "error", "fn", "result", "then")
+    __slots__ = ("done", "entries", "error", "fn", "result", "then")
 
     def __init__(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> None:
         self.fn = fn
@@ -60,6 +67,16 @@ class _Job(Generic[T]):
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        #: what the unit published (``outbox.py``), once it ran
+        self.entries: list[outbox.Entry] = []
+
+    def run(self, conn: Connection) -> None:
+        """Run the unit on *conn*, recording what it publishes."""
+        outbox.begin(conn)
+        try:
+            self.result, self.error = self.fn(conn), None
+        finally:
+            self.entries = outbox.take(conn)
 
     def outcome(self) -> T:
         if self.error is not None:
@@ -83,6 +100,14 @@ class Database:
         self._read_limiter = trio.CapacityLimiter(reader_threads)
         self._queue: collections.deque[_Job[Any]] | None = None
         self._wakeup = trio.Event()
+        #: called on the event loop with what each unit published, right after
+        #: its commit and before its ``then`` (the broker: ``Broker.committed``)
+        self.on_commit: Callable[[list[outbox.Entry]], object] | None = None
+        #: set when several processes may share the database: this process's
+        #: id, and every commit's entries also go to the cluster stream
+        self.stream_origin: str | None = None
+        #: the newest stream position this process wrote (maybe not yet committed)
+        self.stream_head = 0
 
     @property
     def engine(self) -> Engine:
@@ -216,17 +241,44 @@ class Database:
                             job.done.set()
                         raise
                     for job in batch:
-                        if job.then is not None and job.error is None:
-                            try:
-                                job.then(job.result)
-                            except Exception:  # a bug in a publisher must not stop writes
-                                log.exception("after-commit callback failed")
+                        if job.error is None:
+                            self._committed(job)
                         job.done.set()
         finally:
             queue, self._queue = self._queue, None
             for job in queue or ():
                 job.error = Unavailable("the store is closing", "storage_unavailable")
                 job.done.set()
+
+    def _committed(self, job: _Job[Any]) -> None:
+        """After *job*'s commit, on the event loop: what it published, then its ``then``."""
+        try:
+            if job.entries and self.on_commit is not None:
+                self.on_commit(job.entries)
+            if job.then is not None:
+                job.then(job.result)
+        except Exception:  # a bug in a publisher must not stop writes
+            log.exception("after-commit callback failed")
+
+    def _record(self, conn: Connection, batch: list[_Job[Any]]) -> None:
+        """With several processes: write what the batch's committing units
+        published to the stream, in this transaction, at a position taken
+        under the sequence lock (so positions commit in order), and notify
+        the readers (delivered by PostgreSQL at commit)."""
+        if self.stream_origin is None:
+            return
+        found = [entry for job in batch if job.error is None for entry in job.entries]
+        if not found:
+            return
+        hold_sequences(conn)
+        position = conn.execute(
+            cluster_stream.insert()
+            .values(origin=self.stream_origin, body=outbox.encode(found), created_at=now_ms())
+            .returning(cluster_stream.c.position)
+        ).scalar_one()
+        conn.exec_driver_sql(f"SELECT pg_notify('{STREAM_CHANNEL}', '{int(position)}')")
+        # a benign race: read by the event loop, only ever grows
+        self.stream_head = max(self.stream_head, int(position))
 
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction; run it again (a few times) if
@@ -257,16 +309,16 @@ class Database:
             try:
                 with self._writing().begin() as conn:
                     try:
-                        results = [job.fn(conn) for job in batch]
+                        for job in batch:
+                            job.run(conn)
                     finally:
                         sequenced = holds_sequences(conn)
+                    self._record(conn, batch)
             except OperationalError:
                 raise
             except Exception:
                 pass  # some unit failed: all rolled back; isolate it below
             else:
-                for job, result in zip(batch, results, strict=True):
-                    job.result, job.error = result, None
                 return
         with self._writing().begin() as conn:
             if sequenced:
@@ -276,32 +328,35 @@ class Database:
             for job in batch:
                 try:
                     with conn.begin_nested():
-                        job.result, job.error = job.fn(conn), None
+                        job.run(conn)
                 except OperationalError:
                     raise
                 except IntegrityError as exc:
-                    job.error = _translated(exc)
+                    job.error, job.entries = _translated(exc), []
                 except Exception as exc:  # the unit's own error, for its caller
-                    job.error = exc
+                    job.error, job.entries = exc, []
+            self._record(conn, batch)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` on a read connection, concurrently with other reads."""
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
     def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
-        def once() -> T:
+        job: _Job[T] = _Job(fn, then)
+
+        def once() -> None:
             with self._writing().begin() as conn:
-                return fn(conn)
+                job.run(conn)
+                self._record(conn, [job])
 
         try:
-            result = _rerun_aborted("write", once)
+            _rerun_aborted("write", once)
         except OperationalError as exc:
             raise _unavailable(exc) from exc
         except IntegrityError as exc:
             raise _translated(exc) from exc
-        if then is not None:
-            trio.from_thread.run_sync(then, result)
-        return result
+        trio.from_thread.run_sync(self._committed, job)
+        return job.outcome()
 
     def _run_read(self, fn: Callable[[Connection], T]) -> T:
         try:

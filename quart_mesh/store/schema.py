@@ -520,3 +520,107 @@ revoked_tokens = Table(
     Column("expires_at", BigInteger, nullable=False),
     Index("ix_revoked_tokens_expires_at", "expires_at"),
 )
+
+# --- several processes on one PostgreSQL database (docs/decisions/0034-cluster.md) ---
+
+#: the cluster's event stream: what each write transaction published, in
+#: commit order (``position`` is assigned under the sequence lock,
+#: ``dialect.hold_sequences``); every process reads it and delivers to its
+#: own sessions. Written on PostgreSQL only; rows go after a few minutes.
+cluster_stream = Table(
+    "cluster_stream",
+    metadata,
+    Column("position", Seq, primary_key=True, autoincrement=True),
+    #: the process that wrote it (``Cluster.process_id``)
+    Column("origin", String(40), nullable=False),
+    #: the entries of one unit of work, as JSON (``store/outbox.py``)
+    Column("body", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_cluster_stream_created_at", "created_at"),
+)
+
+#: the node processes serving this database, each beating every few seconds;
+#: one that stops beating is dead and its sessions go offline
+cluster_processes = Table(
+    "cluster_processes",
+    metadata,
+    Column("process_id", String(40), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("beat_at", BigInteger, nullable=False),
+)
+
+#: who holds sessions where: a participant is online while any live process
+#: has a row for it
+presence_sessions = Table(
+    "presence_sessions",
+    metadata,
+    Column("process_id", String(40), primary_key=True),
+    Column("participant_id", String(26), primary_key=True),
+    Column("sessions", Integer, nullable=False),
+    Index("ix_presence_sessions_participant_id", "participant_id"),
+)
+
+# --- shared security state (migration 0018) ---
+
+#: rate-limit buckets every process shares (docs/decisions/0036): one GCRA
+#: number per (rule, key), the wall-clock millisecond at which the bucket is
+#: full again; a row whose ``full_at`` has passed means a full bucket and
+#: may go. ``allowed`` says what the last hit was told. PostgreSQL only.
+rate_counters = Table(
+    "rate_counters",
+    metadata,
+    Column("rule", String(40), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("full_at", BigInteger, nullable=False),
+    Column("allowed", Boolean, nullable=False),
+    Index("ix_rate_counters_full_at", "full_at"),
+)
+
+#: DID login challenges (decision 0020), single-use: the first attempt sets
+#: ``used``; kept one TTL past expiry to tell used and expired ones apart
+did_challenges = Table(
+    "did_challenges",
+    metadata,
+    Column("challenge", String(255), primary_key=True),
+    Column("did", String(255), nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("used", Boolean, nullable=False),
+    Index("ix_did_challenges_expires_at", "expires_at"),
+)
+
+#: nonces of signed node-to-node requests (decision 0027): a second insert
+#: of one (did, nonce) is a replay; rows go once their timestamp has left
+#: the skew window
+federation_nonces = Table(
+    "federation_nonces",
+    metadata,
+    Column("did", String(255), primary_key=True),
+    Column("nonce", String(128), primary_key=True),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_federation_nonces_expires_at", "expires_at"),
+)
+
+# --- elected singletons (migration 0019) ---
+
+#: managed bots as the process running the bot supervisor (an elected
+#: singleton, ``store/leases.py``) last reported them, for every process's
+#: ``GET /api/agents``; and a spawn's API key sealed with the node secret
+#: (PostgreSQL only: the process that runs the bot may not be the one that
+#: took the spawn; on SQLite the key stays in memory)
+managed_bots = Table(
+    "managed_bots",
+    metadata,
+    Column(
+        "agent_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("status", String(20), nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("sealed_key", Text, nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+)

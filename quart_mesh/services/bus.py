@@ -1,0 +1,283 @@
+"""The bus: every process of a mesh delivers every commit, in commit order.
+
+With several processes on one PostgreSQL database (``docs/decisions/
+0034-cluster.md``) each commit's outbox entries (``store/outbox.py``) are
+written to the ``cluster_stream`` table in the committing transaction, at a
+position taken under the sequence lock, so positions become visible in
+order and a reader at position *n* never passes a position a slower
+transaction will fill later (Synapse's "persisted up to" problem, solved by
+committing in order instead of tracking holes). Each process runs a bus:
+
+- it *reads* the stream after the last position it applied and applies each
+  row in order: events to its own subscribers (the broker), routing changes
+  to its mirror, invalidations to its caches (handlers registered with
+  :meth:`Bus.on_invalidate`, awaited in order, so an event is never
+  delivered on a cache older than the change before it). A posted message is
+  read from the store itself, not from the row;
+- it *wakes* on a ``NOTIFY`` sent by each such commit (``LISTEN`` on a
+  connection whose socket Trio waits on, ``store/listen.py``), on its own
+  commits at once, and every :attr:`poll_interval` in case a notification
+  was lost with a connection;
+- it carries *live* events that are not stored (typing, presence) between
+  processes as ``NOTIFY`` payloads: at most once, which is what they are.
+
+The process's own events go the same way as everyone else's, so every
+process delivers one order, the stream's. Rows are pruned after
+:attr:`keep_ms`; a process that cannot read the stream for longer than half
+of that ends its sessions (they resume from their cursors, losing nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+from ..broker import Broker
+from ..errors import Unavailable
+from ..events import Event
+from ..records import now_ms
+from ..retry import Backoff, retrying
+from ..store import Database, outbox
+from ..store import cluster as repo
+from ..store.database import STREAM_CHANNEL
+from ..store.listen import MAX_PAYLOAD, Listener, Notifier
+
+__all__ = ["LIVE_CHANNEL", "Bus"]
+
+log = logging.getLogger(__name__)
+
+#: the channel of live (unstored) events
+LIVE_CHANNEL = "mesh_live"
+#: stream rows read at once
+_BATCH = 500
+
+
+class Bus:
+    """One per process, running in the node's nursery on PostgreSQL."""
+
+    def __init__(
+        self,
+        db: Database,
+        broker: Broker,
+        process_id: str,
+        *,
+        poll_interval: float = 1.0,
+        keep_ms: int = 10 * 60_000,
+    ) -> None:
+        self._db = db
+        self._broker = broker
+        self.process_id = process_id
+        self.poll_interval = poll_interval
+        self.keep_ms = keep_ms
+        #: the last stream position applied here
+        self.position = 0
+        #: the newest position another process told of (``NOTIFY``)
+        self.known = 0
+        self._wakeup = trio.Event()
+        self._live: list[Event] = []
+        self._live_ready = trio.Event()
+        self._invalidators: dict[str, list[Callable[[str], Awaitable[object]]]] = {}
+        self._applied = trio.Condition()
+
+    def on_invalidate(self, cache: str, handler: Callable[[str], Awaitable[object]]) -> None:
+        """Await ``handler(key)`` when another process changes *cache*."""
+        self._invalidators.setdefault(cache, []).append(handler)
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def head(self) -> int:
+        """The newest stream position known committed: a subscription made
+        now receives the events after it (those before predate it, even if
+        this process has not applied them yet)."""
+        return max(self.position, self.known, self._db.stream_head)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver the stream from its head on, until cancelled. Start it
+        before anything else writes: commits from then on are the bus's."""
+        self._broker.clustered = True
+        self._broker.on_local_commit = self.wake
+        self._broker.live_sink = self._queue_live
+        self._broker.stream_head = self.head
+        try:
+            self.position = await retrying(
+                "reading the cluster stream's head", partial(self._db.read, repo.head_position)
+            )
+            self.known = self.position
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._listen)
+                nursery.start_soon(self._send_live)
+                nursery.start_soon(self._prune)
+                task_status.started()
+                await self._follow()
+        finally:
+            self._broker.on_local_commit = None
+            self._broker.live_sink = None
+
+    async def _follow(self) -> None:
+        backoff = Backoff(0.2, 5.0)
+        failing_since: float | None = None
+        while True:
+            with trio.move_on_after(self.poll_interval):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            try:
+                while await self._apply_next():
+                    pass
+            except Unavailable as exc:
+                now = trio.current_time()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since > self.keep_ms / 2000:
+                    # rows may be pruned before we read them: start over
+                    log.error("the cluster stream could not be read for long: sessions end")
+                    self._broker.disconnect_all("unavailable")
+                    self.position = await retrying(
+                        "reading the cluster stream's head",
+                        partial(self._db.read, repo.head_position),
+                    )
+                    failing_since = None
+                delay = backoff.next()
+                log.warning("reading the cluster stream failed (%s): again in %.1fs", exc, delay)
+                await trio.sleep(delay)
+                self._wakeup.set()
+            else:
+                failing_since = None
+                backoff.reset()
+
+    async def _apply_next(self) -> bool:
+        """Apply the next rows of the stream; True if there may be more."""
+        rows = await self._db.read(partial(repo.read_stream, after=self.position, limit=_BATCH))
+        for row in rows:
+            await self._apply(row)
+            self.position = row.position
+            self.known = max(self.known, row.position)
+        if rows:
+            async with self._applied:
+                self._applied.notify_all()
+        return len(rows) == _BATCH
+
+    async def _apply(self, row: repo.StreamRow) -> None:
+        own = row.origin == self.process_id
+        batch: list[outbox.Entry] = []
+        for entry in row.entries:
+            if isinstance(entry, outbox.Change) and entry.kind == "invalidate":
+                self._deliver(row.position, batch)
+                batch = []
+                if not own:  # the committing process updated its own cache
+                    await self._invalidate(*entry.args)
+            else:
+                batch.append(entry)
+        self._deliver(row.position, batch)
+
+    def _deliver(self, position: int, entries: list[outbox.Entry]) -> None:
+        self._broker.delivering = position
+        try:
+            self._broker.apply(entries)
+        finally:
+            self._broker.delivering = None
+
+    async def _invalidate(self, cache: str, key: str) -> None:
+        for handler in self._invalidators.get(cache, ()):
+            await retrying(
+                f"reloading {cache} after another process changed it", partial(handler, key)
+            )
+
+    async def caught_up(self, position: int) -> None:
+        """Wait until the stream has been applied up to *position* (tests, tools)."""
+        async with self._applied:
+            while self.position < position:
+                await self._applied.wait()
+
+    # notifications ------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        backoff = Backoff(0.2, 5.0)
+        while True:
+            try:
+                async with Listener(self._db.url, (STREAM_CHANNEL, LIVE_CHANNEL)) as listener:
+                    backoff.reset()
+                    self.wake()  # whatever was missed while not listening
+                    while True:
+                        for note in await listener.wait():
+                            if note.channel == STREAM_CHANNEL:
+                                if note.payload.isdigit():
+                                    self.known = max(self.known, int(note.payload))
+                                self.wake()
+                            else:
+                                self._received_live(note.payload)
+            except Unavailable as exc:
+                delay = backoff.next()
+                log.warning(
+                    "listening for the cluster's commits failed (%s): again in %.1fs", exc, delay
+                )
+                await trio.sleep(delay)
+
+    def _queue_live(self, event: Event) -> None:
+        self._live.append(event)
+        self._live_ready.set()
+
+    async def _send_live(self) -> None:
+        notifier = Notifier(self._db.url)
+        try:
+            while True:
+                await self._live_ready.wait()
+                self._live_ready = trio.Event()
+                events, self._live = self._live, []
+                payloads = _payloads(self.process_id, events)
+                try:
+                    await notifier.notify(LIVE_CHANNEL, payloads)
+                except Unavailable as exc:
+                    # live events are at most once: dropped, not retried
+                    log.warning(
+                        "%d live event(s) not sent to other processes: %s", len(events), exc
+                    )
+        finally:
+            await notifier.aclose()
+
+    def _received_live(self, payload: str) -> None:
+        origin, _, body = payload.partition("\n")
+        if origin == self.process_id:
+            return
+        try:
+            entries = outbox.decode(body)
+        except (ValueError, KeyError, TypeError):
+            log.exception("a malformed live event from process %s", origin)
+            return
+        for entry in entries:
+            if isinstance(entry, outbox.Publish):
+                self._broker.publish(entry.event)
+
+    async def _prune(self) -> None:
+        while True:
+            await trio.sleep(self.keep_ms / 10_000)
+            before = now_ms() - self.keep_ms
+            try:
+                await self._db.write(partial(repo.prune_stream, before=before))
+            except Unavailable as exc:
+                log.warning("pruning the cluster stream failed: %s", exc)
+
+
+def _payloads(origin: str, events: list[Event]) -> list[str]:
+    """*events* as notification payloads of at most :data:`MAX_PAYLOAD` bytes
+    each (an event too large alone is dropped: live events are small)."""
+    payloads: list[str] = []
+    head = f"{origin}\n["
+    parts: list[str] = []
+    size = len(head.encode()) + 1
+    for event in events:
+        part = outbox.encode([outbox.Publish(event)])[1:-1]
+        cost = len(part.encode()) + 1
+        if len(head.encode()) + cost + 1 > MAX_PAYLOAD:
+            log.warning("a live event too large to send to other processes was dropped")
+            continue
+        if size + cost > MAX_PAYLOAD:
+            payloads.append(head + ",".join(parts) + "]")
+            parts, size = [], len(head.encode()) + 1
+        parts.append(part)
+        size += cost
+    if parts:
+        payloads.append(head + ",".join(parts) + "]")
+    return payloads

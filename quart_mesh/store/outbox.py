@@ -1,0 +1,197 @@
+"""What a unit of work publishes, recorded with the unit itself.
+
+A write function (``fn(conn)`` given to :meth:`Database.write`) does not
+publish events or touch the broker's routing directly: it *records* them on
+its connection, and they take effect only if, and once, the unit commits:
+
+- :func:`emit`: an event for a room's members (or everyone);
+- :func:`emit_to`: an event for one participant's sessions (a command);
+- :func:`change`: a change to what every process keeps in memory — the
+  broker's routing (``join``, ``leave``, ...) or a cache (``invalidate``).
+
+On one process (SQLite) the store hands the entries of each committed unit
+to the broker right after the commit, in commit order. With several
+processes on one PostgreSQL database the entries are also written, in the
+same transaction, to the ``cluster_stream`` table, under the sequence lock
+so that stream positions commit in order; every process reads the stream
+and applies every entry in that order (``services/bus.py``). Nothing is
+delivered that was not committed, and nothing committed is missed.
+
+A unit that fails is rolled back with its entries (its savepoint).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..events import CommandIssued, Event, MessagePosted, Relayed
+
+__all__ = [
+    "MIRRORED",
+    "Change",
+    "Entry",
+    "Pending",
+    "Publish",
+    "SendTo",
+    "begin",
+    "change",
+    "decode",
+    "emit",
+    "emit_to",
+    "encode",
+    "entries",
+    "take",
+]
+
+#: ``conn.info`` key of the running unit's entries
+_KEY = "mesh_outbox"
+
+#: the changes to the broker's routing (applied by every process, also the
+#: one that wrote them, at once after its commit)
+MIRRORED = frozenset(
+    {"join", "leave", "drop_room", "drop_participant", "disconnect", "disconnect_token"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    participant_id: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    kind: str
+    args: tuple[str, ...]
+
+
+Entry = Publish | SendTo | Change
+
+
+def begin(conn: Connection) -> list[Entry]:
+    """Start recording a unit's entries on *conn* (the store calls this)."""
+    found: list[Entry] = []
+    conn.info[_KEY] = found
+    return found
+
+
+def take(conn: Connection) -> list[Entry]:
+    """Stop recording; the entries recorded since :func:`begin`."""
+    found: list[Entry] = conn.info.pop(_KEY, None) or []
+    return found
+
+
+def entries(conn: Connection) -> list[Entry]:
+    recorded: list[Entry] | None = conn.info.get(_KEY)
+    if recorded is None:
+        # a write function run outside Database.write (a bug): fail loudly
+        raise RuntimeError("outbox entries recorded outside a unit of work")
+    return recorded
+
+
+def emit(conn: Connection, event: Event) -> None:
+    """Publish *event* once this unit commits."""
+    entries(conn).append(Publish(event))
+
+
+def emit_to(conn: Connection, participant_id: str, event: Event) -> None:
+    """Send *event* to *participant_id*'s sessions once this unit commits."""
+    entries(conn).append(SendTo(participant_id, event))
+
+
+def change(conn: Connection, kind: str, *args: str) -> None:
+    """Record a change to in-memory state every process keeps: a routing
+    change (:data:`MIRRORED`) or ``invalidate`` of a cache and a key."""
+    entries(conn).append(Change(kind, tuple(args)))
+
+
+# the stream's wire form --------------------------------------------------------
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    if isinstance(event, MessagePosted):
+        # receivers read the message itself from the store
+        return {"type": "message", "messageId": event.message.message_id}
+    if isinstance(event, CommandIssued):
+        return {
+            "type": "command",
+            "agentId": event.agent_id,
+            "commandId": event.command_id,
+            "command": event.command,
+            "args": event.args,
+            "sentBy": event.sent_by,
+            "createdAt": event.created_at,
+        }
+    return {
+        "type": event.type,
+        "roomId": event.room_id,
+        "exclude": event.exclude,
+        "chat": event.chat,
+        "frame": event.frame,
+    }
+
+
+def encode(found: list[Entry]) -> str:
+    """One unit's entries as the JSON text of a stream row."""
+    out: list[dict[str, Any]] = []
+    for entry in found:
+        if isinstance(entry, Publish):
+            out.append({"k": "publish", "e": _event_json(entry.event)})
+        elif isinstance(entry, SendTo):
+            out.append({"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)})
+        else:
+            out.append({"k": "change", "kind": entry.kind, "args": list(entry.args)})
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A stream entry whose event is a message still to be read from the store."""
+
+    message_id: str
+    participant_id: str | None = None
+
+
+def decode(body: str) -> list[Entry | Pending]:
+    """A stream row's entries; a posted message comes back as :class:`Pending`
+    (its message is read from the store, ``services/bus.py``)."""
+    out: list[Entry | Pending] = []
+    for item in json.loads(body):
+        if item["k"] == "change":
+            out.append(Change(item["kind"], tuple(item["args"])))
+            continue
+        data = item["e"]
+        to = item.get("to")
+        if data["type"] == "message":
+            out.append(Pending(data["messageId"], to))
+            continue
+        event: Event
+        if data["type"] == "command":
+            event = CommandIssued(
+                None,
+                command_id=data["commandId"],
+                agent_id=data["agentId"],
+                command=data["command"],
+                args=data["args"],
+                sent_by=data["sentBy"],
+                created_at=data["createdAt"],
+            )
+        else:
+            event = Relayed.of(
+                data["type"],
+                data["roomId"],
+                data["frame"],
+                chat=data["chat"],
+                exclude=data["exclude"],
+            )
+        out.append(SendTo(to, event) if to is not None else Publish(event))
+    return out
