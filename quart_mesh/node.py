@@ -110,7 +110,7 @@ class Node:
         self.presence = Presence(db, self.broker)
         #: rate limits, shared by the services (changed at run time by admins)
         self.rate_limits = RateLimiter(settings.rate_limits, db=db)
-        shared_rooms = SharedRooms()
+        shared_rooms = SharedRooms(everywhere=db.backend == "postgresql")
         self.rooms = Rooms(db, limits, self.broker, self.presence)
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
         self.dms = DirectMessages(db, self.broker, self.presence)
@@ -205,11 +205,15 @@ class Node:
         async def mesh(_: str) -> None:
             await self.admin.reload()
 
+        async def models(_: str) -> None:
+            await self.model_proxy.reload()
+
         bus.on_invalidate("participant", participant)
         bus.on_invalidate("revoked", revoked)
         bus.on_invalidate("policy", policy)
         bus.on_invalidate("room_rules", room_rules)
         bus.on_invalidate("mesh", mesh)
+        bus.on_invalidate("models", models)
 
     async def _load(self) -> None:
         """What must be in memory before the first request."""

@@ -96,16 +96,21 @@ class SharedRooms:
 
     Copy-on-write: :attr:`current` is an immutable snapshot, replaced whole
     on change, so a unit of work reads it safely in the store's worker thread.
+
+    With several processes on one database (*everywhere*), a room shared
+    through another process must be relayed from this one at once too: every
+    room may be shared, and each write asks the store (one indexed lookup).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, everywhere: bool = False) -> None:
         self.current: frozenset[str] = frozenset()
+        self.everywhere = everywhere
 
     def add(self, *room_ids: str) -> None:
         self.current = self.current.union(room_ids)
 
     def __contains__(self, room_id: object) -> bool:
-        return room_id in self.current
+        return self.everywhere or room_id in self.current
 
 
 class Messages:
@@ -521,7 +526,7 @@ class Messages:
             via = source.connection_id
             if mark:
                 relay_repo.mark_applied(conn, source.connection_id, source.seq)
-        if room_id in self._shared.current:
+        if room_id in self._shared:
             relay_repo.record(conn, room_id, kind, body, by, via=via)
 
     def _record_reaction(

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from ..config import ModelConfig, Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, RateLimited
 from ..records import iso, now_ms
-from ..store import Database
+from ..store import Database, outbox
 from ..store import model_registry as repo
 from .authz import Actor, authorize, permitted
 from .ratelimit import RateLimiter
@@ -130,15 +130,22 @@ class ModelProxy:
         self._client: httpx.AsyncClient | None = None
         self._nursery: trio.Nursery | None = None
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def reload(self) -> None:
+        """Read the models from the store and the settings (at start, and when
+        another process added or removed one)."""
         stored = await self._db.read(repo.list_models)
+        models: dict[str, Model] = {}
         for row in stored:
             key = self._decrypt(row.api_key) if row.api_key else None
-            self._models[row.name] = Model(
+            models[row.name] = Model(
                 row.name, row.base_url, row.upstream_model, key, "api", row.created_at
             )
         for config in self._settings.models:
-            self._models[config.name] = _from_config(config)
+            models[config.name] = _from_config(config)
+        self._models = models
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.reload()
         timeout = self._settings.model_timeout
         async with (
             httpx.AsyncClient(
@@ -238,6 +245,7 @@ class ModelProxy:
         def insert(conn: Connection) -> None:
             if not repo.insert_model(conn, row):
                 raise Conflict(f"a model named {name} exists", "model_exists")
+            outbox.change(conn, "invalidate", "models", name)
 
         await self._db.write(insert)
         model = Model(name, row.base_url, upstream_model, api_key, "api", row.created_at)
@@ -261,7 +269,12 @@ class ModelProxy:
                 "this model is configured at start-up (MESH_MODELS); change it there",
                 "configured_model",
             )
-        await self._db.write(lambda conn: repo.delete_model(conn, name))
+
+        def delete(conn: Connection) -> None:
+            repo.delete_model(conn, name)
+            outbox.change(conn, "invalidate", "models", name)
+
+        await self._db.write(delete)
         self._models.pop(name, None)
 
     async def usage(self, actor: Actor) -> list[dict[str, Any]]:
