@@ -73,6 +73,11 @@ class Cluster:
             "UTF8",
             "--no-sync",
         )
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Start the server on the cluster made by :meth:`start` (again,
+        after :meth:`stop_server`); returns once it accepts connections."""
         # durability is not what these tests are about: no fsync, to be quick
         options = (
             f"-k {self.folder} -p {self.port} -c listen_addresses='' -c fsync=off"
@@ -81,13 +86,27 @@ class Cluster:
         self._run(
             str(self.bin_dir / "pg_ctl"),
             "-D",
-            str(data),
+            str(self.folder / "data"),
             "-o",
             options,
             "-l",
             str(self.folder / "server.log"),
             "-w",
             "start",
+        )
+
+    def stop_server(self) -> None:
+        """Stop the server as an operator does (``pg_ctl stop -m fast``: open
+        sessions are ended, nothing is lost); :meth:`start_server` brings it
+        back. The cluster is the whole session's: restart it in a ``finally``."""
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.folder / "data"),
+            "-m",
+            "fast",
+            "-w",
+            "stop",
         )
 
     def stop(self) -> None:
