@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``,
-``nox -s bridge_dist``, ``nox -s screenshots``.
+``nox -s bench_cluster``, ``nox -s bridge_dist``, ``nox -s screenshots``.
 
 Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
 """
@@ -44,10 +44,22 @@ def bench(session: nox.Session) -> None:
     """Run every benchmark in bench/ (each prints its figures and how to reproduce them)."""
     session.install("-e", ".[test]")
     scripts = sorted(Path("bench").glob("bench_*.py"))
+    # the scale-out benchmark needs PostgreSQL and ~5 minutes: its own session
+    scripts = [script for script in scripts if script.name != "bench_cluster.py"]
     if not scripts:
         session.skip("no benchmarks yet (bench/bench_*.py)")
     for script in scripts:
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_cluster(session: nox.Session) -> None:
+    """Scale-out on PostgreSQL: sends, fan-out and cross-process latency with
+    1, 2 and 4 node processes on one database, beside one process on SQLite
+    (bench/README.md). Needs Debian's ``postgresql`` package; ~5 minutes.
+    ``nox -s bench_cluster -- --seconds 5 --runs 5`` for a longer run."""
+    session.install("-e", ".[test]")
+    session.run("python", "bench/bench_cluster.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
