@@ -154,6 +154,7 @@ RATE_RULES = (
     "login_name",
     "login_address",
     "registration_address",
+    "challenge_address",
     "federation_relay",
 )
 #: how many times the base limits each role gets (the owner is never limited)
@@ -172,7 +173,8 @@ class RateLimits:
     is dropped silently). Per login name: ``login_name``. Per client address
     (not for ``exempt_addresses``): ``login_address`` (logins, DID
     verifications) and ``registration_address`` (registrations, guest
-    sessions, bot bootstraps). Per peer node: ``federation_relay`` (events
+    sessions, bot bootstraps) and ``challenge_address`` (DID challenges).
+    Per peer node: ``federation_relay`` (events
     relayed in from a connected node). An admin can change the rules and multipliers
     at run time (``PUT /api/admin/mesh/settings``); those changes are stored
     and win over these values.
@@ -187,6 +189,9 @@ class RateLimits:
     login_name: Rate | None = Rate(10, 60)
     login_address: Rate | None = Rate(30, 60)
     registration_address: Rate | None = Rate(20, 3600)
+    #: DID challenges issued per client address (counted in memory: a flood
+    #: is turned away before it costs a store write)
+    challenge_address: Rate | None = Rate(30, 60)
     federation_relay: Rate | None = Rate(600, 60, 300)
     role_multipliers: Mapping[str, float] = dataclasses.field(
         default_factory=lambda: DEFAULT_ROLE_MULTIPLIERS

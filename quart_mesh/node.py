@@ -187,7 +187,8 @@ class Node:
             self._reload_on_change(self.bus)
 
     def _reload_on_change(self, bus: Bus) -> None:
-        """What each process reloads when another changes what it caches."""
+        """What each process reloads when what it caches changes (through any
+        process), and everything when it may have missed changes."""
 
         async def participant(participant_id: str) -> None:
             self.accounts.forget(participant_id)
@@ -215,8 +216,20 @@ class Node:
         bus.on_invalidate("mesh", mesh)
         bus.on_invalidate("models", models)
 
+        async def everything() -> None:
+            self.broker.load(await self.db.read(rooms_repo.all_memberships))
+            self.accounts.forget_all()
+            await self.admin.reload()
+            await self.roles.load()
+            await self.model_proxy.reload()
+
+        bus.on_resync(everything)
+
     async def _load(self) -> None:
         """What must be in memory before the first request."""
+        if self.bus is not None:
+            # first: what other processes commit while this loads is applied after
+            await self.bus.prepare()
         await self.uploads.prepare()
         await self.accounts.load()
         await self.admin.load()

@@ -14,7 +14,7 @@ bp = Blueprint("identity", __name__)
 @bp.post("/api/identity/challenge")
 async def challenge() -> tuple[Any, int]:
     fields = await body()
-    issued = await node().did_auth.challenge(fields.req_str("did"))
+    issued = await node().did_auth.challenge(fields.req_str("did"), address=request.remote_addr)
     return reply(issued.to_json())
 
 

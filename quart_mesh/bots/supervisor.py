@@ -60,6 +60,7 @@ from ..security import Tokens
 from ..services.agents import BotSpec
 from ..store import Database
 from ..store import agents as agents_repo
+from ..store import messages as messages_repo
 
 __all__ = ["ManagedBot", "Supervisor"]
 
@@ -152,6 +153,8 @@ class Supervisor:
         self._tokens = tokens
         self._address = address
         self.bots: dict[str, ManagedBot] = {}
+        #: the bots of the last time this process ran them, until their cursors are saved
+        self._last_term: dict[str, ManagedBot] = {}
         #: bots removed while this ran (a read begun before the removal
         #: committed must not start them again)
         self._removed: set[str] = set()
@@ -178,20 +181,27 @@ class Supervisor:
             "reading managed bots", partial(self._db.read, agents_repo.list_agents)
         )
         self.bots = {}
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._reconcile(rows)
-            task_status.started()
-            try:
-                while True:
-                    await trio.sleep(min(_SAVE_INTERVAL, _RECONCILE_INTERVAL))
-                    await retrying("saving bot cursors", self.save_cursors)
-                    rows = await retrying(
-                        "reading managed bots", partial(self._db.read, agents_repo.list_agents)
-                    )
-                    self._reconcile(rows)
-            finally:
-                self._nursery = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._reconcile(rows)
+                task_status.started()
+                try:
+                    while True:
+                        await trio.sleep(min(_SAVE_INTERVAL, _RECONCILE_INTERVAL))
+                        await retrying("saving bot cursors", self.save_cursors)
+                        rows = await retrying(
+                            "reading managed bots",
+                            partial(self._db.read, agents_repo.list_agents),
+                        )
+                        self._reconcile(rows)
+                finally:
+                    self._nursery = None
+        finally:
+            # stopped (the node stops, or another process runs the bots now):
+            # what they acknowledged is still saved (cursors only go forward),
+            # their statuses are the running supervisor's to write
+            self._last_term, self.bots = self.bots, {}
 
     def _reconcile(self, rows: list[agents_repo.AgentRow]) -> None:
         """Run what the store lists, stop what it no longer lists."""
@@ -246,7 +256,7 @@ class Supervisor:
         bots = list(self.bots.values())
         changed = {
             bot.agent_id: int(bot.cursor)
-            for bot in bots
+            for bot in [*self._last_term.values(), *bots]
             if bot.cursor is not None and bot.cursor != bot.saved_cursor
         }
         states = {bot.agent_id: bot.state() for bot in bots if bot.state() != bot.saved_state}
@@ -260,8 +270,9 @@ class Supervisor:
 
         await self._db.write(write)
         for agent_id, cursor in changed.items():
-            if (bot := self.bots.get(agent_id)) is not None:
-                bot.saved_cursor = str(cursor)
+            for known in (self.bots, self._last_term):
+                if (bot := known.get(agent_id)) is not None:
+                    bot.saved_cursor = str(cursor)
         for agent_id, state in states.items():
             if (bot := self.bots.get(agent_id)) is not None:
                 bot.saved_state = state
@@ -376,6 +387,17 @@ class Supervisor:
     async def _run_once(self, bot: ManagedBot, base: str) -> int | OSError:
         """Run the bot's process once; its exit status, or the error that
         kept it from starting."""
+        if bot.cursor is None:
+            # a first run starts from now; say where "now" is in the store,
+            # so that a run after a takeover resumes from here, missing nothing
+            # sent while the bot moved (it has not acknowledged anything yet)
+            def first(conn: Connection) -> int:
+                head = messages_repo.head_seq(conn)
+                agents_repo.set_delivery_cursor(conn, bot.agent_id, head)
+                return head
+
+            head = await retrying("recording where a bot starts", partial(self._db.write, first))
+            bot.cursor = bot.saved_cursor = str(head)
         token = self._tokens.issue(bot.agent_id, "bot", self._settings.bot_token_ttl_seconds)
         env = {
             **os.environ,

@@ -109,6 +109,8 @@ class Accounts:
         self._presence = presence
         #: participants by id, for the token check of every request (see forget)
         self._known: dict[str, Participant] = {}
+        #: counts forgets: a participant read before one is not cached after it
+        self._generation = 0
         #: signed-out tokens (token id -> expiry, unix seconds), until they expire
         self._revoked: dict[str, int] = {}
 
@@ -314,19 +316,21 @@ class Accounts:
             raise Unauthorized("this token was signed out", "token_revoked")
         participant = self._known.get(claims.participant_id)
         if participant is None:
+            generation = self._generation
             participant = await self._db.read(
                 lambda conn: repo.get_participant(conn, claims.participant_id)
             )
             if participant is None:
                 raise Unauthorized("the token's participant no longer exists", "invalid_token")
-            self._remember(participant)
+            self._remember(participant, generation)
         now = now_ms()
         last = participant.last_seen_at
         if last is None or now - last > self._settings.last_seen_interval * 1000:
+            generation = self._generation
             await self._db.write(
                 lambda conn: repo.set_last_seen(conn, {participant.participant_id: now})
             )
-            self._remember(replace(participant, last_seen_at=now))
+            self._remember(replace(participant, last_seen_at=now), generation)
         # after the last await: the caller subscribes before the mesh can change
         if participant.kind == "guest" and not self.guests_allowed:
             raise Unauthorized("guest access to this mesh has ended", "token_revoked")
@@ -355,7 +359,11 @@ class Accounts:
         self._revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
         self._revoked[token_id] = expires_at
 
-    def _remember(self, participant: Participant) -> None:
+    def _remember(self, participant: Participant, generation: int) -> None:
+        """Cache *participant*, read when :attr:`_generation` was *generation*:
+        unless something was forgotten meanwhile (the read may predate it)."""
+        if generation != self._generation:
+            return
         known = self._known
         known.pop(participant.participant_id, None)
         known[participant.participant_id] = participant
@@ -378,6 +386,12 @@ class Accounts:
         """Drop a cached participant: call on every change to who it is or
         what it may do (deletion, role change), so tokens see it at once."""
         self._known.pop(participant_id, None)
+        self._generation += 1
+
+    def forget_all(self) -> None:
+        """Drop every cached participant (this process may have missed changes)."""
+        self._known.clear()
+        self._generation += 1
 
     async def delete_participant(self, actor: Actor, participant_id: str) -> None:
         """Delete a participant (admin and above): its tokens stop working at
@@ -410,12 +424,13 @@ class Accounts:
         behalf (a webhook bot's reply)."""
         participant = self._known.get(participant_id)
         if participant is None:
+            generation = self._generation
             participant = await self._db.read(
                 lambda conn: repo.get_participant(conn, participant_id)
             )
             if participant is None:
                 return None
-            self._remember(participant)
+            self._remember(participant, generation)
         return self.actor_for(participant)
 
     def actor_for(self, participant: Participant) -> Actor:

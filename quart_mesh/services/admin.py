@@ -54,6 +54,7 @@ RULE_FIELDS: Final = {
     "login_name": ("loginName", "login name"),
     "login_address": ("loginAddress", "client address"),
     "registration_address": ("registrationAddress", "client address"),
+    "challenge_address": ("challengeAddress", "client address"),
     "federation_relay": ("federationRelay", "peer node"),
 }
 _RULE_BY_FIELD: Final = {api: rule for rule, (api, _) in RULE_FIELDS.items()}

@@ -80,10 +80,14 @@ class Bus:
         self._live: list[Event] = []
         self._live_ready = trio.Event()
         self._invalidators: dict[str, list[Callable[[str], Awaitable[object]]]] = {}
+        self._resyncers: list[Callable[[], Awaitable[object]]] = []
+        self._prepared = False
+        #: when the stream was last read to its end (Trio's clock)
+        self._caught_up_at = 0.0
         self._applied = trio.Condition()
 
     def on_invalidate(self, cache: str, handler: Callable[[str], Awaitable[object]]) -> None:
-        """Await ``handler(key)`` when another process changes *cache*."""
+        """Await ``handler(key)`` when a process (this one too) changes *cache*."""
         self._invalidators.setdefault(cache, []).append(handler)
 
     def wake(self) -> None:
@@ -95,18 +99,35 @@ class Bus:
         this process has not applied them yet)."""
         return max(self.position, self.known, self._db.stream_head)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Deliver the stream from its head on, until cancelled. Start it
-        before anything else writes: commits from then on are the bus's."""
+    def on_resync(self, handler: Callable[[], Awaitable[object]]) -> None:
+        """Await ``handler()`` when this process may have missed part of the
+        stream (it could not read it for long): reload whatever it keeps."""
+        self._resyncers.append(handler)
+
+    async def prepare(self) -> None:
+        """Take the stream's head as the place to start from. Call before
+        loading what the process keeps in memory (``Node``): what others
+        commit after this is applied on top of it, nothing in between is
+        missed. From here on, events reach this process's sessions through
+        :meth:`run` only.
+
+        Raises:
+            Unavailable: the store cannot be read.
+        """
+        self.position = self.known = await self._db.read(repo.head_position)
+        self._prepared = True
         self._broker.clustered = True
+        self._broker.stream_head = self.head
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver the stream after the position :meth:`prepare` took (taking
+        it now if it was not called), until cancelled."""
+        if not self._prepared:
+            await retrying("reading the cluster stream's head", self.prepare)
         self._broker.on_local_commit = self.wake
         self._broker.live_sink = self._queue_live
-        self._broker.stream_head = self.head
+        self._caught_up_at = trio.current_time()
         try:
-            self.position = await retrying(
-                "reading the cluster stream's head", partial(self._db.read, repo.head_position)
-            )
-            self.known = self.position
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._listen)
                 nursery.start_soon(self._send_live)
@@ -114,38 +135,42 @@ class Bus:
                 task_status.started()
                 await self._follow()
         finally:
+            # an embedding program may go on writing: deliver here again
             self._broker.on_local_commit = None
             self._broker.live_sink = None
+            self._broker.clustered = False
+            self._prepared = False
 
     async def _follow(self) -> None:
         backoff = Backoff(0.2, 5.0)
-        failing_since: float | None = None
         while True:
             with trio.move_on_after(self.poll_interval):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
+            if trio.current_time() - self._caught_up_at > self.keep_ms / 2000:
+                # rows this process has not applied may be pruned by now
+                await retrying("starting over from the cluster stream's head", self._resync)
             try:
                 while await self._apply_next():
                     pass
             except Unavailable as exc:
-                now = trio.current_time()
-                failing_since = now if failing_since is None else failing_since
-                if now - failing_since > self.keep_ms / 2000:
-                    # rows may be pruned before we read them: start over
-                    log.error("the cluster stream could not be read for long: sessions end")
-                    self._broker.disconnect_all("unavailable")
-                    self.position = await retrying(
-                        "reading the cluster stream's head",
-                        partial(self._db.read, repo.head_position),
-                    )
-                    failing_since = None
                 delay = backoff.next()
                 log.warning("reading the cluster stream failed (%s): again in %.1fs", exc, delay)
                 await trio.sleep(delay)
                 self._wakeup.set()
             else:
-                failing_since = None
+                self._caught_up_at = trio.current_time()
                 backoff.reset()
+
+    async def _resync(self) -> None:
+        """Start over from the head: sessions end (they resume from their
+        cursors, losing nothing) and what the process keeps is read again."""
+        log.error("the cluster stream was not read for too long: starting over from its head")
+        self._broker.disconnect_all("unavailable")
+        await self.prepare()
+        for handler in self._resyncers:
+            await handler()
+        self._caught_up_at = trio.current_time()
 
     async def _apply_next(self) -> bool:
         """Apply the next rows of the stream; True if there may be more."""
@@ -160,14 +185,14 @@ class Bus:
         return len(rows) == _BATCH
 
     async def _apply(self, row: repo.StreamRow) -> None:
-        own = row.origin == self.process_id
         batch: list[outbox.Entry] = []
         for entry in row.entries:
             if isinstance(entry, outbox.Change) and entry.kind == "invalidate":
                 self._deliver(row.position, batch)
                 batch = []
-                if not own:  # the committing process updated its own cache
-                    await self._invalidate(*entry.args)
+                # the committing process too: a reload it started before its
+                # own commit may have read the store as it was before
+                await self._invalidate(*entry.args)
             else:
                 batch.append(entry)
         self._deliver(row.position, batch)

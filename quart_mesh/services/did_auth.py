@@ -183,17 +183,20 @@ class DidAuth:
 
     # challenges -----------------------------------------------------------------
 
-    async def challenge(self, did: str) -> Challenge:
-        """Issue a single-use challenge for *did* to sign (no authentication).
+    async def challenge(self, did: str, *, address: str | None = None) -> Challenge:
+        """Issue a single-use challenge for *did* to sign (no authentication);
+        *address* is the client's (``challenge_address``, counted in memory).
 
         Raises:
             Forbidden: the mesh is not set up (``not_initialized``).
             BadRequest: *did* is not an Ed25519 ``did:key``.
+            RateLimited: too many challenges from *address*.
             Unavailable, Overloaded: the store cannot take it.
         """
         if self._accounts.mesh is None:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
         parse_did(did)
+        await self._accounts.rate_limits.address("challenge_address", address)
         ttl_ms = self._limits.did_challenge_ttl_seconds * 1000
         most = self._limits.max_did_challenges
         text = f"{_PREFIX}:{self._node_did}:{secrets.token_urlsafe(32)}"

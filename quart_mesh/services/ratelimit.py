@@ -61,6 +61,7 @@ RULE_MESSAGES: Final = {
     "login_name": "too many login attempts for this name",
     "login_address": "too many login attempts from your address",
     "registration_address": "too many registrations from your address",
+    "challenge_address": "too many identity challenges from your address",
     "federation_relay": "this node relays too many events",
 }
 #: rules counted in the store when several processes may serve the mesh

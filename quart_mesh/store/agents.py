@@ -227,9 +227,13 @@ def set_rooms(conn: Connection, agent_id: str, rooms: list[str]) -> None:
 
 
 def set_delivery_cursor(conn: Connection, agent_id: str, cursor: int) -> None:
-    """How far a webhook bot was delivered, or a managed bot acknowledged."""
+    """How far a webhook bot was delivered, or a managed bot acknowledged;
+    only ever forward (a process that ran the bot before may save late)."""
+    current = agents.c.delivery_cursor
     conn.execute(
-        agents.update().where(agents.c.agent_id == agent_id).values(delivery_cursor=cursor)
+        agents.update()
+        .where(agents.c.agent_id == agent_id, sa.or_(current.is_(None), current < cursor))
+        .values(delivery_cursor=cursor)
     )
 
 

@@ -59,7 +59,7 @@ STREAM_CHANNEL = "mesh_stream"
 
 
 class _Job(Generic[T]):
-    __slots__ = ("done", "entries", "error", "fn", "result", "then")
+    __slots__ = ("done", "entries", "error", "fn", "position", "result", "then")
 
     def __init__(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> None:
         self.fn = fn
@@ -69,6 +69,8 @@ class _Job(Generic[T]):
         self.error: BaseException | None = None
         #: what the unit published (``outbox.py``), once it ran
         self.entries: list[outbox.Entry] = []
+        #: the stream position its batch wrote (with several processes)
+        self.position = 0
 
     def run(self, conn: Connection) -> None:
         """Run the unit on *conn*, recording what it publishes."""
@@ -106,7 +108,7 @@ class Database:
         #: set when several processes may share the database: this process's
         #: id, and every commit's entries also go to the cluster stream
         self.stream_origin: str | None = None
-        #: the newest stream position this process wrote (maybe not yet committed)
+        #: the newest stream position this process wrote and committed
         self.stream_head = 0
 
     @property
@@ -252,6 +254,8 @@ class Database:
 
     def _committed(self, job: _Job[Any]) -> None:
         """After *job*'s commit, on the event loop: what it published, then its ``then``."""
+        # known committed only now: a subscription made from here on starts after it
+        self.stream_head = max(self.stream_head, job.position)
         try:
             if job.entries and self.on_commit is not None:
                 self.on_commit(job.entries)
@@ -259,6 +263,14 @@ class Database:
                 job.then(job.result)
         except Exception:  # a bug in a publisher must not stop writes
             log.exception("after-commit callback failed")
+
+    def _lock_first(self, conn: Connection) -> None:
+        """With several processes, take the sequence lock before anything
+        else: nearly every batch takes it anyway to write to the stream, and
+        taking it last, after row locks, would deadlock with a writer that
+        took it first and waits for one of those rows."""
+        if self.stream_origin is not None:
+            hold_sequences(conn)
 
     def _record(self, conn: Connection, batch: list[_Job[Any]]) -> None:
         """With several processes: write what the batch's committing units
@@ -277,8 +289,8 @@ class Database:
             .returning(cluster_stream.c.position)
         ).scalar_one()
         conn.exec_driver_sql(f"SELECT pg_notify('{STREAM_CHANNEL}', '{int(position)}')")
-        # a benign race: read by the event loop, only ever grows
-        self.stream_head = max(self.stream_head, int(position))
+        for job in batch:
+            job.position = int(position)
 
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction; run it again (a few times) if
@@ -308,6 +320,7 @@ class Database:
         if len(batch) > 1:
             try:
                 with self._writing().begin() as conn:
+                    self._lock_first(conn)
                     try:
                         for job in batch:
                             job.run(conn)
@@ -321,6 +334,7 @@ class Database:
             else:
                 return
         with self._writing().begin() as conn:
+            self._lock_first(conn)
             if sequenced:
                 # once for the batch, outside the savepoints (rolling back to
                 # a savepoint would release a lock taken inside it)
@@ -346,6 +360,7 @@ class Database:
 
         def once() -> None:
             with self._writing().begin() as conn:
+                self._lock_first(conn)
                 job.run(conn)
                 self._record(conn, [job])
 

@@ -83,6 +83,16 @@ class _Lease:
         self._raw = raw
         conn.autocommit = True
         self._conn = conn  # never idle in a transaction
+        # the server notices a holder whose host died or was cut off within
+        # seconds (the lock goes with the session), not after the kernel's
+        # two hours; ignored on a Unix socket
+        for setting in (
+            "tcp_keepalives_idle = 5",
+            "tcp_keepalives_interval = 2",
+            "tcp_keepalives_count = 3",
+            "tcp_user_timeout = 15000",
+        ):
+            conn.execute(f"SET {setting}")
 
     def try_lock(self, key: int) -> bool:
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()

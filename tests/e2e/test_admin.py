@@ -204,6 +204,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "loginName",
         "loginAddress",
         "registrationAddress",
+        "challengeAddress",
         "federationRelay",
     }
     assert body["roleMultipliers"]["admin"] == 10
