@@ -12,8 +12,9 @@ committing in order instead of tracking holes). Each process runs a bus:
   row in order: events to its own subscribers (the broker), routing changes
   to its mirror, invalidations to its caches (handlers registered with
   :meth:`Bus.on_invalidate`, awaited in order, so an event is never
-  delivered on a cache older than the change before it). A posted message is
-  read from the store itself, not from the row;
+  delivered on a cache older than the change before it). A posted message
+  travels in the row as the unit stored it (reading it again by id cost
+  three more queries per read and process, ``bench/README.md``);
 - it *wakes* on a ``NOTIFY`` sent by each such commit (``LISTEN`` on a
   connection whose socket Trio waits on, ``store/listen.py``), on its own
   commits at once, and every :attr:`poll_interval` in case a notification

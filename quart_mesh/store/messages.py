@@ -22,7 +22,6 @@ __all__ = [
     "delete_message",
     "get_message",
     "get_message_by_client_id",
-    "get_messages",
     "head_seq",
     "insert_message",
     "list_messages",
@@ -148,14 +147,6 @@ def get_message(conn: Connection, message_id: str) -> Message | None:
     if row is None:
         return None
     return _messages(conn, [row])[0]
-
-
-def get_messages(conn: Connection, message_ids: Sequence[str]) -> dict[str, Message]:
-    """The stored messages among *message_ids*, by id (deleted ones are missing)."""
-    if not message_ids:
-        return {}
-    rows = conn.execute(sa.select(messages).where(messages.c.message_id.in_(message_ids))).all()
-    return {message.message_id: message for message in _messages(conn, rows)}
 
 
 def get_message_by_client_id(conn: Connection, sender_id: str, client_id: str) -> Message | None:

@@ -22,6 +22,7 @@ A unit that fails is rolled back with its entries (its savepoint).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +30,12 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..events import CommandIssued, Event, MessagePosted, Relayed
+from ..records import Message, Reaction, Upload
 
 __all__ = [
     "MIRRORED",
     "Change",
     "Entry",
-    "Pending",
     "Publish",
     "SendTo",
     "begin",
@@ -119,8 +120,9 @@ def change(conn: Connection, kind: str, *args: str) -> None:
 
 def _event_json(event: Event) -> dict[str, Any]:
     if isinstance(event, MessagePosted):
-        # receivers read the message itself from the store
-        return {"type": "message", "messageId": event.message.message_id}
+        # the message as stored by the unit (an edit or a deletion follows
+        # as its own entry): receivers read it with the row, no second query
+        return {"type": "message", "message": dataclasses.asdict(event.message)}
     if isinstance(event, CommandIssued):
         return {
             "type": "command",
@@ -153,29 +155,32 @@ def encode(found: list[Entry]) -> str:
     return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """A stream entry whose event is a message still to be read from the store."""
+def _message(data: dict[str, Any]) -> Message:
+    return Message(
+        **{
+            **data,
+            "reactions": tuple(
+                Reaction(r["emoji"], tuple(r["participant_ids"])) for r in data["reactions"]
+            ),
+            "attachments": tuple(Upload(**a) for a in data["attachments"]),
+        }
+    )
 
-    message_id: str
-    participant_id: str | None = None
 
-
-def decode(body: str) -> list[Entry | Pending]:
-    """A stream row's entries; a posted message comes back as :class:`Pending`
-    (its message is read from the store, ``services/bus.py``)."""
-    out: list[Entry | Pending] = []
+def decode(body: str) -> list[Entry]:
+    """A stream row's entries (:func:`encode`'s inverse)."""
+    out: list[Entry] = []
     for item in json.loads(body):
         if item["k"] == "change":
             out.append(Change(item["kind"], tuple(item["args"])))
             continue
         data = item["e"]
         to = item.get("to")
-        if data["type"] == "message":
-            out.append(Pending(data["messageId"], to))
-            continue
         event: Event
-        if data["type"] == "command":
+        if data["type"] == "message":
+            message = _message(data["message"])
+            event = MessagePosted(message.room_id, message=message)
+        elif data["type"] == "command":
             event = CommandIssued(
                 None,
                 command_id=data["commandId"],
