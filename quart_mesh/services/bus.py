@@ -85,7 +85,9 @@ class Bus:
         self._prepared = False
         #: when the stream was last read to its end (Trio's clock)
         self._caught_up_at = 0.0
-        self._applied = trio.Condition()
+        #: set (and replaced) each time the applied position moves
+        self._progress = trio.Event()
+        self._running = False
 
     def on_invalidate(self, cache: str, handler: Callable[[str], Awaitable[object]]) -> None:
         """Await ``handler(key)`` when a process (this one too) changes *cache*."""
@@ -128,6 +130,8 @@ class Bus:
         self._broker.on_local_commit = self.wake
         self._broker.live_sink = self._queue_live
         self._caught_up_at = trio.current_time()
+        self._running = True
+        self._db.delivered = self.caught_up
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._listen)
@@ -137,6 +141,9 @@ class Bus:
                 await self._follow()
         finally:
             # an embedding program may go on writing: deliver here again
+            self._running = False
+            self._progress.set()
+            self._db.delivered = None
             self._broker.on_local_commit = None
             self._broker.live_sink = None
             self._broker.clustered = False
@@ -181,8 +188,8 @@ class Bus:
             self.position = row.position
             self.known = max(self.known, row.position)
         if rows:
-            async with self._applied:
-                self._applied.notify_all()
+            self._progress.set()
+            self._progress = trio.Event()
         return len(rows) == _BATCH
 
     async def _apply(self, row: repo.StreamRow) -> None:
@@ -212,10 +219,10 @@ class Bus:
             )
 
     async def caught_up(self, position: int) -> None:
-        """Wait until the stream has been applied up to *position* (tests, tools)."""
-        async with self._applied:
-            while self.position < position:
-                await self._applied.wait()
+        """Wait until the stream has been applied up to *position* here (or
+        the bus stopped)."""
+        while self.position < position and self._running:
+            await self._progress.wait()
 
     # notifications ------------------------------------------------------------
 

@@ -110,6 +110,8 @@ class Database:
         self.stream_origin: str | None = None
         #: the newest stream position this process wrote and committed
         self.stream_head = 0
+        #: waits until the bus has applied a stream position (while it runs)
+        self.delivered: Callable[[int], Awaitable[None]] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -199,7 +201,7 @@ class Database:
                 before anything is queued).
         """
         if self._queue is None:
-            return trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
+            return self._write_now(fn, then)
         if len(self._queue) >= self.max_queued:
             raise Overloaded(
                 "the node has too many writes waiting: try again shortly", retry_after=1
@@ -219,7 +221,23 @@ class Database:
             with trio.CancelScope(shield=True):
                 await job.done.wait()
             raise
-        return job.outcome()
+        return await self._delivered(job)
+
+    async def _write_now(
+        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None
+    ) -> T:
+        job = await trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
+        return await self._delivered(job)
+
+    async def _delivered(self, job: _Job[T]) -> T:
+        """*job*'s result, once what it published has reached this process's
+        sessions: with several processes that is when the bus has applied
+        its stream position, so an acknowledged write has been delivered
+        here as it is on one process."""
+        result = job.outcome()
+        if job.position and self.delivered is not None:
+            await self.delivered(job.position)
+        return result
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer: commits queued units in batches until cancelled."""
@@ -290,7 +308,8 @@ class Database:
         ).scalar_one()
         conn.exec_driver_sql(f"SELECT pg_notify('{STREAM_CHANNEL}', '{int(position)}')")
         for job in batch:
-            job.position = int(position)
+            if job.error is None and job.entries:
+                job.position = int(position)
 
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """Commit *batch* in one transaction; run it again (a few times) if
@@ -355,7 +374,9 @@ class Database:
         """Run ``fn(conn)`` on a read connection, concurrently with other reads."""
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
-    def _run_write(self, fn: Callable[[Connection], T], then: Callable[[T], object] | None) -> T:
+    def _run_write(
+        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None
+    ) -> _Job[T]:
         job: _Job[T] = _Job(fn, then)
 
         def once() -> None:
@@ -371,7 +392,7 @@ class Database:
         except IntegrityError as exc:
             raise _translated(exc) from exc
         trio.from_thread.run_sync(self._committed, job)
-        return job.outcome()
+        return job
 
     def _run_read(self, fn: Callable[[Connection], T]) -> T:
         try:
