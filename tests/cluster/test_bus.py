@@ -199,3 +199,35 @@ async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_o
                     pass
         r = await b.http.get("/api/rooms", headers=carol.headers)
         assert_error(r, 401, "token_revoked")
+
+
+async def test_a_long_poll_on_one_process_wakes_for_a_message_sent_through_the_other(
+    tmp_path: Path,
+) -> None:
+    async with two(tmp_path) as (a, b, nodes):
+        owner = await _setup(a, b)
+        bob = await b.register("bob")
+        room_id = (await a.create_room(owner, "lobby"))["roomId"]
+        await b.join(bob, room_id)
+        cursor = (await b.http.post("/api/poll", json={}, headers=bob.headers)).json()["cursor"]
+        answer: dict[str, object] = {}
+
+        async def long_poll() -> None:
+            r = await b.http.post(
+                "/api/poll", json={"cursor": cursor, "timeout": 20}, headers=bob.headers
+            )
+            assert r.status_code == 200, r.text
+            answer.update(r.json())
+
+        async with connect(nodes[0].url, owner) as watch:
+            with trio.fail_after(15):  # well before the poll's own timeout
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(long_poll)
+                    # the waiting poll holds bob online, as seen from A: it waits now
+                    await watch.expect(
+                        "presence", timeout=10, participantId=bob.participant_id, online=True
+                    )
+                    await a.send(owner, room_id, "wake up")
+        messages = answer["messages"]
+        assert isinstance(messages, list)
+        assert [m["content"] for m in messages] == ["wake up"]
