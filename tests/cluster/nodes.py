@@ -23,10 +23,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
 from tests import stores
+from tests.helpers import Mesh
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -138,3 +140,14 @@ async def start_node(
     if not node.url:
         raise AssertionError(f"the node did not start:\n{node.log()}")
     return node
+
+
+@asynccontextmanager
+async def two_nodes(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Mesh, list[NodeProcess]]]:
+    """Two processes of one mesh, with a REST client of each."""
+    async with (
+        open_nodes(tmp_path, 2) as nodes,
+        httpx.AsyncClient(base_url=nodes[0].url) as one,
+        httpx.AsyncClient(base_url=nodes[1].url) as other,
+    ):
+        yield Mesh(one), Mesh(other), nodes

@@ -9,28 +9,15 @@ they run with ``pytest --store postgresql`` only.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
 
-from tests.cluster.nodes import NodeProcess, open_nodes
+from tests.cluster.nodes import two_nodes
 from tests.helpers import Mesh, User, assert_error, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-
-@asynccontextmanager
-async def two(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Mesh, list[NodeProcess]]]:
-    async with (
-        open_nodes(tmp_path, 2) as nodes,
-        httpx.AsyncClient(base_url=nodes[0].url) as one,
-        httpx.AsyncClient(base_url=nodes[1].url) as other,
-    ):
-        yield Mesh(one), Mesh(other), nodes
 
 
 async def _setup(a: Mesh, b: Mesh) -> User:
@@ -55,7 +42,7 @@ async def _eventually(check: object, what: str, timeout: float = 10) -> None:
 async def test_events_committed_through_one_process_reach_the_other_live_in_order(
     tmp_path: Path,
 ) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
@@ -99,7 +86,7 @@ async def test_events_committed_through_one_process_reach_the_other_live_in_orde
 
 
 async def test_a_session_resuming_on_the_other_process_misses_nothing(tmp_path: Path) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         async with connect(nodes[0].url, owner) as ws:
@@ -119,7 +106,7 @@ async def _status(mesh: Mesh, user: User, path: str) -> int:
 
 
 async def test_a_demotion_through_one_process_holds_on_the_other(tmp_path: Path) -> None:
-    async with two(tmp_path) as (a, b, _):
+    async with two_nodes(tmp_path) as (a, b, _):
         owner = await _setup(a, b)
         bob = await a.register("bob")
         r = await a.http.put(
@@ -149,7 +136,7 @@ async def test_a_demotion_through_one_process_holds_on_the_other(tmp_path: Path)
 async def test_closing_registration_through_one_process_closes_it_on_the_other(
     tmp_path: Path,
 ) -> None:
-    async with two(tmp_path) as (a, b, _):
+    async with two_nodes(tmp_path) as (a, b, _):
         owner = await _setup(a, b)
         await b.register("early")  # B has read the mesh's settings
         r = await a.http.put(
@@ -169,7 +156,7 @@ async def test_closing_registration_through_one_process_closes_it_on_the_other(
 async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_other(
     tmp_path: Path,
 ) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         r = await a.http.post("/api/agents/bootstrap", json={"name": "bot", "type": "nanoclaw"})
@@ -180,11 +167,7 @@ async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_o
             r = await a.http.delete(f"/api/agents/{bot.participant_id}", headers=owner.headers)
             assert r.status_code in (200, 204), r.text
             # its session on B ends, and its token is refused there (never a 500)
-            with trio.fail_after(10):
-                while True:
-                    frame = await ws.recv()
-                    if frame.get("type") == "error":
-                        break
+            await ws.expect("error", timeout=10)
             r = await b.http.post(f"/api/rooms/{room_id}/join", headers=bot.headers)
             assert_error(r, 401)
 
@@ -194,9 +177,7 @@ async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_o
         async with connect(nodes[1].url, carol) as ws:
             r = await a.http.post("/api/auth/logout", headers=carol.headers)
             assert r.status_code in (200, 204), r.text
-            with trio.fail_after(10):
-                while (await ws.recv()).get("type") != "error":
-                    pass
+            await ws.expect("error", timeout=10)
         r = await b.http.get("/api/rooms", headers=carol.headers)
         assert_error(r, 401, "token_revoked")
 
@@ -204,7 +185,7 @@ async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_o
 async def test_a_long_poll_on_one_process_wakes_for_a_message_sent_through_the_other(
     tmp_path: Path,
 ) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]

@@ -11,17 +11,14 @@ they run with ``pytest --store postgresql`` only. Every wait is bounded;
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import sqlalchemy as sa
 import trio
 
-from tests.cluster.nodes import NodeProcess, database_url, open_nodes
+from tests.cluster.nodes import database_url, two_nodes
 from tests.helpers import Mesh, Socket, User, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -29,16 +26,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 #: a dead process's sessions are announced offline within this (beat 2 s,
 #: timeout 8 s, grace 1 s, plus the bus)
 OFFLINE_BOUND = 15
-
-
-@asynccontextmanager
-async def two(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Mesh, list[NodeProcess]]]:
-    async with (
-        open_nodes(tmp_path, 2) as nodes,
-        httpx.AsyncClient(base_url=nodes[0].url) as one,
-        httpx.AsyncClient(base_url=nodes[1].url) as other,
-    ):
-        yield Mesh(one), Mesh(other), nodes
 
 
 async def _setup(a: Mesh, b: Mesh) -> tuple[User, User]:
@@ -90,7 +77,7 @@ async def _until_rows(tmp_path: Path, who: User, count: int) -> None:
 
 
 async def test_online_anywhere_is_online_everywhere_and_announced_once(tmp_path: Path) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner, alice = await _setup(a, b)
         async with (
             connect(nodes[1].url, owner) as watcher,  # on B
@@ -127,7 +114,7 @@ async def test_online_anywhere_is_online_everywhere_and_announced_once(tmp_path:
 async def test_the_sessions_of_a_killed_process_go_offline_announced_by_a_survivor(
     tmp_path: Path,
 ) -> None:
-    async with two(tmp_path) as (a, b, nodes):
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner, alice = await _setup(a, b)
         async with (
             connect(nodes[1].url, owner) as watcher,  # on B, which survives
