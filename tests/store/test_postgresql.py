@@ -8,6 +8,7 @@ there makes commit order the cursor order by construction.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from sqlalchemy.engine import Connection
 
 from quart_mesh.ids import new_id
 from quart_mesh.records import now_ms
-from quart_mesh.store import Database, database, messages, relay, rooms, state
+from quart_mesh.store import Database, database, messages, outbox, relay, rooms, state
+from quart_mesh.store import cluster as cluster_repo
 from quart_mesh.store import schema as s
 from quart_mesh.store.dialect import SEQUENCE_LOCK
 from tests import stores
@@ -258,3 +260,52 @@ async def test_a_write_aborted_by_a_deadlock_runs_again(pg: Database, group_comm
 def _waits_for_cursor_lock(conn: Connection) -> bool:
     query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
     return bool(conn.exec_driver_sql(query).scalar())
+
+
+async def test_two_processes_writing_to_the_stream_commit_in_order(
+    cluster: stores.Cluster,
+) -> None:
+    """Two stores on one database, as two processes: A's unit records an
+    entry and holds its transaction open; B's unit, started meanwhile, waits
+    for A's commit (the sequence lock is taken first), so a reader of the
+    stream never sees B's row without A's before it."""
+    url = cluster.url(f"stream_{new_id().lower()}")
+    a, b = Database(url), Database(url)
+    await a.open()
+    await b.open()
+    a.stream_origin, b.stream_origin = "a", "b"
+    holding, release = threading.Event(), threading.Event()
+
+    def slow(conn: Connection) -> None:
+        outbox.change(conn, "invalidate", "test", "from a")
+        holding.set()
+        release.wait(rows.WAITS)
+
+    def quick(conn: Connection) -> None:
+        outbox.change(conn, "invalidate", "test", "from b")
+
+    def waiting_for_a_lock(conn: Connection) -> int:
+        query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        return int(conn.exec_driver_sql(query).scalar_one())
+
+    try:
+        start = await a.read(cluster_repo.head_position)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(a.write, slow)
+                await trio.to_thread.run_sync(holding.wait)
+                nursery.start_soon(b.write, quick)
+                while not await a.read(waiting_for_a_lock):  # B waits for A now
+                    await trio.sleep(0.01)
+                assert await a.read(partial(cluster_repo.read_stream, after=start, limit=10)) == []
+                release.set()
+        found = await a.read(partial(cluster_repo.read_stream, after=start, limit=10))
+        assert [(row.origin, row.entries) for row in found] == [
+            ("a", [outbox.Change("invalidate", ("test", "from a"))]),
+            ("b", [outbox.Change("invalidate", ("test", "from b"))]),
+        ]
+        assert found[0].position < found[1].position
+    finally:
+        release.set()
+        await a.close()
+        await b.close()
