@@ -201,7 +201,7 @@ class Supervisor:
             # stopped (the node stops, or another process runs the bots now):
             # what they acknowledged is still saved (cursors only go forward),
             # their statuses are the running supervisor's to write
-            self._last_term, self.bots = self.bots, {}
+            self._last_term, self.bots = {**self._last_term, **self.bots}, {}
 
     def _reconcile(self, rows: list[agents_repo.AgentRow]) -> None:
         """Run what the store lists, stop what it no longer lists."""

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 
 #: the channel of live (unstored) events
 LIVE_CHANNEL = "mesh_live"
-#: stream rows read at once
-_BATCH = 500
+#: stream rows read at once (each up to a write batch's messages)
+_BATCH = 64
 
 
 class Bus:
@@ -85,6 +85,8 @@ class Bus:
         self._prepared = False
         #: when the stream was last read to its end (Trio's clock)
         self._caught_up_at = 0.0
+        #: part of the stream could not be applied: start over from its head
+        self._must_resync = False
         #: set (and replaced) each time the applied position moves
         self._progress = trio.Event()
         self._running = False
@@ -119,6 +121,8 @@ class Bus:
         """
         self.position = self.known = await self._db.read(repo.head_position)
         self._prepared = True
+        self._caught_up_at = trio.current_time()
+        self._advanced()
         self._broker.clustered = True
         self._broker.stream_head = self.head
 
@@ -129,7 +133,6 @@ class Bus:
             await retrying("reading the cluster stream's head", self.prepare)
         self._broker.on_local_commit = self.wake
         self._broker.live_sink = self._queue_live
-        self._caught_up_at = trio.current_time()
         self._running = True
         self._db.delivered = self.caught_up
         try:
@@ -142,7 +145,7 @@ class Bus:
         finally:
             # an embedding program may go on writing: deliver here again
             self._running = False
-            self._progress.set()
+            self._advanced()
             self._db.delivered = None
             self._broker.on_local_commit = None
             self._broker.live_sink = None
@@ -155,9 +158,10 @@ class Bus:
             with trio.move_on_after(self.poll_interval):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            if trio.current_time() - self._caught_up_at > self.keep_ms / 2000:
+            if self._must_resync or trio.current_time() - self._caught_up_at > self.keep_ms / 2000:
                 # rows this process has not applied may be pruned by now
                 await retrying("starting over from the cluster stream's head", self._resync)
+                self._must_resync = False
             try:
                 while await self._apply_next():
                     pass
@@ -173,24 +177,35 @@ class Bus:
     async def _resync(self) -> None:
         """Start over from the head: sessions end (they resume from their
         cursors, losing nothing) and what the process keeps is read again."""
-        log.error("the cluster stream was not read for too long: starting over from its head")
-        self._broker.disconnect_all("unavailable")
+        log.error("the cluster stream was not applied for too long: starting over from its head")
         await self.prepare()
         for handler in self._resyncers:
             await handler()
-        self._caught_up_at = trio.current_time()
+        # last: a session that reconnects now starts after the new head, on
+        # reloaded caches
+        self._broker.disconnect_all("unavailable")
 
     async def _apply_next(self) -> bool:
         """Apply the next rows of the stream; True if there may be more."""
         rows = await self._db.read(partial(repo.read_stream, after=self.position, limit=_BATCH))
         for row in rows:
-            await self._apply(row)
+            if row.unreadable:
+                # written by another version of the node, or damaged: what it
+                # carried is unknown, so everything is read again after it
+                log.error("stream row %d could not be read: starting over", row.position)
+                self._must_resync = True
+            else:
+                await self._apply(row)
             self.position = row.position
             self.known = max(self.known, row.position)
         if rows:
-            self._progress.set()
-            self._progress = trio.Event()
+            self._advanced()
         return len(rows) == _BATCH
+
+    def _advanced(self) -> None:
+        """Wake those waiting for the applied position (:meth:`caught_up`)."""
+        self._progress.set()
+        self._progress = trio.Event()
 
     async def _apply(self, row: repo.StreamRow) -> None:
         batch: list[outbox.Entry] = []
@@ -214,9 +229,11 @@ class Bus:
 
     async def _invalidate(self, cache: str, key: str) -> None:
         for handler in self._invalidators.get(cache, ()):
-            await retrying(
-                f"reloading {cache} after another process changed it", partial(handler, key)
-            )
+            with trio.move_on_after(self.keep_ms / 2000):
+                await retrying(f"reloading {cache} after it changed", partial(handler, key))
+                continue
+            # the store was away for long: rows may be pruned meanwhile too
+            self._must_resync = True
 
     async def caught_up(self, position: int) -> None:
         """Wait until the stream has been applied up to *position* here (or

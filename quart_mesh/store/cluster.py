@@ -6,6 +6,7 @@ Only used on PostgreSQL, where several processes may share the database.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -16,12 +17,16 @@ from .schema import cluster_stream
 
 __all__ = ["StreamRow", "head_position", "prune_stream", "read_stream"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamRow:
     position: int
     origin: str
     entries: list[outbox.Entry]
+    #: the row could not be decoded (another version of the node wrote it?)
+    unreadable: bool = False
 
 
 def head_position(conn: Connection) -> int:
@@ -38,7 +43,15 @@ def read_stream(conn: Connection, after: int, limit: int) -> list[StreamRow]:
         .order_by(cluster_stream.c.position)
         .limit(limit)
     ).all()
-    return [StreamRow(int(row.position), row.origin, outbox.decode(row.body)) for row in rows]
+    return [_row(int(row.position), row.origin, row.body) for row in rows]
+
+
+def _row(position: int, origin: str, body: str) -> StreamRow:
+    try:
+        return StreamRow(position, origin, outbox.decode(body))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.exception("stream row %d from %s is not readable", position, origin)
+        return StreamRow(position, origin, [], unreadable=True)
 
 
 def prune_stream(conn: Connection, before: int) -> int:

@@ -52,6 +52,7 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 
 _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
+_DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
 
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
@@ -75,6 +76,7 @@ class _Job(Generic[T]):
     def run(self, conn: Connection) -> None:
         """Run the unit on *conn*, recording what it publishes."""
         outbox.begin(conn)
+        self.position = 0
         try:
             self.result, self.error = self.fn(conn), None
         finally:
@@ -236,7 +238,12 @@ class Database:
         here as it is on one process."""
         result = job.outcome()
         if job.position and self.delivered is not None:
-            await self.delivered(job.position)
+            # committed already: if the bus is stuck (the store away), say so
+            # rather than hold the caller for ever
+            with trio.move_on_after(_DELIVERY_WAIT) as waited:
+                await self.delivered(job.position)
+            if waited.cancelled_caught:
+                log.warning("a write committed but not delivered here within %ss", _DELIVERY_WAIT)
         return result
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -90,9 +90,12 @@ class _Lease:
             "tcp_keepalives_idle = 5",
             "tcp_keepalives_interval = 2",
             "tcp_keepalives_count = 3",
-            "tcp_user_timeout = 15000",
+            "tcp_user_timeout = 15000",  # PostgreSQL 12 and later
         ):
-            conn.execute(f"SET {setting}")
+            try:
+                conn.execute(f"SET {setting}")
+            except Exception:  # an older server: the lease works without it
+                log.warning("the lease connection could not SET %s", setting, exc_info=True)
 
     def try_lock(self, key: int) -> bool:
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()

@@ -155,10 +155,15 @@ def encode(found: list[Entry]) -> str:
     return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
 
+_MESSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(Message))
+
+
 def _message(data: dict[str, Any]) -> Message:
+    # fields a newer version added are left out, so a row still reads
+    known = {k: v for k, v in data.items() if k in _MESSAGE_FIELDS}
     return Message(
         **{
-            **data,
+            **known,
             "reactions": tuple(
                 Reaction(r["emoji"], tuple(r["participant_ids"])) for r in data["reactions"]
             ),
