@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 LIVE_CHANNEL = "mesh_live"
 #: stream rows read at once (each up to a write batch's messages)
 _BATCH = 64
+#: how long a wake-up waits for more commits to read with it (seconds)
+_GATHER = 0.001
 
 
 class Bus:
@@ -157,6 +159,9 @@ class Bus:
         while True:
             with trio.move_on_after(self.poll_interval):
                 await self._wakeup.wait()
+            # commits that land together are read together (one query per
+            # process for all of them, not one each)
+            await trio.sleep(_GATHER)
             self._wakeup = trio.Event()
             if self._must_resync or trio.current_time() - self._caught_up_at > self.keep_ms / 2000:
                 # rows this process has not applied may be pruned by now

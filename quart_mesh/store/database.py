@@ -40,7 +40,6 @@ from ..errors import Overloaded, Unavailable
 from ..records import now_ms
 from . import outbox
 from .dialect import MIGRATION_LOCK, hold_sequences, holds_sequences, is_retryable, translate
-from .schema import cluster_stream
 
 __all__ = ["Database"]
 
@@ -57,6 +56,12 @@ _DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
 STREAM_CHANNEL = "mesh_stream"
+
+_RECORD = sa.text(
+    "WITH row AS (INSERT INTO cluster_stream (origin, body, created_at)"
+    " VALUES (:origin, :body, :at) RETURNING position)"
+    f" SELECT position, pg_notify('{STREAM_CHANNEL}', position::text) FROM row"
+)
 
 
 class _Job(Generic[T]):
@@ -308,12 +313,11 @@ class Database:
         if not found:
             return
         hold_sequences(conn)
+        # one round trip: the row, and the notification of its position
         position = conn.execute(
-            cluster_stream.insert()
-            .values(origin=self.stream_origin, body=outbox.encode(found), created_at=now_ms())
-            .returning(cluster_stream.c.position)
+            _RECORD,
+            {"origin": self.stream_origin, "body": outbox.encode(found), "at": now_ms()},
         ).scalar_one()
-        conn.exec_driver_sql(f"SELECT pg_notify('{STREAM_CHANNEL}', '{int(position)}')")
         for job in batch:
             if job.error is None and job.entries:
                 job.position = int(position)
