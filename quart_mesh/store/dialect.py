@@ -19,18 +19,20 @@ things make that safe here:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ..errors import Conflict, MeshError, NotFound
 
 __all__ = [
     "MIGRATION_LOCK",
     "SEQUENCE_LOCK",
+    "Statement",
     "hold_sequences",
     "holds_sequences",
     "insert",
@@ -70,6 +72,40 @@ def insert_new(
     key = next(iter(query.table.primary_key.columns))  # type: ignore[attr-defined]
     added = query.on_conflict_do_nothing(index_elements=index_elements).returning(key)
     return conn.execute(added).first() is not None
+
+
+class Statement:
+    """A hot statement, run on the driver's own connection.
+
+    SQLAlchemy's execution path costs about 40 µs per statement here
+    (compiled-cache lookup, result wrapping), several times what SQLite
+    takes to run a one-row insert (about 5 µs, measured with
+    ``sqlite3.Connection.execute`` against ``Connection.execute(text(...))``):
+    the statements every message send runs are executed directly, inside
+    the same transaction (the driver's connection is the one SQLAlchemy
+    holds). Written once with ``:name`` parameters (no ``::`` casts); errors
+    are raised as SQLAlchemy's (``IntegrityError``, ``OperationalError``),
+    as any other statement's, so the store handles them alike.
+    """
+
+    __slots__ = ("_postgresql", "sql")
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self._postgresql = re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
+
+    def run(self, conn: Connection, params: dict[str, Any]) -> Any:
+        """Execute with *params*; the driver's cursor (``fetchone()``, ...)."""
+        dialect = conn.dialect
+        sql = self._postgresql if dialect.name == "postgresql" else self.sql
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        try:
+            return driver.execute(sql, params)
+        except dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance(
+                sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
+            ) from exc
 
 
 def hold_sequences(conn: Connection) -> None:
