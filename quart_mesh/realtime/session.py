@@ -12,6 +12,7 @@ session's end (for at most ``SETTLE_TIMEOUT`` seconds).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import math
@@ -131,8 +132,12 @@ class ProtocolSession:
         self._nursery: trio.Nursery
         self._sub: Subscription
         self._in_flight = trio.Semaphore(_MAX_IN_FLIGHT)
-        #: the shielded waits of queued sends, and when they must end (see _settle_sends)
-        self._settling: set[trio.CancelScope] = set()
+        #: sends queued in the store, oldest first, awaited in turn by _settler
+        self._queued: collections.deque[tuple[Awaitable[object], str | None]] = collections.deque()
+        self._queued_more = trio.Event()
+        #: the shielded wait of the send being awaited, and when such waits
+        #: must end (see _settle_sends)
+        self._settling: trio.CancelScope | None = None
         self._settle_by = math.inf
         #: set when the writer has returned (its farewell, if any, is out)
         self._writer_done = trio.Event()
@@ -177,6 +182,7 @@ class ProtocolSession:
                 self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
                 nursery.start_soon(self._expire, auth.expires_at, sub)
+                nursery.start_soon(self._settler)
                 try:
                     await self._start(actor, auth.since, feed)
                 except MeshError as error:  # e.g. the store is unavailable
@@ -198,8 +204,8 @@ class ProtocolSession:
         was read off the socket is stored), for at most
         :data:`SETTLE_TIMEOUT` seconds from now."""
         self._settle_by = trio.current_time() + SETTLE_TIMEOUT
-        for scope in self._settling:
-            scope.deadline = self._settle_by
+        if self._settling is not None:
+            self._settling.deadline = self._settle_by
 
     async def _expire(self, expires_at: int, sub: Subscription) -> None:
         """End the session when its token expires: the client authenticates
@@ -395,7 +401,7 @@ class ProtocolSession:
         # queued now, awaited in the background: a client may pipeline sends
         # (they are stored in the order sent); the semaphore bounds how many
         client_id = f.opt_str("clientId")
-        # a slot first: a send queued here is always awaited by _finish_send,
+        # a slot first: a send queued here is always awaited by _settler,
         # even if the session ends while this one waits for room
         await self._in_flight.acquire()
         try:
@@ -411,22 +417,32 @@ class ProtocolSession:
         except BaseException:
             self._in_flight.release()
             raise
-        self._nursery.start_soon(self._finish_send, stored, client_id)
+        self._queued.append((stored, client_id))
+        self._queued_more.set()
 
-    async def _finish_send(self, stored: Awaitable[object], client_id: str | None) -> None:
-        """Await a queued send and report its failure. Shielded: cancelling
-        the session would withdraw the unit from the store's queue, so it is
-        awaited until stored, or until :meth:`_settle_sends`'s deadline."""
-        # shielded from the start: the unit is queued already
-        with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
-            self._settling.add(settling)
-            try:
-                await self._stored_or_error(stored, client_id)
-            finally:
-                self._settling.discard(settling)
-                self._in_flight.release()
-        if settling.cancelled_caught:
-            log.warning("a send queued by a session that ended was not stored in time")
+    async def _settler(self) -> None:
+        """Await the queued sends in the order queued (the order the store
+        commits them) and report failures. One task for all of a session's
+        sends, not one each. Each wait is shielded: cancelling the session
+        would withdraw the unit from the store's queue, so what was queued is
+        awaited until stored, or until :meth:`_settle_sends`'s deadline; the
+        task ends (cancelled) once nothing is queued."""
+        queued = self._queued
+        while True:
+            while not queued:
+                await self._queued_more.wait()
+                self._queued_more = trio.Event()
+            stored, client_id = queued[0]
+            with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
+                self._settling = settling
+                try:
+                    await self._stored_or_error(stored, client_id)
+                finally:
+                    self._settling = None
+                    queued.popleft()
+                    self._in_flight.release()
+            if settling.cancelled_caught:
+                log.warning("a send queued by a session that ended was not stored in time")
 
     async def _stored_or_error(self, stored: Awaitable[object], client_id: str | None) -> None:
         try:
