@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .dialect import insert
+from .dialect import Statement, insert
 from .schema import messages, positions, room_members, room_reads
 
 __all__ = [
@@ -72,25 +72,19 @@ def advance_reads(conn: Connection, participant_id: str, reads: dict[str, int]) 
             continue  # deleted meanwhile: nothing to keep
 
 
+# written for every live session's deliveries, every flush: one statement,
+# on the driver directly (dialect.Statement); nothing for a non-member
+_advance_read_sql = Statement(
+    "INSERT INTO room_reads (participant_id, room_id, last_read_seq)"
+    " SELECT participant_id, room_id, :seq FROM room_members"
+    " WHERE room_id = :room_id AND participant_id = :participant_id"
+    " ON CONFLICT (participant_id, room_id) DO UPDATE SET last_read_seq ="
+    " excluded.last_read_seq WHERE room_reads.last_read_seq < excluded.last_read_seq"
+)
+
+
 def _advance_read(conn: Connection, participant_id: str, room_id: str, seq: int) -> None:
-    member = conn.execute(
-        sa.select(room_members.c.room_id).where(
-            room_members.c.room_id == room_id,
-            room_members.c.participant_id == participant_id,
-        )
-    ).first()
-    if member is None:
-        return
-    query = insert(conn, room_reads).values(
-        participant_id=participant_id, room_id=room_id, last_read_seq=seq
-    )
-    conn.execute(
-        query.on_conflict_do_update(
-            index_elements=["participant_id", "room_id"],
-            set_={"last_read_seq": query.excluded.last_read_seq},
-            where=room_reads.c.last_read_seq < query.excluded.last_read_seq,
-        )
-    )
+    _advance_read_sql.run(conn, {"participant_id": participant_id, "room_id": room_id, "seq": seq})
 
 
 def unread_summary(
