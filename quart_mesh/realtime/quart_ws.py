@@ -167,14 +167,22 @@ class QuartWebSocket:
             raise FrameTooLarge
         return text
 
-    async def send_frames(self, frames: Iterable[bytes]) -> None:
-        """Send encoded frames (``encode_text_frame``), one message each.
+    async def send_frames(
+        self,
+        frames: Iterable[bytes],
+        *,
+        timeout: float = math.inf,  # noqa: ASYNC109
+    ) -> None:
+        """Send encoded frames (``encode_text_frame``), one message each,
+        within *timeout* seconds.
 
         Raises:
             ConnectionClosed: the connection is gone, or closing.
+            trio.TooSlowError: not sent within *timeout*.
         """
-        for frame in frames:
-            await self._send(str(_text_of(frame), "utf-8"))
+        with trio.fail_after(timeout):
+            for frame in frames:
+                await self._send(str(_text_of(frame), "utf-8"))
 
     async def send_text(self, text: str) -> None:
         await self._send(text)

@@ -85,7 +85,13 @@ class SessionSocket(Protocol):
 
     async def receive(self) -> str: ...
 
-    async def send_frames(self, frames: Iterable[bytes]) -> None: ...
+    # armed only when the write has to wait (transport.WebSocket.send_frames)
+    async def send_frames(
+        self,
+        frames: Iterable[bytes],
+        *,
+        timeout: float = ...,  # noqa: ASYNC109
+    ) -> None: ...
 
     async def send_text(self, text: str) -> None: ...
 
@@ -280,20 +286,26 @@ class ProtocolSession:
 
     async def _write(self, sub: Subscription, scope: trio.CancelScope) -> None:
         timeout = self.services.settings.ws_send_timeout
-        # one scope for every send; its deadline is armed only while sending
+        # the farewell's scope (below)
         with trio.CancelScope() as send_scope:
             try:
                 while batch := await sub.get_batch():
-                    send_scope.deadline = trio.current_time() + timeout
                     try:
-                        await self.ws.send_frames([_wire(event, frame) for event, frame in batch])
+                        # within the send timeout if it has to wait for the client
+                        await self.ws.send_frames(
+                            [_wire(event, frame) for event, frame in batch], timeout=timeout
+                        )
                     except ConnectionClosed:
                         # the client closed or hung up: the session goes on
                         # until the reader has handed over what it read before
                         # (its sends are stored); nothing drains ``sub`` now
                         sub.fail("closed")
                         return
-                    send_scope.deadline = math.inf
+                    except trio.TooSlowError:
+                        # a client that stopped reading for ws_send_timeout:
+                        # the session ends, with no farewell
+                        scope.cancel()
+                        return
                     self._note_delivered(batch)
                 # the farewell (error, close frame) to a client that may
                 # have stopped reading: a short deadline, then a reset

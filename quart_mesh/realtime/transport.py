@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 import struct
 from collections.abc import Iterable
@@ -347,8 +348,22 @@ class WebSocket:
             self._size = 0
             self._discarding = False
 
-    async def send_frames(self, frames: Iterable[bytes]) -> None:
+    # a timeout, not the caller's cancel scope: it is armed only when the write
+    # has to wait, and setting a scope's deadline for each write costs more
+    # than the write itself
+    async def send_frames(
+        self,
+        frames: Iterable[bytes],
+        *,
+        timeout: float = math.inf,  # noqa: ASYNC109
+    ) -> None:
         """Send already-encoded frames with one write.
+
+        When nothing else is being written and the kernel takes all of it
+        at once (the common case: a client that reads), this is one system
+        call and no pass through the scheduler (:meth:`_write_now`);
+        otherwise the rest is written as the socket drains, within
+        *timeout* seconds.
 
         Cancelled partway (a send deadline), the frames after the one being
         written are dropped and the rest of that one is sent before anything
@@ -357,10 +372,54 @@ class WebSocket:
         Raises:
             ConnectionClosed: the connection is gone, or closing, or a write
                 failed before.
+            trio.TooSlowError: the client did not take them within *timeout*.
         """
         if self._closed or self._send_failed:
             raise ConnectionClosed
-        await self._send_frames(list(frames))
+        rest = self._write_now(list(frames))
+        if rest or self._rest:
+            with trio.fail_after(timeout):
+                await self._send_frames(rest)
+
+    def _write_now(self, frames: list[bytes]) -> list[bytes]:
+        """Write *frames* at once if the socket takes them without waiting
+        and nothing else is being (or is owed to be) written; what is left
+        to write the slow way: nothing, the frames after the one the kernel
+        took part of (whose end is kept in ``_rest``, owed before anything
+        else), or all of *frames*.
+
+        The write is ``os.write`` on the socket's descriptor, looked up for
+        each write (a closed socket has none, and the write fails cleanly).
+        """
+        stream = self._stream
+        if (
+            self._send_lock.locked()
+            or self._rest
+            or self._torn
+            or self._pong_wanted is not None
+            or self._ping_wanted
+            or not isinstance(stream, trio.SocketStream)
+        ):
+            return frames
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        try:
+            sent = os.write(stream.socket.fileno(), data)
+        except BlockingIOError:
+            return frames
+        except OSError:
+            self._send_failed = True
+            raise ConnectionClosed from None
+        if sent == len(data):
+            return []
+        # the rest of the frame the kernel took part of is owed (sent first,
+        # whatever happens); the frames after it are left to write
+        end = 0
+        for i, frame in enumerate(frames):
+            end += len(frame)
+            if end > sent:
+                self._rest = frame[len(frame) - (end - sent) :]
+                return frames[i + 1 :]
+        raise AssertionError("unreachable: sent < len(data)")
 
     async def send_text(self, text: str) -> None:
         await self.send_frames([encode_text_frame(text.encode("utf-8"))])
@@ -373,10 +432,11 @@ class WebSocket:
         if self._torn or self._send_failed:
             raise ConnectionClosed
         async with self._send_lock:
-            if self._rest:
+            owed = bool(self._rest)
+            if owed:
                 frames.insert(0, self._rest)
                 self._rest = b""
-            await self._write(frames + self._take_controls())
+            await self._write(frames + self._take_controls(), owed_first=owed)
             # controls wanted during that write go now, not with some later
             # write: there may be none before the idle timeout
             while not self._closed and (controls := self._take_controls()):
@@ -391,8 +451,10 @@ class WebSocket:
         self._ping_wanted = False
         return controls
 
-    async def _write(self, frames: list[bytes]) -> None:
-        """Write *frames* in order (the caller holds the send lock)."""
+    async def _write(self, frames: list[bytes], *, owed_first: bool = False) -> None:
+        """Write *frames* in order (the caller holds the send lock). With
+        *owed_first*, the first is the end of a frame begun earlier: cut off
+        before any of it is written, it is still owed."""
         data = memoryview(frames[0] if len(frames) == 1 else b"".join(frames))
         sent = 0
         try:
@@ -419,6 +481,8 @@ class WebSocket:
                     if end > sent:
                         self._rest = bytes(data[sent:end])
                         break
+            elif not self._torn and owed_first:
+                self._rest = bytes(frames[0])
             raise
         except (
             OSError,

@@ -214,6 +214,28 @@ async def test_a_write_cut_off_is_finished_before_the_close_frame(
         assert (client.closed.code, client.closed.reason) == (1013, "lagging")
 
 
+async def test_a_write_that_times_out_before_it_goes_on_still_owes_its_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The kernel takes part of a write at once, then nothing before the
+    timeout: the frame it took part of is still finished before the close
+    frame, and nothing after it is sent."""
+    async with tcp_pair() as (server, client_end):
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        with pytest.raises(trio.TooSlowError):
+            await ws.send_frames(frames(200), timeout=0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)  # now it reads
+            await ws.close(1013, "lagging")
+        numbers = [json.loads(m)["n"] for m in client.messages]
+        assert numbers == list(range(len(numbers)))
+        assert 0 < len(numbers) < 200
+        assert client.closed is not None
+        assert (client.closed.code, client.closed.reason) == (1013, "lagging")
+
+
 async def test_a_client_that_does_not_read_the_close_frame_is_reset(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
