@@ -267,6 +267,7 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.db.run)
+                await nursery.start(self.broker.run)
                 if self.bus is not None:  # before anything else writes
                     await nursery.start(self.bus.run)
                 await nursery.start(self.world.run)

@@ -167,6 +167,13 @@ class QuartWebSocket:
             raise FrameTooLarge
         return text
 
+    #: no writes without waiting here (hypercorn's own send path)
+    writes_now = False
+
+    def write_now(self, frames: list[bytes]) -> list[bytes] | None:
+        """Nothing is written without waiting here: None."""
+        return None
+
     async def send_frames(
         self,
         frames: Iterable[bytes],

@@ -63,8 +63,10 @@ GOING_AWAY = 1001
 TRY_AGAIN_LATER = 1013
 
 
-def _wire(event: Event | None, frame: str) -> bytes:
+def _wire(event: Event | None, frame: str | bytes) -> bytes:
     """The encoded WebSocket frame, shared by every session that sends it."""
+    if isinstance(frame, bytes):  # encoded already: what a direct write left
+        return frame
     if event is None:
         return encode_text_frame(frame.encode("utf-8"))
     return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
@@ -81,7 +83,12 @@ class SessionSocket(Protocol):
     :func:`encode_text_frame`.
     """
 
+    #: whether :meth:`write_now` may write
+    writes_now: bool
+
     def keep_alive(self, ping_interval: float, idle_timeout: float) -> None: ...
+
+    def write_now(self, frames: list[bytes]) -> list[bytes] | None: ...
 
     async def receive(self) -> str: ...
 
@@ -199,6 +206,8 @@ class ProtocolSession:
                     await self._writer_done.wait()
                     nursery.cancel_scope.cancel()
                     return
+                if self.ws.writes_now:  # live: the broker may write to the client
+                    sub.write_directly(self._write_directly)
                 try:
                     await self._reader(actor, sub)
                 finally:  # the client is gone, or the session is cancelled
@@ -317,6 +326,22 @@ class ProtocolSession:
                 raise
             scope.cancel()
         # a client that stopped reading for ws_send_timeout ends here, cancelled
+
+    def _write_directly(self, batch: list[Queued]) -> list[Queued] | None:
+        """The broker's direct write of *batch* (``Subscription.write_directly``):
+        None if nothing could be written now (the writer task writes it),
+        else the frames left for the writer task, encoded already."""
+        try:
+            left = self.ws.write_now([_wire(event, frame) for event, frame in batch])
+        except ConnectionClosed:
+            return None  # the writer task finds out, and ends the session
+        if left is None:
+            return None
+        try:
+            self._note_delivered(batch)
+        except Exception:  # written already: never to be written again
+            log.exception("noting a direct write failed")
+        return [(None, frame) for frame in left]
 
     async def _ended(self, sub: Subscription) -> None:
         if sub.failed == "unavailable":

@@ -376,21 +376,35 @@ class WebSocket:
         """
         if self._closed or self._send_failed:
             raise ConnectionClosed
-        rest = self._write_now(list(frames))
-        if rest or self._rest:
+        listed = list(frames)
+        left = self.write_now(listed)
+        if left is None:
+            left = listed
+        if left:
             with trio.fail_after(timeout):
-                await self._send_frames(rest)
+                await self._send_frames(left)
 
-    def _write_now(self, frames: list[bytes]) -> list[bytes]:
-        """Write *frames* at once if the socket takes them without waiting
-        and nothing else is being (or is owed to be) written; what is left
-        to write the slow way: nothing, the frames after the one the kernel
-        took part of (whose end is kept in ``_rest``, owed before anything
-        else), or all of *frames*.
+    #: :meth:`write_now` can write (the session lets the broker use it)
+    writes_now = True
 
-        The write is ``os.write`` on the socket's descriptor, looked up for
-        each write (a closed socket has none, and the write fails cleanly).
+    def write_now(self, frames: list[bytes]) -> list[bytes] | None:
+        """Write *frames* at once, without waiting, if nothing else is being
+        (or is owed to be) written: one ``os.write`` on the socket's
+        descriptor (looked up for each write: a closed socket has none, and
+        the write fails cleanly).
+
+        Returns None if it wrote nothing (another write is under way, or
+        owed, or the socket is full), else what is left to write, by
+        :meth:`send_frames`, before anything else: nothing, or the frames
+        after the one the kernel took part of, whose end is kept and sent
+        first (then the list is never empty: ``[b""]`` if only that end is
+        left).
+
+        Raises:
+            ConnectionClosed: the connection is gone, or closing, or a write failed.
         """
+        if self._closed or self._send_failed:
+            raise ConnectionClosed
         stream = self._stream
         if (
             self._send_lock.locked()
@@ -400,12 +414,12 @@ class WebSocket:
             or self._ping_wanted
             or not isinstance(stream, trio.SocketStream)
         ):
-            return frames
+            return None
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         try:
             sent = os.write(stream.socket.fileno(), data)
         except BlockingIOError:
-            return frames
+            return None
         except OSError:
             self._send_failed = True
             raise ConnectionClosed from None
@@ -418,7 +432,7 @@ class WebSocket:
             end += len(frame)
             if end > sent:
                 self._rest = frame[len(frame) - (end - sent) :]
-                return frames[i + 1 :]
+                return frames[i + 1 :] or [b""]
         raise AssertionError("unreachable: sent < len(data)")
 
     async def send_text(self, text: str) -> None:
