@@ -52,6 +52,7 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 _DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
+_CHECKPOINT_EVERY = 1.0  # seconds between SQLite checkpoints (when there were commits)
 
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
@@ -119,6 +120,9 @@ class Database:
         self.stream_head = 0
         #: waits until the bus has applied a stream position (while it runs)
         self.delivered: Callable[[int], Awaitable[None]] | None = None
+        #: batches run, and how many of them the last checkpoint followed
+        self._commits = 0
+        self._checkpointed = 0
 
     @property
     def engine(self) -> Engine:
@@ -252,7 +256,41 @@ class Database:
         return result
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer: commits queued units in batches until cancelled."""
+        """The writer: commits queued units in batches until cancelled (and,
+        on SQLite, the checkpointer: :meth:`_checkpoints`)."""
+        async with trio.open_nursery() as nursery:
+            if self.backend == "sqlite":
+                nursery.start_soon(self._checkpoints)
+            await nursery.start(self._write_batches)
+            task_status.started()
+
+    async def _checkpoints(self) -> None:
+        """Move committed pages from SQLite's write-ahead log into the
+        database file, every :data:`_CHECKPOINT_EVERY` seconds that saw a
+        commit, in a thread of its own. Connections do not checkpoint
+        themselves (``wal_autocheckpoint=0``): SQLite would do it inside the
+        commit that fills the log, and its fsync would hold that commit —
+        and every send waiting on it — for tens of milliseconds (seen: p99
+        4 ms, max 57 ms for a 20-row commit on this machine's disk, against
+        0.07 ms at the median). A passive checkpoint waits for no reader or
+        writer."""
+        while True:
+            await trio.sleep(_CHECKPOINT_EVERY)
+            if self._commits == self._checkpointed:
+                continue
+            self._checkpointed = self._commits
+            try:
+                await trio.to_thread.run_sync(self._checkpoint, limiter=self._read_limiter)
+            except Exception:  # the next one tries again; SQLite also does on close
+                log.warning("checkpoint failed", exc_info=True)
+
+    def _checkpoint(self) -> None:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+    async def _write_batches(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         self._queue = collections.deque()
         task_status.started()
         try:
@@ -272,6 +310,7 @@ class Database:
                             job.error = Unavailable("the store failed", "storage_unavailable")
                             job.done.set()
                         raise
+                    self._commits += 1
                     for job in batch:
                         if job.error is None:
                             self._committed(job)
@@ -463,6 +502,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
+    # checkpoints are Database._checkpoints's, outside any commit (SQLite
+    # still checkpoints when the last connection closes)
+    cur.execute("PRAGMA wal_autocheckpoint=0")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA foreign_keys=ON")
