@@ -207,7 +207,7 @@ class Messages:
         message = self._check_send(actor, room_id, content, refs, new_id(), now_ms(), None)
         message = replace(message, client_id=client_id)
         stored = self._db.submit(
-            self._storer(actor, message, to, thread_id, refs, source=None),
+            self._storer(actor, message, to, thread_id, refs, source=None), quick=True
         )
         return _first(stored)
 
@@ -229,6 +229,7 @@ class Messages:
         )
         stored = self._db.submit(
             self._storer(actor, message, relayed.to, relayed.thread_id, (), source=relayed.source),
+            quick=True,
         )
         return _if_new(stored)
 
