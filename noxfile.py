@@ -53,6 +53,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bench_guard(session: nox.Session) -> None:
+    """The speed regression guard CI runs (bench/guard.py, about a minute):
+    WebSocket sends, a trivial GET and fan-out, each as a ratio to a baseline
+    measured in the same run, against floors; fails below a floor twice.
+    Needs Node.js and its ``ws`` package (``apt-get install nodejs node-ws``,
+    or ``npm install`` in bench/native)."""
+    session.install("-e", ".[test]")
+    session.run("python", "bench/guard.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench_cluster(session: nox.Session) -> None:
     """Scale-out on PostgreSQL: sends, fan-out and cross-process latency with
     1, 2 and 4 node processes on one database, beside one process on SQLite

@@ -3,6 +3,9 @@
     python bench/_servers.py node DATA_DIR            the node, as shipped
     python bench/_servers.py node-nostore DATA_DIR    the node's send path without the store
     python bench/_servers.py trio-websocket DATA_DIR  a minimal trio-websocket broadcast server
+    python bench/_servers.py websockets DATA_DIR      the websockets library's broadcast() server
+    python bench/_servers.py asgi-raw DATA_DIR        a raw ASGI app on hypercorn's trio worker
+    python bench/_servers.py quart-bare DATA_DIR      a bare Quart-Trio app, same worker
 
 An optional third argument is the port (default: any free one).
 
@@ -15,6 +18,7 @@ import json
 import logging
 import signal
 import sys
+from functools import partial
 from itertools import count
 from pathlib import Path
 
@@ -126,6 +130,113 @@ async def run_trio_websocket() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def run_websockets_broadcast(port: int = 0) -> None:
+    """The broadcast server of the ``websockets`` library's documentation:
+    asyncio, ``websockets.broadcast()`` to every authenticated connection
+    (one room, no store, no checks). It answers ``authenticate`` with
+    ``auth_ok`` and an empty ``snapshot``, and each ``send_message`` with a
+    ``message`` frame (content and clientId) to everyone, the sender included."""
+    import asyncio
+
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    clients: set[ServerConnection] = set()
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+    async def handler(ws: ServerConnection) -> None:
+        try:
+            async for raw in ws:
+                frame = json.loads(raw)
+                kind = frame.get("type")
+                if kind == "send_message":
+                    message = {
+                        "type": "message",
+                        "roomId": frame.get("roomId"),
+                        "content": frame.get("content"),
+                    }
+                    if "clientId" in frame:
+                        message["clientId"] = frame["clientId"]
+                    broadcast(clients, dumps(message))
+                elif kind == "authenticate":
+                    await ws.send('{"type":"auth_ok","participantId":"p"}')
+                    await ws.send('{"type":"snapshot","rooms":[],"participants":[],"cursor":"0"}')
+                    clients.add(ws)
+        finally:
+            clients.discard(ws)
+
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set_result, None)
+    async with serve(handler, "127.0.0.1", port, compression=None, max_queue=None) as server:
+        bound = next(iter(server.sockets)).getsockname()[1]
+        print(f"listening on http://127.0.0.1:{bound}", flush=True)
+        await stop
+
+
+#: what the HTTP ceilings answer: about the size of the node's ``/api/mesh/settings``
+SETTINGS_BODY = b'{"name":"bench","description":"","visibility":"public"}'
+
+
+async def raw_asgi_app(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """The stack's ceiling: an ASGI app that answers every request with a
+    small JSON body, no framework."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    elif scope["type"] == "http":
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(SETTINGS_BODY)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": SETTINGS_BODY})
+
+
+def bare_quart_app():  # type: ignore[no-untyped-def]
+    """A bare Quart-Trio app: one JSON route (and ``/api/health``), nothing else."""
+    from quart_trio import QuartTrio
+
+    app = QuartTrio("quart_bare")
+    settings = json.loads(SETTINGS_BODY)
+
+    @app.get("/api/mesh/settings")
+    async def mesh_settings():  # type: ignore[no-untyped-def]
+        return settings
+
+    @app.get("/api/health")
+    async def health():  # type: ignore[no-untyped-def]
+        return {"ok": True}
+
+    return app
+
+
+async def run_hypercorn(app, port: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """*app* under hypercorn's trio worker, configured as the node configures it."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.keep_alive_timeout = 5.0
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.errorlog.setLevel(logging.WARNING)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, config, shutdown_trigger=until_terminated))
+        print(f"listening on {binds[0]}", flush=True)
+
+
 def main() -> None:
     raise_fd_limit()
     kind, data_dir = sys.argv[1], Path(sys.argv[2])
@@ -134,6 +245,14 @@ def main() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if kind == "trio-websocket":
         trio.run(run_trio_websocket)
+    elif kind == "websockets":
+        import asyncio
+
+        asyncio.run(run_websockets_broadcast(port))
+    elif kind == "asgi-raw":
+        trio.run(run_hypercorn, raw_asgi_app, port)
+    elif kind == "quart-bare":
+        trio.run(run_hypercorn, bare_quart_app(), port)
     else:
         trio.run(lambda: run_node(data_dir, store=kind == "node", port=port))
 
