@@ -89,7 +89,7 @@ async def run_node(data_dir: Path, *, store: bool, port: int = 0) -> None:
     settings = Settings(
         data_dir=data_dir, subscriber_buffer=4096, rate_limits=RateLimits(enabled=False)
     )
-    app = create_app(settings)
+    app = create_app(settings, freeze_heap=True)
     await serve(app, host="127.0.0.1", port=port, shutdown_trigger=until_terminated)
 
 

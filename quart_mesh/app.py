@@ -14,6 +14,7 @@ answered 500 without internals.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
-from quart import Response, g, jsonify, websocket
+from quart import Response, jsonify, websocket
 from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
@@ -42,7 +43,7 @@ from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
 from .node import Node, open_node
 
-__all__ = ["MeshApp", "configure_logging", "create_app"]
+__all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +72,25 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
     ``max_completion_body_bytes``, apps their source up to
     ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
     to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
-    #: (path, whether it is a prefix, body limit), first match wins
-    body_limits = (
-        (PROXY_PREFIX, True, settings.max_completion_body_bytes),
-        (APPS_PREFIX, True, settings.limits.max_app_body_bytes),
-        (UPLOAD_PATH, False, upload_body_limit(settings.limits)),
-        (RELAY_PATH, False, MAX_RELAY_BYTES),
-    )
+    by_path = {
+        UPLOAD_PATH: upload_body_limit(settings.limits),
+        RELAY_PATH: MAX_RELAY_BYTES,
+    }
+    by_prefix = {
+        PROXY_PREFIX: settings.max_completion_body_bytes,
+        APPS_PREFIX: settings.limits.max_app_body_bytes,
+    }
+    prefixes = tuple(by_prefix)
+    # no path lies under a prefix: whichever is checked first, one limit applies
+    assert not any(path.startswith(prefixes) for path in by_path)
 
     class MeshRequest(TrioRequest):
         def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any):
-            for where, prefix, limit in body_limits:
-                if path.startswith(where) if prefix else path == where:
-                    kwargs["max_content_length"] = limit
-                    break
+            limit = by_path.get(path)
+            if limit is None and path.startswith(prefixes):
+                limit = next(v for p, v in by_prefix.items() if path.startswith(p))
+            if limit is not None:
+                kwargs["max_content_length"] = limit
             super().__init__(method, scheme, path, *args, **kwargs)
 
     return MeshRequest
@@ -137,6 +143,20 @@ class MeshApp(QuartTrio):
                 del self.extensions["quart_mesh.node"]
 
 
+def freeze_startup_heap() -> None:
+    """Collect garbage once, then exempt every object still alive from
+    later collections (``gc.freeze``).
+
+    The node's startup heap (modules, SQLAlchemy, the loaded mesh) is large
+    and lives for the process; without this, each full collection, which
+    request allocations trigger every so often, walks all of it. Objects
+    frozen here are still freed by reference counting; only cycles among
+    them that form later are never collected.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def configure_logging(level: str, *, leave_hypercorn: bool = False) -> None:
     """The node's log to stderr at *level*, unless logging is set up already
     (a ``--log-config`` that configures the root logger replaces it); Alembic
@@ -162,6 +182,7 @@ def create_app(
     node: Node | None = None,
     websocket_route: bool = False,
     exit_on_failure: bool = False,
+    freeze_heap: bool = False,
 ) -> MeshApp:
     """Build the app. Pass an open *node* (``open_node``) to share one you
     use directly; otherwise the app opens its own when served.
@@ -174,6 +195,12 @@ def create_app(
         exit_on_failure: when the node, run by the app's lifespan, stops
             while serving (a part failed), log it and end the process with
             status 70 (``os.EX_SOFTWARE``) after the node is closed.
+        freeze_heap: once the node is open and loaded, move everything
+            alive into the garbage collector's permanent generation
+            (:func:`freeze_startup_heap`), so that its collections, which
+            requests trigger, no longer walk the node's startup heap. For a
+            process that is the server; not for a program that embeds the
+            app (it would freeze that program's objects too).
     """
     if node is not None:
         settings = node.settings
@@ -217,6 +244,12 @@ def create_app(
                 log.error("cannot start the node: %s", error)
             raise
 
+    if freeze_heap:
+
+        @app.before_serving
+        async def _freeze_heap() -> None:  # after _start_node: the node is loaded
+            freeze_startup_heap()
+
     @app.after_serving
     async def _stop_node() -> None:
         if scopes and app.has_node:
@@ -229,10 +262,6 @@ def create_app(
         @app.websocket("/ws")
         async def _websocket() -> None:
             await app.node.realtime.serve_asgi_websocket(websocket)
-
-    @app.before_request
-    async def _request_id() -> None:
-        g.request_id = secrets.token_hex(6)
 
     @app.errorhandler(MeshError)
     async def _mesh_error(error: MeshError) -> Response:
@@ -265,7 +294,8 @@ def create_app(
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
-        request_id = g.get("request_id", "-")
+        # made here, not per request: only an unexpected error shows it
+        request_id = secrets.token_hex(6)
         log.error("unhandled error in request %s", request_id, exc_info=error)
         response = jsonify(
             error_body(f"internal error (request id {request_id})", "internal_error")

@@ -46,7 +46,7 @@ def create_asgi_app(settings: Settings | None = None) -> MeshApp:
     """
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level, leave_hypercorn=True)
-    app = create_app(settings, websocket_route=True, exit_on_failure=True)
+    app = create_app(settings, websocket_route=True, exit_on_failure=True, freeze_heap=True)
     app.asgi_app = _learn_address(app, app.asgi_app)  # type: ignore[method-assign,assignment]
     return app
 

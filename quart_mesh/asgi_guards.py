@@ -6,10 +6,15 @@ answered. If the app answers early — a 401 before reading the body, a 413 at
 the body limit — and the client keeps sending, hypercorn's reader blocks on
 that full channel; the ``http.disconnect`` it must deliver to finish the
 stream blocks behind it, and the connection (two tasks and a socket) hangs
-for ever. :func:`drain_request_bodies` puts a pump between hypercorn and the
-app that keeps reading until ``http.disconnect``, discarding whatever
-arrives after the app is done, so hypercorn always gets to close the stream,
-and shields the app's sends so that closing is never cut off halfway.
+for ever. :func:`drain_request_bodies` watches what the app receives and,
+when the app returns before the request's body was complete, starts a pump
+that reads on until ``http.disconnect`` (or the body's end), discarding it,
+so hypercorn always gets to close the stream. It also shields the app's
+sends so that closing is never cut off halfway.
+
+While the app runs, Quart reads every event eagerly, so nothing needs
+draining then; a request whose body the app saw to the end (every request
+without a body, most with one) costs no task.
 
 WebSocket scopes reach the app only when it serves ``/ws`` itself (a stock
 ASGI server: :mod:`quart_mesh.asgi`); behind :func:`~quart_mesh.server.serve`
@@ -36,9 +41,6 @@ __all__ = ["drain_request_bodies"]
 
 ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 
-#: events buffered between the pump and the app (Quart reads them eagerly)
-_RELAY_BUFFER = 16
-
 
 def drain_request_bodies(
     app: ASGIApp, nursery: Callable[[], trio.Nursery], *, websockets: bool = False
@@ -49,8 +51,9 @@ def drain_request_bodies(
         app: the ASGI callable to wrap (``Quart.asgi_app``).
         nursery: returns the long-lived nursery that owns the pumps (the
             app's lifespan nursery). A pump outlives its request by design:
-            it ends at ``http.disconnect``, which hypercorn sends only after
-            the app has returned.
+            it starts when the app has returned with the request's body
+            unfinished, and ends at ``http.disconnect`` (which hypercorn
+            sends only after the app has returned) or at the body's end.
         websockets: pass WebSocket scopes to the app (which serves ``/ws``
             itself), with the client's disconnect handed over in band
             (:func:`~quart_mesh.realtime.quart_ws.end_in_band`); otherwise
@@ -58,74 +61,69 @@ def drain_request_bodies(
     """
 
     async def wrapped(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        if scope["type"] == "websocket" and websockets:
+        kind = scope["type"]
+        if kind == "http":
+            request = _Request(receive, send)
+            try:
+                await app(scope, request.receive, request.send)
+            finally:
+                if not request.ended:
+                    # answered before the body's end: read (and discard) the rest
+                    nursery().start_soon(_Pump(receive).run)
+        elif kind == "websocket" and websockets:
             await app(scope, end_in_band(receive), send)
-            return
-        if scope["type"] == "websocket":
+        elif kind == "websocket":
             # WebSockets are the node's own (quart_mesh.realtime); an upgrade that
             # reaches hypercorn (a later request on a kept-alive connection) is
             # refused at once, so nothing waits on hypercorn's WebSocket stream.
             await send({"type": "websocket.close", "code": 1008, "reason": None})
-            return
-        if scope["type"] != "http":
+        else:
             await app(scope, receive, send)
-            return
-        pump = _Pump(receive)
-        nursery().start_soon(pump.run)
-
-        async def shielded_send(message: ASGISendEvent) -> None:
-            # hypercorn finishes the stream inside the app's last send: it hands
-            # the app an http.disconnect and then closes or recycles the
-            # connection. Quart cancels its request task on that disconnect, so
-            # unshielded, the cancellation lands midway and leaves the socket
-            # open with nobody reading it. (hypercorn already shields the
-            # socket write itself, so this adds no new way to block.)
-            with trio.CancelScope(shield=True):
-                await send(message)
-
-        try:
-            await app(scope, pump.receive, shielded_send)
-        finally:
-            pump.app_done()
 
     return wrapped
 
 
-class _Pump:
-    """Reads one request's events from the server and relays them to the app.
+class _Request:
+    """One HTTP request's events as the app sees them: it notes whether the
+    app has received the last of them, and shields the app's sends."""
 
-    Ends at ``http.disconnect``, or once the app is done and the body is
-    complete (then at most the disconnect is left to deliver, and the server's
-    queue has room for it; in-process test clients never send one).
-    """
+    __slots__ = ("_receive", "_send", "ended")
+
+    def __init__(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        self._receive = receive
+        self._send = send
+        #: the app received the body's last part, or ``http.disconnect``:
+        #: at most the disconnect is left, and the server's queue has room for it
+        self.ended = False
+
+    async def receive(self) -> ASGIReceiveEvent:
+        message = await self._receive()
+        if not message.get("more_body", False):  # the body's end, or http.disconnect
+            self.ended = True
+        return message
+
+    async def send(self, message: ASGISendEvent) -> None:
+        # hypercorn finishes the stream inside the app's last send: it hands
+        # the app an http.disconnect and then closes or recycles the
+        # connection. Quart cancels its request task on that disconnect, so
+        # unshielded, the cancellation lands midway and leaves the socket
+        # open with nobody reading it. (hypercorn already shields the
+        # socket write itself, so this adds no new way to block.)
+        with trio.CancelScope(shield=True):
+            await self._send(message)
+
+
+class _Pump:
+    """Reads what is left of a request the app has answered before its body's
+    end, discarding it, until ``http.disconnect`` or the body's end (then at
+    most the disconnect is left to deliver, and the server's queue has room
+    for it; in-process test clients never send one)."""
 
     def __init__(self, receive: ASGIReceiveCallable) -> None:
         self._receive = receive
-        self._relay_send, self._relay_receive = trio.open_memory_channel[ASGIReceiveEvent](
-            _RELAY_BUFFER
-        )
-        self._scope = trio.CancelScope()
-        self._body_complete = False
-
-    async def receive(self) -> ASGIReceiveEvent:
-        return await self._relay_receive.receive()
-
-    def app_done(self) -> None:
-        self._relay_receive.close()  # later relays fail: the pump discards
-        if self._body_complete:
-            self._scope.cancel()
 
     async def run(self) -> None:
-        with self._scope, self._relay_send:
-            while True:
-                message = await self._receive()
-                if message["type"] == "http.request" and not message.get("more_body", False):
-                    self._body_complete = True
-                try:
-                    await self._relay_send.send(message)
-                except trio.BrokenResourceError:
-                    # the app has answered: discard the rest
-                    if self._body_complete:
-                        return
-                if message["type"] == "http.disconnect":
-                    return
+        while True:
+            message = await self._receive()
+            if not message.get("more_body", False):
+                return

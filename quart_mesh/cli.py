@@ -112,7 +112,7 @@ async def run_server(
     As a *worker* of ``--workers``, accept on the sockets the parent bound,
     tell it once serving, and stop on a signal or when the parent is gone.
     """
-    app = create_app(settings)
+    app = create_app(settings, freeze_heap=True)
     async with trio.open_nursery() as nursery:
         url: str = await nursery.start(
             partial(

@@ -29,8 +29,14 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         value = json.loads(text, parse_constant=_reject_constant)
-        # lone surrogates ("\ud800") decode fine but cannot be stored or echoed
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        # lone surrogates ("\ud800") decode fine but cannot be stored or echoed.
+        # Without a \u escape the value's strings hold only the text's own
+        # characters: strictly decoded bytes have no surrogates, and a str
+        # has one only if it cannot be encoded
+        if "\\u" in text:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        elif not isinstance(raw, bytes):
+            text.encode("utf-8")
     except (UnicodeError, ValueError, RecursionError):
         raise BadRequest("the body is not valid JSON", "invalid_json") from None
     if not isinstance(value, dict):

@@ -53,7 +53,6 @@ _INJECT = textwrap.dedent(
     """
     import os
     import sys
-    from quart_mesh.asgi_guards import _Pump
     from quart_mesh.services.world import World
 
     async def broken(self):
@@ -62,7 +61,22 @@ _INJECT = textwrap.dedent(
     if os.environ["INJECT"] == "node":
         World.flush_reads = broken  # a part of the node: runs every second
     else:
-        _Pump.run = broken  # a task in the app's nursery beside the node: at a request
+        import quart_mesh.asgi
+
+        create_app = quart_mesh.asgi.create_app
+
+        def create_broken_app(*args, **kwargs):
+            app = create_app(*args, **kwargs)
+
+            @app.after_request
+            async def start_broken(response):
+                # a task in the app's nursery beside the node: at a request
+                app.nursery.start_soon(broken, None)
+                return response
+
+            return app
+
+        quart_mesh.asgi.create_app = create_broken_app
 
     if __name__ == "__main__":
         from hypercorn.__main__ import main
@@ -295,7 +309,7 @@ async def test_a_lifespan_that_dies_ends_the_process(tmp_path: Path, nursery: tr
     await server.start(nursery)
     url = await server.url()
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-        await http.get("/api/health")  # its body pump fails
+        await http.get("/api/health")  # a task it starts fails
     assert await server.exit_status() == 70, server.text
     assert "ASGI Framework Lifespan error" in server.text  # hypercorn's
     assert "the process went on serving without its node" in server.text
