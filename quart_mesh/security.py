@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import collections
 import secrets
 import time
 from dataclasses import dataclass
@@ -82,8 +83,15 @@ class Tokens:
 
     algorithm = "HS256"
 
+    #: tokens verified lately (the signature checked once, not per request)
+    _VERIFIED = 4096
+
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
+        #: token -> its claims, for tokens whose signature was verified:
+        #: the expiry is checked again on every use; revocation, and whether
+        #: the participant still exists, are checked by the caller as ever
+        self._verified: collections.OrderedDict[str, TokenClaims] = collections.OrderedDict()
 
     def issue(self, participant_id: str, kind: str, ttl_seconds: int) -> str:
         now = int(time.time())
@@ -97,11 +105,24 @@ class Tokens:
         return jwt.encode(claims, self._secret, algorithm=self.algorithm)
 
     def check(self, token: str) -> TokenClaims:
-        """Decode and verify *token*.
+        """Decode and verify *token* (a token verified lately is only
+        checked for expiry: the signature of the same bytes was checked).
 
         Raises:
             Unauthorized: bad signature, expired, or malformed.
         """
+        known = self._verified.get(token)
+        if known is not None:
+            if known.expires_at <= time.time():
+                raise Unauthorized("the token has expired", "token_expired")
+            return known
+        claims = self._verify(token)
+        self._verified[token] = claims
+        if len(self._verified) > self._VERIFIED:
+            self._verified.popitem(last=False)  # the oldest verified
+        return claims
+
+    def _verify(self, token: str) -> TokenClaims:
         try:
             claims = jwt.decode(
                 token,

@@ -1,0 +1,50 @@
+"""Tokens: a token verified once is not verified again, but its expiry is
+checked on every use, and other bytes are verified as ever."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from quart_mesh import security
+from quart_mesh.errors import Unauthorized
+from quart_mesh.security import Tokens
+
+
+def test_a_verified_token_still_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = Tokens(b"k" * 32)
+    token = tokens.issue("P1", "human", ttl_seconds=60)
+    assert tokens.check(token).participant_id == "P1"
+    assert tokens.check(token).participant_id == "P1"  # the verified one
+    later = time.time() + 61
+    monkeypatch.setattr(security.time, "time", lambda: later)
+    with pytest.raises(Unauthorized) as refused:
+        tokens.check(token)
+    assert refused.value.code == "token_expired"
+    with pytest.raises(Unauthorized) as again:  # and again
+        tokens.check(token)
+    assert again.value.code == "token_expired"
+
+
+def test_other_bytes_are_verified() -> None:
+    tokens = Tokens(b"k" * 32)
+    token = tokens.issue("P1", "human", ttl_seconds=60)
+    tokens.check(token)
+    head, body, signature = token.split(".")
+    forged = f"{head}.{body}.{signature[:-2]}{'AA' if signature[-2:] != 'AA' else 'BB'}"
+    with pytest.raises(Unauthorized) as refused:
+        tokens.check(forged)
+    assert refused.value.code == "invalid_token"
+    other = Tokens(b"x" * 32)  # another node's secret
+    with pytest.raises(Unauthorized):
+        other.check(token)
+
+
+def test_the_verified_tokens_are_bounded() -> None:
+    tokens = Tokens(b"k" * 32)
+    issued = [tokens.issue(f"P{i}", "human", ttl_seconds=60) for i in range(Tokens._VERIFIED + 10)]
+    for token in issued:
+        tokens.check(token)
+    assert len(tokens._verified) == Tokens._VERIFIED
+    assert tokens.check(issued[0]).participant_id == "P0"  # verified again
