@@ -204,8 +204,9 @@ class Messages:
             check_id(thread_id, "threadId")
         if client_id is not None:
             check_client_id(client_id)
-        message = self._check_send(actor, room_id, content, refs, new_id(), now_ms(), None)
-        message = replace(message, client_id=client_id)
+        message = self._check_send(
+            actor, room_id, content, refs, new_id(), now_ms(), None, client_id
+        )
         stored = self._db.submit(
             self._storer(actor, message, to, thread_id, refs, source=None), quick=True
         )
@@ -242,6 +243,7 @@ class Messages:
         message_id: str,
         created_at: int,
         origin: str | None,
+        client_id: str | None = None,
     ) -> Message:
         authorize(actor, "messages.send", RoomRef(room_id))
         check_content(content, self._limits)
@@ -257,6 +259,7 @@ class Messages:
             content=content,
             created_at=created_at,
             origin=origin,
+            client_id=client_id,
         )
 
     def _storer(

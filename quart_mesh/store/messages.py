@@ -166,7 +166,7 @@ def post_message(conn: Connection, message: Message) -> Message | None:
     row = _post_message.run(conn, _params(message)).fetchone()
     if row is None:
         return None
-    return dataclasses.replace(message, seq=int(row[0]), reactions=())
+    return dataclasses.replace(message, seq=row[0])
 
 
 def get_message(conn: Connection, message_id: str) -> Message | None:
