@@ -55,6 +55,25 @@ class Subscription:
     (for direct replies such as ``auth_ok``) put with :meth:`push`.
     """
 
+    __slots__ = (
+        "_direct",
+        "_held",
+        "_idle",
+        "_items",
+        "_marked",
+        "_skip",
+        "_space",
+        "_wakeup",
+        "after",
+        "broker",
+        "capacity",
+        "chat",
+        "failed",
+        "participant_id",
+        "token_id",
+        "__weakref__",
+    )
+
     def __init__(
         self, broker: Broker, participant_id: str, capacity: int, *, chat: bool = True
     ) -> None:

@@ -124,7 +124,7 @@ class Node:
             self.rate_limits,
             self.broker,
         )
-        self.world = World(db, self.broker, self.accounts)
+        self.world = World(db, self.broker, self.accounts, self.presence)
         self.roles = Roles(db, self.broker, self.accounts, self.policy)
         self.commands = Commands(settings, db, self.broker)
         #: catch up from a cursor, then follow live (WebSocket, polling, webhooks)

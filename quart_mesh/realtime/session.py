@@ -148,26 +148,13 @@ class ProtocolSession:
         #: sends queued in the store, oldest first, awaited in turn by _settler
         self._queued: collections.deque[tuple[Awaitable[object], str | None]] = collections.deque()
         self._queued_more = trio.Event()
+        self._settler_started = False
         #: the shielded wait of the send being awaited, and when such waits
         #: must end (see _settle_sends)
         self._settling: trio.CancelScope | None = None
         self._settle_by = math.inf
         #: set when the writer has returned (its farewell, if any, is out)
         self._writer_done = trio.Event()
-        self._handlers: dict[str, Callable[[Actor, Fields], Awaitable[None]]] = {
-            "join_room": self._join_room,
-            "leave_room": self._leave_room,
-            "send_message": self._send_message,
-            "edit_message": self._edit_message,
-            "delete_message": self._delete_message,
-            "add_reaction": self._add_reaction,
-            "remove_reaction": self._remove_reaction,
-            "typing": self._typing,
-            "mark_read": self._mark_read,
-            "move": self._move,
-            "command_result": self._command_result,
-        }
-
     # lifecycle ---------------------------------------------------------------
 
     async def run(self) -> None:
@@ -195,7 +182,6 @@ class ProtocolSession:
                 self._nursery = nursery
                 nursery.start_soon(self._writer, sub, nursery.cancel_scope)
                 nursery.start_soon(self._expire, auth.expires_at, sub)
-                nursery.start_soon(self._settler)
                 try:
                     await self._start(actor, auth.since, feed)
                 except MeshError as error:  # e.g. the store is unavailable
@@ -266,11 +252,13 @@ class ProtocolSession:
     async def _start(self, actor: Actor, since: int | None, feed: Feed) -> None:
         sub = feed.sub
         sub.push(None, frame_of({"type": "auth_ok", "participantId": actor.participant_id}))
-        snapshot = await self.services.world.snapshot(actor)
-        sub.push(None, frame_of({"type": "snapshot", **snapshot}))
+        sub.push(None, await self.services.world.snapshot_frame(actor))
         # missed messages (on resume) and the commands that waited for this agent
         limit = self.services.settings.max_replay
-        backlog = await feed.backlog(since, limit, messages=since is not None, commands=True)
+        # commands wait only for agents, and every agent is a bot
+        backlog = await feed.backlog(
+            since, limit, messages=since is not None, commands=actor.kind == "bot"
+        )
         if not await feed.replay(backlog):
             return
         if backlog.truncated:
@@ -316,6 +304,9 @@ class ProtocolSession:
                         scope.cancel()
                         return
                     self._note_delivered(batch)
+                    # not kept while waiting: the last batch of an idle session
+                    # is often its snapshot (125 KiB with 500 participants)
+                    del batch
                 # the farewell (error, close frame) to a client that may
                 # have stopped reading: a short deadline, then a reset
                 send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
@@ -413,14 +404,14 @@ class ProtocolSession:
             client_id = fields.data.get("clientId")
             if not isinstance(kind, str):
                 raise BadRequest("every frame needs a string type", "missing_type")
-            handler = self._handlers.get(kind)
+            handler = _HANDLERS.get(kind)
             if handler is None:
                 if kind == "authenticate":
                     raise BadRequest("already authenticated", "already_authenticated")
                 raise BadRequest(f"unknown frame type {kind[:40]!r}", "unknown_type")
             # as it is now: a role changed since authenticating applies at once
             current = await self.services.accounts.actor_of(actor.participant_id)
-            await handler(current or actor, fields)
+            await handler(self, current or actor, fields)
         except MeshError as error:
             sub.push(None, _error(error.message, error.code, kind, _retry_after(error), client_id))
         except Exception:
@@ -454,6 +445,9 @@ class ProtocolSession:
         except BaseException:
             self._in_flight.release()
             raise
+        if not self._settler_started:  # on the first send: no task for sessions that never send
+            self._settler_started = True
+            self._nursery.start_soon(self._settler)
         self._queued.append((stored, client_id))
         self._queued_more.set()
 
@@ -530,6 +524,22 @@ class ProtocolSession:
         room_id = f.req_str("roomId")
         x, y, z = f.req_number("x"), f.req_number("y"), f.req_number("z")
         await self.services.world.move(actor, room_id, x, y, z)
+
+
+#: the handler of each frame type (one table for every session)
+_HANDLERS: dict[str, Callable[[ProtocolSession, Actor, Fields], Awaitable[None]]] = {
+    "join_room": ProtocolSession._join_room,
+    "leave_room": ProtocolSession._leave_room,
+    "send_message": ProtocolSession._send_message,
+    "edit_message": ProtocolSession._edit_message,
+    "delete_message": ProtocolSession._delete_message,
+    "add_reaction": ProtocolSession._add_reaction,
+    "remove_reaction": ProtocolSession._remove_reaction,
+    "typing": ProtocolSession._typing,
+    "mark_read": ProtocolSession._mark_read,
+    "move": ProtocolSession._move,
+    "command_result": ProtocolSession._command_result,
+}
 
 
 def _error(

@@ -17,8 +17,6 @@ their cursor, so a duplicate wake-up costs one query and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Connection
@@ -53,12 +51,21 @@ class Backlog:
 
 
 class Feed:
-    """A participant's subscription, opened before its backlog is read."""
+    """A participant's subscription, opened before its backlog is read; a
+    context manager that ends the subscription (see :meth:`Delivery.follow`)."""
+
+    __slots__ = ("_db", "participant_id", "sub")
 
     def __init__(self, db: Database, participant_id: str, sub: Subscription) -> None:
         self._db = db
         self.participant_id = participant_id
         self.sub = sub
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sub.close()
 
     async def backlog(
         self,
@@ -73,11 +80,17 @@ class Feed:
         position in each room; only mentions of *mentions_of* if given) unless
         not *messages*, and with *commands* its waiting commands. A
         subscription without chat traffic (``simple`` bots) gets no messages.
+        With neither messages nor commands to read, the store is not read:
+        the backlog is empty and its cursor is *after* (or 0).
 
         Raises:
             Unavailable: the store could not be read.
         """
         participant_id, chat = self.participant_id, self.sub.chat and messages
+        if not chat and not commands:
+            # nothing to read (a session that is not resuming, of a participant
+            # that takes no commands): where to continue is where it was
+            return Backlog([], after or 0, False)
 
         def read(conn: Connection) -> Backlog:
             head = messages_repo.head_seq(conn)
@@ -141,12 +154,13 @@ class Delivery:
         self._db = db
         self._broker = broker
 
-    @contextmanager
     def follow(
         self, participant_id: str, *, capacity: int | None = None, chat: bool = True
-    ) -> Iterator[Feed]:
-        """Subscribe *participant_id* to its events, then hand out the feed
-        to read its backlog from: nothing published after this point is
-        missed. The subscription ends with the block."""
-        with self._broker.subscribe(participant_id, capacity, chat=chat) as sub:
-            yield Feed(self._db, participant_id, sub)
+    ) -> Feed:
+        """Subscribe *participant_id* to its events, now, and hand out the
+        feed to read its backlog from: nothing published after this point
+        is missed. Use it in a ``with`` block, right away: the subscription
+        ends with the block."""
+        return Feed(
+            self._db, participant_id, self._broker.subscribe(participant_id, capacity, chat=chat)
+        )

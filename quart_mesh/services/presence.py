@@ -33,8 +33,6 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 
@@ -57,6 +55,22 @@ log = logging.getLogger(__name__)
 
 #: how long a stopping process tries to remove its rows (others reap them anyway)
 _LEAVE_TIMEOUT = 5.0
+
+
+class _Attached:
+    """:meth:`Presence.attached`: small, as every session holds one."""
+
+    __slots__ = ("_participant_id", "_presence")
+
+    def __init__(self, presence: Presence, participant_id: str) -> None:
+        self._presence = presence
+        self._participant_id = participant_id
+
+    async def __aenter__(self) -> None:
+        await self._presence._attach(self._participant_id)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._presence._detach(self._participant_id)
 
 
 class Presence:
@@ -95,6 +109,8 @@ class Presence:
         #: participants counted online that have not been announced offline yet
         #: (clustered: anywhere in the mesh, as the presence events tell)
         self._announced: set[str] = set()
+        #: counts changes to who is online (caches of it compare this)
+        self.version = 0
         self.process_id = process_id or getattr(db, "stream_origin", None)
         self.beat_interval = beat_interval
         self.process_timeout = process_timeout
@@ -154,9 +170,9 @@ class Presence:
     def _connected(self, participant_id: str) -> bool:
         return self._counts.get(participant_id, 0) > 0
 
-    @asynccontextmanager
-    async def attached(self, participant_id: str) -> AsyncIterator[None]:
-        """Count the participant online for the duration of the block.
+    def attached(self, participant_id: str) -> _Attached:
+        """Count the participant online for the duration of the block
+        (``async with presence.attached(participant_id):``).
 
         Clustered, the first session of a participant on this process waits
         for its row to be written (so this process sees it online once in);
@@ -166,11 +182,15 @@ class Presence:
         The offline bookkeeping on exit is shielded: it completes even when
         the block was cancelled.
         """
+        return _Attached(self, participant_id)
+
+    async def _attach(self, participant_id: str) -> None:
         self._counts[participant_id] += 1
         try:
             if self.process_id is None:
                 if participant_id not in self._announced:
                     self._announced.add(participant_id)
+                    self.version += 1
                     self._broker.publish_live(
                         PresenceEvent(
                             None, participant_id=participant_id, online=True, last_seen=now_ms()
@@ -183,17 +203,20 @@ class Presence:
                     log.warning("recording %s online failed: %s", participant_id, exc)
                     if self._nursery is not None:
                         self._nursery.start_soon(self._claim_retrying, participant_id)
-            yield
-        finally:
-            self._counts[participant_id] -= 1
-            if self._counts[participant_id] <= 0:
-                del self._counts[participant_id]
-                if self._nursery is not None:
-                    self._nursery.start_soon(self._offline_after_grace, participant_id)
-                else:
-                    # the node is stopping: nobody is left to tell if the store is gone
-                    with trio.CancelScope(shield=True), contextlib.suppress(Unavailable):
-                        await self._went_offline(participant_id)
+        except BaseException:
+            await self._detach(participant_id)
+            raise
+
+    async def _detach(self, participant_id: str) -> None:
+        self._counts[participant_id] -= 1
+        if self._counts[participant_id] <= 0:
+            del self._counts[participant_id]
+            if self._nursery is not None:
+                self._nursery.start_soon(self._offline_after_grace, participant_id)
+            else:
+                # the node is stopping: nobody is left to tell if the store is gone
+                with trio.CancelScope(shield=True), contextlib.suppress(Unavailable):
+                    await self._went_offline(participant_id)
 
     async def _offline_after_grace(self, participant_id: str) -> None:
         await trio.sleep(self._grace)
@@ -211,6 +234,7 @@ class Presence:
         def publish(_: None) -> None:
             if not self._connected(participant_id):  # not back online meanwhile
                 self._announced.discard(participant_id)
+                self.version += 1
                 self._broker.publish_live(
                     PresenceEvent(None, participant_id=participant_id, online=False, last_seen=at)
                 )
@@ -235,6 +259,7 @@ class Presence:
     def _seen(self, participant_id: str, online: bool) -> None:
         self._epoch += 1
         self._touched[participant_id] = self._epoch
+        self.version += 1
         if online:
             self._announced.add(participant_id)
         else:
@@ -335,6 +360,7 @@ class Presence:
         rows = await self._db.read(repo.online_participants)
         for participant_id in rows ^ self._announced:
             if self._touched.get(participant_id, 0) <= began:
+                self.version += 1
                 if participant_id in rows:
                     self._announced.add(participant_id)
                 else:

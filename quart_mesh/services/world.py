@@ -6,6 +6,8 @@ One implementation serves the WebSocket ``snapshot``, ``GET /api/state`` and
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -13,28 +15,119 @@ from sqlalchemy.engine import Connection
 
 from ..broker import Broker
 from ..errors import BadRequest
-from ..events import ParticipantMoved, RoomRead
-from ..records import now_ms
+from ..events import Event, ParticipantMoved, Relayed, RoomRead
+from ..records import Participant, Room, now_ms
 from ..retry import retrying
 from ..store import Database, outbox
-from ..store import accounts as accounts_repo
 from ..store import messages as messages_repo
 from ..store import rooms as rooms_repo
+from ..store import snapshot as snapshot_repo
 from ..store import state as repo
+from ..store.snapshot import ParticipantRow
 from .accounts import Accounts
 from .authz import Actor, RoomRef, authorize
+from .presence import Presence
 from .rooms import require_member
 from .validation import cursor_number
 
 __all__ = ["World"]
 
+#: events that change nothing the snapshot's mesh-wide parts show (besides chat
+#: traffic); presence is applied when the participants are joined (its version)
+_UNCHANGING = frozenset({"presence", "room_read", "command", "typing"})
+
+
+def _dumps(value: Any) -> str:
+    """As :func:`~quart_mesh.events.frame_of` serializes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: what a participant's fragment is rendered from
+_Key = tuple[ParticipantRow, "repo.Position | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    """The mesh-wide parts as read from the store."""
+
+    fingerprint: tuple[Any, ...]
+    participants: list[ParticipantRow]
+    positions: dict[str, repo.Position]
+    rooms: list[Room]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """The snapshot's mesh-wide parts, rendered as JSON fragments."""
+
+    fingerprint: tuple[Any, ...]
+    #: World._generation when read: stale once it differs
+    generation: int
+    #: the number of the read they come from
+    tick: int
+    #: counts renderings (the joined participants text is kept per version)
+    version: int
+    #: (room id, the room's JSON up to ``"joined":``)
+    rooms: list[tuple[str, str]]
+    #: (participant id, its JSON up to ``"online":``, the rest after the flag)
+    participants: list[tuple[str, str, str]]
+    #: the ids of the ordinary rooms
+    room_ids: frozenset[str]
+
+
+def _read_fresh(conn: Connection, shared: _Shared | None) -> tuple[_Fresh | None, int]:
+    """The mesh-wide parts, or None if *shared* still matches the store; and
+    the node's newest message cursor."""
+    fingerprint, head = snapshot_repo.fingerprint(conn)
+    if shared is not None and shared.fingerprint == fingerprint:
+        return None, head
+    fresh = _Fresh(
+        fingerprint,
+        snapshot_repo.participant_rows(conn),
+        repo.list_positions(conn),
+        list(rooms_repo.list_rooms(conn)),
+    )
+    return fresh, head
+
+
+def _participant_fragment(row: ParticipantRow, position: repo.Position | None) -> tuple[str, str]:
+    """A participant's JSON, as ``{**participant.to_json(), "position": ...}``
+    serializes, split around the value of ``online``."""
+    participant_id, name, type_, role, last_seen_at, created_at, origin = row
+    item = Participant(
+        participant_id, name, "", type_, role, created_at, last_seen_at, origin=origin
+    ).to_json()
+    item["position"] = None if position is None else position.to_json()
+    keys = list(item)
+    at = keys.index("online")
+    head = _dumps({k: item[k] for k in keys[:at]})[:-1] + ',"online":'
+    rest = _dumps({k: item[k] for k in keys[at + 1 :]})
+    return head, "," + rest[1:]
+
 
 class World:
-    def __init__(self, db: Database, broker: Broker, accounts: Accounts) -> None:
+    def __init__(
+        self, db: Database, broker: Broker, accounts: Accounts, presence: Presence | None = None
+    ) -> None:
         self._db = db
+        #: who is online (the accounts' own, unless given)
+        self._presence: Presence = presence or accounts._presence
         self._broker = broker
         self._accounts = accounts
         self._unflushed: dict[str, dict[str, int]] = {}
+        #: the snapshot's mesh-wide parts, rendered (see snapshot_frame)
+        self._shared: _Shared | None = None
+        #: counts events that may change them (see _observed)
+        self._generation = 0
+        #: counts reads of them begun
+        self._reads = 0
+        self._version = 0
+        self._refresh_lock = trio.Lock()
+        #: participant id -> ((row, position), head, tail) of its rendered fragment
+        self._fragments: dict[str, tuple[_Key, str, str]] = {}
+        self._text_key: tuple[int, int] | None = None
+        self._text = ""
+        broker.observe(self._observed)
 
     def note_read(self, participant_id: str, room_id: str, seq: int) -> None:
         """Remember that a live session delivered message *seq*; written in batches
@@ -83,31 +176,118 @@ class World:
     async def snapshot(self, actor: Actor) -> dict[str, Any]:
         """Rooms the actor can see (ordinary rooms and its DMs) and every
         participant with its online flag and position; plus ``cursor``, the
-        newest message cursor when the snapshot was taken."""
+        newest message cursor when the snapshot was taken (the body of
+        ``GET /api/state``; :meth:`snapshot_frame` is the same as a frame)."""
+        data: dict[str, Any] = json.loads(await self.snapshot_frame(actor))
+        del data["type"]
+        return data
+
+    async def snapshot_frame(self, actor: Actor) -> str:
+        """The WebSocket ``snapshot`` frame for *actor*, as JSON text.
+
+        The mesh-wide parts (every participant, every room) are kept
+        rendered (``_Shared``) and checked against the store in the same
+        read as the actor's own parts (its rooms, its DMs, the cursor);
+        only what changed is read and rendered again."""
         authorize(actor, "rooms.read")
         authorize(actor, "participants.read")
+        participant_id = actor.participant_id
+        shared = self._shared
+        self._reads += 1
+        tick = self._reads
 
-        def read(conn: Connection) -> dict[str, Any]:
-            mine = rooms_repo.member_room_ids(conn, actor.participant_id)
-            rooms = []
-            for room in rooms_repo.list_rooms(conn):
-                rooms.append({**room.to_json(), "joined": room.room_id in mine})
-            for dm in rooms_repo.list_dms(conn, actor.participant_id):
-                rooms.append({**dm[0].to_json(), "joined": True, "with": dm[1].participant_id})
-            positions = repo.list_positions(conn)
-            participants = []
-            for participant in accounts_repo.list_participants(conn):
-                item = self._accounts.with_presence(participant).to_json()
-                position = positions.get(participant.participant_id)
-                item["position"] = None if position is None else position.to_json()
-                participants.append(item)
-            return {
-                "rooms": rooms,
-                "participants": participants,
-                "cursor": str(messages_repo.head_seq(conn)),
-            }
+        ordinary = None if shared is None else shared.room_ids
 
-        return await self._db.read(read)
+        def read(conn: Connection) -> tuple[_Fresh | None, int, snapshot_repo.ActorParts]:
+            fresh, head = _read_fresh(conn, shared)
+            return fresh, head, snapshot_repo.actor_parts(conn, participant_id, ordinary)
+
+        generation = self._generation
+        fresh, head, own = await self._db.read(read)
+        if fresh is not None or shared is None or shared.generation != self._generation:
+            shared = await self._refreshed(fresh, generation, tick)
+        mine = own.member_of
+        rooms = [
+            head + ("true}" if room_id in mine else "false}") for room_id, head in shared.rooms
+        ]
+        for room, other_id in own.dms:
+            rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
+        return "".join(
+            (
+                '{"type":"snapshot","rooms":[',
+                ",".join(rooms),
+                '],"participants":[',
+                self._participants_text(shared),
+                '],"cursor":"',
+                str(head),
+                '"}',
+            )
+        )
+
+    async def _refreshed(self, fresh: _Fresh | None, generation: int, tick: int) -> _Shared:
+        """The mesh-wide parts as read at or after read number *tick*: one
+        caller at a time reads them again; the others take its result."""
+        async with self._refresh_lock:
+            shared = self._shared
+            if shared is not None and shared.tick > tick and shared.generation == self._generation:
+                return shared  # read again since this caller's read began
+            if fresh is None or generation != self._generation:
+                generation = self._generation
+                self._reads += 1
+                tick = self._reads
+                fresh, _ = await self._db.read(lambda conn: _read_fresh(conn, None))
+                assert fresh is not None
+            shared = self._render(fresh, generation, tick)
+            if generation == self._generation:  # no change seen while reading
+                self._shared = shared
+            return shared
+
+    def _render(self, fresh: _Fresh, generation: int, tick: int) -> _Shared:
+        """Render what *fresh* holds, reusing the fragments of rows unchanged."""
+        old = self._fragments
+        fragments: dict[str, tuple[_Key, str, str]] = {}
+        participants: list[tuple[str, str, str]] = []
+        positions = fresh.positions
+        for row in fresh.participants:
+            participant_id = row[0]
+            position = positions.get(participant_id)
+            key = (row, position)
+            known = old.get(participant_id)
+            if known is not None and known[0] == key:
+                head, tail = known[1], known[2]
+            else:
+                head, tail = _participant_fragment(row, position)
+            fragments[participant_id] = (key, head, tail)
+            participants.append((participant_id, head, tail))
+        self._fragments = fragments
+        self._version += 1
+        rooms = [(room.room_id, _dumps(room.to_json())[:-1] + ',"joined":') for room in fresh.rooms]
+        room_ids = frozenset(room_id for room_id, _ in rooms)
+        return _Shared(
+            fresh.fingerprint, generation, tick, self._version, rooms, participants, room_ids
+        )
+
+    def _participants_text(self, shared: _Shared) -> str:
+        """The participants of *shared* with their online flags, joined once
+        per change of either."""
+        presence = self._presence
+        key = (shared.version, presence.version)
+        if self._text_key != key:
+            online = presence.online()
+            self._text = ",".join(
+                head + ("true" if participant_id in online else "false") + tail
+                for participant_id, head, tail in shared.participants
+            )
+            self._text_key = key
+        return self._text
+
+    def _observed(self, event: Event) -> None:
+        """Every event the broker publishes: those that change member counts
+        or positions make the mesh-wide parts stale (the store's fingerprint
+        does not see those)."""
+        kind = event.kind if isinstance(event, Relayed) else event.type
+        if not event.chat and kind not in _UNCHANGING:
+            self._generation += 1
 
     async def move(self, actor: Actor, room_id: str, x: float, y: float, z: float) -> None:
         """Set the actor's position in a room it is a member of; broadcast it."""

@@ -31,12 +31,12 @@ async def test_a_failed_start_after_a_hang_up_ends_the_session(
     realtime = app.node.realtime
     reading, hung_up = trio.Event(), trio.Event()
 
-    async def snapshot(actor: object) -> dict[str, object]:
+    async def snapshot_frame(actor: object) -> str:
         reading.set()
         await hung_up.wait()
         raise Unavailable("the store is down (injected)", "storage_unavailable")
 
-    app.node.world.snapshot = snapshot  # type: ignore[method-assign]
+    app.node.world.snapshot_frame = snapshot_frame  # type: ignore[method-assign]
 
     with trio.fail_after(20):
         stream = await trio.open_tcp_stream("127.0.0.1", port)

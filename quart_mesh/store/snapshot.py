@@ -1,0 +1,126 @@
+"""Repository: lean reads for the snapshot's mesh-wide parts (``services/world.py``).
+
+The snapshot lists every participant and every room to every session that
+opens. The world keeps those parts rendered in memory and, on each
+snapshot, checks them against the store with :func:`fingerprint` (one row
+of aggregates, computed by the database); only when that changes does it
+read the rows again (:func:`participant_rows`, as plain tuples) and render
+the ones that differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..records import Room
+
+__all__ = ["ActorParts", "ParticipantRow", "actor_parts", "fingerprint", "participant_rows"]
+
+#: (participant_id, name, type, role, last_seen_at, created_at, origin_did)
+ParticipantRow = tuple[str, str, str, str, int | None, int, str | None]
+
+# every column of participants the snapshot shows can change only by an
+# insert, a delete, a new role or a new lastSeen (names are fixed): the
+# aggregates below change with each of those. Rooms change by insert or
+# delete (member counts and positions: the events that change them)
+_SQLITE = sa.text(
+    "SELECT (SELECT count(*) FROM participants),"
+    " (SELECT max(rowid) FROM participants),"
+    " (SELECT total(last_seen_at) FROM participants),"
+    " (SELECT group_concat(role, ',') FROM participants),"
+    " (SELECT count(*) FROM rooms), (SELECT max(room_id) FROM rooms),"
+    " (SELECT count(*) FROM positions), (SELECT max(updated_at) FROM positions),"
+    " (SELECT coalesce(max(seq), 0) FROM messages)"
+)
+# on PostgreSQL a row's xmin is the transaction that wrote it: an insert or
+# an update raises the sum, a delete lowers the count
+_POSTGRESQL = sa.text(
+    "SELECT (SELECT count(*) FROM participants),"
+    " (SELECT coalesce(sum(xmin::text::bigint), 0) FROM participants),"
+    " (SELECT count(*) FROM rooms),"
+    " (SELECT coalesce(sum(xmin::text::bigint), 0) FROM rooms),"
+    " (SELECT count(*) FROM positions),"
+    " (SELECT coalesce(sum(xmin::text::bigint), 0) FROM positions),"
+    " (SELECT coalesce(max(seq), 0) FROM messages)"
+)
+
+_PARTICIPANTS = sa.text(
+    "SELECT participant_id, name, type, role, last_seen_at, created_at, origin_did"
+    " FROM participants ORDER BY name_key"
+)
+
+
+def fingerprint(conn: Connection) -> tuple[tuple[Any, ...], int]:
+    """A value that changes whenever a participant, a room or a position is
+    added or removed, or a participant's role or ``lastSeen`` changes; and
+    the node's newest message cursor (0 without messages), read with it."""
+    query = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
+    row = tuple(conn.execute(query).one())
+    return row[:-1], int(row[-1])
+
+
+def participant_rows(conn: Connection) -> list[ParticipantRow]:
+    """Every participant as a plain tuple (:data:`ParticipantRow`), ordered by
+    name (case-insensitive), as ``accounts.list_participants`` orders them."""
+    return [tuple(row) for row in conn.execute(_PARTICIPANTS)]
+
+
+# what each snapshot reads for its actor, written once as SQL (the same
+# queries as rooms.member_room_ids and rooms.list_dms)
+_MEMBER_ROOMS = sa.text("SELECT room_id FROM room_members WHERE participant_id = :me")
+_DMS = sa.text(
+    "SELECT rooms.room_id, rooms.kind, rooms.name, rooms.description, rooms.created_by,"
+    " rooms.created_at, rooms.origin_did,"
+    " (SELECT count(*) FROM room_members AS m WHERE m.room_id = rooms.room_id) AS member_count,"
+    " other.participant_id AS other_id"
+    " FROM room_members AS me"
+    " JOIN rooms ON rooms.room_id = me.room_id"
+    " JOIN room_members AS other"
+    " ON other.room_id = rooms.room_id AND other.participant_id != :me"
+    " JOIN participants ON participants.participant_id = other.participant_id"
+    " WHERE me.participant_id = :me AND rooms.kind = 'dm' AND NOT me.hidden"
+    " ORDER BY coalesce((SELECT max(messages.created_at) FROM messages"
+    " WHERE messages.room_id = rooms.room_id), rooms.created_at) DESC, rooms.room_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorParts:
+    """What a snapshot shows of one participant's own."""
+
+    #: the rooms and DMs it is a member of
+    member_of: set[str]
+    #: its DMs that are not hidden, most recently active first, with the other's id
+    dms: list[tuple[Room, str]]
+
+
+def actor_parts(
+    conn: Connection, participant_id: str, ordinary: frozenset[str] | None = None
+) -> ActorParts:
+    """The actor's memberships and its visible DMs. *ordinary*: ids of
+    ordinary rooms, if known; an actor in none but those has no DM, and the
+    DMs are not looked for."""
+    member_of = set(conn.execute(_MEMBER_ROOMS, {"me": participant_id}).scalars())
+    if ordinary is not None and member_of <= ordinary:
+        return ActorParts(member_of, [])
+    dms = [
+        (
+            Room(
+                room_id=row.room_id,
+                kind=row.kind,
+                name=row.name,
+                description=row.description,
+                created_by=row.created_by,
+                created_at=row.created_at,
+                member_count=row.member_count,
+                origin=row.origin_did,
+            ),
+            row.other_id,
+        )
+        for row in conn.execute(_DMS, {"me": participant_id})
+    ]
+    return ActorParts(member_of, dms)
