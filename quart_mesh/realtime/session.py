@@ -155,6 +155,7 @@ class ProtocolSession:
         self._settle_by = math.inf
         #: set when the writer has returned (its farewell, if any, is out)
         self._writer_done = trio.Event()
+
     # lifecycle ---------------------------------------------------------------
 
     async def run(self) -> None:
@@ -180,8 +181,8 @@ class ProtocolSession:
                 trio.open_nursery() as nursery,
             ):
                 self._nursery = nursery
-                nursery.start_soon(self._writer, sub, nursery.cancel_scope)
-                nursery.start_soon(self._expire, auth.expires_at, sub)
+                # the writer also ends the session when the token expires
+                nursery.start_soon(self._writer, sub, nursery.cancel_scope, auth.expires_at)
                 try:
                     await self._start(actor, auth.since, feed)
                 except MeshError as error:  # e.g. the store is unavailable
@@ -207,12 +208,6 @@ class ProtocolSession:
         self._settle_by = trio.current_time() + SETTLE_TIMEOUT
         if self._settling is not None:
             self._settling.deadline = self._settle_by
-
-    async def _expire(self, expires_at: int, sub: Subscription) -> None:
-        """End the session when its token expires: the client authenticates
-        again with a new one (``token_expired``, as REST answers then)."""
-        await trio.sleep(max(0.0, expires_at - time.time()))
-        sub.fail("expired")
 
     async def _authenticate(self) -> _Auth | None:
         timeout = self.services.settings.auth_timeout
@@ -275,38 +270,28 @@ class ProtocolSession:
 
     # writer ------------------------------------------------------------------
 
-    async def _writer(self, sub: Subscription, scope: trio.CancelScope) -> None:
+    async def _writer(self, sub: Subscription, scope: trio.CancelScope, expires_at: int) -> None:
         try:
-            await self._write(sub, scope)
+            await self._write(sub, scope, expires_at)
         finally:
             self._writer_done.set()
 
-    async def _write(self, sub: Subscription, scope: trio.CancelScope) -> None:
+    async def _write(self, sub: Subscription, scope: trio.CancelScope, expires_at: int) -> None:
         timeout = self.services.settings.ws_send_timeout
+        # the token's expiry (unix seconds) on trio's clock: the session ends
+        # then, and the client authenticates again with a new one
+        # (``token_expired``, as REST answers then); not a task of its own
+        expiry = trio.current_time() + max(0.0, expires_at - time.time())
         # the farewell's scope (below)
         with trio.CancelScope() as send_scope:
             try:
-                while batch := await sub.get_batch():
-                    try:
-                        # within the send timeout if it has to wait for the client
-                        await self.ws.send_frames(
-                            [_wire(event, frame) for event, frame in batch], timeout=timeout
-                        )
-                    except ConnectionClosed:
-                        # the client closed or hung up: the session goes on
-                        # until the reader has handed over what it read before
-                        # (its sends are stored); nothing drains ``sub`` now
-                        sub.fail("closed")
-                        return
-                    except trio.TooSlowError:
-                        # a client that stopped reading for ws_send_timeout:
-                        # the session ends, with no farewell
-                        scope.cancel()
-                        return
-                    self._note_delivered(batch)
-                    # not kept while waiting: the last batch of an idle session
-                    # is often its snapshot (125 KiB with 500 participants)
-                    del batch
+                farewell = True
+                with trio.CancelScope(deadline=expiry) as expiring:
+                    farewell = await self._deliver(sub, scope, timeout)
+                if expiring.cancelled_caught:
+                    sub.fail("expired")
+                elif not farewell:
+                    return
                 # the farewell (error, close frame) to a client that may
                 # have stopped reading: a short deadline, then a reset
                 send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
@@ -316,7 +301,34 @@ class ProtocolSession:
                 scope.cancel()
                 raise
             scope.cancel()
-        # a client that stopped reading for ws_send_timeout ends here, cancelled
+
+    async def _deliver(
+        self, sub: Subscription, scope: trio.CancelScope, send_timeout: float
+    ) -> bool:
+        """Write the subscription's deliveries until it ends; whether the
+        client is still there to be told why: not if it went (``closed``:
+        the session goes on until the reader has handed over what it read)
+        or stopped reading for *send_timeout* seconds (*scope* is cancelled)."""
+        while batch := await sub.get_batch():
+            try:
+                # within the send timeout if it has to wait for the client
+                await self.ws.send_frames(
+                    [_wire(event, frame) for event, frame in batch], timeout=send_timeout
+                )
+            except ConnectionClosed:
+                # the client closed or hung up: the session goes on until the
+                # reader has handed over what it read before (its sends are
+                # stored); nothing drains ``sub`` now
+                sub.fail("closed")
+                return False
+            except trio.TooSlowError:
+                scope.cancel()  # the session ends, with no farewell
+                return False
+            self._note_delivered(batch)
+            # not kept while waiting: the last batch of an idle session is
+            # often its snapshot (125 KiB with 500 participants)
+            del batch
+        return True
 
     def _write_directly(self, batch: list[Queued]) -> list[Queued] | None:
         """The broker's direct write of *batch* (``Subscription.write_directly``):

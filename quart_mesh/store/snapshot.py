@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import Room
+from .dialect import Statement
 
 __all__ = ["ActorParts", "ParticipantRow", "actor_parts", "fingerprint", "participant_rows"]
 
@@ -27,7 +28,7 @@ ParticipantRow = tuple[str, str, str, str, int | None, int, str | None]
 # insert, a delete, a new role or a new lastSeen (names are fixed): the
 # aggregates below change with each of those. Rooms change by insert or
 # delete (member counts and positions: the events that change them)
-_SQLITE = sa.text(
+_SQLITE = Statement(
     "SELECT (SELECT count(*) FROM participants),"
     " (SELECT max(rowid) FROM participants),"
     " (SELECT total(last_seen_at) FROM participants),"
@@ -38,7 +39,7 @@ _SQLITE = sa.text(
 )
 # on PostgreSQL a row's xmin is the transaction that wrote it: an insert or
 # an update raises the sum, a delete lowers the count
-_POSTGRESQL = sa.text(
+_POSTGRESQL = Statement(
     "SELECT (SELECT count(*) FROM participants),"
     " (SELECT coalesce(sum(xmin::text::bigint), 0) FROM participants),"
     " (SELECT count(*) FROM rooms),"
@@ -59,7 +60,7 @@ def fingerprint(conn: Connection) -> tuple[tuple[Any, ...], int]:
     added or removed, or a participant's role or ``lastSeen`` changes; and
     the node's newest message cursor (0 without messages), read with it."""
     query = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
-    row = tuple(conn.execute(query).one())
+    row = tuple(query.run(conn, {}).fetchone())
     return row[:-1], int(row[-1])
 
 
@@ -71,7 +72,8 @@ def participant_rows(conn: Connection) -> list[ParticipantRow]:
 
 # what each snapshot reads for its actor, written once as SQL (the same
 # queries as rooms.member_room_ids and rooms.list_dms)
-_MEMBER_ROOMS = sa.text("SELECT room_id FROM room_members WHERE participant_id = :me")
+# (on the driver: once per session that opens, see dialect.Statement)
+_MEMBER_ROOMS = Statement("SELECT room_id FROM room_members WHERE participant_id = :me")
 _DMS = sa.text(
     "SELECT rooms.room_id, rooms.kind, rooms.name, rooms.description, rooms.created_by,"
     " rooms.created_at, rooms.origin_did,"
@@ -104,7 +106,7 @@ def actor_parts(
     """The actor's memberships and its visible DMs. *ordinary*: ids of
     ordinary rooms, if known; an actor in none but those has no DM, and the
     DMs are not looked for."""
-    member_of = set(conn.execute(_MEMBER_ROOMS, {"me": participant_id}).scalars())
+    member_of = {row[0] for row in _MEMBER_ROOMS.run(conn, {"me": participant_id})}
     if ordinary is not None and member_of <= ordinary:
         return ActorParts(member_of, [])
     dms = [
