@@ -39,6 +39,9 @@ __all__ = ["Broker", "Queued", "Subscription"]
 
 log = logging.getLogger(__name__)
 
+#: subscriptions the flusher writes before it lets other tasks run
+_FLUSH_SLICE = 128
+
 #: what a subscriber receives: the event and its serialized frame (or, for
 #: the rest of a direct write the socket did not take, the frame's bytes)
 Queued = tuple[Event | None, str | bytes]
@@ -56,6 +59,7 @@ class Subscription:
     """
 
     __slots__ = (
+        "__weakref__",
         "_direct",
         "_held",
         "_idle",
@@ -71,7 +75,6 @@ class Subscription:
         "failed",
         "participant_id",
         "token_id",
-        "__weakref__",
     )
 
     def __init__(
@@ -301,8 +304,12 @@ class Broker:
                 await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
                 marked, self._marked = self._marked, []
-                for sub in marked:
+                for n, sub in enumerate(marked, 1):
                     sub._flush()
+                    if n % _FLUSH_SLICE == 0:
+                        # a room of thousands: let other tasks (the sender's
+                        # answer, its next frames) in between slices
+                        await trio.lowlevel.checkpoint()
         finally:
             self.flushing = False
             marked, self._marked = self._marked, []
