@@ -25,6 +25,14 @@ _BLOCK = 10 * 256
 _pools = threading.local()
 
 
+def _forget_pool() -> None:
+    _pools.__dict__.clear()
+
+
+# a forked child must not hand out the bytes its parent also has
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _random80() -> int:
     """80 bits from the operating system's CSPRNG (as ``secrets.randbits``)."""
     pool: bytes = getattr(_pools, "pool", b"")

@@ -204,3 +204,23 @@ def test_models_from_the_environment(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError):
             Settings.from_env({"MESH_MODELS": bad})
+
+
+def test_a_forked_child_draws_other_ids() -> None:
+    """Ids take the OS's randomness in blocks: a forked child must not reuse
+    the block its parent holds (``quart-mesh serve --workers`` forks)."""
+    import os
+
+    new_id()  # the parent holds a block now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, ",".join(new_id(0) for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split(",")
+    os.waitpid(pid, 0)
+    parent = [new_id(0) for _ in range(5)]
+    assert not set(child) & set(parent)
