@@ -137,6 +137,22 @@ class ProtocolSession:
     """One authenticated client on one WebSocket (the protocol; the socket is
     a :class:`SessionSocket`)."""
 
+    __slots__ = (
+        "_auto_read",
+        "_in_flight",
+        "_nursery",
+        "_queued",
+        "_queued_more",
+        "_settle_by",
+        "_settler_started",
+        "_settling",
+        "_sub",
+        "_writer_done",
+        "actor",
+        "services",
+        "ws",
+    )
+
     def __init__(self, services: SessionServices, ws: SessionSocket) -> None:
         self.services = services
         self.ws = ws

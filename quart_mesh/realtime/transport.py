@@ -149,6 +149,32 @@ class WebSocket:
     is closed already, and closing it again does nothing).
     """
 
+    __slots__ = (
+        "_closed",
+        "_controls",
+        "_discarding",
+        "_drained_at",
+        "_fragmented",
+        "_idle_timeout",
+        "_inbuf",
+        "_max",
+        "_parts",
+        "_pending",
+        "_ping_interval",
+        "_ping_wanted",
+        "_pong_wanted",
+        "_rest",
+        "_send_failed",
+        "_send_lock",
+        "_size",
+        "_stream",
+        "_to_wsproto",
+        "_torn",
+        "_ws",
+        "_wsproto_only",
+        "path",
+    )
+
     def __init__(self, stream: trio.abc.Stream, *, max_message_bytes: int) -> None:
         self._stream = stream
         #: the handshake, then (once accepted) only its frame protocol
