@@ -299,21 +299,26 @@ class Broker:
         published together has all been queued. Runs until cancelled."""
         self.flushing = True
         task_status.started()
+        flushing: collections.deque[Subscription] = collections.deque()
         try:
             while True:
                 await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
-                marked, self._marked = self._marked, []
-                for n, sub in enumerate(marked, 1):
-                    sub._flush()
+                flushing.extend(self._marked)
+                self._marked = []
+                n = 0
+                while flushing:
+                    flushing.popleft()._flush()
+                    n += 1
                     if n % _FLUSH_SLICE == 0:
                         # a room of thousands: let other tasks (the sender's
                         # answer, its next frames) in between slices
                         await trio.lowlevel.checkpoint()
         finally:
             self.flushing = False
-            marked, self._marked = self._marked, []
-            for sub in marked:  # their owners write them
+            flushing.extend(self._marked)
+            self._marked = []
+            for sub in flushing:  # not written: their owners write them
                 sub._marked = False
                 sub._wakeup.set()
 

@@ -349,18 +349,28 @@ class ProtocolSession:
     def _write_directly(self, batch: list[Queued]) -> list[Queued] | None:
         """The broker's direct write of *batch* (``Subscription.write_directly``):
         None if nothing could be written now (the writer task writes it),
-        else the frames left for the writer task, encoded already."""
+        else what is left for the writer task (encoded already, with their
+        events, noted as delivered only once the writer has written them)."""
         try:
             left = self.ws.write_now([_wire(event, frame) for event, frame in batch])
         except ConnectionClosed:
             return None  # the writer task finds out, and ends the session
         if left is None:
             return None
+        if left == [b""]:  # only the end of a frame is owed: sent first, whatever comes
+            rest: list[Queued] = [(None, b"")]
+            written = batch
+        else:
+            written = batch[: len(batch) - len(left)]
+            rest = [
+                (event, frame)
+                for (event, _), frame in zip(batch[len(written) :], left, strict=True)
+            ]
         try:
-            self._note_delivered(batch)
+            self._note_delivered(written)
         except Exception:  # written already: never to be written again
             log.exception("noting a direct write failed")
-        return [(None, frame) for frame in left]
+        return rest
 
     async def _ended(self, sub: Subscription) -> None:
         if sub.failed == "unavailable":

@@ -101,6 +101,12 @@ def encode_text_frame(payload: bytes) -> bytes:
     return header + payload
 
 
+def _masked_head(length: int) -> int:
+    """Where a masked frame's payload starts when its *length* is encoded
+    in the fewest bytes, as RFC 6455 §5.2 requires (wsproto refuses others)."""
+    return 6 if length < 126 else 8 if length < 65536 else 14
+
+
 def _frame_head(buf: bytearray) -> tuple[int, int, int] | None:
     """(first byte, where the payload starts, payload length) of the frame
     at the start of *buf*, or None if its header is not all there."""
@@ -254,7 +260,7 @@ class WebSocket:
         if rest:
             try:
                 self._feed(rest)
-            except RemoteProtocolError:
+            except ProtocolError:
                 self._closed = True
             await self._flush_events()
         return True
@@ -316,7 +322,7 @@ class WebSocket:
                 raise ConnectionClosed
             try:
                 self._feed(data)
-            except RemoteProtocolError:
+            except ProtocolError:  # the client's bytes, or a closed connection
                 self._closed = True
                 raise ConnectionClosed from None
             await self._flush_events()
@@ -384,6 +390,9 @@ class WebSocket:
         buf = self._inbuf
         buf += data
         while buf:
+            if self._ws.state is ConnectionState.CLOSED:
+                buf.clear()  # both sides closed: nothing more is read
+                return
             if self._to_wsproto:  # the rest of a frame wsproto is reading
                 n = min(self._to_wsproto, len(buf))
                 self._ws.receive_data(bytes(buf[:n]))
@@ -412,6 +421,7 @@ class WebSocket:
                 and buf[1] & 0x80  # masked, as a client's frames must be
                 and not self._fragmented
                 and length <= self._max
+                and start == _masked_head(length)  # the length in the fewest bytes
             ):
                 if len(buf) < end:
                     return  # the rest of the frame is still coming

@@ -105,6 +105,10 @@ def _participant_fragment(row: ParticipantRow, position: repo.Position | None) -
     return head, "," + rest[1:]
 
 
+#: read positions a flush writes as a quick unit at most
+_QUICK_READS = 256
+
+
 class World:
     def __init__(
         self, db: Database, broker: Broker, accounts: Accounts, presence: Presence | None = None
@@ -151,8 +155,11 @@ class World:
             for participant_id, reads in pending.items():
                 repo.advance_reads(conn, participant_id, reads)
 
+        # a few hundred rows are a quick unit (one short statement each):
+        # on SQLite it then commits on the loop's thread (Database.submit)
+        quick = sum(len(reads) for reads in pending.values()) <= _QUICK_READS
         try:
-            await self._db.write(write)
+            await self._db.write(write, quick=quick)
         except BaseException:
             for participant_id, reads in pending.items():
                 for room_id, seq in reads.items():

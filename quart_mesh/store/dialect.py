@@ -91,6 +91,8 @@ class Statement:
     __slots__ = ("_postgresql", "sql")
 
     def __init__(self, sql: str) -> None:
+        if "%" in sql:  # psycopg's placeholders: a literal one would need escaping
+            raise ValueError("a Statement may not contain '%'")
         self.sql = sql
         self._postgresql = re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
 

@@ -29,6 +29,7 @@ frames = st.one_of(
     st.tuples(st.just("unmasked"), st.text(max_size=10)),
     st.tuples(st.just("rsv"), st.text(max_size=10)),
     st.tuples(st.just("close"), st.just(b"")),
+    st.tuples(st.just("long_length"), st.text(max_size=10)),
 )
 
 
@@ -60,6 +61,11 @@ def client_bytes(items: list[tuple[str, object]]) -> bytes:
                 (0x81, len(payload)) if kind == "unmasked" else (0xC1, 0x80 | len(payload))
             )
             out += bytes((first, second)) + (b"" if kind == "unmasked" else b"\0\0\0\0") + payload
+        elif kind == "long_length":  # a short length in 16 bits: not allowed
+            assert isinstance(value, str)
+            payload = value.encode()
+            out += bytes((0x81, 0x80 | 126)) + len(payload).to_bytes(2, "big") + b"\0\0\0\0"
+            out += payload
         else:  # the client's close frame (code 1000, a zero mask), then more
             out += bytes((0x88, 0x82)) + b"\0\0\0\0" + (1000).to_bytes(2, "big")
     return out
@@ -96,3 +102,16 @@ def test_the_fast_parser_agrees_with_wsproto(
     data = client_bytes(items)
     cuts = [c for c in cuts if c < len(data)]
     assert parse(data, cuts, fast=True) == parse(data, cuts, fast=False)
+
+
+def test_bytes_after_both_close_frames_are_dropped() -> None:
+    """The node closed first; the client's close frame and more bytes come
+    in one read: the rest is dropped, not an error out of wsproto."""
+    server, _ = trio.testing.memory_stream_pair()
+    ws = WebSocket(server, max_message_bytes=LIMIT)
+    ws._ws = Connection(ConnectionType.SERVER)
+    ws._ws.send(CloseConnection(1011, "idle_timeout"))  # ours, first
+    data = client_bytes([("close", b""), ("text", "after the close")])
+    ws._feed(data)
+    assert ws._pending == []
+    assert any(isinstance(event, CloseConnection) for event in ws._controls)
