@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ..services.rooms import Rooms
     from ..services.world import World
 
-__all__ = ["SETTLE_TIMEOUT", "ProtocolSession", "SessionServices", "SessionSocket"]
+__all__ = ["FRAME_TYPES", "SETTLE_TIMEOUT", "ProtocolSession", "SessionServices", "SessionSocket"]
 
 log = logging.getLogger(__name__)
 
@@ -578,6 +578,10 @@ _HANDLERS: dict[str, Callable[[ProtocolSession, Actor, Fields], Awaitable[None]]
     "move": ProtocolSession._move,
     "command_result": ProtocolSession._command_result,
 }
+
+
+#: the frame types a client may send once authenticated
+FRAME_TYPES = frozenset(_HANDLERS)
 
 
 def _error(
