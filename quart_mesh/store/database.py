@@ -66,6 +66,11 @@ _RECORD = sa.text(
 )
 
 
+class _Busy(Exception):
+    """The event loop's connection could not begin: SQLite's write lock is
+    held elsewhere. Nothing ran."""
+
+
 class _Job(Generic[T]):
     __slots__ = ("done", "entries", "error", "fn", "position", "quick", "result", "then")
 
@@ -128,8 +133,11 @@ class Database:
         self.stream_head = 0
         #: waits until the bus has applied a stream position (while it runs)
         self.delivered: Callable[[int], Awaitable[None]] | None = None
-        #: SQLite: the event loop thread's own write connection (_run_inline)
+        #: SQLite: the event loop thread's own write connection (_run_inline),
+        #: for a database in a file (an in-memory one is per connection)
         self._inline_engine: Engine | None = None
+        database = sa.make_url(url).database
+        self._inline = self.backend == "sqlite" and database not in (None, "", ":memory:")
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
@@ -352,9 +360,9 @@ class Database:
     def _run_inline(self, batch: list[_Job[Any]]) -> bool:
         """On SQLite, commit a batch of quick units here, on the event loop's
         thread; False (nothing done) if it is not such a batch, or SQLite's
-        write lock is held elsewhere (another process), or the write failed
-        (the worker thread then runs the batch, waiting for the lock or
-        reporting the failure).
+        write lock is held elsewhere (another process: the worker thread
+        then runs the batch, waiting for the lock). A failure of the store
+        is reported to the batch's callers as on the thread's way.
 
         Why: a batch of sends takes well under a millisecond to commit
         (statements on the driver, ``dialect.Statement``; no fsync at commit
@@ -363,7 +371,7 @@ class Database:
         back, with both threads taking turns at the GIL. The connection is
         this thread's own (``busy_timeout=0``: it never waits for the lock).
         """
-        if self.backend != "sqlite" or not all(job.quick for job in batch):
+        if not self._inline or not all(job.quick for job in batch):
             return False
         try:
             self._write_limiter.acquire_nowait()
@@ -372,10 +380,17 @@ class Database:
         try:
             with self._inline_connection() as conn:
                 self._run_batch_on(conn, batch)
-        except OperationalError:  # busy, or failing: the thread's way decides
+        except _Busy:  # nothing ran: the thread's way waits for the lock
             for job in batch:
                 job.error, job.entries = None, []
             return False
+        except OperationalError as exc:  # as the thread's way reports it
+            error = _unavailable(exc)
+            for job in batch:
+                job.error = error
+        except Unavailable as exc:
+            for job in batch:
+                job.error = exc
         finally:
             self._write_limiter.release()
         return True
@@ -451,7 +466,11 @@ class Database:
 
         @contextlib.contextmanager
         def transaction() -> Iterator[Connection]:
-            with conn.begin():
+            try:
+                begun = conn.begin()  # BEGIN IMMEDIATE: takes the write lock, or fails
+            except OperationalError as exc:
+                raise _Busy from exc
+            with begun:
                 yield conn
 
         self._run_batch_once(batch, transaction)
@@ -483,7 +502,7 @@ class Database:
                     finally:
                         sequenced = holds_sequences(conn)
                     self._record(conn, batch)
-            except OperationalError:
+            except (OperationalError, _Busy):
                 raise
             except Exception:
                 pass  # some unit failed: all rolled back; isolate it below
