@@ -384,13 +384,8 @@ class Database:
             for job in batch:
                 job.error, job.entries = None, []
             return False
-        except OperationalError as exc:  # as the thread's way reports it
-            error = _unavailable(exc)
-            for job in batch:
-                job.error = error
-        except Unavailable as exc:
-            for job in batch:
-                job.error = exc
+        except (OperationalError, Unavailable) as exc:  # as the thread's way reports it
+            _fail_all(batch, exc)
         finally:
             self._write_limiter.release()
         return True
@@ -453,13 +448,8 @@ class Database:
         PostgreSQL aborted it to break a deadlock with another writer."""
         try:
             _rerun_aborted("write batch", lambda: self._run_batch_once(batch))
-        except OperationalError as exc:
-            error = _unavailable(exc)
-            for job in batch:
-                job.error = error
-        except Unavailable as exc:
-            for job in batch:
-                job.error = exc
+        except (OperationalError, Unavailable) as exc:
+            _fail_all(batch, exc)
 
     def _run_batch_on(self, conn: Connection, batch: list[_Job[Any]]) -> None:
         """:meth:`_run_batch_once` on *conn* (not a connection of the pool)."""
@@ -567,6 +557,13 @@ class Database:
         except (Unavailable, DBAPIError):
             return False
         return True
+
+
+def _fail_all(batch: list[_Job[Any]], exc: OperationalError | Unavailable) -> None:
+    """Every unit of *batch* fails with *exc* (the store's failure, as callers see it)."""
+    error = _unavailable(exc) if isinstance(exc, OperationalError) else exc
+    for job in batch:
+        job.error = error
 
 
 def _unavailable(exc: OperationalError) -> Unavailable:

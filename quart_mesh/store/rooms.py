@@ -28,6 +28,7 @@ __all__ = [
     "list_rooms",
     "member_room_ids",
     "remove_member",
+    "room_from_row",
     "set_hidden",
     "unhide_all",
 ]
@@ -41,7 +42,7 @@ _member_count = (
 )
 
 
-def _room(row: Any) -> Room:
+def room_from_row(row: Any) -> Room:
     return Room(
         room_id=row.room_id,
         kind=row.kind,
@@ -77,19 +78,19 @@ def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None
 
 def get_room(conn: Connection, room_id: str) -> Room | None:
     row = conn.execute(sa.select(rooms, _member_count).where(rooms.c.room_id == room_id)).first()
-    return None if row is None else _room(row)
+    return None if row is None else room_from_row(row)
 
 
 def get_dm_by_key(conn: Connection, key: str) -> Room | None:
     row = conn.execute(sa.select(rooms, _member_count).where(rooms.c.dm_key == key)).first()
-    return None if row is None else _room(row)
+    return None if row is None else room_from_row(row)
 
 
 def list_rooms(conn: Connection) -> Sequence[Room]:
     rows = conn.execute(
         sa.select(rooms, _member_count).where(rooms.c.kind == "room").order_by(rooms.c.name_key)
     )
-    return [_room(row) for row in rows]
+    return [room_from_row(row) for row in rows]
 
 
 def member_room_ids(conn: Connection, participant_id: str) -> set[str]:
@@ -211,7 +212,7 @@ def list_dms(
         )
     }
     return [
-        (_room(row), others[row.other_id], row.last_message_at)
+        (room_from_row(row), others[row.other_id], row.last_message_at)
         for row in rows
         if row.other_id in others
     ]

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..records import Room
 from .dialect import Statement
+from .rooms import room_from_row
 
 __all__ = ["ActorParts", "ParticipantRow", "actor_parts", "fingerprint", "participant_rows"]
 
@@ -111,16 +112,7 @@ def actor_parts(
         return ActorParts(member_of, [])
     dms = [
         (
-            Room(
-                room_id=row.room_id,
-                kind=row.kind,
-                name=row.name,
-                description=row.description,
-                created_by=row.created_by,
-                created_at=row.created_at,
-                member_count=row.member_count,
-                origin=row.origin_did,
-            ),
+            room_from_row(row),
             row.other_id,
         )
         for row in conn.execute(_DMS, {"me": participant_id})
