@@ -468,8 +468,14 @@ class ProtocolSession:
         # (they are stored in the order sent); the semaphore bounds how many
         client_id = f.opt_str("clientId")
         # a slot first: a send queued here is always awaited by _settler,
-        # even if the session ends while this one waits for room
-        await self._in_flight.acquire()
+        # even if the session ends while this one waits for room. Taken
+        # without a pass through the scheduler while there is room, so the
+        # frames of one read are all queued before the store's writer runs
+        # (one batch for them, not one each); a full window waits
+        try:
+            self._in_flight.acquire_nowait()
+        except trio.WouldBlock:
+            await self._in_flight.acquire()
         try:
             stored = self.services.messages.submit_send(
                 actor,
@@ -483,7 +489,7 @@ class ProtocolSession:
         except BaseException:
             self._in_flight.release()
             raise
-        if not self._settler_started:  # on the first send: no task for sessions that never send
+        if not self._settler_started:  # on the first send (no task for sessions that never send)
             self._settler_started = True
             self._nursery.start_soon(self._settler)
         self._queued.append((stored, client_id))
@@ -494,24 +500,35 @@ class ProtocolSession:
         commits them) and report failures. One task for all of a session's
         sends, not one each. Each wait is shielded: cancelling the session
         would withdraw the unit from the store's queue, so what was queued is
-        awaited until stored, or until :meth:`_settle_sends`'s deadline; the
-        task ends (cancelled) once nothing is queued."""
+        awaited until stored, or until :meth:`_settle_sends`'s deadline. The
+        task ends (cancelled) once nothing is queued; what is queued after
+        that (the reader hands over frames it had read already, passing no
+        checkpoint) is awaited on the way out, or by a new one."""
         queued = self._queued
-        while True:
-            while not queued:
-                await self._queued_more.wait()
-                self._queued_more = trio.Event()
-            stored, client_id = queued[0]
-            with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
-                self._settling = settling
-                try:
-                    await self._stored_or_error(stored, client_id)
-                finally:
-                    self._settling = None
-                    queued.popleft()
-                    self._in_flight.release()
-            if settling.cancelled_caught:
-                log.warning("a send queued by a session that ended was not stored in time")
+        try:
+            while True:
+                while not queued:
+                    await self._queued_more.wait()
+                    self._queued_more = trio.Event()
+                await self._settle_first()
+        finally:
+            while queued:  # shielded waits: they run though this task is cancelled
+                await self._settle_first()
+            self._settler_started = False
+
+    async def _settle_first(self) -> None:
+        queued = self._queued
+        stored, client_id = queued[0]
+        with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
+            self._settling = settling
+            try:
+                await self._stored_or_error(stored, client_id)
+            finally:
+                self._settling = None
+                queued.popleft()
+                self._in_flight.release()
+        if settling.cancelled_caught:
+            log.warning("a send queued by a session that ended was not stored in time")
 
     async def _stored_or_error(self, stored: Awaitable[object], client_id: str | None) -> None:
         try:
