@@ -230,3 +230,18 @@ def percentile(values: list[float], p: float) -> float:
 
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+
+
+def start_client(script: str, job: dict[str, Any]) -> subprocess.Popen[str]:
+    """A load-generator process: *script* run with ``--client``, given *job*
+    as one JSON line on its standard input."""
+    proc = subprocess.Popen(
+        [sys.executable, script, "--client"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(job) + "\n")
+    proc.stdin.flush()
+    return proc

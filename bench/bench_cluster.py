@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common
 import trio
 from _common import (
     ROOT,
@@ -258,17 +259,8 @@ def start_mesh(count: int, data_dir: Path, database_url: str | None, pg_data: Pa
 
 
 def start_client(job: dict[str, Any]) -> subprocess.Popen[str]:
-    """A load-generator process, given *job*; it says ``ready`` when connected."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--client"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(job) + "\n")
-    proc.stdin.flush()
-    return proc
+    """A load-generator process of this script, given *job*."""
+    return _common.start_client(__file__, job)
 
 
 async def run_clients(

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common
 import httpx
 import trio
 from _common import (
@@ -207,16 +208,8 @@ async def _setup(url: str, participants: int) -> tuple[str, str, list[str]]:
 
 
 def _start_client(job: dict[str, Any]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--client"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(job) + "\n")
-    proc.stdin.flush()
-    return proc
+    """A load-generator process of this script, given *job*."""
+    return _common.start_client(__file__, job)
 
 
 async def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
