@@ -166,8 +166,8 @@ class Webhooks:
                     for target in await retrying("reading webhook bots", read, logger=log):
                         self.start(target.agent_id)
             finally:
-                self._nursery = None
-                self.states, self._scopes = {}, {}
+                self._nursery = None  # no task starts once this one ends
+        self.states, self._scopes = {}, {}
 
     def start(self, agent_id: str) -> None:
         """Start delivering to a (new) webhook bot, if this process runs
@@ -175,9 +175,9 @@ class Webhooks:
         if self._nursery is None:
             return
         if agent_id not in self._scopes:
-            self.states[agent_id] = WebhookState()
+            state = self.states[agent_id] = WebhookState()
             scope = self._scopes[agent_id] = trio.CancelScope()
-            self._nursery.start_soon(self._deliver_forever, agent_id, scope)
+            self._nursery.start_soon(self._deliver_forever, agent_id, state, scope)
 
     def stop(self, agent_id: str) -> None:
         scope = self._scopes.pop(agent_id, None)
@@ -185,8 +185,11 @@ class Webhooks:
         if scope is not None:
             scope.cancel()
 
-    async def _deliver_forever(self, agent_id: str, scope: trio.CancelScope) -> None:
-        state = self.states[agent_id]
+    async def _deliver_forever(
+        self, agent_id: str, state: WebhookState, scope: trio.CancelScope
+    ) -> None:
+        # the task is handed its state: stop() or the end of run() may have
+        # dropped the bot from the maps before this task first runs
         with scope:
             backoff = Backoff()
             try:
@@ -198,7 +201,8 @@ class Webhooks:
                 )
             finally:
                 state.status = "stopped"
-                self._scopes.pop(agent_id, None)
+                if self._scopes.get(agent_id) is scope:  # not a newer task's
+                    del self._scopes[agent_id]
 
     async def _follow(self, agent_id: str, state: WebhookState, backoff: Backoff) -> None:
         """Deliver what is waiting, then wait for more, until the bot is gone."""
