@@ -166,8 +166,9 @@ class Webhooks:
                     for target in await retrying("reading webhook bots", read, logger=log):
                         self.start(target.agent_id)
             finally:
-                self._nursery = None  # no task starts once this one ends
-        self.states, self._scopes = {}, {}
+                # no task starts once this one ends; those running keep their state
+                self._nursery = None
+                self.states, self._scopes = {}, {}
 
     def start(self, agent_id: str) -> None:
         """Start delivering to a (new) webhook bot, if this process runs
