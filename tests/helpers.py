@@ -203,13 +203,23 @@ async def open_client(base_url: str, **options: Any) -> AsyncIterator[Any]:
     EOF and ``aclose`` returns early), which shows up as a ResourceWarning.
     """
     from trio_websocket import open_websocket_url
+    from wsproto.utilities import LocalProtocolError
 
     url = base_url.replace("http://", "ws://") + "/ws"
     client = None
+    closing = False
     try:
         async with open_websocket_url(url, **options) as ws:
             client = ws
             yield ws
+            closing = True
+    except LocalProtocolError as error:
+        # trio-websocket 0.12.2 answers a server's ping that crosses its own
+        # close frame with a pong wsproto refuses in LOCAL_CLOSING, and raises
+        # that out of the block (python-trio/trio-websocket#184, open): the
+        # client's bug, after the test's body is done; nothing else is hidden
+        if not (closing and "Pong" in str(error) and "LOCAL_CLOSING" in str(error)):
+            raise
     finally:
         if client is not None:
             await client._stream.aclose()
