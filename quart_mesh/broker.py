@@ -88,14 +88,17 @@ class Subscription:
         #: the id of the token the owner authenticated with, if any (a signed-out
         #: token ends its subscriptions: :meth:`Broker.disconnect_token`)
         self.token_id: str | None = None
-        self._items: collections.deque[Queued] = collections.deque()
+        # a list, not a deque: an empty deque holds a block of 64 slots
+        # (~0.7 KiB), and an idle subscription's inbox is nearly always empty
+        self._items: list[Queued] = []
         self._held: collections.deque[Event] | None = None
         #: events already delivered another way (a resume's replay)
         self._skip: Callable[[Event], bool] | None = None
         #: the stream position this subscription began after (``services/bus.py``)
         self.after = broker.stream_head()
         self._wakeup = trio.Event()
-        self._space = trio.Event()
+        #: made only while the owner waits for room (:meth:`put`)
+        self._space: trio.Event | None = None
         #: why the subscription ended ("lagging", "closed", ...), or None while live
         self.failed: str | None = None
         #: see :meth:`write_directly`
@@ -137,34 +140,41 @@ class Subscription:
     def _flush(self) -> None:
         """The broker's flusher: write what is queued directly, or wake the owner."""
         self._marked = False
-        items = self._items
-        if not items or self.failed is not None:
+        batch = self._items
+        if not batch or self.failed is not None:
             return
         writer = self._direct
         if not self._idle or writer is None:
             self._wakeup.set()
             return
-        batch = list(items)
-        items.clear()
+        self._items = []
         try:
             left = writer(batch)
         except Exception:
             log.exception("a direct write failed")
             left = None
-        if left is None:  # nothing written: the owner writes it all
-            items.extendleft(reversed(batch))
+        if left is None:  # nothing written: the owner writes it all, first
+            self._items[:0] = batch
             self._wakeup.set()
         elif left:
-            items.extendleft(reversed(left))
+            self._items[:0] = left
             self._wakeup.set()
-        self._space.set()
+        self._room()
+
+    def _room(self) -> None:
+        """Wake the owner if it waits for room (:meth:`put`)."""
+        if self._space is not None:
+            self._space.set()
 
     async def put(self, event: Event | None, frame: str) -> bool:
         """Queue a delivery of the owner's, waiting for room instead of failing
         (a replay larger than the buffer). False if the subscription ended."""
         while len(self._items) >= self.capacity and self.failed is None:
-            await self._space.wait()
             self._space = trio.Event()
+            try:
+                await self._space.wait()
+            finally:
+                self._space = None
         return self.push(event, frame)
 
     def deliver(self, event: Event) -> bool:
@@ -196,7 +206,9 @@ class Subscription:
         ``skip(event)`` is true; then deliver live again, still dropping
         those (with several processes an event may reach this one after the
         replay that already delivered it, ``services/bus.py``)."""
-        self._skip = skip
+        # with one process nothing reaches this subscription twice once the
+        # held events are out: no need to keep the filter (and its closure)
+        self._skip = skip if self.broker.clustered else None
         held = self._held
         while held:
             event = held.popleft()
@@ -210,7 +222,7 @@ class Subscription:
             if reason == "lagging":
                 self.broker._drops += 1
             self._wakeup.set()
-            self._space.set()
+            self._room()
 
     async def get_batch(self, max_items: int = 256) -> list[Queued]:
         """Wait for deliveries and take up to *max_items* of them, oldest first.
@@ -227,10 +239,13 @@ class Subscription:
             self._wakeup = trio.Event()
         if self.failed is not None and self.failed not in ("closed", "unavailable"):
             return []  # lagging or removed: the owner reports and disconnects
-        batch: list[Queued] = []
-        while self._items and len(batch) < max_items:
-            batch.append(self._items.popleft())
-        self._space.set()
+        items = self._items
+        if len(items) <= max_items:
+            batch, self._items = items, []
+        else:
+            batch = items[:max_items]
+            del items[:max_items]
+        self._room()
         return batch
 
     def close(self) -> None:

@@ -133,16 +133,27 @@ class _Auth:
     auto_read: bool
 
 
+class _Sends:
+    """A session's sends queued in the store, oldest first, awaited in turn
+    by its settler; made on the session's first send."""
+
+    __slots__ = ("more", "queued", "slots")
+
+    def __init__(self) -> None:
+        #: bounds the sends queued and not yet stored
+        self.slots = trio.Semaphore(_MAX_IN_FLIGHT)
+        self.queued: collections.deque[tuple[Awaitable[object], str | None]] = collections.deque()
+        self.more = trio.Event()
+
+
 class ProtocolSession:
     """One authenticated client on one WebSocket (the protocol; the socket is
     a :class:`SessionSocket`)."""
 
     __slots__ = (
         "_auto_read",
-        "_in_flight",
         "_nursery",
-        "_queued",
-        "_queued_more",
+        "_sends",
         "_settle_by",
         "_settler_started",
         "_settling",
@@ -160,10 +171,8 @@ class ProtocolSession:
         self._auto_read = True
         self._nursery: trio.Nursery
         self._sub: Subscription
-        self._in_flight = trio.Semaphore(_MAX_IN_FLIGHT)
-        #: sends queued in the store, oldest first, awaited in turn by _settler
-        self._queued: collections.deque[tuple[Awaitable[object], str | None]] = collections.deque()
-        self._queued_more = trio.Event()
+        #: made on the first send: most sessions never send
+        self._sends: _Sends | None = None
         self._settler_started = False
         #: the shielded wait of the send being awaited, and when such waits
         #: must end (see _settle_sends)
@@ -298,25 +307,26 @@ class ProtocolSession:
         # then, and the client authenticates again with a new one
         # (``token_expired``, as REST answers then); not a task of its own
         expiry = trio.current_time() + max(0.0, expires_at - time.time())
-        # the farewell's scope (below)
-        with trio.CancelScope() as send_scope:
-            try:
-                farewell = True
-                with trio.CancelScope(deadline=expiry) as expiring:
-                    farewell = await self._deliver(sub, scope, timeout)
-                if expiring.cancelled_caught:
-                    sub.fail("expired")
-                elif not farewell:
-                    return
-                # the farewell (error, close frame) to a client that may
-                # have stopped reading: a short deadline, then a reset
-                send_scope.deadline = trio.current_time() + min(timeout, CLOSE_TIMEOUT)
-                with contextlib.suppress(ConnectionClosed):
-                    await self._ended(sub)
-            except BaseException:
-                scope.cancel()
-                raise
+        try:
+            farewell = True
+            with trio.CancelScope(deadline=expiry) as expiring:
+                farewell = await self._deliver(sub, scope, timeout)
+            if expiring.cancelled_caught:
+                sub.fail("expired")
+            elif not farewell:
+                return
+            # the farewell (error, close frame) to a client that may have
+            # stopped reading: a short deadline, then a reset (its scope made
+            # only now: an idle session keeps as few as it can)
+            with (
+                trio.move_on_after(min(timeout, CLOSE_TIMEOUT)),
+                contextlib.suppress(ConnectionClosed),
+            ):
+                await self._ended(sub)
+        except BaseException:
             scope.cancel()
+            raise
+        scope.cancel()
 
     async def _deliver(
         self, sub: Subscription, scope: trio.CancelScope, send_timeout: float
@@ -472,10 +482,13 @@ class ProtocolSession:
         # without a pass through the scheduler while there is room, so the
         # frames of one read are all queued before the store's writer runs
         # (one batch for them, not one each); a full window waits
+        sends = self._sends
+        if sends is None:
+            sends = self._sends = _Sends()
         try:
-            self._in_flight.acquire_nowait()
+            sends.slots.acquire_nowait()
         except trio.WouldBlock:
-            await self._in_flight.acquire()
+            await sends.slots.acquire()
         try:
             stored = self.services.messages.submit_send(
                 actor,
@@ -487,13 +500,13 @@ class ProtocolSession:
                 client_id=client_id,
             )
         except BaseException:
-            self._in_flight.release()
+            sends.slots.release()
             raise
         if not self._settler_started:  # on the first send (no task for sessions that never send)
             self._settler_started = True
             self._nursery.start_soon(self._settler)
-        self._queued.append((stored, client_id))
-        self._queued_more.set()
+        sends.queued.append((stored, client_id))
+        sends.more.set()
 
     async def _settler(self) -> None:
         """Await the queued sends in the order queued (the order the store
@@ -504,12 +517,14 @@ class ProtocolSession:
         task ends (cancelled) once nothing is queued; what is queued after
         that (the reader hands over frames it had read already, passing no
         checkpoint) is awaited on the way out, or by a new one."""
-        queued = self._queued
+        sends = self._sends
+        assert sends is not None  # started by the first send
+        queued = sends.queued
         try:
             while True:
                 while not queued:
-                    await self._queued_more.wait()
-                    self._queued_more = trio.Event()
+                    await sends.more.wait()
+                    sends.more = trio.Event()
                 await self._settle_first()
         finally:
             while queued:  # shielded waits: they run though this task is cancelled
@@ -517,7 +532,9 @@ class ProtocolSession:
             self._settler_started = False
 
     async def _settle_first(self) -> None:
-        queued = self._queued
+        sends = self._sends
+        assert sends is not None
+        queued = sends.queued
         stored, client_id = queued[0]
         with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
             self._settling = settling
@@ -526,7 +543,7 @@ class ProtocolSession:
             finally:
                 self._settling = None
                 queued.popleft()
-                self._in_flight.release()
+                sends.slots.release()
         if settling.cancelled_caught:
             log.warning("a send queued by a session that ended was not stored in time")
 
