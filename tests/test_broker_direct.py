@@ -143,3 +143,28 @@ async def test_a_session_notes_only_what_was_written() -> None:
     assert left is not None
     assert [event for event, _ in left] == [batch[1][0], batch[2][0]]
     assert all(isinstance(frame, bytes) for _, frame in left)
+
+
+async def test_subscribers_waiting_for_their_sends_are_written_first() -> None:
+    """A pipelining sender waits for its echoes before it sends more: the
+    flusher writes to it before the room's other subscribers."""
+    broker = Broker()
+    order: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        subs = []
+        for name in ("p1", "p2", "p3", "p4"):
+            broker.join("r1", name)
+            sub = broker.subscribe(name)
+            sub.write_directly(lambda batch, name=name: order.append(name) or [])
+            nursery.start_soon(owner_takes, sub, [])
+            subs.append(sub)
+        subs[2].sending = True  # p3 has sends waiting for their commit
+        await trio.testing.wait_all_tasks_blocked()
+        broker.publish(msg(0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert order[0] == "p3"
+        assert sorted(order) == ["p1", "p2", "p3", "p4"]
+        for sub in subs:
+            sub.close()
+        nursery.cancel_scope.cancel()

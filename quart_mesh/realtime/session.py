@@ -507,6 +507,7 @@ class ProtocolSession:
             self._nursery.start_soon(self._settler)
         sends.queued.append((stored, client_id))
         sends.more.set()
+        self._sub.sending = True
 
     async def _settler(self) -> None:
         """Await the queued sends in the order queued (the order the store
@@ -523,6 +524,7 @@ class ProtocolSession:
         try:
             while True:
                 while not queued:
+                    self._sub.sending = False
                     await sends.more.wait()
                     sends.more = trio.Event()
                 await self._settle_first()
