@@ -218,6 +218,27 @@ def bare_quart_app():  # type: ignore[no-untyped-def]
     async def health():  # type: ignore[no-untyped-def]
         return {"ok": True}
 
+    @app.post("/api/rooms/<room_id>/messages")
+    async def post_message(room_id: str):  # type: ignore[no-untyped-def]
+        """The POST ceiling: a JSON body read and parsed, a bearer token
+        looked at, a 201 with a message-sized JSON answer (no store)."""
+        from quart import request
+
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            return {"error": "authentication required", "code": "unauthorized"}, 401
+        body = await request.get_json()
+        if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+            return {"error": "content is required", "code": "bad_request"}, 400
+        return {
+            "messageId": "01KBENCHBENCHBENCHBENCHBEN",
+            "roomId": room_id,
+            "senderId": "01KBENCHBENCHBENCHBENCHBEN",
+            "senderName": "bench",
+            "content": body["content"],
+            "createdAt": 0,
+            "cursor": "1",
+        }, 201
+
     return app
 
 
