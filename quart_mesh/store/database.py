@@ -40,7 +40,14 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from ..errors import Overloaded, Unavailable
 from ..records import now_ms
 from . import outbox
-from .dialect import MIGRATION_LOCK, hold_sequences, holds_sequences, is_retryable, translate
+from .dialect import (
+    MIGRATION_LOCK,
+    Statement,
+    hold_sequences,
+    holds_sequences,
+    is_retryable,
+    translate,
+)
 
 __all__ = ["Database"]
 
@@ -136,6 +143,9 @@ class Database:
         #: SQLite: the event loop thread's own write connection (_run_inline),
         #: for a database in a file (an in-memory one is per connection)
         self._inline_engine: Engine | None = None
+        #: its one connection, kept open between batches (a checkout and a
+        #: reset per batch cost as much as a small commit)
+        self._inline_conn: Connection | None = None
         database = sa.make_url(url).database
         self._inline = self.backend == "sqlite" and database not in (None, "", ":memory:")
         #: batches run, and how many of them the last checkpoint followed
@@ -187,6 +197,9 @@ class Database:
         return self._write_engine
 
     async def close(self) -> None:
+        if self._inline_conn is not None:
+            conn, self._inline_conn = self._inline_conn, None
+            conn.close()
         if self._inline_engine is not None:
             inline, self._inline_engine = self._inline_engine, None
             inline.dispose()
@@ -378,13 +391,16 @@ class Database:
         except trio.WouldBlock:
             return False
         try:
-            with self._inline_connection() as conn:
-                self._run_batch_on(conn, batch)
+            self._run_batch_on(self._inline_connection(), batch)
         except _Busy:  # nothing ran: the thread's way waits for the lock
+            # (rare: another process writes) a failed BEGIN leaves SQLAlchemy's
+            # connection half begun: the next batch starts on a new one
+            self._drop_inline_connection()
             for job in batch:
                 job.error, job.entries = None, []
             return False
         except (OperationalError, Unavailable) as exc:  # as the thread's way reports it
+            self._drop_inline_connection()  # the next batch starts on a new one
             _fail_all(batch, exc)
         finally:
             self._write_limiter.release()
@@ -401,7 +417,15 @@ class Database:
             sa.event.listen(engine, "connect", _inline_pragmas)
             sa.event.listen(engine, "begin", _sqlite_begin)
             self._inline_engine = engine.execution_options(mesh_write=True)
-        return self._inline_engine.connect()
+        if self._inline_conn is None:
+            self._inline_conn = self._inline_engine.connect()
+        return self._inline_conn
+
+    def _drop_inline_connection(self) -> None:
+        conn, self._inline_conn = self._inline_conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # it failed already
+                conn.close()
 
     def _committed(self, job: _Job[Any]) -> None:
         """After *job*'s commit, on the event loop: what it published, then its ``then``."""
@@ -476,12 +500,28 @@ class Database:
         each). If any unit raises, that transaction is rolled back and the
         batch runs again with a savepoint per unit, so only the failing units
         fail. Units are plain functions of the connection, safe to run again.
+        A batch of one unit never takes a savepoint: if it raises, its
+        transaction is rolled back and the unit fails, as it would alone.
 
         Raises:
             OperationalError: the database failed; no unit committed.
         """
         begin = transaction or self._writing().begin
         sequenced = False
+        if len(batch) == 1:
+            job = batch[0]
+            try:
+                with begin() as conn:
+                    self._lock_first(conn)
+                    job.run(conn)
+                    self._record(conn, batch)
+            except (OperationalError, _Busy):
+                raise
+            except IntegrityError as exc:
+                job.error, job.entries = _translated(exc), []
+            except Exception as exc:  # the unit's own error, for its caller
+                job.error, job.entries = exc, []
+            return
         if len(batch) > 1:
             try:
                 with begin() as conn:
@@ -604,9 +644,14 @@ def _inline_pragmas(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")
 
 
+_BEGIN = Statement("BEGIN")
+_BEGIN_IMMEDIATE = Statement("BEGIN IMMEDIATE")
+
+
 def _sqlite_begin(conn: Connection) -> None:
+    # on the driver: SQLAlchemy's execution path costs several times the statement
     immediate = conn.get_execution_options().get("mesh_write", False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    (_BEGIN_IMMEDIATE if immediate else _BEGIN).run(conn, {})
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

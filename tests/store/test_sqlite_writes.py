@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import trio
+from sqlalchemy.engine import Connection
 
+from quart_mesh.errors import Conflict
 from quart_mesh.store import Database
 
 pytestmark = pytest.mark.sqlite_only
@@ -85,9 +87,55 @@ async def test_quick_writes_wait_for_a_lock_held_elsewhere_without_blocking_the_
             other.execute("COMMIT")  # the lock is free: the waiting writes go in
             with trio.fail_after(10):
                 await done.wait()
+            # the loop's own connection, refused the lock before, is kept and
+            # commits again (it was left with no transaction)
+            for n in (11, 12):
+                await db.write(
+                    lambda conn, n=n: conn.exec_driver_sql(f"INSERT INTO t VALUES ({n})"),
+                    quick=True,
+                )
             nursery.cancel_scope.cancel()
         count = await db.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar())
-        assert count == 11
+        assert count == 13
     finally:
         other.close()
+        await db.close()
+
+
+@pytest.mark.parametrize("quick", [True, False])
+async def test_a_unit_that_fails_alone_in_its_batch_leaves_nothing(
+    tmp_path: Path, quick: bool
+) -> None:
+    """A batch of one unit takes no savepoint: when the unit raises, its
+    transaction is rolled back whole, its caller gets its error, and the
+    next write goes on (on the loop's connection, or the thread's)."""
+    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    await db.open()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(db.run)
+            await db.write(
+                lambda conn: conn.exec_driver_sql("CREATE TABLE t (n INTEGER PRIMARY KEY)")
+            )
+
+            def half_then_fail(conn: Connection) -> None:
+                conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+                raise ValueError("the unit's own error")
+
+            with pytest.raises(ValueError, match="own error"):
+                await db.write(half_then_fail, quick=quick)
+
+            def duplicate(conn: Connection) -> None:
+                conn.exec_driver_sql("INSERT INTO t VALUES (2)")
+                conn.exec_driver_sql("INSERT INTO t VALUES (2)")
+
+            with pytest.raises(Conflict):  # a unique violation that escapes a unit
+                await db.write(duplicate, quick=quick)
+            await db.write(
+                lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (3)"), quick=quick
+            )
+            nursery.cancel_scope.cancel()
+        rows = await db.read(lambda conn: conn.exec_driver_sql("SELECT n FROM t").all())
+        assert [n for (n,) in rows] == [3]
+    finally:
         await db.close()
