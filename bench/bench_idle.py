@@ -46,6 +46,7 @@ from _common import (
     raise_fd_limit,
     start_server,
 )
+from bench_speed import find_node
 
 _SNAPSHOT = b'{"type":"snapshot"'
 _MESSAGE = b'"type":"message"'
@@ -207,9 +208,22 @@ async def _setup(url: str, participants: int) -> tuple[str, str, list[str]]:
     return owner, room_id, tokens
 
 
-def _start_client(job: dict[str, Any]) -> subprocess.Popen[str]:
-    """A load-generator process of this script, given *job*."""
-    return _common.start_client(__file__, job)
+_IDLE_MJS = Path(__file__).resolve().parent / "native" / "idle.mjs"
+
+
+def _start_client(job: dict[str, Any], node: str | None) -> subprocess.Popen[str]:
+    """A load-generator process given *job*: Node.js with ``ws``
+    (``native/idle.mjs``) if *node*, else this script's own Python client
+    (the same line protocol)."""
+    if node is None:
+        return _common.start_client(__file__, job)
+    proc = subprocess.Popen(
+        [node, str(_IDLE_MJS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(job) + "\n")
+    proc.stdin.flush()
+    return proc
 
 
 async def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -217,7 +231,10 @@ async def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
     line = await trio.to_thread.run_sync(proc.stdout.readline)
     if not line:
         raise RuntimeError("a client process died")
-    return dict(json.loads(line))
+    found = dict(json.loads(line))
+    if "fatal" in found:
+        raise RuntimeError(f"a client process failed: {found['fatal']}")
+    return found
 
 
 def _tell(procs: list[subprocess.Popen[str]], word: str) -> None:
@@ -264,7 +281,7 @@ async def _storm(
             "tokens": sessions[i::clients],
             "in_flight": max(1, args.in_flight // clients),
         }
-        procs.append(_start_client(job))
+        procs.append(_start_client(job, args.node))
     reports = [await _line(proc) for proc in procs]
     wall, cpu = time.perf_counter() - wall0, server.cpu_seconds() - cpu0
     await trio.sleep(2.0)  # presence settles; the snapshots are out
@@ -314,13 +331,23 @@ async def main() -> None:
     parser.add_argument("--in-flight", type=int, default=200)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--client",
+        choices=["node", "python"],
+        default="node",
+        help="load generator: Node.js with ws (native/idle.mjs; python if Node.js or ws "
+        "is missing) or this script's Python client",
+    )
     args = parser.parse_args()
+    args.node = find_node() if args.client == "node" else None
     raise_fd_limit()
     print(f"load average before: {os.getloadavg()[0]:.2f} (cores: {os.cpu_count()})")
     print(
         f"\nidle authenticated sessions: {args.participants} participants in the mesh, "
         f"{args.connected} of them connected, {args.in_flight} sessions opening at a time "
-        f"from {args.clients} client processes; median of {args.runs} run(s)"
+        f"from {args.clients} client processes "
+        f"({'Node.js ws, native/idle.mjs' if args.node else 'Python, this script'}); "
+        f"median of {args.runs} run(s)"
     )
     columns = (
         f"{'sessions':>9}{'KiB each':>9}{'RSS MiB':>8}{'open s':>8}{'srv CPU s':>10}"
