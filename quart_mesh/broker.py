@@ -174,11 +174,13 @@ class Subscription:
         """Queue a delivery of the owner's, waiting for room instead of failing
         (a replay larger than the buffer). False if the subscription ended."""
         while len(self._items) >= self.capacity and self.failed is None:
-            self._space = trio.Event()
+            space = self._space if self._space is not None else trio.Event()  # one for all waiters
+            self._space = space
             try:
-                await self._space.wait()
+                await space.wait()
             finally:
-                self._space = None
+                if self._space is space:
+                    self._space = None
         return self.push(event, frame)
 
     def deliver(self, event: Event) -> bool:
@@ -210,9 +212,7 @@ class Subscription:
         ``skip(event)`` is true; then deliver live again, still dropping
         those (with several processes an event may reach this one after the
         replay that already delivered it, ``services/bus.py``)."""
-        # with one process nothing reaches this subscription twice once the
-        # held events are out: no need to keep the filter (and its closure)
-        self._skip = skip if self.broker.clustered else None
+        self._skip = skip
         held = self._held
         while held:
             event = held.popleft()
@@ -330,7 +330,7 @@ class Broker:
                 # under load; one pass more of latency when idle)
                 await trio.lowlevel.checkpoint()
                 self._flush_wanted = trio.Event()
-                flushing.extendleft(self._first)
+                flushing.extend(self._first)
                 flushing.extend(self._marked)
                 self._first, self._marked = [], []
                 n = 0

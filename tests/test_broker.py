@@ -254,3 +254,42 @@ async def test_frame_serialized_once_and_cached_computes_once() -> None:
     with trio.fail_after(2):
         [(_, delivered)] = await sub.get_batch()
     assert delivered is frame
+
+
+async def test_an_event_the_replay_delivered_is_not_delivered_again_after_going_live() -> None:
+    """One process too: a commit made on a worker thread is published when
+    the writer task next runs, which may be after a resume's replay read it
+    and the session went live; the replay's filter still drops it."""
+    broker = Broker()
+    assert not broker.clustered
+    broker.join("r1", "p1")
+    replayed = MessageDeleted("r1", message_id="m1")
+    sub = broker.subscribe("p1")
+    sub.hold()
+    await sub.put(replayed, replayed.frame)  # the replay
+    await sub.release(skip=lambda event: event is replayed)  # live again
+    broker.publish(replayed)  # its commit, published late
+    fresh = MessageDeleted("r1", message_id="m2")
+    broker.publish(fresh)
+    batch = await sub.get_batch()
+    assert [event for event, _ in batch] == [replayed, fresh]
+
+
+async def test_every_owner_waiting_for_room_is_woken() -> None:
+    broker = Broker()
+    sub = broker.subscribe("p1", capacity=1)
+    sub.push(None, "x")
+    done: list[str] = []
+
+    async def put(name: str) -> None:
+        await sub.put(None, name)
+        done.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(put, "a")
+        nursery.start_soon(put, "b")
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(3):
+            await sub.get_batch()  # room, each time
+            await trio.testing.wait_all_tasks_blocked()
+    assert sorted(done) == ["a", "b"]

@@ -63,12 +63,24 @@ function open(url, token, follow) {
   return new Promise((resolve, reject) => {
     const start = performance.now();
     const ws = new WebSocket(url, { perMessageDeflate: false });
-    ws.once("error", reject);
+    // refused (an error frame, then a close), failed or silent: reported, never hung on
+    const fail = (why) => {
+      clearTimeout(timer);
+      ws.terminate();
+      reject(new Error(why));
+    };
+    const timer = setTimeout(() => fail("no snapshot within 60 s"), 60000);
+    const onError = (err) => fail(err.message);
+    const onClose = (code) => fail(`closed before the snapshot (${code})`);
+    ws.once("error", onError);
+    ws.once("close", onClose);
     ws.on("open", () => ws.send(JSON.stringify({ type: "authenticate", token })));
     const first = (data) => {
       if (data.length >= SNAPSHOT.length && data.subarray(0, SNAPSHOT.length).equals(SNAPSHOT)) {
+        clearTimeout(timer);
         ws.off("message", first);
-        ws.off("error", reject);
+        ws.off("error", onError);
+        ws.off("close", onClose);
         follow(ws);
         resolve((performance.now() - start) / 1000);
       }

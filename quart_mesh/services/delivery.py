@@ -137,14 +137,31 @@ class Feed:
         """Deliver live events again (after :meth:`Subscription.hold`),
         dropping those held meanwhile that the replay already delivered: a
         message at or before *replayed_to*, a command in *backlog*."""
-        sent = {c.command_id for c in backlog.commands} if backlog is not None else set()
+        sent = (
+            frozenset(c.command_id for c in backlog.commands)
+            if backlog is not None
+            else frozenset()
+        )
+        await self.sub.release(skip=_Replayed(replayed_to, sent))
 
-        def replayed(event: Event) -> bool:
-            if isinstance(event, MessagePosted):
-                return replayed_to is not None and event.message.seq <= replayed_to
-            return isinstance(event, CommandIssued) and event.command_id in sent
 
-        await self.sub.release(skip=replayed)
+class _Replayed:
+    """Whether an event was delivered by a resume's replay already: a message
+    at or before *replayed_to*, a command in *sent*. The subscription keeps
+    it for as long as it lives (an event may be published after the replay
+    read it: a commit on a worker thread publishes when the writer task next
+    runs; with several processes, when the bus applies it), so it is small."""
+
+    __slots__ = ("replayed_to", "sent")
+
+    def __init__(self, replayed_to: int | None, sent: frozenset[str]) -> None:
+        self.replayed_to = replayed_to
+        self.sent = sent
+
+    def __call__(self, event: Event) -> bool:
+        if isinstance(event, MessagePosted):
+            return self.replayed_to is not None and event.message.seq <= self.replayed_to
+        return isinstance(event, CommandIssued) and event.command_id in self.sent
 
 
 class Delivery:
