@@ -261,7 +261,12 @@ def create_app(
 
         @app.websocket("/ws")
         async def _websocket() -> None:
-            await app.node.realtime.serve_asgi_websocket(websocket)
+            # the object itself, not the context-bound proxy: the session's
+            # writer task may be started from another task's context (a
+            # commit's delivery wakes it), where the proxy is unbound
+            await app.node.realtime.serve_asgi_websocket(
+                websocket._get_current_object()  # type: ignore[attr-defined]
+            )
 
     @app.errorhandler(MeshError)
     async def _mesh_error(error: MeshError) -> Response:

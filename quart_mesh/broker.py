@@ -67,6 +67,7 @@ class Subscription:
         "_marked",
         "_skip",
         "_space",
+        "_waker",
         "_wakeup",
         "after",
         "broker",
@@ -104,8 +105,11 @@ class Subscription:
         self.failed: str | None = None
         #: see :meth:`write_directly`
         self._direct: DirectWriter | None = None
-        #: the owner is waiting in :meth:`get_batch` (nothing of its is in flight)
+        #: the owner is waiting in :meth:`get_batch`, or has parked (:meth:`park`):
+        #: nothing of its is in flight
         self._idle = False
+        #: while parked: called, once, when the owner is wanted again
+        self._waker: Callable[[], object] | None = None
         #: queued for the broker's flusher
         self._marked = False
         #: the owner has sends waiting for their commit: the flusher writes
@@ -128,8 +132,28 @@ class Subscription:
                 self._marked = True
                 self.broker._mark(self)
         else:
-            self._wakeup.set()
+            self._wake_owner()
         return True
+
+    def _wake_owner(self) -> None:
+        """Wake the owner: its task waiting in :meth:`get_batch`, or, if it
+        parked, its waker."""
+        self._wakeup.set()
+        waker = self._waker
+        if waker is not None:
+            self._waker = None
+            self._idle = False
+            waker()
+
+    def park(self, waker: Callable[[], object]) -> None:
+        """The owner ends its task while nothing is queued (:meth:`take`
+        returned nothing and the subscription is live): the subscription
+        counts as idle, so the broker writes to it directly, and *waker* is
+        called, once, when the owner is wanted again (what a direct write did
+        not take, a delivery it cannot write directly, the subscription's
+        end). An idle session keeps no task for writing."""
+        self._idle = True
+        self._waker = waker
 
     def write_directly(self, writer: DirectWriter | None) -> None:
         """Let the broker write this subscription's deliveries itself while
@@ -149,7 +173,7 @@ class Subscription:
             return
         writer = self._direct
         if not self._idle or writer is None:
-            self._wakeup.set()
+            self._wake_owner()
             return
         self._items = []
         try:
@@ -159,10 +183,10 @@ class Subscription:
             left = None
         if left is None:  # nothing written: the owner writes it all, first
             self._items[:0] = batch
-            self._wakeup.set()
+            self._wake_owner()
         elif left:
             self._items[:0] = left
-            self._wakeup.set()
+            self._wake_owner()
         self._room()
 
     def _room(self) -> None:
@@ -225,7 +249,7 @@ class Subscription:
             self.failed = reason
             if reason == "lagging":
                 self.broker._drops += 1
-            self._wakeup.set()
+            self._wake_owner()
             self._room()
 
     async def get_batch(self, max_items: int = 256) -> list[Queued]:
@@ -241,6 +265,13 @@ class Subscription:
             finally:
                 self._idle = False
             self._wakeup = trio.Event()
+        return self.take(max_items)
+
+    def take(self, max_items: int = 256) -> list[Queued]:
+        """Take up to *max_items* deliveries queued now, oldest first, without
+        waiting: empty if nothing is queued, or once the subscription has
+        failed (lagging, removed, ...: the owner reports and disconnects;
+        what was queued before ``closed`` or ``unavailable`` is still given)."""
         if self.failed is not None and self.failed not in ("closed", "unavailable"):
             return []  # lagging or removed: the owner reports and disconnects
         items = self._items
@@ -348,7 +379,7 @@ class Broker:
             self._first, self._marked = [], []
             for sub in flushing:  # not written: their owners write them
                 sub._marked = False
-                sub._wakeup.set()
+                sub._wake_owner()
 
     def _mark(self, sub: Subscription) -> None:
         (self._first if sub.sending else self._marked).append(sub)

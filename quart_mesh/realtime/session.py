@@ -152,6 +152,7 @@ class ProtocolSession:
 
     __slots__ = (
         "_auto_read",
+        "_closing",
         "_nursery",
         "_sends",
         "_settle_by",
@@ -178,8 +179,11 @@ class ProtocolSession:
         #: must end (see _settle_sends)
         self._settling: trio.CancelScope | None = None
         self._settle_by = math.inf
-        #: set when the writer has returned (its farewell, if any, is out)
+        #: set when a writer task has ended the session's writing (its
+        #: farewell, if any, is out; or the client is gone)
         self._writer_done = trio.Event()
+        #: the session's nursery is closing: no writer task starts any more
+        self._closing = False
 
     # lifecycle ---------------------------------------------------------------
 
@@ -201,30 +205,49 @@ class ProtocolSession:
             self._sub = sub
             sub.token_id = auth.token_id
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
+            # the token's expiry (unix seconds) on trio's clock: the session
+            # ends then, and the client authenticates again with a new one
+            # (``token_expired``, as REST answers then)
+            expiry = trio.current_time() + max(0.0, auth.expires_at - time.time())
             async with (
                 services.presence.attached(actor.participant_id),
                 trio.open_nursery() as nursery,
             ):
                 self._nursery = nursery
-                # the writer also ends the session when the token expires
-                nursery.start_soon(self._writer, sub, nursery.cancel_scope, auth.expires_at)
+                # no task and no scope of its own for the expiry: the nursery's
+                nursery.cancel_scope.deadline = expiry
+                # the writer task runs only while there is something to write
+                # (this start's frames, what a direct write did not take, a
+                # farewell): the subscription starts it (_wake_writer)
+                sub.park(self._wake_writer)
                 try:
-                    await self._start(actor, auth.since, feed)
-                except MeshError as error:  # e.g. the store is unavailable
-                    sub.push(None, error_frame(error.message, error.code))
-                    sub.fail("unavailable")
-                    # the writer says so (its farewell is bounded), or finds the
-                    # client gone; either way the session ends then
-                    await self._writer_done.wait()
-                    nursery.cancel_scope.cancel()
-                    return
-                if self.ws.writes_now:  # live: the broker may write to the client
-                    sub.write_directly(self._write_directly)
-                try:
-                    await self._reader(actor, sub)
-                finally:  # the client is gone, or the session is cancelled
-                    self._settle_sends()
-                nursery.cancel_scope.cancel()  # the nursery still waits for the sends
+                    try:
+                        await self._start(actor, auth.since, feed)
+                    except MeshError as error:  # e.g. the store is unavailable
+                        sub.push(None, error_frame(error.message, error.code))
+                        sub.fail("unavailable")
+                        # the writer says so (its farewell is bounded), or finds
+                        # the client gone; either way the session ends then
+                        await self._writer_done.wait()
+                        nursery.cancel_scope.cancel()
+                        return
+                    if self.ws.writes_now:  # live: the broker may write to the client
+                        sub.write_directly(self._write_directly)
+                    try:
+                        await self._reader(actor, sub)
+                    finally:  # the client is gone, or the session is cancelled
+                        self._settle_sends()
+                    nursery.cancel_scope.cancel()  # the nursery still waits for the sends
+                finally:
+                    self._closing = True
+            if sub.failed is None and trio.current_time() >= expiry:
+                # the token expired (the nursery's deadline): say so, briefly
+                sub.fail("expired")
+                with (
+                    trio.move_on_after(min(settings.ws_send_timeout, CLOSE_TIMEOUT)),
+                    contextlib.suppress(ConnectionClosed),
+                ):
+                    await self._ended(sub)
 
     def _settle_sends(self) -> None:
         """The session is ending: the sends it queued are still awaited (what
@@ -295,29 +318,28 @@ class ProtocolSession:
 
     # writer ------------------------------------------------------------------
 
-    async def _writer(self, sub: Subscription, scope: trio.CancelScope, expires_at: int) -> None:
-        try:
-            await self._write(sub, scope, expires_at)
-        finally:
-            self._writer_done.set()
+    def _wake_writer(self) -> None:
+        """The subscription's waker (:meth:`Subscription.park`): start the
+        writer task, unless the session is ending."""
+        if not self._closing:
+            self._nursery.start_soon(self._writer, self._sub)
 
-    async def _write(self, sub: Subscription, scope: trio.CancelScope, expires_at: int) -> None:
+    async def _writer(self, sub: Subscription) -> None:
+        """Write what the subscription holds, then park it and end while it
+        is live; once it has ended, say why (the farewell) and end the session."""
+        scope = self._nursery.cancel_scope
         timeout = self.services.settings.ws_send_timeout
-        # the token's expiry (unix seconds) on trio's clock: the session ends
-        # then, and the client authenticates again with a new one
-        # (``token_expired``, as REST answers then); not a task of its own
-        expiry = trio.current_time() + max(0.0, expires_at - time.time())
+        parked = False
         try:
-            farewell = True
-            with trio.CancelScope(deadline=expiry) as expiring:
-                farewell = await self._deliver(sub, scope, timeout)
-            if expiring.cancelled_caught:
-                sub.fail("expired")
-            elif not farewell:
+            farewell = await self._deliver(sub, scope, timeout)
+            if farewell and sub.failed is None:
+                sub.park(self._wake_writer)  # nothing to write: no task until there is
+                parked = True
+                return
+            if not farewell:
                 return
             # the farewell (error, close frame) to a client that may have
-            # stopped reading: a short deadline, then a reset (its scope made
-            # only now: an idle session keeps as few as it can)
+            # stopped reading: a short deadline, then a reset
             with (
                 trio.move_on_after(min(timeout, CLOSE_TIMEOUT)),
                 contextlib.suppress(ConnectionClosed),
@@ -326,16 +348,20 @@ class ProtocolSession:
         except BaseException:
             scope.cancel()
             raise
+        finally:
+            if not parked:
+                self._writer_done.set()
         scope.cancel()
 
     async def _deliver(
         self, sub: Subscription, scope: trio.CancelScope, send_timeout: float
     ) -> bool:
-        """Write the subscription's deliveries until it ends; whether the
-        client is still there to be told why: not if it went (``closed``:
-        the session goes on until the reader has handed over what it read)
-        or stopped reading for *send_timeout* seconds (*scope* is cancelled)."""
-        while batch := await sub.get_batch():
+        """Write what the subscription holds now; whether the client is still
+        there (to be told why, if the subscription ended): not if it went
+        (``closed``: the session goes on until the reader has handed over
+        what it read) or stopped reading for *send_timeout* seconds (*scope*
+        is cancelled)."""
+        while batch := sub.take():
             try:
                 # within the send timeout if it has to wait for the client
                 await self.ws.send_frames(
