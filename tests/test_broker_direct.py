@@ -168,3 +168,38 @@ async def test_subscribers_waiting_for_their_sends_are_written_first() -> None:
         for sub in subs:
             sub.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_parked_subscription_wakes_its_owner_once_when_it_is_wanted() -> None:
+    """An owner that parked keeps no task: a delivery the broker cannot
+    write directly, what a direct write left, and the subscription's end
+    each call its waker, once per parking."""
+    broker = Broker()
+    broker.join("r1", "p1")
+    wakes: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        sub = broker.subscribe("p1")
+        sub.park(lambda: wakes.append(len(sub)))
+        broker.publish(msg(0))  # no direct writer: the owner is wanted at once
+        broker.publish(msg(1))  # not parked again yet: no second wake
+        assert wakes == [1]
+        assert ids(sub.take()) == ["m0", "m1"]
+        assert sub.take() == []
+
+        left: list[Queued] = []
+        sub.write_directly(lambda batch: left + batch[1:] if batch[1:] else [])
+        sub.park(lambda: wakes.append(len(sub)))
+        broker.publish(msg(2))  # written directly: nobody woken
+        await trio.testing.wait_all_tasks_blocked()
+        assert wakes == [1]
+        broker.publish(msg(3))
+        broker.publish(msg(4))  # the writer takes m3 and leaves m4: the owner is woken
+        await trio.testing.wait_all_tasks_blocked()
+        assert wakes == [1, 1]
+        assert ids(sub.take()) == ["m4"]
+
+        sub.park(lambda: wakes.append(-1))
+        sub.close()  # the end: the owner is woken to say why
+        assert wakes == [1, 1, -1]
+        nursery.cancel_scope.cancel()
