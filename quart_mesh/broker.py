@@ -155,6 +155,12 @@ class Subscription:
         self._idle = True
         self._waker = waker
 
+    def unpark(self) -> None:
+        """The owner is going: nobody is woken any more, and the broker no
+        longer counts the subscription as idle."""
+        self._waker = None
+        self._idle = False
+
     def write_directly(self, writer: DirectWriter | None) -> None:
         """Let the broker write this subscription's deliveries itself while
         the owner is idle in :meth:`get_batch`: once per wake-up of its

@@ -153,6 +153,7 @@ class ProtocolSession:
     __slots__ = (
         "_auto_read",
         "_closing",
+        "_ending",
         "_nursery",
         "_sends",
         "_settle_by",
@@ -184,6 +185,9 @@ class ProtocolSession:
         self._writer_done = trio.Event()
         #: the session's nursery is closing: no writer task starts any more
         self._closing = False
+        #: the session ends itself (the client went, a farewell is under way):
+        #: the token's expiry no longer applies
+        self._ending = False
 
     # lifecycle ---------------------------------------------------------------
 
@@ -224,6 +228,7 @@ class ProtocolSession:
                     try:
                         await self._start(actor, auth.since, feed)
                     except MeshError as error:  # e.g. the store is unavailable
+                        self._ending = True
                         sub.push(None, error_frame(error.message, error.code))
                         sub.fail("unavailable")
                         # the writer says so (its farewell is bounded), or finds
@@ -237,17 +242,28 @@ class ProtocolSession:
                         await self._reader(actor, sub)
                     finally:  # the client is gone, or the session is cancelled
                         self._settle_sends()
+                    self._ending = True
                     nursery.cancel_scope.cancel()  # the nursery still waits for the sends
                 finally:
-                    self._closing = True
-            if sub.failed is None and trio.current_time() >= expiry:
-                # the token expired (the nursery's deadline): say so, briefly
-                sub.fail("expired")
-                with (
-                    trio.move_on_after(min(settings.ws_send_timeout, CLOSE_TIMEOUT)),
-                    contextlib.suppress(ConnectionClosed),
-                ):
-                    await self._ended(sub)
+                    await self._closed(sub, expiry)
+
+    async def _closed(self, sub: Subscription, expiry: float) -> None:
+        """The session's nursery is closing (its tasks are cancelled; queued
+        sends are still being stored): nothing more is written to the client
+        but, if its token expired meanwhile, why — now, not after the sends."""
+        self._closing = True  # no writer task starts any more
+        sub.write_directly(None)
+        sub.unpark()  # deliveries from now on wait for nobody
+        if self._ending or sub.failed is not None or trio.current_time() < expiry:
+            return  # ended for another reason (which the writer said, if any)
+        sub.fail("expired")  # the nursery's deadline: the token expired
+        timeout = min(self.services.settings.ws_send_timeout, CLOSE_TIMEOUT)
+        with (
+            trio.CancelScope(shield=True),  # inside the cancelled nursery
+            trio.move_on_after(timeout),
+            contextlib.suppress(ConnectionClosed),
+        ):
+            await self._ended(sub)
 
     def _settle_sends(self) -> None:
         """The session is ending: the sends it queued are still awaited (what
@@ -338,6 +354,9 @@ class ProtocolSession:
                 return
             if not farewell:
                 return
+            # the session ends with this farewell, whatever the token's expiry
+            self._ending = True
+            scope.deadline = math.inf
             # the farewell (error, close frame) to a client that may have
             # stopped reading: a short deadline, then a reset
             with (
@@ -374,6 +393,7 @@ class ProtocolSession:
                 sub.fail("closed")
                 return False
             except trio.TooSlowError:
+                self._ending = True
                 scope.cancel()  # the session ends, with no farewell
                 return False
             self._note_delivered(batch)

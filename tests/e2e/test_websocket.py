@@ -6,8 +6,10 @@ Rules: loopback only, port 0, every wait bounded (``Socket.recv`` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
+from typing import Any
 from unittest.mock import ANY
 
 import httpx
@@ -477,6 +479,48 @@ async def test_quick_reconnects_and_poll_loops_do_not_flap(
             if f["type"] == "presence" and f["participantId"] == bob.participant_id
         ]
         assert bob_events == [True, False]
+
+
+async def test_an_expired_session_is_told_at_once_and_sent_nothing_more(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """The token expires while one of the session's sends is still being
+    stored (it is awaited for up to SETTLE_TIMEOUT as the session ends):
+    the client is told ``token_expired`` at once, and nothing posted after
+    the expiry reaches it, neither directly from the broker nor later."""
+    app = create_app(Settings(data_dir=tmp_path, token_ttl_seconds=3))
+    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bob = await mesh.register("bob")
+        issued = trio.current_time()  # bob's token expires 3 s from about now
+        room_id = (await mesh.create_room(owner, "r"))["roomId"]
+        await mesh.join(bob, room_id)
+        stored = app.node.messages.submit_send
+        never = trio.Event()
+
+        def first_send_hangs(*args: Any, **kwargs: Any) -> Any:
+            app.node.messages.submit_send = stored  # type: ignore[method-assign]
+            return never.wait()
+
+        app.node.messages.submit_send = first_send_hangs  # type: ignore[method-assign]
+        async with connect(url, bob) as ws:
+            await ws.send(type="send_message", roomId=room_id, content="stuck")
+            error = await ws.expect("error", timeout=6)
+            told = trio.current_time()
+            assert error["code"] == "token_expired"
+            # the owner's token was made before bob's: a fresh one posts
+            r = await http.post("/api/auth/login", json={"name": "owner", "password": PASSWORD})
+            fresh = User(owner.participant_id, "owner", r.json()["token"])
+            await mesh.send(fresh, room_id, "after expiry")
+            frames = []
+            with trio.move_on_after(7), contextlib.suppress(ConnectionClosed):
+                while True:
+                    frames.append(await ws.recv(10))
+            assert [f for f in frames if f.get("type") == "message"] == []
+        # told at the expiry, not after the stuck send's settle deadline (5 s more)
+        assert told - issued < 3 + 3
 
 
 async def test_a_session_ends_when_its_token_expires(tmp_path: Path, nursery: trio.Nursery) -> None:
