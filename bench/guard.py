@@ -38,6 +38,12 @@ from bench_speed import Figure, Target, find_node, measure, parser, start_target
 # that work fanout4 was about 1.0-1.1: the floor of 0.80 fails if the
 # broker's direct writes are lost; the others are loose, for the noise (a
 # ratio below its floor is measured again before it fails).
+#
+# Raised on 2026-11-26 after the second pass (decision 0042): fanout4 node /
+# websockets was 1.79-2.55 in single runs and 2.02 as the median of
+# `bench_speed.py --runs 3` on a quiet machine (3.15 with a test suite
+# running beside it); before the broker's direct writes it was 1.0-1.1, so
+# 1.2 fails if those are lost, with room for the noise.
 FLOORS: dict[str, tuple[str, float]] = {
     # WebSocket send_message committed and echoed (16 x 4 in flight), beside
     # the node's own send path without the store: what committing costs
@@ -47,7 +53,7 @@ FLOORS: dict[str, tuple[str, float]] = {
     "get": ("quart-bare", 0.50),
     # 100 receivers, 4 senders x 8 in flight, deliveries/s, beside the
     # websockets library's broadcast() server (asyncio, no store, no auth)
-    "fanout4": ("websockets", 0.80),
+    "fanout4": ("websockets", 1.20),
 }
 
 
