@@ -517,27 +517,24 @@ class Database:
                     self._record(conn, batch)
             except (OperationalError, _Busy):
                 raise
-            except IntegrityError as exc:
-                job.error, job.entries = _translated(exc), []
-            except Exception as exc:  # the unit's own error, for its caller
-                job.error, job.entries = exc, []
+            except Exception as exc:
+                _unit_failed(job, exc)
             return
-        if len(batch) > 1:
-            try:
-                with begin() as conn:
-                    self._lock_first(conn)
-                    try:
-                        for job in batch:
-                            job.run(conn)
-                    finally:
-                        sequenced = holds_sequences(conn)
-                    self._record(conn, batch)
-            except (OperationalError, _Busy):
-                raise
-            except Exception:
-                pass  # some unit failed: all rolled back; isolate it below
-            else:
-                return
+        try:
+            with begin() as conn:
+                self._lock_first(conn)
+                try:
+                    for job in batch:
+                        job.run(conn)
+                finally:
+                    sequenced = holds_sequences(conn)
+                self._record(conn, batch)
+        except (OperationalError, _Busy):
+            raise
+        except Exception:
+            pass  # some unit failed: all rolled back; isolate it below
+        else:
+            return
         with begin() as conn:
             self._lock_first(conn)
             if sequenced:
@@ -550,10 +547,8 @@ class Database:
                         job.run(conn)
                 except OperationalError:
                     raise
-                except IntegrityError as exc:
-                    job.error, job.entries = _translated(exc), []
-                except Exception as exc:  # the unit's own error, for its caller
-                    job.error, job.entries = exc, []
+                except Exception as exc:
+                    _unit_failed(job, exc)
             self._record(conn, batch)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
@@ -633,6 +628,14 @@ def _translated(exc: IntegrityError) -> Exception:
         return exc
     error.__cause__ = exc
     return error
+
+
+def _unit_failed(job: _Job[Any], exc: Exception) -> None:
+    """*job* raised *exc* and was rolled back alone: its own error is for its
+    caller (a constraint violation translated, as ``_translated`` says), and
+    it published nothing."""
+    job.error = _translated(exc) if isinstance(exc, IntegrityError) else exc
+    job.entries = []
 
 
 def _inline_pragmas(dbapi_conn: Any, _record: Any) -> None:
