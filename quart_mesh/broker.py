@@ -187,10 +187,9 @@ class Subscription:
         except Exception:
             log.exception("a direct write failed")
             left = None
-        if left is None:  # nothing written: the owner writes it all, first
-            self._items[:0] = batch
-            self._wake_owner()
-        elif left:
+        if left is None:  # nothing written: the owner writes it all
+            left = batch
+        if left:  # what the writer did not take goes first
             self._items[:0] = left
             self._wake_owner()
         self._room()
