@@ -232,11 +232,16 @@ def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
 
 
-def start_client(script: str, job: dict[str, Any]) -> subprocess.Popen[str]:
-    """A load-generator process: *script* run with ``--client``, given *job*
-    as one JSON line on its standard input."""
+def python_client(script: str) -> list[str]:
+    """The command line of *script*'s own load generator (run with ``--client``)."""
+    return [sys.executable, script, "--client"]
+
+
+def start_client(command: list[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """A load-generator process running *command*, given *job* as one JSON
+    line on its standard input."""
     proc = subprocess.Popen(
-        [sys.executable, script, "--client"],
+        command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -260,7 +260,7 @@ def start_mesh(count: int, data_dir: Path, database_url: str | None, pg_data: Pa
 
 def start_client(job: dict[str, Any]) -> subprocess.Popen[str]:
     """A load-generator process of this script, given *job*."""
-    return _common.start_client(__file__, job)
+    return _common.start_client(_common.python_client(__file__), job)
 
 
 async def run_clients(

@@ -215,15 +215,8 @@ def _start_client(job: dict[str, Any], node: str | None) -> subprocess.Popen[str
     """A load-generator process given *job*: Node.js with ``ws``
     (``native/idle.mjs``) if *node*, else this script's own Python client
     (the same line protocol)."""
-    if node is None:
-        return _common.start_client(__file__, job)
-    proc = subprocess.Popen(
-        [node, str(_IDLE_MJS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(job) + "\n")
-    proc.stdin.flush()
-    return proc
+    command = _common.python_client(__file__) if node is None else [node, str(_IDLE_MJS)]
+    return _common.start_client(command, job)
 
 
 async def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
