@@ -4,13 +4,14 @@ browser, and people with online dots, last seen and badges."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import Person, chromium, in_browser, shot
+from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.helpers import User
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
@@ -66,6 +67,59 @@ async def test_unread_counts_and_mentions_stay_live(browser_ready: None, serve_n
             expect(other_tab.room_link("random")).to_have_accessible_name("random")
             for person in (alice, bob, other_tab):
                 person.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_what_was_seen_stays_read_when_the_person_moves_on_at_once(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Marks go out at most once a second. Messages seen within that second
+    are marked when the person leaves the room, and the node's answer to the
+    earlier mark (which counts them as unread) does not bring them back."""
+    node: Served = await serve_node()
+    alice_user, bob_user, square = await two_people(node)
+    random = await node.mesh.create_room(alice_user, "random")
+    await node.mesh.join(bob_user, random["roomId"])
+
+    async def burst() -> None:
+        for i in range(6):
+            await node.mesh.send(alice_user, square, f"burst {i}")
+
+    async def unread_on_the_node() -> int:
+        r = await node.mesh.http.get("/api/status", headers=bob_user.headers)
+        assert r.status_code == 200, r.text
+        return sum(room["unread"] for room in r.json()["rooms"] if room["roomId"] == square)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            bob = Person(browser, node.url)
+            #: the ``room_read`` events of Town Square the page was given
+            reads: list[dict[str, Any]] = []
+
+            def record(payload: str | bytes) -> None:
+                frame = json.loads(payload)
+                if frame.get("type") == "room_read" and frame.get("roomId") == square:
+                    reads.append(frame)
+
+            bob.page.on("websocket", lambda ws: ws.on("framereceived", record))
+            bob.open()
+            bob.sign_in(bob_user.name)
+            expect(bob.heading("#Town Square")).to_be_visible()
+            call(burst)
+            expect(bob.message("burst 5")).to_be_visible()
+            bob.open_room("random")
+            # the node hears of everything bob saw ...
+            until(bob, lambda: call(unread_on_the_node) == 0)
+            # ... and the page, given the answer to that last mark (after the
+            # answers to every earlier one), still counts nothing
+            until(bob, lambda: any(frame["unread"] == 0 for frame in reads))
+            expect(bob.room_link("Town Square")).to_have_accessible_name("Town Square")
+            expect(bob.page).to_have_title("#random · Test Mesh")
+            bob.page.reload()
+            expect(bob.heading("#random")).to_be_visible()
+            expect(bob.room_link("Town Square")).to_have_accessible_name("Town Square")
+            bob.assert_clean()
 
     await in_browser(scenario)
 

@@ -276,6 +276,7 @@ class App {
       if (current) this.loadNewest(current);
       if (this.threadRootId) this.loadThread();
     }
+    this.flushReads();
     this.refreshStatus();
     this.sidebar.render();
     if (!resumed) {
@@ -340,10 +341,13 @@ class App {
       }
       case "room_read": {
         const room = store.rooms.get(event.roomId);
-        if (room) {
+        // a mark older than what the person has seen here counts messages
+        // they have read already (its newer mark is on its way): keep ours
+        if (room && BigInt(event.cursor) >= BigInt(room.seenCursor)) {
           room.unread = event.unread;
           room.mentions = event.mentions;
           room.markedRead = event.cursor;
+          room.seenCursor = event.cursor;
           this.renderCounts();
         }
         return;
@@ -696,6 +700,7 @@ class App {
 
   openRoom(room) {
     const changed = this.currentRoomId !== room.roomId;
+    if (changed) this.flushReads();
     this.currentRoomId = room.roomId;
     $("welcome").hidden = true;
     $("room-view").hidden = false;
@@ -838,7 +843,8 @@ class App {
   }
 
   /** The person sees the newest messages of the open room: mark them read
-   * (`mark_read`, at most once a second). */
+   * (`mark_read`, at most once a second; what is seen in the meantime is
+   * sent when the second is up, or at once when the person leaves the room). */
   markVisibleRead() {
     const room = this.store.rooms.get(this.currentRoomId);
     if (!room || !room.joined || !this.isVisible(room) || !this.timeline.stuck) return;
@@ -847,6 +853,7 @@ class App {
     if (!newest || (BigInt(newest) <= BigInt(room.markedRead) && !pendingCount)) return;
     room.unread = 0;
     room.mentions = 0;
+    if (BigInt(newest) > BigInt(room.seenCursor)) room.seenCursor = newest;
     this.renderCounts();
     if (BigInt(newest) <= BigInt(room.markedRead)) return;
     const now = Date.now();
@@ -855,10 +862,23 @@ class App {
       this.readTimer = setTimeout(() => this.markVisibleRead(), this.readDue - now);
       return;
     }
-    if (this.live && this.live.send({ type: "mark_read", roomId: room.roomId, cursor: newest })) {
-      room.markedRead = newest;
-      this.readDue = now + READ_EVERY;
-    }
+    if (this.sendRead(room)) this.readDue = now + READ_EVERY;
+  }
+
+  /** Send `mark_read` up to what the person has seen of a room; false when
+   * there is nothing to send or the connection is down. */
+  sendRead(room) {
+    const seen = room.seenCursor;
+    if (BigInt(seen) <= BigInt(room.markedRead)) return false;
+    if (!this.live || !this.live.send({ type: "mark_read", roomId: room.roomId, cursor: seen })) return false;
+    room.markedRead = seen;
+    return true;
+  }
+
+  /** Marks held back by the once-a-second limit, or lost with the connection,
+   * go out now (the person leaves the room, or the stream is back). */
+  flushReads() {
+    for (const room of this.store.rooms.values()) if (room.joined) this.sendRead(room);
   }
 
   renderCounts() {

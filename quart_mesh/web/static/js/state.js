@@ -18,6 +18,7 @@ export class Room {
     this.unread = 0;
     this.mentions = 0;
     this.markedRead = "0"; // newest cursor sent as mark_read
+    this.seenCursor = "0"; // newest cursor the person has seen here
     this.update(data);
   }
 
