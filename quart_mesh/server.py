@@ -79,10 +79,15 @@ class PrefixedStream(trio.abc.HalfCloseableStream):
         self._stream = stream
         self._prefix = prefix
         self.socket = stream.socket  # hypercorn reads peer and local addresses here
+        # every response is sent in several writes: call the socket's own
+        # method, not a coroutine that awaits it
+        self.send_all = stream.send_all  # type: ignore[method-assign]
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._prefix:
             data, self._prefix = self._prefix, b""
+            # from now on reads go straight to the socket
+            self.receive_some = self._stream.receive_some  # type: ignore[method-assign]
             await trio.lowlevel.checkpoint()
             return data
         return await self._stream.receive_some(max_bytes)
