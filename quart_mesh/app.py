@@ -18,7 +18,6 @@ import gc
 import logging
 import math
 import os
-import secrets
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
-from quart import Response, jsonify, websocket
+from quart import Response, g, jsonify, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
@@ -41,6 +40,7 @@ from .asgi_guards import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
+from .logs import configure_logging, log_request, request_id_from
 from .node import Node, open_node
 
 __all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
@@ -155,25 +155,6 @@ def freeze_startup_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def configure_logging(level: str, *, leave_hypercorn: bool = False) -> None:
-    """The node's log to stderr at *level*, unless logging is set up already
-    (a ``--log-config`` that configures the root logger replaces it); Alembic
-    says what it migrates only at DEBUG. With *leave_hypercorn*, records of
-    hypercorn's own loggers are left to the handlers hypercorn gives them
-    (a stock hypercorn server), not printed twice."""
-    root = logging.getLogger()
-    if root.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    if leave_hypercorn:
-        handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
-    root.addHandler(handler)
-    root.setLevel(level)
-    if root.getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def create_app(
@@ -299,16 +280,47 @@ def create_app(
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
-        # made here, not per request: only an unexpected error shows it
-        request_id = secrets.token_hex(6)
+        request_id = _request_id()
         log.error("unhandled error in request %s", request_id, exc_info=error)
         response = jsonify(
-            error_body(f"internal error (request id {request_id})", "internal_error")
+            {
+                **error_body(f"internal error (request id {request_id})", "internal_error"),
+                "requestId": request_id,
+            }
         )
         response.status_code = 500
         return response
 
+    @app.before_request
+    async def _begin() -> None:
+        g.started = time.perf_counter()
+        g.request_id = request_id_from(request.headers.get("X-Request-Id"))
+
+    @app.after_request
+    async def _access(response: Response) -> Response:
+        request_id = _request_id()
+        response.headers["X-Request-Id"] = request_id
+        rule = request.url_rule
+        actor = g.get("actor")
+        log_request(
+            request.method,
+            rule.rule if rule is not None else "-",
+            response.status_code,
+            time.perf_counter() - g.get("started", time.perf_counter()),
+            actor.participant_id if actor is not None else None,
+            request_id,
+        )
+        return response
+
     return app
+
+
+def _request_id() -> str:
+    """This request's id (made by ``_begin``; made now if that did not run)."""
+    request_id: str | None = g.get("request_id")
+    if request_id is None:
+        request_id = g.request_id = request_id_from(None)
+    return request_id
 
 
 class _Started:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
-from .app import MeshApp, configure_logging, create_app
+from .app import MeshApp, create_app
 from .asgi_guards import ASGIApp
 from .config import Settings
+from .logs import configure_logging
 
 __all__ = ["create_asgi_app"]
 
@@ -45,7 +46,7 @@ def create_asgi_app(settings: Settings | None = None) -> MeshApp:
         ConfigError: a ``MESH_*`` variable cannot be used.
     """
     settings = settings or Settings.from_env()
-    configure_logging(settings.log_level, leave_hypercorn=True)
+    configure_logging(settings.log_level, settings.log_format, leave_hypercorn=True)
     app = create_app(settings, websocket_route=True, exit_on_failure=True, freeze_heap=True)
     app.asgi_app = _learn_address(app, app.asgi_app)  # type: ignore[method-assign,assignment]
     return app

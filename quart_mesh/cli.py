@@ -28,9 +28,10 @@ from pathlib import Path
 import trio
 
 from ._version import __version__
-from .app import configure_logging, create_app
-from .config import Settings, parse_port, parse_public_url, parse_workers
+from .app import create_app
+from .config import Settings, parse_log_format, parse_port, parse_public_url, parse_workers
 from .errors import ConfigError
+from .logs import configure_logging
 from .server import serve
 from .workers import Worker, supervise
 
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
     )
     srv.add_argument("--log-level", help="DEBUG, INFO, WARNING... (MESH_LOG_LEVEL, default INFO)")
+    srv.add_argument(
+        "--log-format",
+        type=_arg(parse_log_format),
+        help="text, or json for a JSON object a line (MESH_LOG_FORMAT, default text)",
+    )
     srv.add_argument(
         "--workers",
         type=_arg(parse_workers),
@@ -150,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             public_url=args.public_url,
             database_url=args.database_url,
             log_level=args.log_level.upper() if args.log_level else None,
+            log_format=args.log_format,
             workers=args.workers,
             uploads_dir=args.uploads_dir,
         )
@@ -157,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"quart-mesh: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     if settings.workers > 1 and worker is None:
         try:
             return trio.run(supervise, settings, argv)

@@ -28,6 +28,7 @@ __all__ = [
     "Rate",
     "RateLimits",
     "Settings",
+    "parse_log_format",
     "parse_models",
     "parse_rate",
 ]
@@ -310,6 +311,8 @@ class Settings:
     max_poll_timeout: float = 30.0
     #: Log level name for the ``quart_mesh`` loggers.
     log_level: str = "INFO"
+    #: ``text`` (a line a record) or ``json`` (an object a line): :mod:`quart_mesh.logs`.
+    log_format: str = "text"
     #: Seconds a webhook receiver has to answer one delivery.
     webhook_timeout: float = 10.0
     #: Longest wait between two attempts at a failing webhook delivery, seconds.
@@ -414,6 +417,8 @@ class Settings:
             values["database_url"] = v
         if v := env.get("MESH_LOG_LEVEL"):
             values["log_level"] = v.upper()
+        if v := env.get("MESH_LOG_FORMAT"):
+            values["log_format"] = parse_log_format(v, "MESH_LOG_FORMAT")
         if v := env.get("MESH_WORKERS"):
             values["workers"] = _workers(v, "MESH_WORKERS")
         if v := env.get("MESH_UPLOADS_DIR"):
@@ -595,6 +600,18 @@ def _url(value: str, name: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ConfigError(f"{name} must start with http:// or https://, not {value!r}")
     return value.rstrip("/")
+
+
+def parse_log_format(value: str, name: str = "--log-format") -> str:
+    """``text`` or ``json`` (any case).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    fmt = value.strip().lower()
+    if fmt not in ("text", "json"):
+        raise ConfigError(f"{name} must be text or json, not {value!r}")
+    return fmt
 
 
 def parse_port(value: str) -> int:

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import logging
 import math
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import trio
 from ..broker import Queued, Subscription
 from ..errors import BadRequest, MeshError, Overloaded, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
+from ..logs import log_session
 from ..services.authz import Actor
 from ..services.delivery import Feed
 from ..services.validation import cursor_number, is_client_id
@@ -201,6 +203,34 @@ class ProtocolSession:
         actor = auth.actor
         self.actor = actor
         self._auto_read = auth.auto_read
+        session_id = secrets.token_hex(6)
+        started = time.monotonic()
+        log_session("session_start", session_id, actor.participant_id)
+        try:
+            await self._serve(auth)
+        finally:
+            log_session(
+                "session_end",
+                session_id,
+                actor.participant_id,
+                duration=time.monotonic() - started,
+                reason=self._end_reason(),
+            )
+
+    def _end_reason(self) -> str:
+        """Why the session ended, for the log: the subscription's failure
+        (``lagging``, ``expired``, ``token_revoked``, ``removed`` ...),
+        ``shutdown`` when the node cancelled it, else ``closed``."""
+        sub: Subscription | None = getattr(self, "_sub", None)
+        if sub is not None and sub.failed is not None and sub.failed != "closed":
+            return sub.failed
+        if trio.current_effective_deadline() == -math.inf:
+            return "shutdown"
+        return "closed"
+
+    async def _serve(self, auth: _Auth) -> None:
+        """The authenticated session, until it ends."""
+        actor = auth.actor
         services = self.services
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"

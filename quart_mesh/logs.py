@@ -1,0 +1,196 @@
+"""The node's log: its format, the access log, request ids.
+
+Everything goes through the standard :mod:`logging` module to stderr, as
+text (``2026-11-26 14:03:08,279 INFO quart_mesh: ...``) or, with
+``--log-format json`` (``MESH_LOG_FORMAT``), as one JSON object a line with
+the record's fields (``time``, ``level``, ``logger``, ``message``, the
+access fields below, ``exception`` with the traceback if there is one).
+
+The access log is the logger ``quart_mesh.access`` at INFO: one record per
+HTTP request answered by the app (:func:`log_request`) and, for each
+WebSocket session that authenticated, one when it starts and one when it
+ends (:func:`log_session`). Its fields are
+what :data:`ACCESS_FIELDS` lists; never a token, a password, a key, a query
+string or a body. Silence it with a logging config that sets that logger's
+level to WARNING.
+
+A request id names each request: the client's (or proxy's) ``X-Request-Id``
+if it is a plain token of at most 64 characters, otherwise one made here. It
+is sent back in ``X-Request-Id``, written in the access log, and given in
+the body of a 500 answer, so a report can be matched to the log.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import secrets
+import sys
+from typing import Any, Final
+
+__all__ = [
+    "ACCESS",
+    "ACCESS_FIELDS",
+    "LOG_FORMATS",
+    "JsonFormatter",
+    "configure_logging",
+    "log_request",
+    "log_session",
+    "request_id_from",
+]
+
+ACCESS: Final = logging.getLogger("quart_mesh.access")
+
+#: the fields of access records (besides the message): what a JSON line carries
+ACCESS_FIELDS: Final = (
+    "method",
+    "route",
+    "status",
+    "duration_ms",
+    "participant_id",
+    "request_id",
+    "session_id",
+    "event",
+    "reason",
+)
+
+LOG_FORMATS: Final = ("text", "json")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+#: attributes every LogRecord has: the rest came as ``extra``
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+def request_id_from(header: str | None) -> str:
+    """The id of a request whose ``X-Request-Id`` header is *header*: the
+    header if it is a plain token (letters, digits, ``.``, ``_``, ``:``,
+    ``-``; at most 64), otherwise a new random one."""
+    if header is not None and _REQUEST_ID.fullmatch(header):
+        return header
+    return secrets.token_hex(8)
+
+
+def log_request(
+    method: str,
+    route: str,
+    status: int,
+    duration: float,
+    participant_id: str | None,
+    request_id: str,
+) -> None:
+    """One access record for an HTTP request (*duration* in seconds).
+
+    *route* is the matched URL rule (``/api/rooms/<room_id>/messages``), not
+    the path: ids in it are not logged, and lines group by endpoint."""
+    if not ACCESS.isEnabledFor(logging.INFO):
+        return
+    ms = round(duration * 1000, 1)
+    ACCESS.info(
+        "%s %s %d %.1fms participant=%s request=%s",
+        method,
+        route,
+        status,
+        ms,
+        participant_id or "-",
+        request_id,
+        extra={
+            "method": method,
+            "route": route,
+            "status": status,
+            "duration_ms": ms,
+            "participant_id": participant_id,
+            "request_id": request_id,
+        },
+    )
+
+
+def log_session(
+    event: str,
+    session_id: str,
+    participant_id: str,
+    *,
+    duration: float | None = None,
+    reason: str | None = None,
+) -> None:
+    """One access record for a WebSocket session: *event* ``session_start``
+    (it authenticated) or ``session_end`` (with its *duration* in seconds and
+    why it ended: ``closed``, ``expired``, ``lagging``, ``shutdown``...)."""
+    if not ACCESS.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, Any] = {
+        "event": event,
+        "session_id": session_id,
+        "participant_id": participant_id,
+    }
+    if duration is None:
+        ACCESS.info(
+            "WS %s participant=%s session=%s", event, participant_id, session_id, extra=fields
+        )
+        return
+    fields["duration_ms"] = round(duration * 1000, 1)
+    fields["reason"] = reason
+    ACCESS.info(
+        "WS %s participant=%s session=%s %.1fs reason=%s",
+        event,
+        participant_id,
+        session_id,
+        duration,
+        reason,
+        extra=fields,
+    )
+
+
+class JsonFormatter(logging.Formatter):
+    """A record as one line of JSON: ``time`` (UTC, ISO 8601), ``level``,
+    ``logger``, ``message``, the record's extra fields, and ``exception``
+    (the formatted traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in data:
+                data[key] = value
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            data["exception"] = record.exc_text
+        if record.stack_info:
+            data["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = False) -> None:
+    """The node's log to stderr at *level*, as *fmt* (``text`` or ``json``),
+    unless logging is set up already (a ``--log-config`` that configures the
+    root logger replaces it); Alembic says what it migrates only at DEBUG.
+    With *leave_hypercorn*, records of hypercorn's own loggers are left to
+    the handlers hypercorn gives them (a stock hypercorn server), not
+    printed twice."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if leave_hypercorn:
+        handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
+    root.addHandler(handler)
+    root.setLevel(level)
+    if root.getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
