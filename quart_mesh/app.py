@@ -34,6 +34,7 @@ from werkzeug.routing.exceptions import WebsocketMismatch
 from . import web
 from .api import BLUEPRINTS
 from .api.apps import APPS_PREFIX
+from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
 from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi_guards import drain_request_bodies
@@ -208,6 +209,9 @@ def create_app(
         app.register_blueprint(bp)
     app.register_blueprint(web.bp)
     app.request_class = _request_class(settings)
+    http_metrics = HttpMetrics()
+    http_metrics.registry.register(NodeCollector(lambda: app.node if app.has_node else None))
+    app.extensions["quart_mesh.metrics"] = http_metrics
 
     scopes: list[trio.CancelScope] = []
 
@@ -301,15 +305,18 @@ def create_app(
         request_id = _request_id()
         response.headers["X-Request-Id"] = request_id
         rule = request.url_rule
+        route = rule.rule if rule is not None else "-"
         actor = g.get("actor")
+        seconds = time.perf_counter() - g.get("started", time.perf_counter())
         log_request(
             request.method,
-            rule.rule if rule is not None else "-",
+            route,
             response.status_code,
-            time.perf_counter() - g.get("started", time.perf_counter()),
+            seconds,
             actor.participant_id if actor is not None else None,
             request_id,
         )
+        http_metrics.observe(request.method, route, response.status_code, seconds)
         return response
 
     return app

@@ -306,6 +306,10 @@ class BrokerStatistics:
     drops: int
     published: int
     rooms: int
+    #: deliveries to subscriptions, all events (``/metrics``)
+    delivered: int = 0
+    #: messages this process committed (``/metrics``)
+    messages_committed: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -329,6 +333,8 @@ class Broker:
         self._all: set[Subscription] = set()
         self._drops = 0
         self._published = 0
+        self._delivered = 0
+        self._messages_committed = 0
         self._observers: list[Callable[[Event], object]] = []
         #: several processes share the store: committed events come from the bus
         self.clustered = False
@@ -505,6 +511,9 @@ class Broker:
         this process's next check of them sees them) and leave the rest to
         the bus, which applies it in the stream's order (a member who leaves
         still gets the ``participant_left`` that comes before the leave)."""
+        for entry in entries:
+            if isinstance(entry, Publish) and entry.event.type == "message":
+                self._messages_committed += 1
         if not self.clustered:
             self.apply(entries)
             return
@@ -563,13 +572,18 @@ class Broker:
         for sub in list(targets):
             if sub.participant_id != exclude and sub.deliver(event):
                 delivered += 1
+        self._delivered += delivered
         return delivered
 
     def send_to(self, participant_id: str, event: Event) -> int:
         """Deliver *event* to *participant_id*'s subscriptions only (a command
         for an agent). Never blocks; returns how many subscriptions got it."""
         self._published += 1
-        return sum(1 for sub in list(self._subs_of.get(participant_id, ())) if sub.deliver(event))
+        delivered = sum(
+            1 for sub in list(self._subs_of.get(participant_id, ())) if sub.deliver(event)
+        )
+        self._delivered += delivered
+        return delivered
 
     def statistics(self) -> BrokerStatistics:
         return BrokerStatistics(
@@ -578,4 +592,6 @@ class Broker:
             drops=self._drops,
             published=self._published,
             rooms=len(self._members),
+            delivered=self._delivered,
+            messages_committed=self._messages_committed,
         )

@@ -313,6 +313,8 @@ class Settings:
     log_level: str = "INFO"
     #: ``text`` (a line a record) or ``json`` (an object a line): :mod:`quart_mesh.logs`.
     log_format: str = "text"
+    #: the bearer token a ``GET /metrics`` scrape must carry; unset: no ``/metrics``
+    metrics_token: str | None = None
     #: Seconds a webhook receiver has to answer one delivery.
     webhook_timeout: float = 10.0
     #: Longest wait between two attempts at a failing webhook delivery, seconds.
@@ -419,6 +421,12 @@ class Settings:
             values["log_level"] = v.upper()
         if v := env.get("MESH_LOG_FORMAT"):
             values["log_format"] = parse_log_format(v, "MESH_LOG_FORMAT")
+        if v := env.get("MESH_METRICS_TOKEN"):
+            if len(v) < 16 or not v.isprintable() or v.strip() != v or " " in v:
+                raise ConfigError(
+                    "MESH_METRICS_TOKEN must be at least 16 printable characters, no spaces"
+                )
+            values["metrics_token"] = v
         if v := env.get("MESH_WORKERS"):
             values["workers"] = _workers(v, "MESH_WORKERS")
         if v := env.get("MESH_UPLOADS_DIR"):

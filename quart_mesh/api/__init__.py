@@ -18,6 +18,7 @@ from . import (
     federation,
     health,
     identity,
+    metrics,
     models,
     participants,
     roles,
@@ -46,4 +47,5 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     apps.bp,
     uploads.bp,
     federation.bp,
+    metrics.bp,
 )

@@ -71,6 +71,9 @@ class LinkStatus:
     last_error: str | None = None
     last_relayed_at: int | None = None
     relayed: int = 0
+    #: outbox positions between the peer's cursor and the outbox's head when
+    #: last read: at most this many events wait for the peer (``/metrics``)
+    behind: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -245,6 +248,7 @@ class Links:
             row, cursor, items, head = await self._db.read(partial(_pending, connection_id, batch))
             if row is None or row.status != "accepted":
                 return
+            status.behind = max(0, head - cursor)
             if not items:
                 if head > cursor:
                     await self._db.write(partial(_advance, connection_id, head))
@@ -261,6 +265,7 @@ class Links:
             if sent == len(items) < batch:
                 done = max(done, head)  # nothing else was waiting for this peer
             await self._db.write(partial(_advance, connection_id, done))
+            status.behind = max(0, head - done)
 
     async def _send(self, row: connections_repo.ConnectionRow, items: list[repo.OutboxItem]) -> int:
         """POST the first of *items* (at least one, at most ``_BATCH_BYTES``

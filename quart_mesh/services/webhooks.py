@@ -135,6 +135,9 @@ class Webhooks:
         self._messages = messages
         self._commands = commands
         self.states: dict[str, WebhookState] = {}
+        #: deliveries that failed since the node started (``/metrics``): an
+        #: attempt that will be retried, or an event the receiver refused (4xx)
+        self.failures = {"attempt": 0, "rejected": 0}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -344,6 +347,7 @@ class Webhooks:
 
         def failed(error: Exception, _delay: float) -> None:
             state.failed_attempts += 1
+            self.failures["attempt"] += 1
             state.status, state.last_error = "retrying", str(error)
 
         answer = await retrying(
@@ -390,6 +394,7 @@ class Webhooks:
             raise Transient(f"the receiver answered {status}")
         if not 200 <= status < 300:
             state.rejected += 1
+            self.failures["rejected"] += 1
             state.last_error = f"the receiver refused an event ({status})"
             log.warning("webhook %s refused an event with %d", target.agent_id, status)
             return None

@@ -26,6 +26,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -34,6 +35,7 @@ import sqlalchemy as sa
 import trio
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from prometheus_client import Histogram
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -138,6 +140,20 @@ class Database:
         self.stream_origin: str | None = None
         #: the newest stream position this process wrote and committed
         self.stream_head = 0
+        #: units per committed batch, and each batch's time to commit (``/metrics``;
+        #: registered by whoever exports them)
+        self.batch_units = Histogram(
+            "mesh_store_batch_units",
+            "Units (sends and other writes) committed together in one batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=None,
+        )
+        self.commit_seconds = Histogram(
+            "mesh_store_commit_seconds",
+            "Time to run and commit one batch of writes",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=None,
+        )
         #: waits until the bus has applied a stream position (while it runs)
         self.delivered: Callable[[int], Awaitable[None]] | None = None
         #: SQLite: the event loop thread's own write connection (_run_inline),
@@ -336,6 +352,11 @@ class Database:
         with self.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
+    @property
+    def queued(self) -> int:
+        """Units waiting for the writer now (the write queue's depth)."""
+        return len(self._queue) if self._queue is not None else 0
+
     async def _write_batches(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -347,6 +368,7 @@ class Database:
                     await self._wakeup.wait()
                     self._wakeup = trio.Event()
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+                started = time.perf_counter()
                 with trio.CancelScope(shield=True):
                     try:
                         if not self._run_inline(batch):
@@ -360,6 +382,8 @@ class Database:
                             job.done.set()
                         raise
                     self._commits += 1
+                    self.commit_seconds.observe(time.perf_counter() - started)
+                    self.batch_units.observe(len(batch))
                     for job in batch:
                         if job.error is None:
                             self._committed(job)
