@@ -1,4 +1,5 @@
-"""The ``quart-mesh`` command: ``quart-mesh serve [options]``.
+"""The ``quart-mesh`` command: ``quart-mesh serve [options]``, and the
+operator's ``quart-mesh backup FILE`` and ``quart-mesh restore FILE``.
 
 Options override ``MESH_*`` environment variables, which override defaults.
 SIGINT and SIGTERM shut the server down gracefully.
@@ -29,6 +30,7 @@ import trio
 
 from ._version import __version__
 from .app import create_app
+from .backup import BackupError, backup, restore
 from .config import Settings, parse_log_format, parse_port, parse_public_url, parse_workers
 from .errors import ConfigError
 from .logs import configure_logging
@@ -81,7 +83,55 @@ def _parser() -> argparse.ArgumentParser:
     )
     # set by the parent of --workers for each worker (quart_mesh.workers)
     srv.add_argument("--worker", type=_worker_spec, help=argparse.SUPPRESS)
+    bak = commands.add_parser(
+        "backup",
+        help="write a backup of a node's data (SQLite store, secrets, uploads) to a file,"
+        " while it runs or not",
+    )
+    bak.add_argument("output", type=Path, help="the backup file to write (.tar.gz; must not exist)")
+    res = commands.add_parser(
+        "restore", help="restore a backup into an empty data folder (the node stopped)"
+    )
+    res.add_argument("backup", type=Path, help="a file written by quart-mesh backup")
+    for sub in (bak, res):
+        sub.add_argument(
+            "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
+        )
+        sub.add_argument(
+            "--uploads-dir",
+            type=Path,
+            help="folder of uploaded files (MESH_UPLOADS_DIR, default <data-dir>/uploads)",
+        )
+    bak.add_argument(
+        "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
+    )
     return parser
+
+
+def _backup_command(args: argparse.Namespace) -> int:
+    """``backup`` and ``restore``: 0 done, 1 it cannot be done (said why), 2 bad settings."""
+    try:
+        settings = Settings.from_env().with_overrides(
+            data_dir=args.data_dir,
+            uploads_dir=args.uploads_dir,
+            database_url=getattr(args, "database_url", None),
+        )
+        if args.command == "backup":
+            done = backup(settings, args.output)
+            print(
+                f"backed up {settings.data_dir} to {done.path}"
+                f" ({done.uploads} uploads, {done.bytes} bytes)"
+            )
+        else:
+            done = restore(args.backup, settings)
+            print(f"restored {done.path} into {settings.data_dir} ({done.uploads} uploads)")
+    except ConfigError as exc:
+        print(f"quart-mesh: {exc}", file=sys.stderr)
+        return 2
+    except BackupError as exc:
+        print(f"quart-mesh {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _worker_spec(value: str) -> Worker:
@@ -147,6 +197,8 @@ async def run_server(
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command in ("backup", "restore"):
+        return _backup_command(args)
     worker: Worker | None = args.worker
     try:
         settings = Settings.from_env().with_overrides(

@@ -36,7 +36,8 @@ __all__ = [
 _ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
 _ED25519_PUB = b"\xed\x01"
-_KEY_FILE = "node.key"
+KEY_FILE = "node.key"
+_KEY_FILE = KEY_FILE
 #: longest DID accepted for parsing (an Ed25519 did:key is 56 characters)
 _MAX_DID = 128
 

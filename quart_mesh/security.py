@@ -28,7 +28,8 @@ from .errors import Unauthorized
 
 __all__ = ["Passwords", "TokenClaims", "Tokens", "load_or_create_secret"]
 
-_SECRET_FILE = "secret.key"
+SECRET_FILE = "secret.key"
+_SECRET_FILE = SECRET_FILE
 
 
 def load_or_create_secret(data_dir: Path) -> bytes:

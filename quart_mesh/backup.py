@@ -1,0 +1,291 @@
+"""``quart-mesh backup`` and ``quart-mesh restore``: a node's data in one file.
+
+A backup is a gzipped tar of:
+
+- ``manifest.json``: the format, the quart-mesh version, when it was taken,
+  and each file's size and SHA-256;
+- ``mesh.db``: a consistent copy of the SQLite store, made with SQLite's
+  online backup (one read transaction: the store as it was at one commit,
+  while the node goes on writing; WAL lets both run);
+- ``secret.key`` and ``node.key``: the node's token-signing secret and its
+  identity key (tokens and the node's DID stay valid after a restore);
+- ``uploads/<name>``: every uploaded file, copied after the store, so every
+  upload the copy of the store names is there (a file is put in place
+  before its row is written, and never removed once recorded).
+
+Taken from a running or a stopped node; the node is not paused. Restored
+only into an empty (or missing) data folder, with the node stopped; every
+file is checked against the manifest before it is written, names are taken
+from an allow-list (no path from the archive is trusted), and only regular
+files are read. PostgreSQL stores are backed up with ``pg_dump``: see
+docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import sqlalchemy as sa
+
+from ._version import __version__
+from .config import Settings
+from .errors import ConfigError
+from .identity import KEY_FILE
+from .security import SECRET_FILE
+from .services.uploads import STORED_NAME
+
+__all__ = ["BackupError", "BackupSummary", "backup", "restore"]
+
+FORMAT = "quart-mesh-backup/1"
+DB_NAME = "mesh.db"
+MANIFEST = "manifest.json"
+SECRETS = (SECRET_FILE, KEY_FILE)
+#: a manifest is small; a larger one is not a backup of ours
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+class BackupError(Exception):
+    """The backup or restore cannot be done; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackupSummary:
+    path: Path
+    uploads: int
+    bytes: int
+
+
+def _sqlite_path(settings: Settings) -> Path:
+    url = sa.make_url(settings.resolved_database_url)
+    if url.get_backend_name() != "sqlite":
+        raise BackupError(
+            "the store is not SQLite: back it up with pg_dump, and the data folder's"
+            " secret.key, node.key and uploads with it (docs/operations.md)"
+        )
+    if not url.database or url.database == ":memory:":
+        raise BackupError("the SQLite store has no file to back up")
+    return Path(url.database)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _copy_store(source: Path, target: Path) -> None:
+    """A consistent copy of the live store at *source* (SQLite's online
+    backup, all pages in one step: one read transaction), checked."""
+    if not source.is_file():
+        raise BackupError(f"no store at {source}")
+    src = sqlite3.connect(source, timeout=30)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")
+            (result,) = dst.execute("PRAGMA quick_check").fetchone()
+            if result != "ok":
+                raise BackupError(f"the copy of the store failed its check: {result}")
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def backup(settings: Settings, output: Path) -> BackupSummary:
+    """Write a backup of the node whose data *settings* name to *output*
+    (a new file; written under a temporary name, then renamed).
+
+    Raises:
+        BackupError: the store is not SQLite, a file is missing, *output* exists.
+    """
+    store = _sqlite_path(settings)
+    data_dir = settings.data_dir
+    if output.exists():
+        raise BackupError(f"{output} exists already")
+    for name in SECRETS:
+        if not (data_dir / name).is_file():
+            raise BackupError(f"{data_dir / name} is missing: is {data_dir} a node's data folder?")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".backup-", dir=output.parent) as tmp:
+        copy = Path(tmp) / DB_NAME
+        _copy_store(store, copy)  # the store first: then every upload it names exists
+        files: list[tuple[str, Path]] = [(DB_NAME, copy)]
+        files += [(name, data_dir / name) for name in SECRETS]
+        uploads_dir = settings.resolved_uploads_dir
+        uploads = (
+            sorted(
+                p for p in uploads_dir.iterdir() if STORED_NAME.fullmatch(p.name) and p.is_file()
+            )
+            if uploads_dir.is_dir()
+            else []
+        )
+        files += [(f"uploads/{p.name}", p) for p in uploads]
+        manifest = {
+            "format": FORMAT,
+            "version": __version__,
+            "createdAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "files": {
+                name: {"size": path.stat().st_size, "sha256": _sha256(path)} for name, path in files
+            },
+        }
+        partial = Path(tmp) / "backup.tar.gz"
+        with tarfile.open(partial, "w:gz") as archive:
+            body = json.dumps(manifest, indent=2).encode()
+            info = tarfile.TarInfo(MANIFEST)
+            info.size, info.mtime, info.mode = len(body), int(time.time()), 0o600
+            archive.addfile(info, io.BytesIO(body))
+            for name, path in files:
+                info = archive.gettarinfo(str(path), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mode = 0o600
+                with path.open("rb") as f:
+                    archive.addfile(info, f)
+        with partial.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, output)
+        os.chmod(output, 0o600)
+    return BackupSummary(output, len(uploads), output.stat().st_size)
+
+
+def _allowed(name: str) -> bool:
+    if name in (DB_NAME, *SECRETS):
+        return True
+    folder, _, rest = name.partition("/")
+    return folder == "uploads" and STORED_NAME.fullmatch(rest) is not None
+
+
+def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    for member in archive:
+        if not member.isfile():
+            raise BackupError(f"not a backup: {member.name!r} is not a regular file")
+        yield member
+
+
+def _read_manifest(archive: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, Any]:
+    if member.name != MANIFEST or member.size > MAX_MANIFEST_BYTES:
+        raise BackupError("not a backup: it does not begin with its manifest")
+    f = archive.extractfile(member)
+    assert f is not None
+    try:
+        manifest = json.loads(f.read())
+    except ValueError:
+        raise BackupError("not a backup: its manifest is not JSON") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"not a backup of this format (expected {FORMAT})")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in files.items()
+    ):
+        raise BackupError("not a backup: its manifest lists no files")
+    for name in (DB_NAME, *SECRETS):
+        if name not in files:
+            raise BackupError(f"the backup has no {name}")
+    for name in files:
+        if not _allowed(name):
+            raise BackupError(f"not a backup: it names an unexpected file {name!r}")
+    return manifest
+
+
+def _write_checked(source: IO[bytes], target: Path, expected: dict[str, Any]) -> None:
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        while chunk := source.read(_CHUNK):
+            size += len(chunk)
+            if size > expected.get("size", -1):
+                raise BackupError(f"{target.name} is larger than its manifest says")
+            digest.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    if size != expected.get("size") or digest.hexdigest() != expected.get("sha256"):
+        raise BackupError(f"{target.name} does not match its manifest (damaged backup?)")
+
+
+def restore(archive_path: Path, settings: Settings) -> BackupSummary:
+    """Restore the backup at *archive_path* into the empty data folder (and
+    uploads folder) *settings* name, the SQLite store at its default place.
+
+    Raises:
+        BackupError: the folder is not empty, the file is not a sound backup.
+        ConfigError: *settings* name a store that is not the data folder's SQLite.
+    """
+    data_dir = settings.data_dir
+    if settings.database_url:
+        raise ConfigError("restore writes the data folder's own SQLite store: omit --database-url")
+    uploads_dir = settings.resolved_uploads_dir
+    for folder in {data_dir, uploads_dir}:
+        if folder.exists() and any(folder.iterdir()):
+            raise BackupError(f"{folder} is not empty: restore only into an empty folder")
+    if not archive_path.is_file():
+        raise BackupError(f"no backup at {archive_path}")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    uploads_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    written: list[Path] = []
+    try:
+        with tarfile.open(archive_path, "r:gz") as archive:
+            members = _members(archive)
+            first = next(members, None)
+            if first is None:
+                raise BackupError("not a backup: it is empty")
+            manifest = _read_manifest(archive, first)
+            files: dict[str, dict[str, Any]] = manifest["files"]
+            seen: set[str] = set()
+            for member in members:
+                name = member.name
+                if name not in files or name in seen:
+                    raise BackupError(f"not a backup: {name!r} is not in its manifest, or twice")
+                seen.add(name)
+                target = (
+                    uploads_dir / name.split("/", 1)[1]
+                    if name.startswith("uploads/")
+                    else data_dir / name
+                )
+                source = archive.extractfile(member)
+                assert source is not None
+                written.append(target)
+                _write_checked(source, target, files[name])
+            if missing := set(files) - seen:
+                raise BackupError(f"the backup is missing {sorted(missing)[0]}")
+        db = sqlite3.connect(data_dir / DB_NAME)
+        try:
+            (result,) = db.execute("PRAGMA quick_check").fetchone()
+        finally:
+            db.close()
+        if result != "ok":
+            raise BackupError(f"the restored store failed its check: {result}")
+    except (tarfile.TarError, EOFError, OSError, sqlite3.DatabaseError) as error:
+        _undo(written)
+        raise BackupError(f"not a readable backup: {error}") from None
+    except BaseException:
+        _undo(written)
+        raise
+    uploads = sum(1 for name in files if name.startswith("uploads/"))
+    return BackupSummary(archive_path, uploads, archive_path.stat().st_size)
+
+
+def _undo(written: list[Path]) -> None:
+    """A failed restore leaves the folders as empty as it found them."""
+    for path in written:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
