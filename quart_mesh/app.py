@@ -41,7 +41,7 @@ from .asgi_guards import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
-from .logs import configure_logging, log_request, request_id_from
+from .logs import configure_logging, flush_logging, log_request, request_id_from
 from .node import Node, open_node
 
 __all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
@@ -388,6 +388,7 @@ def _exit(why: str, error: BaseException | None = None) -> None:
         os.EX_SOFTWARE,
         exc_info=error,
     )
+    flush_logging()  # the writer thread's queue
     logging.shutdown()  # flushes every handler
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import sqlite3
+import sys
 import tarfile
 import tempfile
 import time
@@ -64,7 +65,8 @@ class BackupError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class BackupSummary:
-    path: Path
+    #: the backup file (``None``: standard input or output)
+    path: Path | None
     uploads: int
     bytes: int
 
@@ -109,35 +111,47 @@ def _copy_store(source: Path, target: Path) -> None:
         src.close()
 
 
-def backup(settings: Settings, output: Path) -> BackupSummary:
-    """Write a backup of the node whose data *settings* name to *output*
-    (a new file; written under a temporary name, then renamed).
+def backup(settings: Settings, output: Path | None) -> BackupSummary:
+    """Write a backup of the node whose data *settings* name to *output* (a
+    new file, mode 0600: written under a temporary name, synced, renamed),
+    or with ``None`` to standard output.
 
     Raises:
-        BackupError: the store is not SQLite, a file is missing, *output* exists.
+        BackupError: the store is not SQLite, a file is missing or unreadable,
+            *output* exists or cannot be written.
     """
+    try:
+        return _backup(settings, output)
+    except (OSError, sqlite3.Error, tarfile.TarError) as error:
+        raise BackupError(f"cannot back up: {error}") from None
+
+
+def _backup(settings: Settings, output: Path | None) -> BackupSummary:
     store = _sqlite_path(settings)
     data_dir = settings.data_dir
-    if output.exists():
+    if output is not None and output.exists():
         raise BackupError(f"{output} exists already")
     for name in SECRETS:
         if not (data_dir / name).is_file():
             raise BackupError(f"{data_dir / name} is missing: is {data_dir} a node's data folder?")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".backup-", dir=output.parent) as tmp:
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    scratch = output.parent if output is not None else None
+    with tempfile.TemporaryDirectory(prefix=".backup-", dir=scratch) as tmp:
+        os.chmod(tmp, 0o700)
         copy = Path(tmp) / DB_NAME
         _copy_store(store, copy)  # the store first: then every upload it names exists
+        uploads_dir = settings.resolved_uploads_dir
+        named = _uploads_named(copy)
+        missing = [name for name in named if not (uploads_dir / name).is_file()]
+        if missing:
+            raise BackupError(
+                f"{len(missing)} uploads the store names are not in {uploads_dir}"
+                f" (e.g. {missing[0]}): is the uploads folder right (--uploads-dir)?"
+            )
         files: list[tuple[str, Path]] = [(DB_NAME, copy)]
         files += [(name, data_dir / name) for name in SECRETS]
-        uploads_dir = settings.resolved_uploads_dir
-        uploads = (
-            sorted(
-                p for p in uploads_dir.iterdir() if STORED_NAME.fullmatch(p.name) and p.is_file()
-            )
-            if uploads_dir.is_dir()
-            else []
-        )
-        files += [(f"uploads/{p.name}", p) for p in uploads]
+        files += [(f"uploads/{name}", uploads_dir / name) for name in named]
         manifest = {
             "format": FORMAT,
             "version": __version__,
@@ -146,24 +160,63 @@ def backup(settings: Settings, output: Path) -> BackupSummary:
                 name: {"size": path.stat().st_size, "sha256": _sha256(path)} for name, path in files
             },
         }
+        if output is None:
+            if sys.stdout.isatty():
+                raise BackupError("not writing a backup to a terminal: redirect it to a file")
+            stream = sys.stdout.buffer
+            with tarfile.open(fileobj=stream, mode="w|gz") as archive:
+                _write_archive(archive, manifest, files)
+            stream.flush()
+            return BackupSummary(None, len(named), 0)
         partial = Path(tmp) / "backup.tar.gz"
-        with tarfile.open(partial, "w:gz") as archive:
-            body = json.dumps(manifest, indent=2).encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size, info.mtime, info.mode = len(body), int(time.time()), 0o600
-            archive.addfile(info, io.BytesIO(body))
-            for name, path in files:
-                info = archive.gettarinfo(str(path), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                info.mode = 0o600
-                with path.open("rb") as f:
-                    archive.addfile(info, f)
-        with partial.open("rb") as f:
-            os.fsync(f.fileno())
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz") as archive:
+                _write_archive(archive, manifest, files)
+            raw.flush()
+            os.fsync(raw.fileno())
         os.replace(partial, output)
-        os.chmod(output, 0o600)
-    return BackupSummary(output, len(uploads), output.stat().st_size)
+        _sync_folder(output.parent)
+    return BackupSummary(output, len(named), output.stat().st_size)
+
+
+def _uploads_named(store: Path) -> list[str]:
+    """The stored names of every upload the copy of the store records."""
+    db = sqlite3.connect(store)
+    try:
+        rows = db.execute("SELECT stored_name FROM uploads ORDER BY stored_name").fetchall()
+    finally:
+        db.close()
+    names = [str(name) for (name,) in rows]
+    for name in names:
+        if not STORED_NAME.fullmatch(name):
+            raise BackupError(f"the store names an upload {name!r} that is not a stored name")
+    return names
+
+
+def _write_archive(
+    archive: tarfile.TarFile, manifest: dict[str, Any], files: list[tuple[str, Path]]
+) -> None:
+    body = json.dumps(manifest, indent=2).encode()
+    info = tarfile.TarInfo(MANIFEST)
+    info.size, info.mtime, info.mode = len(body), int(time.time()), 0o600
+    archive.addfile(info, io.BytesIO(body))
+    for name, path in files:
+        info = archive.gettarinfo(str(path), arcname=name)
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mode = 0o600
+        with path.open("rb") as f:
+            archive.addfile(info, f)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in *folder* durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _allowed(name: str) -> bool:
@@ -222,9 +275,11 @@ def _write_checked(source: IO[bytes], target: Path, expected: dict[str, Any]) ->
         raise BackupError(f"{target.name} does not match its manifest (damaged backup?)")
 
 
-def restore(archive_path: Path, settings: Settings) -> BackupSummary:
-    """Restore the backup at *archive_path* into the empty data folder (and
-    uploads folder) *settings* name, the SQLite store at its default place.
+def restore(archive_path: Path | None, settings: Settings) -> BackupSummary:
+    """Restore the backup at *archive_path* (``None``: read from standard
+    input) into the empty data folder (and uploads folder) *settings* name,
+    the SQLite store at its default place. On failure, what it wrote and the
+    folders it made are removed again.
 
     Raises:
         BackupError: the folder is not empty, the file is not a sound backup.
@@ -235,38 +290,23 @@ def restore(archive_path: Path, settings: Settings) -> BackupSummary:
         raise ConfigError("restore writes the data folder's own SQLite store: omit --database-url")
     uploads_dir = settings.resolved_uploads_dir
     for folder in {data_dir, uploads_dir}:
-        if folder.exists() and any(folder.iterdir()):
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise BackupError(f"{folder} is not empty: restore only into an empty folder")
-    if not archive_path.is_file():
+    if archive_path is not None and not archive_path.is_file():
         raise BackupError(f"no backup at {archive_path}")
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    uploads_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    made: list[Path] = []  # folders made here, outermost first
     written: list[Path] = []
     try:
-        with tarfile.open(archive_path, "r:gz") as archive:
-            members = _members(archive)
-            first = next(members, None)
-            if first is None:
-                raise BackupError("not a backup: it is empty")
-            manifest = _read_manifest(archive, first)
-            files: dict[str, dict[str, Any]] = manifest["files"]
-            seen: set[str] = set()
-            for member in members:
-                name = member.name
-                if name not in files or name in seen:
-                    raise BackupError(f"not a backup: {name!r} is not in its manifest, or twice")
-                seen.add(name)
-                target = (
-                    uploads_dir / name.split("/", 1)[1]
-                    if name.startswith("uploads/")
-                    else data_dir / name
-                )
-                source = archive.extractfile(member)
-                assert source is not None
-                written.append(target)
-                _write_checked(source, target, files[name])
-            if missing := set(files) - seen:
-                raise BackupError(f"the backup is missing {sorted(missing)[0]}")
+        for folder in (data_dir, uploads_dir):
+            missing = [p for p in (folder, *folder.parents) if not p.exists()]
+            made += [p for p in reversed(missing) if p not in made]
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (
+            tarfile.open(archive_path, "r:gz")
+            if archive_path is not None
+            else tarfile.open(fileobj=sys.stdin.buffer, mode="r|gz")
+        ) as archive:
+            files = _extract(archive, data_dir, uploads_dir, written)
         db = sqlite3.connect(data_dir / DB_NAME)
         try:
             (result,) = db.execute("PRAGMA quick_check").fetchone()
@@ -275,17 +315,50 @@ def restore(archive_path: Path, settings: Settings) -> BackupSummary:
         if result != "ok":
             raise BackupError(f"the restored store failed its check: {result}")
     except (tarfile.TarError, EOFError, OSError, sqlite3.DatabaseError) as error:
-        _undo(written)
+        _undo(written, made)
         raise BackupError(f"not a readable backup: {error}") from None
     except BaseException:
-        _undo(written)
+        _undo(written, made)
         raise
     uploads = sum(1 for name in files if name.startswith("uploads/"))
-    return BackupSummary(archive_path, uploads, archive_path.stat().st_size)
+    size = archive_path.stat().st_size if archive_path is not None else 0
+    return BackupSummary(archive_path, uploads, size)
 
 
-def _undo(written: list[Path]) -> None:
-    """A failed restore leaves the folders as empty as it found them."""
+def _extract(
+    archive: tarfile.TarFile, data_dir: Path, uploads_dir: Path, written: list[Path]
+) -> dict[str, dict[str, Any]]:
+    """Write the archive's files, each checked against its manifest (which
+    comes first); *written* gets each path as it is created. The manifest's files."""
+    members = _members(archive)
+    first = next(members, None)
+    if first is None:
+        raise BackupError("not a backup: it is empty")
+    manifest = _read_manifest(archive, first)
+    files: dict[str, dict[str, Any]] = manifest["files"]
+    seen: set[str] = set()
+    for member in members:
+        name = member.name
+        if name not in files or name in seen:
+            raise BackupError(f"not a backup: {name!r} is not in its manifest, or twice")
+        seen.add(name)
+        folder, _, rest = name.partition("/")
+        target = uploads_dir / rest if folder == "uploads" else data_dir / name
+        source = archive.extractfile(member)
+        assert source is not None
+        written.append(target)
+        _write_checked(source, target, files[name])
+    if missing := set(files) - seen:
+        raise BackupError(f"the backup is missing {sorted(missing)[0]}")
+    return files
+
+
+def _undo(written: list[Path], made: list[Path]) -> None:
+    """A failed restore leaves the folders as it found them: the files it
+    wrote and the folders it made are removed."""
     for path in written:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()

@@ -88,11 +88,14 @@ def _parser() -> argparse.ArgumentParser:
         help="write a backup of a node's data (SQLite store, secrets, uploads) to a file,"
         " while it runs or not",
     )
-    bak.add_argument("output", type=Path, help="the backup file to write (.tar.gz; must not exist)")
+    bak.add_argument(
+        "output",
+        help="the backup file to write (.tar.gz; must not exist), or - for standard output",
+    )
     res = commands.add_parser(
         "restore", help="restore a backup into an empty data folder (the node stopped)"
     )
-    res.add_argument("backup", type=Path, help="a file written by quart-mesh backup")
+    res.add_argument("backup", help="a file written by quart-mesh backup, or - for standard input")
     for sub in (bak, res):
         sub.add_argument(
             "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
@@ -117,14 +120,20 @@ def _backup_command(args: argparse.Namespace) -> int:
             database_url=getattr(args, "database_url", None),
         )
         if args.command == "backup":
-            done = backup(settings, args.output)
-            print(
-                f"backed up {settings.data_dir} to {done.path}"
-                f" ({done.uploads} uploads, {done.bytes} bytes)"
-            )
+            output = None if args.output == "-" else Path(args.output)
+            done = backup(settings, output)
+            if output is not None:  # on standard output, the backup is all there is
+                print(
+                    f"backed up {settings.data_dir} to {done.path}"
+                    f" ({done.uploads} uploads, {done.bytes} bytes)"
+                )
         else:
-            done = restore(args.backup, settings)
-            print(f"restored {done.path} into {settings.data_dir} ({done.uploads} uploads)")
+            source = None if args.backup == "-" else Path(args.backup)
+            done = restore(source, settings)
+            print(
+                f"restored {done.path or 'standard input'} into {settings.data_dir}"
+                f" ({done.uploads} uploads)"
+            )
     except ConfigError as exc:
         print(f"quart-mesh: {exc}", file=sys.stderr)
         return 2

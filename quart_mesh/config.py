@@ -314,7 +314,7 @@ class Settings:
     #: ``text`` (a line a record) or ``json`` (an object a line): :mod:`quart_mesh.logs`.
     log_format: str = "text"
     #: the bearer token a ``GET /metrics`` scrape must carry; unset: no ``/metrics``
-    metrics_token: str | None = None
+    metrics_token: str | None = dataclasses.field(default=None, repr=False)
     #: Seconds a webhook receiver has to answer one delivery.
     webhook_timeout: float = 10.0
     #: Longest wait between two attempts at a failing webhook delivery, seconds.

@@ -22,9 +22,13 @@ the body of a 500 answer, so a report can be matched to the log.
 
 from __future__ import annotations
 
+import atexit
+import copy
 import datetime
 import json
 import logging
+import logging.handlers
+import queue
 import re
 import secrets
 import sys
@@ -36,6 +40,7 @@ __all__ = [
     "LOG_FORMATS",
     "JsonFormatter",
     "configure_logging",
+    "flush_logging",
     "log_request",
     "log_session",
     "request_id_from",
@@ -173,13 +178,66 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False, default=str)
 
 
+class _QueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the writer thread, never waiting: when the queue is
+    full (stderr is not being read) the record is dropped and counted, and
+    the count is logged once the writer catches up."""
+
+    def __init__(self, records: queue.Queue[Any]) -> None:
+        super().__init__(records)
+        self._records = records
+        self.dropped = 0
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        # the message and the traceback as text now (the record's arguments
+        # may change once this returns); extra fields stay as they are
+        record = copy.copy(record)
+        record.message = record.getMessage()
+        record.msg, record.args = record.message, None
+        if record.exc_info:
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+            record.exc_info = None
+        return record
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            if self.dropped and self._records.empty():
+                note = logging.LogRecord(
+                    "quart_mesh",
+                    logging.WARNING,
+                    __file__,
+                    0,
+                    "%d log records were dropped: the log was not read fast enough",
+                    (self.dropped,),
+                    None,
+                )
+                self._records.put_nowait(self.prepare(note))
+                self.dropped = 0
+            self._records.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
+_TRACEBACKS = logging.Formatter()
+_listener: logging.handlers.QueueListener | None = None
+#: records waiting for the writer thread, at most
+MAX_QUEUED_RECORDS = 10_000
+
+
 def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = False) -> None:
     """The node's log to stderr at *level*, as *fmt* (``text`` or ``json``),
     unless logging is set up already (a ``--log-config`` that configures the
     root logger replaces it); Alembic says what it migrates only at DEBUG.
     With *leave_hypercorn*, records of hypercorn's own loggers are left to
     the handlers hypercorn gives them (a stock hypercorn server), not
-    printed twice."""
+    printed twice.
+
+    Records are written by a thread of their own: the event loop never waits
+    on stderr (a full pipe, a slow journal). Beyond ``MAX_QUEUED_RECORDS``
+    waiting, records are dropped and the number dropped is logged.
+    :func:`flush_logging` writes what is queued (at exit, and before the
+    process ends itself)."""
+    global _listener
     root = logging.getLogger()
     if root.handlers:
         return
@@ -188,9 +246,23 @@ def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = 
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    records: queue.Queue[Any] = queue.Queue(MAX_QUEUED_RECORDS)
+    front = _QueueHandler(records)
     if leave_hypercorn:
-        handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
-    root.addHandler(handler)
+        front.addFilter(lambda record: not record.name.startswith("hypercorn."))
+    root.addHandler(front)
+    _listener = logging.handlers.QueueListener(records, handler)
+    _listener.start()
+    atexit.register(flush_logging)
     root.setLevel(level)
     if root.getEffectiveLevel() > logging.DEBUG:
         logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def flush_logging() -> None:
+    """Write every queued record and stop the writer thread (records logged
+    afterwards are queued and not written)."""
+    global _listener
+    listener, _listener = _listener, None
+    if listener is not None:
+        listener.stop()

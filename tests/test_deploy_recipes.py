@@ -821,7 +821,7 @@ def _check_invocation(words: list[str]) -> str | None:
     i = 0
     while i < len(rest):
         word = rest[i]
-        if word.startswith("-"):
+        if word.startswith("-") and word != "-":  # "-" alone: standard input or output
             option, equals, _ = word.partition("=")
             if option not in command.options:
                 return f"{name} has no option {option}"

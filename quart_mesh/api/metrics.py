@@ -137,9 +137,9 @@ class NodeCollector(Collector):
             " this many events waiting for it (by connection id)",
             labels=["connection"],
         )
-        failures = CounterMetricFamily(
-            "mesh_relay_failures",
-            "Federation: failed attempts of a link since it was last successful",
+        failures = GaugeMetricFamily(
+            "mesh_relay_consecutive_failures",
+            "Federation: failed attempts of a link since it last succeeded (0 when healthy)",
             labels=["connection"],
         )
         for connection_id, link in sorted(node.relay.links.status.items()):

@@ -206,21 +206,26 @@ class ProtocolSession:
         session_id = secrets.token_hex(6)
         started = time.monotonic()
         log_session("session_start", session_id, actor.participant_id)
+        failed = False
         try:
             await self._serve(auth)
+        except Exception:
+            failed = True
+            raise
         finally:
             log_session(
                 "session_end",
                 session_id,
                 actor.participant_id,
                 duration=time.monotonic() - started,
-                reason=self._end_reason(),
+                reason="error" if failed else self._end_reason(),
             )
 
     def _end_reason(self) -> str:
         """Why the session ended, for the log: the subscription's failure
-        (``lagging``, ``expired``, ``token_revoked``, ``removed`` ...),
-        ``shutdown`` when the node cancelled it, else ``closed``."""
+        (``lagging``, ``expired``, ``signed_out``, ``revoked``, ``removed``,
+        ``unavailable``), ``shutdown`` when it was cancelled from outside
+        (the node shutting down), else ``closed``."""
         sub: Subscription | None = getattr(self, "_sub", None)
         if sub is not None and sub.failed is not None and sub.failed != "closed":
             return sub.failed

@@ -24,10 +24,13 @@ from tests.helpers import Mesh, User
 pytestmark = pytest.mark.e2e
 
 
-async def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+async def cli(
+    *args: str, env: dict[str, str] | None = None, stdin: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
     return await trio.run_process(
         [sys.executable, "-m", "quart_mesh", *args],
+        stdin=stdin,
         capture_stdout=True,
         capture_stderr=True,
         check=False,
@@ -178,7 +181,10 @@ async def test_restore_refuses_what_it_must(tmp_path: Path) -> None:
     done = await cli("restore", str(damaged), "--data-dir", str(target))
     assert done.returncode == 1
     assert b"does not match its manifest" in done.stderr
-    assert not [p for p in target.rglob("*") if p.is_file()]
+    assert not target.exists()  # the folders it made are gone too
+    # and the same folder takes a sound backup afterwards
+    done = await cli("restore", str(archive), "--data-dir", str(target))
+    assert done.returncode == 0, done.stderr.decode()
 
     # a hostile one: names outside the folder are never written
     hostile = tmp_path / "hostile.tar.gz"
@@ -196,6 +202,23 @@ async def test_restore_refuses_what_it_must(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert b"unexpected file" in done.stderr
     assert not (tmp_path / "deep" / "escaped").exists()
+    assert not (tmp_path / "deep").exists()
+
+    # links and other non-files are refused, whatever their name
+    linked = tmp_path / "linked.tar.gz"
+    with tarfile.open(archive, "r:gz") as src, tarfile.open(linked, "w:gz") as dst:
+        for member in src:
+            if member.name == "secret.key":
+                link = tarfile.TarInfo("secret.key")
+                link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                dst.addfile(link)
+            else:
+                dst.addfile(member, src.extractfile(member))
+    target = tmp_path / "from-linked"
+    done = await cli("restore", str(linked), "--data-dir", str(target))
+    assert done.returncode == 1
+    assert b"not a regular file" in done.stderr
+    assert not target.exists()
 
     # not a backup at all
     junk = tmp_path / "junk.tar.gz"
@@ -223,3 +246,41 @@ async def test_backup_refuses_what_it_must(tmp_path: Path) -> None:
     done = await cli("backup", str(tmp_path / "none.tar.gz"), "--data-dir", str(tmp_path / "nope"))
     assert done.returncode == 1
     assert b"missing" in done.stderr
+
+
+async def test_a_backup_streams_through_a_pipe_and_names_a_wrong_uploads_folder(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "node"
+    async with trio.open_nursery() as nursery:
+        url = await serve_on(data, nursery)
+        async with httpx.AsyncClient(base_url=url) as http:
+            owner = await Mesh(http).setup("alice")
+            r = await http.post(
+                "/api/upload",
+                files={"file": ("notes.txt", b"kept", "text/plain")},
+                headers=owner.headers,
+            )
+            assert r.status_code == 201, r.text
+        nursery.cancel_scope.cancel()
+    # a backup that would leave the uploads behind is refused
+    done = await cli(
+        "backup",
+        str(tmp_path / "wrong.tar.gz"),
+        "--data-dir",
+        str(data),
+        "--uploads-dir",
+        str(tmp_path / "elsewhere"),
+    )
+    assert done.returncode == 1
+    assert b"uploads the store names are not in" in done.stderr
+    assert not (tmp_path / "wrong.tar.gz").exists()
+    # over a pipe: backup - | restore -
+    done = await cli("backup", "-", "--data-dir", str(data))
+    assert done.returncode == 0, done.stderr.decode()
+    restored = tmp_path / "restored"
+    again = await cli("restore", "-", "--data-dir", str(restored), stdin=done.stdout)
+    assert again.returncode == 0, again.stderr.decode()
+    assert b"1 uploads" in again.stdout
+    (kept,) = (restored / "uploads").iterdir()
+    assert kept.read_bytes() == b"kept"

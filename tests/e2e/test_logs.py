@@ -4,6 +4,7 @@ WebSocket session start and end, request ids in a header, in the log and in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,8 +34,9 @@ class Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
-        self._changed.set()
-        self._changed = trio.Event()
+        with contextlib.suppress(RuntimeError):  # logged from a worker thread: seen later
+            self._changed.set()
+            self._changed = trio.Event()
 
     def access(self) -> list[logging.LogRecord]:
         return [r for r in self.records if r.name == "quart_mesh.access"]
@@ -116,7 +118,7 @@ async def test_every_request_and_session_is_logged_without_secrets(
         r = await http.get("/api/setup/status", headers={"X-Request-Id": "edge-42.a:b_c"})
         assert r.headers["X-Request-Id"] == "edge-42.a:b_c"
         await records.wait_for(lambda rec: getattr(rec, "request_id", None) == "edge-42.a:b_c")
-        for hostile in ("two words", "x" * 65, "new\\nline", "</script>"):
+        for hostile in ("two words", "x" * 65, "semi;colon", "</script>", "tab\tin"):
             r = await http.get("/api/setup/status", headers={"X-Request-Id": hostile})
             assert r.headers["X-Request-Id"] != hostile
             assert len(r.headers["X-Request-Id"]) == 16
@@ -254,3 +256,45 @@ def test_an_unknown_log_format_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "MESH_LOG_FORMAT must be text or json" in done.stderr
+
+
+def test_the_writer_queue_never_blocks_and_says_what_it_dropped() -> None:
+    """Records go through a bounded queue to a writer thread; when nobody
+    drains it (stderr not read) they are dropped and counted, not waited
+    for, and the count is logged once there is room again."""
+    import queue
+
+    from quart_mesh.logs import _QueueHandler
+
+    records: queue.Queue[logging.LogRecord] = queue.Queue(2)
+    handler = _QueueHandler(records)
+    logger = logging.getLogger("quart_mesh.test-queue")
+
+    def record(i: int) -> logging.LogRecord:
+        return logger.makeRecord(
+            logger.name, logging.INFO, __file__, 1, "n=%d", (i,), None, extra={"request_id": i}
+        )
+
+    for i in range(5):
+        handler.handle(record(i))  # returns at once though the queue is full
+    assert handler.dropped == 3
+    first, second = records.get_nowait(), records.get_nowait()
+    assert (first.getMessage(), second.getMessage()) == ("n=0", "n=1")
+    assert first.request_id == 0  # type: ignore[attr-defined]
+    handler.handle(record(5))
+    note = records.get_nowait()
+    assert note.getMessage() == "3 log records were dropped: the log was not read fast enough"
+    assert records.get_nowait().getMessage() == "n=5"
+    assert handler.dropped == 0
+    # a traceback becomes text before the record leaves the logging thread
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logger.makeRecord(
+            logger.name, logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    handler.handle(failed)
+    queued = records.get_nowait()
+    assert queued.exc_info is None
+    assert "ValueError: boom" in (queued.exc_text or "")
+    assert "ValueError: boom" in json.loads(JsonFormatter().format(queued))["exception"]

@@ -114,6 +114,8 @@ async def test_what_was_seen_stays_read_when_the_person_moves_on_at_once(
             # ... and the page, given the answer to that last mark (after the
             # answers to every earlier one), still counts nothing
             until(bob, lambda: any(frame["unread"] == 0 for frame in reads))
+            # the node answers marks in order: the last answer is the last mark's
+            assert reads[-1]["unread"] == 0, reads
             expect(bob.room_link("Town Square")).to_have_accessible_name("Town Square")
             expect(bob.page).to_have_title("#random · Test Mesh")
             bob.page.reload()

@@ -194,7 +194,12 @@ class App {
     window.addEventListener("hashchange", () => this.route());
     // "last seen 5 minutes ago" ages
     setInterval(() => this.store.me && this.sidebar.renderPeople(), 60000);
-    document.addEventListener("visibilitychange", () => this.markVisibleRead());
+    document.addEventListener("visibilitychange", () => {
+      // leaving the tab sends what was seen within the last second
+      if (document.visibilityState === "hidden") this.flushReads();
+      else this.markVisibleRead();
+    });
+    window.addEventListener("pagehide", () => this.flushReads());
     window.addEventListener("focus", () => this.markVisibleRead());
     document.addEventListener("keydown", (event) => {
       if (event.key !== "Escape" || event.defaultPrevented) return;
@@ -294,6 +299,7 @@ class App {
     } catch {
       return;
     }
+    this.flushReads(); // marks the node has not stored (lost with a connection)
     this.renderCounts();
     this.markVisibleRead();
   }

@@ -159,6 +159,9 @@ export class Store {
    * the moment it describes. */
   applyStatus(status) {
     const byRoom = new Map(status.rooms.map((r) => [r.roomId, r]));
+    // rooms whose read position the page is ahead of (a mark not yet
+    // stored, or lost with a connection): their counts stay the page's own
+    const ahead = new Set();
     for (const room of this.rooms.values()) {
       const fresh = byRoom.get(room.roomId);
       if (!fresh) {
@@ -168,14 +171,19 @@ export class Store {
         }
         continue;
       }
+      const stored = fresh.lastReadCursor || "0";
+      room.markedRead = stored; // the node's: a lost mark is sent again (flushReads)
+      if (cursorCompare(room.seenCursor, stored) > 0) {
+        ahead.add(room.roomId);
+        continue;
+      }
       room.unread = fresh.unread;
       room.mentions = fresh.mentions;
-      if (fresh.lastReadCursor) room.markedRead = fresh.lastReadCursor;
     }
     for (const item of this.counted) {
       if (cursorCompare(item.cursor, status.cursor) <= 0) continue;
       const room = this.rooms.get(item.roomId);
-      if (!room) continue;
+      if (!room || ahead.has(room.roomId)) continue;
       room.unread += 1;
       if (item.mention) room.mentions += 1;
     }
