@@ -21,7 +21,8 @@ import trio
 from quart_mesh import Settings, create_app, serve
 from tests.helpers import Mesh, User
 
-pytestmark = pytest.mark.e2e
+# backups are of SQLite stores (PostgreSQL: pg_dump, docs/operations.md)
+pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
 
 
 async def cli(
