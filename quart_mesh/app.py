@@ -388,7 +388,7 @@ def _exit(why: str, error: BaseException | None = None) -> None:
         os.EX_SOFTWARE,
         exc_info=error,
     )
-    flush_logging()  # the writer thread's queue
+    flush_logging()  # the writer thread's queue (never raises)
     logging.shutdown()  # flushes every handler
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

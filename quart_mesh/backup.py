@@ -69,6 +69,8 @@ class BackupSummary:
     path: Path | None
     uploads: int
     bytes: int
+    #: uploads the store names whose files were gone (``allow_missing_uploads``)
+    missing_uploads: int = 0
 
 
 def _sqlite_path(settings: Settings) -> Path:
@@ -111,22 +113,30 @@ def _copy_store(source: Path, target: Path) -> None:
         src.close()
 
 
-def backup(settings: Settings, output: Path | None) -> BackupSummary:
+def backup(
+    settings: Settings, output: Path | None, *, allow_missing_uploads: bool = False
+) -> BackupSummary:
     """Write a backup of the node whose data *settings* name to *output* (a
     new file, mode 0600: written under a temporary name, synced, renamed),
     or with ``None`` to standard output.
+
+    Uploads the store names but whose files are gone make it fail, unless
+    *allow_missing_uploads* (then they are listed in the manifest's
+    ``missingUploads`` and counted in the summary).
 
     Raises:
         BackupError: the store is not SQLite, a file is missing or unreadable,
             *output* exists or cannot be written.
     """
+    if output is None and sys.stdout.isatty():
+        raise BackupError("not writing a backup to a terminal: redirect it to a file")
     try:
-        return _backup(settings, output)
+        return _backup(settings, output, allow_missing_uploads)
     except (OSError, sqlite3.Error, tarfile.TarError) as error:
         raise BackupError(f"cannot back up: {error}") from None
 
 
-def _backup(settings: Settings, output: Path | None) -> BackupSummary:
+def _backup(settings: Settings, output: Path | None, allow_missing: bool) -> BackupSummary:
     store = _sqlite_path(settings)
     data_dir = settings.data_dir
     if output is not None and output.exists():
@@ -136,7 +146,9 @@ def _backup(settings: Settings, output: Path | None) -> BackupSummary:
             raise BackupError(f"{data_dir / name} is missing: is {data_dir} a node's data folder?")
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-    scratch = output.parent if output is not None else None
+    # the store's copy beside the output, or in the data folder (not a
+    # small /tmp): both hold a store's size already
+    scratch = output.parent if output is not None else data_dir
     with tempfile.TemporaryDirectory(prefix=".backup-", dir=scratch) as tmp:
         os.chmod(tmp, 0o700)
         copy = Path(tmp) / DB_NAME
@@ -144,11 +156,13 @@ def _backup(settings: Settings, output: Path | None) -> BackupSummary:
         uploads_dir = settings.resolved_uploads_dir
         named = _uploads_named(copy)
         missing = [name for name in named if not (uploads_dir / name).is_file()]
-        if missing:
+        if missing and not allow_missing:
             raise BackupError(
                 f"{len(missing)} uploads the store names are not in {uploads_dir}"
                 f" (e.g. {missing[0]}): is the uploads folder right (--uploads-dir)?"
+                " (--allow-missing-uploads backs up without them)"
             )
+        named = [name for name in named if name not in set(missing)]
         files: list[tuple[str, Path]] = [(DB_NAME, copy)]
         files += [(name, data_dir / name) for name in SECRETS]
         files += [(f"uploads/{name}", uploads_dir / name) for name in named]
@@ -156,18 +170,17 @@ def _backup(settings: Settings, output: Path | None) -> BackupSummary:
             "format": FORMAT,
             "version": __version__,
             "createdAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "missingUploads": missing,
             "files": {
                 name: {"size": path.stat().st_size, "sha256": _sha256(path)} for name, path in files
             },
         }
         if output is None:
-            if sys.stdout.isatty():
-                raise BackupError("not writing a backup to a terminal: redirect it to a file")
             stream = sys.stdout.buffer
             with tarfile.open(fileobj=stream, mode="w|gz") as archive:
                 _write_archive(archive, manifest, files)
             stream.flush()
-            return BackupSummary(None, len(named), 0)
+            return BackupSummary(None, len(named), 0, len(missing))
         partial = Path(tmp) / "backup.tar.gz"
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as raw:
@@ -177,7 +190,7 @@ def _backup(settings: Settings, output: Path | None) -> BackupSummary:
             os.fsync(raw.fileno())
         os.replace(partial, output)
         _sync_folder(output.parent)
-    return BackupSummary(output, len(named), output.stat().st_size)
+    return BackupSummary(output, len(named), output.stat().st_size, len(missing))
 
 
 def _uploads_named(store: Path) -> list[str]:
@@ -294,6 +307,8 @@ def restore(archive_path: Path | None, settings: Settings) -> BackupSummary:
             raise BackupError(f"{folder} is not empty: restore only into an empty folder")
     if archive_path is not None and not archive_path.is_file():
         raise BackupError(f"no backup at {archive_path}")
+    if archive_path is None and sys.stdin.isatty():
+        raise BackupError("not reading a backup from a terminal: redirect a file to it")
     made: list[Path] = []  # folders made here, outermost first
     written: list[Path] = []
     try:

@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     bak.add_argument(
         "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
     )
+    bak.add_argument(
+        "--allow-missing-uploads",
+        action="store_true",
+        help="back up even if files of uploads the store names are gone (listed in the manifest)",
+    )
     return parser
 
 
@@ -121,7 +126,13 @@ def _backup_command(args: argparse.Namespace) -> int:
         )
         if args.command == "backup":
             output = None if args.output == "-" else Path(args.output)
-            done = backup(settings, output)
+            done = backup(settings, output, allow_missing_uploads=args.allow_missing_uploads)
+            if done.missing_uploads:
+                print(
+                    f"quart-mesh backup: {done.missing_uploads} uploads the store names were"
+                    " missing and are not in the backup (its manifest lists them)",
+                    file=sys.stderr,
+                )
             if output is not None:  # on standard output, the backup is all there is
                 print(
                     f"backed up {settings.data_dir} to {done.path}"

@@ -23,6 +23,7 @@ the body of a 500 answer, so a report can be matched to the log.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import datetime
 import json
@@ -201,7 +202,7 @@ class _QueueHandler(logging.handlers.QueueHandler):
 
     def enqueue(self, record: logging.LogRecord) -> None:
         try:
-            if self.dropped and self._records.empty():
+            if self.dropped and self._records.qsize() < MAX_QUEUED_RECORDS // 2:
                 note = logging.LogRecord(
                     "quart_mesh",
                     logging.WARNING,
@@ -213,15 +214,42 @@ class _QueueHandler(logging.handlers.QueueHandler):
                 )
                 self._records.put_nowait(self.prepare(note))
                 self.dropped = 0
-            self._records.put_nowait(record)
+            if record.levelno >= logging.ERROR:
+                # an error is worth a short wait: it may say why the node stops
+                self._records.put(record, timeout=_ERROR_WAIT)
+            else:
+                self._records.put_nowait(record)
         except queue.Full:
             self.dropped += 1
 
 
+class _Listener(logging.handlers.QueueListener):
+    """The writer thread; stopping it never blocks for long, even with the
+    queue full and stderr not read."""
+
+    def __init__(self, records: queue.Queue[Any], handler: logging.Handler) -> None:
+        super().__init__(records, handler)
+        self._records = records
+
+    def stop(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        with contextlib.suppress(queue.Full):
+            self._records.put(None, timeout=_FLUSH_WAIT)  # QueueListener._sentinel
+        thread.join(_FLUSH_WAIT)
+        self._thread = None
+
+
 _TRACEBACKS = logging.Formatter()
-_listener: logging.handlers.QueueListener | None = None
+_listener: _Listener | None = None
+_front: _QueueHandler | None = None
 #: records waiting for the writer thread, at most
 MAX_QUEUED_RECORDS = 10_000
+#: seconds an error record may wait for room in the queue
+_ERROR_WAIT = 1.0
+#: seconds flush_logging waits for the writer to write what is queued
+_FLUSH_WAIT = 5.0
 
 
 def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = False) -> None:
@@ -237,7 +265,7 @@ def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = 
     waiting, records are dropped and the number dropped is logged.
     :func:`flush_logging` writes what is queued (at exit, and before the
     process ends itself)."""
-    global _listener
+    global _listener, _front
     root = logging.getLogger()
     if root.handlers:
         return
@@ -251,7 +279,8 @@ def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = 
     if leave_hypercorn:
         front.addFilter(lambda record: not record.name.startswith("hypercorn."))
     root.addHandler(front)
-    _listener = logging.handlers.QueueListener(records, handler)
+    _front = front
+    _listener = _Listener(records, handler)
     _listener.start()
     atexit.register(flush_logging)
     root.setLevel(level)
@@ -260,9 +289,16 @@ def configure_logging(level: str, fmt: str = "text", *, leave_hypercorn: bool = 
 
 
 def flush_logging() -> None:
-    """Write every queued record and stop the writer thread (records logged
-    afterwards are queued and not written)."""
+    """Write every queued record and stop the writer thread, waiting at
+    most a few seconds (records logged afterwards are queued and not
+    written); say how many records were dropped, if any. Never raises."""
     global _listener
     listener, _listener = _listener, None
-    if listener is not None:
+    if listener is None:
+        return
+    with contextlib.suppress(Exception):
         listener.stop()
+    if _front is not None and _front.dropped:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"{_front.dropped} log records were dropped at the end\n")
+            sys.stderr.flush()

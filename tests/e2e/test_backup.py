@@ -276,6 +276,22 @@ async def test_a_backup_streams_through_a_pipe_and_names_a_wrong_uploads_folder(
     assert done.returncode == 1
     assert b"uploads the store names are not in" in done.stderr
     assert not (tmp_path / "wrong.tar.gz").exists()
+    # unless asked to go on without them: said, and listed in the manifest
+    done = await cli(
+        "backup",
+        str(tmp_path / "partial.tar.gz"),
+        "--data-dir",
+        str(data),
+        "--uploads-dir",
+        str(tmp_path / "elsewhere"),
+        "--allow-missing-uploads",
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"1 uploads the store names were missing" in done.stderr
+    with tarfile.open(tmp_path / "partial.tar.gz", "r:gz") as archive:
+        manifest = archive.extractfile("manifest.json")
+        assert manifest is not None
+        assert len(json.load(manifest)["missingUploads"]) == 1
     # over a pipe: backup - | restore -
     done = await cli("backup", "-", "--data-dir", str(data))
     assert done.returncode == 0, done.stderr.decode()

@@ -298,3 +298,31 @@ def test_the_writer_queue_never_blocks_and_says_what_it_dropped() -> None:
     assert queued.exc_info is None
     assert "ValueError: boom" in (queued.exc_text or "")
     assert "ValueError: boom" in json.loads(JsonFormatter().format(queued))["exception"]
+
+
+def test_stopping_the_writer_never_hangs_on_a_full_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stderr not read and the queue full: stopping the writer (at exit, or
+    before the process ends itself) returns after a bounded wait, no error."""
+    import queue
+    import threading
+
+    from quart_mesh import logs
+
+    monkeypatch.setattr(logs, "_FLUSH_WAIT", 0.2)
+    stuck = threading.Event()
+
+    class Stalled(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            stuck.wait(10)  # a pipe nobody reads
+
+    records: queue.Queue[logging.LogRecord | None] = queue.Queue(3)
+    listener = logs._Listener(records, Stalled())
+    listener.start()
+    handler = logs._QueueHandler(records)
+    logger = logging.getLogger("quart_mesh.test-stall")
+    for i in range(10):
+        handler.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 1, "%d", (i,), None))
+    assert handler.dropped > 0
+    listener.stop()  # returns: the sentinel could not be queued, the join timed out
+    assert listener._thread is None
+    stuck.set()

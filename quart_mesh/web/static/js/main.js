@@ -349,7 +349,7 @@ class App {
         const room = store.rooms.get(event.roomId);
         // a mark older than what the person has seen here counts messages
         // they have read already (its newer mark is on its way): keep ours
-        if (room && BigInt(event.cursor) >= BigInt(room.seenCursor)) {
+        if (room && !room.isAheadOf(event.cursor)) {
           room.unread = event.unread;
           room.mentions = event.mentions;
           room.markedRead = event.cursor;

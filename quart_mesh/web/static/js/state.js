@@ -42,6 +42,16 @@ export class Room {
     return this.sortedCache;
   }
 
+  /** The person has seen messages here the node does not count as read at
+   * *cursor* (a mark of theirs is on its way). Not when every message between
+   * is gone (deleted): then the node's position is as far as it can go. */
+  isAheadOf(cursor) {
+    if (cursorCompare(this.seenCursor, cursor) <= 0) return false;
+    return this.sorted.some(
+      (m) => cursorCompare(m.cursor, cursor) > 0 && cursorCompare(m.cursor, this.seenCursor) <= 0,
+    );
+  }
+
   get newestCursor() {
     const list = this.sorted;
     return list.length ? list[list.length - 1].cursor : null;
@@ -173,7 +183,7 @@ export class Store {
       }
       const stored = fresh.lastReadCursor || "0";
       room.markedRead = stored; // the node's: a lost mark is sent again (flushReads)
-      if (cursorCompare(room.seenCursor, stored) > 0) {
+      if (room.isAheadOf(stored)) {
         ahead.add(room.roomId);
         continue;
       }
