@@ -43,6 +43,7 @@ import sqlalchemy as sa
 
 from ._version import __version__
 from .config import Settings
+from .data_folder import replace_durably
 from .errors import ConfigError
 from .identity import KEY_FILE
 from .security import SECRET_FILE
@@ -104,9 +105,7 @@ def _copy_store(source: Path, target: Path) -> None:
         try:
             src.backup(dst)
             dst.execute("PRAGMA journal_mode=DELETE")
-            (result,) = dst.execute("PRAGMA quick_check").fetchone()
-            if result != "ok":
-                raise BackupError(f"the copy of the store failed its check: {result}")
+            _check_store(dst, "the copy of the store")
         finally:
             dst.close()
     finally:
@@ -162,7 +161,8 @@ def _backup(settings: Settings, output: Path | None, allow_missing: bool) -> Bac
                 f" (e.g. {missing[0]}): is the uploads folder right (--uploads-dir)?"
                 " (--allow-missing-uploads backs up without them)"
             )
-        named = [name for name in named if name not in set(missing)]
+        gone = set(missing)
+        named = [name for name in named if name not in gone]
         files: list[tuple[str, Path]] = [(DB_NAME, copy)]
         files += [(name, data_dir / name) for name in SECRETS]
         files += [(f"uploads/{name}", uploads_dir / name) for name in named]
@@ -188,9 +188,19 @@ def _backup(settings: Settings, output: Path | None, allow_missing: bool) -> Bac
                 _write_archive(archive, manifest, files)
             raw.flush()
             os.fsync(raw.fileno())
-        os.replace(partial, output)
-        _sync_folder(output.parent)
+        replace_durably(partial, output)
     return BackupSummary(output, len(named), output.stat().st_size, len(missing))
+
+
+def _check_store(db: sqlite3.Connection, what: str) -> None:
+    """SQLite's ``quick_check`` of *db*.
+
+    Raises:
+        BackupError: it failed (*what* names the store in the message).
+    """
+    (result,) = db.execute("PRAGMA quick_check").fetchone()
+    if result != "ok":
+        raise BackupError(f"{what} failed its check: {result}")
 
 
 def _uploads_named(store: Path) -> list[str]:
@@ -221,15 +231,6 @@ def _write_archive(
         info.mode = 0o600
         with path.open("rb") as f:
             archive.addfile(info, f)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make a rename in *folder* durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _allowed(name: str) -> bool:
@@ -324,11 +325,9 @@ def restore(archive_path: Path | None, settings: Settings) -> BackupSummary:
             files = _extract(archive, data_dir, uploads_dir, written)
         db = sqlite3.connect(data_dir / DB_NAME)
         try:
-            (result,) = db.execute("PRAGMA quick_check").fetchone()
+            _check_store(db, "the restored store")
         finally:
             db.close()
-        if result != "ok":
-            raise BackupError(f"the restored store failed its check: {result}")
     except (tarfile.TarError, EOFError, OSError, sqlite3.DatabaseError) as error:
         _undo(written, made)
         raise BackupError(f"not a readable backup: {error}") from None

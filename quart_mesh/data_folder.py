@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["LOCK_FILE", "DataFolderInUse", "DataFolderLock", "create_once", "lock_data_folder"]
+__all__ = [
+    "LOCK_FILE",
+    "DataFolderInUse",
+    "DataFolderLock",
+    "create_once",
+    "lock_data_folder",
+    "replace_durably",
+]
 
 LOCK_FILE = "node.lock"
 
@@ -129,3 +136,14 @@ def create_once(path: Path, make: Callable[[], str]) -> str:
         return text
     finally:
         os.unlink(temporary)
+
+
+def replace_durably(temp: Path, final: Path) -> None:
+    """Rename *temp* to *final* atomically, and make the rename itself
+    durable (the folder is synced)."""
+    os.replace(temp, final)
+    fd = os.open(final.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -38,6 +38,7 @@ import trio
 from sqlalchemy.engine import Connection
 
 from ..config import Limits, Settings
+from ..data_folder import replace_durably
 from ..errors import BadRequest, MeshError, NotFound, PayloadTooLarge
 from ..ids import is_ulid, new_id
 from ..records import Upload, now_ms
@@ -415,7 +416,7 @@ class Uploads:
                 created_at=now_ms(),
             )
             final = self.directory / upload.stored_name
-            await trio.to_thread.run_sync(_move_into_place, temp, final)
+            await trio.to_thread.run_sync(replace_durably, temp, final)
             await self._db.write(lambda conn: repo.insert_upload(conn, upload))
             final = None  # recorded: keep it
             return upload
@@ -475,16 +476,6 @@ def _sync_and_close(file: IO[bytes]) -> None:
     file.flush()
     os.fsync(file.fileno())
     file.close()
-
-
-def _move_into_place(temp: Path, final: Path) -> None:
-    """Rename atomically, and make the rename itself durable."""
-    os.replace(temp, final)
-    fd = os.open(final.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_for_reading(path: Path) -> tuple[IO[bytes], int]:
