@@ -20,6 +20,7 @@ from . import (
     identity,
     metrics,
     models,
+    openapi,
     participants,
     roles,
     rooms,
@@ -48,4 +49,5 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     uploads.bp,
     federation.bp,
     metrics.bp,
+    openapi.bp,
 )

@@ -7,38 +7,66 @@ from typing import Any
 from quart import Blueprint, request
 
 from ..services.authz import held_permissions, tier_of
-from ._common import bearer_token, body, caller, node, reply
+from ._common import bearer_token, caller, node, reply
+from .contract import Body, accepts, answers, public
+from .objects import Ok, ParticipantView, Session
 
 bp = Blueprint("auth", __name__)
 
 
+class Credentials(Body):
+    name: str
+    password: str
+
+
+class GuestName(Body):
+    #: a name of the guest's choosing (one is made up when absent)
+    name: str | None = None
+
+
+class Me(ParticipantView):
+    """The caller, with its rank and what it may do."""
+
+    kind: str
+    priority: int
+    tier: str
+    permissions: list[str]
+
+
 @bp.post("/api/auth/register")
-async def register() -> tuple[Any, int]:
-    fields = await body()
-    session = await node().accounts.register(
-        fields.req_str("name"), fields.req_str("password"), address=request.remote_addr
-    )
+@public()
+@accepts(Credentials)
+@answers(Session, 201)
+async def register(data: Credentials) -> tuple[Any, int]:
+    """Register a person (while the mesh's registration is open)."""
+    session = await node().accounts.register(data.name, data.password, address=request.remote_addr)
     return reply(session.to_json(), 201)
 
 
 @bp.post("/api/auth/login")
-async def login() -> tuple[Any, int]:
-    fields = await body()
-    session = await node().accounts.login(
-        fields.req_str("name"), fields.req_str("password"), address=request.remote_addr
-    )
+@public()
+@accepts(Credentials)
+@answers(Session)
+async def login(data: Credentials) -> tuple[Any, int]:
+    """Sign in with a name and password: a new token."""
+    session = await node().accounts.login(data.name, data.password, address=request.remote_addr)
     return reply(session.to_json())
 
 
 @bp.post("/api/auth/guest")
-async def guest() -> tuple[Any, int]:
-    fields = await body()
-    session = await node().accounts.guest(fields.opt_str("name"), address=request.remote_addr)
+@public()
+@accepts(GuestName)
+@answers(Session, 201)
+async def guest(data: GuestName) -> tuple[Any, int]:
+    """Join as a guest (while the mesh allows guests): a short-lived token."""
+    session = await node().accounts.guest(data.name, address=request.remote_addr)
     return reply(session.to_json(), 201)
 
 
 @bp.get("/api/auth/me")
+@answers(Me)
 async def me() -> tuple[Any, int]:
+    """The caller: who it is, its role's rank and its permissions."""
     actor = await caller()
     participant = await node().accounts.get(actor, actor.participant_id)
     return reply(
@@ -53,7 +81,9 @@ async def me() -> tuple[Any, int]:
 
 
 @bp.post("/api/auth/logout")
+@answers(Ok)
 async def logout() -> tuple[Any, int]:
+    """Sign this token out (the caller's other tokens stay valid)."""
     actor = await caller()
     await node().accounts.logout(actor, bearer_token())
     return reply({"ok": True})

@@ -18,7 +18,9 @@ import trio
 from quart import Blueprint, current_app
 
 from ..services.accounts import DEFAULT_ROOM_NAME
-from ._common import body, node, reply
+from ._common import node, reply
+from .contract import Body, Shape, accepts, answers, public
+from .objects import Session
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -75,34 +77,92 @@ def _store_check() -> StoreCheck:
     return check
 
 
+class Storage(Shape):
+    ok: bool
+    backend: str
+
+
+class Health(Shape):
+    """Whether the node serves: 200 when it does, 503 when not."""
+
+    ok: bool
+    version: str
+    #: seconds since the node started
+    uptime: float
+    storage: Storage
+
+
+class SetupStatus(Shape):
+    """Whether the mesh is set up, and what a newcomer needs to know."""
+
+    initialized: bool
+    registration_mode: str
+    visibility: str
+    mesh_name: str | None
+    default_room_id: str | None
+
+
+class SetupInit(Body):
+    name: str
+    password: str
+    mesh_name: str
+    description: str | None = None
+    #: public (listed, readable) or private; default public
+    visibility: str | None = None
+    #: open or closed; default open
+    registration_mode: str | None = None
+    default_room_name: str | None = None
+
+
+class MeshSettings(Shape):
+    """The mesh's public settings (``name`` is null before setup)."""
+
+    name: str | None
+    description: str
+    visibility: str
+
+
 @bp.get("/api/health")
+@public()
+@answers(Health)
+@answers(Health, 503)
 async def health() -> tuple[Any, int]:
+    """The node's health: whether it serves and reaches its store."""
     result = await _store_check().health()
     return reply(result, 200 if result["ok"] else 503)
 
 
 @bp.get("/api/setup/status")
+@public()
+@answers(SetupStatus)
 async def setup_status() -> tuple[Any, int]:
+    """Whether the mesh is set up."""
     return reply(node().accounts.setup_status())
 
 
 @bp.post("/api/setup/init")
-async def setup_init() -> tuple[Any, int]:
-    fields = await body()
+@public()
+@accepts(SetupInit)
+@answers(Session, 201)
+async def setup_init(data: SetupInit) -> tuple[Any, int]:
+    """Set the mesh up (once): its name and settings, and the owner's account."""
     session = await node().accounts.init_setup(
-        name=fields.req_str("name"),
-        password=fields.req_str("password"),
-        mesh_name=fields.req_str("meshName"),
-        description=_default(fields.opt_str("description"), ""),
-        visibility=_default(fields.opt_str("visibility"), "public"),
-        registration_mode=_default(fields.opt_str("registrationMode"), "open"),
-        default_room_name=fields.opt_str("defaultRoomName") or DEFAULT_ROOM_NAME,
+        name=data.name,
+        password=data.password,
+        mesh_name=data.mesh_name,
+        description=_default(data.description, ""),
+        visibility=_default(data.visibility, "public"),
+        registration_mode=_default(data.registration_mode, "open"),
+        default_room_name=data.default_room_name or DEFAULT_ROOM_NAME,
     )
     return reply(session.to_json(), 201)
 
 
 @bp.get("/api/mesh/settings")
+@public()
+@answers(MeshSettings)
 async def mesh_settings() -> tuple[Any, int]:
+    """The mesh's public settings."""
     mesh = node().accounts.mesh
     if mesh is None:
         return reply({"name": None, "description": "", "visibility": "private"})

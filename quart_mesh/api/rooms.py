@@ -4,35 +4,99 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, request
+from quart import Blueprint
 
-from ..errors import BadRequest
-from ._common import body, caller, node, query_int, reply
+from ._common import caller, node, reply
+from .contract import Body, Query, Shape, accepts, answers, query
+from .objects import Id, Message, Ok, ParticipantView, RoomView
 
 bp = Blueprint("rooms", __name__)
 
 
+class CreateRoom(Body):
+    name: str
+    #: null counts as ""
+    description: str | None = None
+
+
+class RoomDetails(RoomView):
+    """A room with its members and what the caller may do in it."""
+
+    members: list[ParticipantView]
+    permissions: dict[str, bool]
+
+
+class MessagesQuery(Query):
+    #: messages before this cursor (newest first is not implied: oldest first)
+    before: str | None = None
+    #: messages after this cursor
+    since: str | None = None
+    #: at most this many (the node caps it)
+    limit: int | None = None
+    #: only the replies of this thread
+    thread_id: str | None = None
+
+
+class SendMessage(Body):
+    content: str
+    #: a participant id: the message is addressed to them (still visible to the room)
+    to: str | None = None
+    thread_id: str | None = None
+    #: upload ids, ``/uploads/...`` paths or this node's upload URLs
+    attachments: list[str] | None = None
+    #: the sender's own id for this send: a retry with the same one is not stored twice
+    client_id: str | None = None
+
+    codes = {"attachments": "invalid_attachments"}
+
+
+class MarkRead(Body):
+    #: the cursor of the newest message read (a decimal string or number)
+    cursor: str | int
+
+    codes = {"cursor": "invalid_cursor"}
+
+
+class ReadPosition(Shape):
+    """The caller's read position in the room after the move."""
+
+    room_id: Id
+    cursor: str
+    unread: int
+    mentions: int
+
+
+class Deleted(Ok):
+    message_id: Id
+
+
+class React(Body):
+    emoji: str
+
+
 @bp.get("/api/rooms")
+@answers(list[RoomView])
 async def list_rooms() -> tuple[Any, int]:
+    """The mesh's rooms, and whether the caller is a member of each."""
     actor = await caller()
     rooms = await node().rooms.list_rooms(actor)
     return reply([{**room.to_json(), "joined": joined} for room, joined in rooms])
 
 
 @bp.post("/api/rooms")
-async def create_room() -> tuple[Any, int]:
+@accepts(CreateRoom)
+@answers(RoomView, 201)
+async def create_room(data: CreateRoom) -> tuple[Any, int]:
+    """Create a room; the caller joins it."""
     actor = await caller()
-    fields = await body()
-    room = await node().rooms.create(
-        actor,
-        fields.req_str("name"),
-        fields.opt_str("description") or "",  # null == absent
-    )
+    room = await node().rooms.create(actor, data.name, data.description or "")
     return reply({**room.to_json(), "joined": True}, 201)
 
 
 @bp.get("/api/rooms/<room_id>")
+@answers(RoomDetails)
 async def get_room(room_id: str) -> tuple[Any, int]:
+    """A room, its members and the caller's permissions in it."""
     actor = await caller()
     details = await node().rooms.get(actor, room_id)
     return reply(
@@ -46,103 +110,123 @@ async def get_room(room_id: str) -> tuple[Any, int]:
 
 
 @bp.delete("/api/rooms/<room_id>")
+@answers(Ok)
 async def delete_room(room_id: str) -> tuple[Any, int]:
+    """Delete a room (its creator, or with ``rooms.delete``)."""
     actor = await caller()
     await node().rooms.delete(actor, room_id)
     return reply({"ok": True})
 
 
 @bp.post("/api/rooms/<room_id>/join")
+@answers(RoomView)
 async def join_room(room_id: str) -> tuple[Any, int]:
+    """Join a room."""
     actor = await caller()
     room = await node().rooms.join(actor, room_id)
     return reply({**room.to_json(), "joined": True})
 
 
 @bp.post("/api/rooms/<room_id>/leave")
+@answers(RoomView)
 async def leave_room(room_id: str) -> tuple[Any, int]:
+    """Leave a room."""
     actor = await caller()
     room = await node().rooms.leave(actor, room_id)
     return reply({**room.to_json(), "joined": False})
 
 
 @bp.get("/api/rooms/<room_id>/messages")
-async def list_messages(room_id: str) -> tuple[Any, int]:
+@query(MessagesQuery)
+@answers(list[Message])
+async def list_messages(room_id: str, args: MessagesQuery) -> tuple[Any, int]:
+    """A page of a room's messages, oldest first (``before`` or ``since`` a cursor)."""
     actor = await caller()
     messages = await node().messages.list_messages(
         actor,
         room_id,
-        before=request.args.get("before") or None,
-        since=request.args.get("since") or None,
-        limit=query_int("limit"),
-        thread_id=request.args.get("threadId") or None,
+        before=args.before,
+        since=args.since,
+        limit=args.limit,
+        thread_id=args.thread_id,
     )
     return reply([m.to_json() for m in messages])
 
 
 @bp.post("/api/rooms/<room_id>/messages")
-async def send_message(room_id: str) -> tuple[Any, int]:
+@accepts(SendMessage)
+@answers(Message, 201)
+async def send_message(room_id: str, data: SendMessage) -> tuple[Any, int]:
+    """Send a message to a room."""
     actor = await caller()
-    fields = await body()
     message = await node().messages.send(
         actor,
         room_id,
-        fields.req_str("content"),
-        to=fields.opt_str("to"),
-        thread_id=fields.opt_str("threadId"),
-        attachments=fields.data.get("attachments"),
-        client_id=fields.opt_str("clientId"),
+        data.content,
+        to=data.to,
+        thread_id=data.thread_id,
+        attachments=data.attachments,
+        client_id=data.client_id,
     )
     return reply(message.to_json(), 201)
 
 
 @bp.post("/api/rooms/<room_id>/read")
-async def mark_read(room_id: str) -> tuple[Any, int]:
+@accepts(MarkRead)
+@answers(ReadPosition)
+async def mark_read(room_id: str, data: MarkRead) -> tuple[Any, int]:
+    """Record how far the caller has read a room."""
     actor = await caller()
-    fields = await body()
-    cursor = fields.data.get("cursor")
-    if cursor is None:
-        raise BadRequest("cursor is required", "missing_field")
-    read = await node().world.mark_room_read(actor, room_id, cursor)
+    read = await node().world.mark_room_read(actor, room_id, data.cursor)
     return reply(read.payload())
 
 
 @bp.get("/api/rooms/<room_id>/messages/<message_id>")
+@answers(Message)
 async def get_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """One message of a room."""
     actor = await caller()
     message = await node().messages.get(actor, message_id, room_id=room_id)
     return reply(message.to_json())
 
 
+class EditMessage(Body):
+    content: str
+
+
 @bp.patch("/api/rooms/<room_id>/messages/<message_id>")
-async def edit_message(room_id: str, message_id: str) -> tuple[Any, int]:
+@accepts(EditMessage)
+@answers(Message)
+async def edit_message(room_id: str, message_id: str, data: EditMessage) -> tuple[Any, int]:
+    """Edit a message's content (its author, or with ``messages.edit``)."""
     actor = await caller()
-    fields = await body()
-    message = await node().messages.edit(
-        actor, message_id, fields.req_str("content"), room_id=room_id
-    )
+    message = await node().messages.edit(actor, message_id, data.content, room_id=room_id)
     return reply(message.to_json())
 
 
 @bp.delete("/api/rooms/<room_id>/messages/<message_id>")
+@answers(Deleted)
 async def delete_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """Delete a message (its author, or with ``messages.delete``)."""
     actor = await caller()
     await node().messages.delete(actor, message_id, room_id=room_id)
     return reply({"ok": True, "messageId": message_id})
 
 
 @bp.post("/api/rooms/<room_id>/messages/<message_id>/reactions")
-async def add_reaction(room_id: str, message_id: str) -> tuple[Any, int]:
+@accepts(React)
+@answers(Message)
+async def add_reaction(room_id: str, message_id: str, data: React) -> tuple[Any, int]:
+    """React to a message with an emoji."""
     actor = await caller()
-    fields = await body()
-    message = await node().messages.add_reaction(
-        actor, message_id, fields.req_str("emoji"), room_id=room_id
-    )
+    message = await node().messages.add_reaction(actor, message_id, data.emoji, room_id=room_id)
     return reply(message.to_json())
 
 
 @bp.delete("/api/rooms/<room_id>/messages/<message_id>/reactions/<path:emoji>")
+@answers(Message)
 async def remove_reaction(room_id: str, message_id: str, emoji: str) -> tuple[Any, int]:
+    """Take back the caller's reaction."""
     actor = await caller()
     message = await node().messages.remove_reaction(actor, message_id, emoji, room_id=room_id)
     return reply(message.to_json())
