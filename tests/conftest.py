@@ -16,6 +16,7 @@ from quart_mesh import MeshApp, Settings, create_app, serve
 from tests import stores
 from tests.browser import require_browser
 from tests.helpers import Mesh
+from tests.openapi_check import check_answer
 from tests.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -101,7 +102,10 @@ async def base_url(settings: Settings, nursery: trio.Nursery) -> str:
 
 @pytest.fixture
 async def http(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+    # every JSON answer is checked against the OpenAPI document (tests/openapi_check.py)
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=10, event_hooks={"response": [check_answer]}
+    ) as client:
         yield client
 
 

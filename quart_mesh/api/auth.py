@@ -29,7 +29,7 @@ class Me(ParticipantView):
 
     kind: str
     priority: int
-    tier: str
+    tier: int
     permissions: list[str]
 
 

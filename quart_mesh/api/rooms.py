@@ -23,7 +23,7 @@ class RoomDetails(RoomView):
     """A room with its members and what the caller may do in it."""
 
     members: list[ParticipantView]
-    permissions: dict[str, bool]
+    permissions: list[str]
 
 
 class MessagesQuery(Query):
