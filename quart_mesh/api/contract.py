@@ -8,7 +8,8 @@ A handler declares what it takes and answers::
     @answers(RoomView, 201)
     async def create_room(data: CreateRoom) -> tuple[Any, int]: ...
 
-``accepts`` decodes the JSON body straight into the type (one pass in C:
+``accepts`` checks the bearer token (unless the endpoint is ``public``), then
+decodes the JSON body straight into the type (one pass in C:
 ``docs/decisions/0046-openapi-contract.md``) and passes it as ``data``;
 ``query`` does the same for the query string (``args``). ``answers`` only
 declares: the OpenAPI document (``api/openapi.py``) is built from these
@@ -33,6 +34,7 @@ import msgspec
 from quart import request
 
 from ..errors import BadRequest
+from ._common import caller
 
 __all__ = [
     "Body",
@@ -146,6 +148,7 @@ def accepts(model: type[M]) -> Callable[[F], F]:
     def wrap(view: F) -> F:
         @functools.wraps(view)
         async def decode_body(*args: Any, **kwargs: Any) -> Any:
+            await _token_first(decode_body)
             raw = await request.get_data(cache=False)
             try:
                 data = decoder.decode(raw if raw.strip() else b"{}")
@@ -173,6 +176,7 @@ def query(model: type[M]) -> Callable[[F], F]:
     def wrap(view: F) -> F:
         @functools.wraps(view)
         async def convert_query(*args: Any, **kwargs: Any) -> Any:
+            await _token_first(convert_query)
             given = {key: value for key, value in request.args.items() if value != ""}
             try:
                 parsed = msgspec.convert(given, model, strict=False)
@@ -184,6 +188,14 @@ def query(model: type[M]) -> Callable[[F], F]:
         return convert_query  # type: ignore[return-value]
 
     return wrap
+
+
+async def _token_first(view: Callable[..., Any]) -> None:
+    """The token is checked before the body or query (``docs/rest.md``,
+    *Check order*): a caller without one learns nothing about them."""
+    contract = contract_of(view)
+    if contract is None or contract.auth is None:
+        await caller()
 
 
 def _required(model: type[msgspec.Struct]) -> frozenset[str]:

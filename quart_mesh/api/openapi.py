@@ -5,7 +5,7 @@ readable reference page made from it.
 ``/api/``, its body, query and answers from the types the handler declares
 (``api/contract.py``), its summary and description from the handler's
 docstring, its tag from the blueprint. Every operation also answers errors
-as ``ErrorBody`` (the ``default`` answer). The JSON Schemas come from
+as ``ErrorBody`` (``4XX`` and ``5XX``). The JSON Schemas come from
 msgspec (``schema_components``: draft 2020-12, the dialect of OpenAPI 3.1),
 all types at once so each component has one name.
 
@@ -91,11 +91,14 @@ def openapi_document(app: Quart) -> dict[str, Any]:
     schema_of = dict(zip(unique, schemas, strict=True))
 
     paths: dict[str, dict[str, Any]] = {}
+    ids: set[str] = set()
     for rule, method, view, contract in operations:
         path = _PARAMETER.sub(r"{\1}", rule.rule)
-        paths.setdefault(path, {})[method.lower()] = _operation(
-            rule, method, view, contract, schema_of, components
-        )
+        operation = _operation(rule, method, view, contract, schema_of, components)
+        if operation["operationId"] in ids:  # one handler on two paths (/api/state, /snapshot)
+            operation["operationId"] += "_" + re.sub(r"\W+", "_", path.removeprefix(API_PREFIX))
+        ids.add(operation["operationId"])
+        paths.setdefault(path, {})[method.lower()] = operation
     return {
         "openapi": "3.1.0",
         "info": {
@@ -180,10 +183,11 @@ def _operation(
             "description": HTTPStatus(status).phrase,
             "content": {"application/json": {"schema": schema_of[shape]}},
         }
-    responses["default"] = {
-        "description": "an error",
-        "content": {"application/json": {"schema": schema_of[ErrorBody]}},
-    }
+    for statuses, about in (("4XX", "the request was refused"), ("5XX", "the node failed")):
+        responses[statuses] = {
+            "description": about,
+            "content": {"application/json": {"schema": schema_of[ErrorBody]}},
+        }
     operation["responses"] = responses
     return operation
 
