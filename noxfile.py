@@ -1,11 +1,12 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``,
-``nox -s bench_cluster``, ``nox -s bridge_dist``, ``nox -s screenshots``.
+``nox -s bench_cluster``, ``nox -s bridge_dist``, ``nox -s screenshots``, ``nox -s fuzz``.
 
 Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -22,6 +23,17 @@ def tests(session: nox.Session, store: str) -> None:
     """The suite on each store (``nox -s "tests(store='sqlite')"`` for one)."""
     session.install("-e", ".[test]", "-e", "./bridge")
     session.run("pytest", "--store", store, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Schemathesis at length against a served node, from its OpenAPI document
+    (``tests/contract/test_fuzz.py``; CI runs it briefly). Set the examples per
+    operation, the seed and a time budget with ``MESH_FUZZ_EXAMPLES`` (100),
+    ``MESH_FUZZ_SEED`` (1) and ``MESH_FUZZ_SECONDS`` (none)."""
+    session.install("-e", ".[test]")
+    session.env["MESH_FUZZ_EXAMPLES"] = os.environ.get("MESH_FUZZ_EXAMPLES", "100")
+    session.run("pytest", "tests/contract/test_fuzz.py", "-v", *session.posargs)
 
 
 @nox.session(python=PYTHON)
