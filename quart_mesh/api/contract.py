@@ -10,7 +10,7 @@ A handler declares what it takes and answers::
 
 ``accepts`` checks the bearer token (unless the endpoint is ``public``), then
 decodes the JSON body straight into the type (one pass in C:
-``docs/decisions/0046-openapi-contract.md``) and passes it as ``data``;
+``docs/decisions/0047-openapi-contract.md``) and passes it as ``data``;
 ``query`` does the same for the query string (``args``). ``answers`` only
 declares: the OpenAPI document (``api/openapi.py``) is built from these
 declarations, and the contract tests check the answers against it.
