@@ -28,6 +28,7 @@ from pathlib import Path
 
 import trio
 
+from . import chores
 from ._version import __version__
 from .app import create_app
 from .backup import BackupError, backup, restore
@@ -113,7 +114,66 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="back up even if files of uploads the store names are gone (listed in the manifest)",
     )
+    _chore_parsers(commands)
     return parser
+
+
+def _chore_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``user``, ``tokens`` and ``status``: the operator's chores."""
+    user = commands.add_parser(
+        "user", help="create a user or an admin, reset a password (node running or not)"
+    )
+    user_commands = user.add_subparsers(dest="chore", required=True)
+    create = user_commands.add_parser(
+        "create", help="create a human participant (a member, or with --admin an admin)"
+    )
+    create.add_argument("name")
+    create.add_argument("--admin", action="store_true", help="give it the role admin")
+    reset = user_commands.add_parser(
+        "reset-password", help="set a new password; signs the participant out everywhere"
+    )
+    reset.add_argument("name")
+    reset.add_argument(
+        "--keep-tokens",
+        action="store_true",
+        help="keep its tokens (and open sessions) valid",
+    )
+    for sub in (create, reset):
+        sub.add_argument(
+            "--password-stdin",
+            action="store_true",
+            help="read the password from the first line of standard input"
+            " (else it is asked twice on the terminal)",
+        )
+    tokens = commands.add_parser(
+        "tokens", help="list or revoke a participant's tokens (node running or not)"
+    )
+    token_commands = tokens.add_subparsers(dest="chore", required=True)
+    listing = token_commands.add_parser("list", help="the tokens that have not expired")
+    listing.add_argument("name")
+    listing.add_argument("--json", action="store_true", help="as a JSON array")
+    revoke = token_commands.add_parser(
+        "revoke", help="revoke one token (its id, from tokens list), or --all"
+    )
+    revoke.add_argument("name")
+    revoke.add_argument("token_id", nargs="?", metavar="TOKEN_ID")
+    revoke.add_argument(
+        "--all",
+        action="store_true",
+        help="every token, also those issued before the node listed them",
+    )
+    status = commands.add_parser(
+        "status", help="whether the mesh is set up, its owner, participants, store"
+    )
+    status.add_argument("--json", action="store_true", help="as a JSON object")
+    for sub in (create, reset, listing, revoke, status):
+        sub.add_argument(
+            "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
+        )
+        sub.add_argument(
+            "--database-url",
+            help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)",
+        )
 
 
 def _backup_command(args: argparse.Namespace) -> int:
@@ -219,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("backup", "restore"):
         return _backup_command(args)
+    if args.command in ("user", "tokens", "status"):
+        return chores.main(args)
     worker: Worker | None = args.worker
     try:
         settings = Settings.from_env().with_overrides(

@@ -29,6 +29,7 @@ from .address import PublicAddress
 from .bots.supervisor import Supervisor
 from .broker import Broker
 from .config import Settings
+from .control import CONTROL_SOCKET, ControlSocket
 from .data_folder import lock_data_folder
 from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
@@ -50,6 +51,7 @@ from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
 from .services.messages import Messages, SharedRooms
 from .services.model_proxy import ModelProxy
+from .services.operator import Operator
 from .services.polling import Polling
 from .services.presence import Presence
 from .services.ratelimit import RateLimiter
@@ -181,6 +183,15 @@ class Node:
             self.broker,
             sessions=lambda: self.realtime.sessions,
         )
+        #: the operator's chores (``quart-mesh user|tokens|status``)
+        self.operator = Operator(settings, db, self.accounts, self.passwords)
+        #: on SQLite, where the node is its data folder's one process, the
+        #: chores reach a running node through this (``control.py``)
+        self.control = (
+            ControlSocket(settings.data_dir / CONTROL_SOCKET, self.operator.perform)
+            if db.backend == "sqlite"
+            else None
+        )
         self.started_at = time.monotonic()
         self._running = False
         if self.bus is not None:
@@ -266,10 +277,7 @@ class Node:
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.db.run)
-                await nursery.start(self.broker.run)
-                if self.bus is not None:  # before anything else writes
-                    await nursery.start(self.bus.run)
+                await self._start_core(nursery)
                 await nursery.start(self.world.run)
                 await nursery.start(self.presence.run)
                 # singletons: on one process of the mesh at a time (elected
@@ -285,6 +293,8 @@ class Node:
                     await nursery.start(
                         run_elected, self.db, REGISTRY_HEARTBEAT, self.heartbeat.run
                     )
+                if self.control is not None:
+                    await nursery.start(self.control.run)
                 self.realtime.accepting = True
                 log.debug("node running (store %s)", self.db.backend)
                 task_status.started()
@@ -292,6 +302,36 @@ class Node:
         finally:
             self.realtime.accepting = False
             self._running = False
+
+    async def run_core(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run only what a service's write needs, until cancelled: the store's
+        writer, the broker and, on PostgreSQL, the bus (a write there waits
+        for its own row of the cluster's stream, and through it reaches the
+        other processes). For an operator's chore in a process of its own
+        (``quart-mesh user|tokens|status``): no sessions, managed bots,
+        webhooks or federation.
+
+        Raises:
+            RuntimeError: the node is already running.
+        """
+        if self._running:
+            raise RuntimeError("the node is already running")
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._start_core(nursery)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._running = False
+
+    async def _start_core(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.db.run)
+        await nursery.start(self.broker.run)
+        if self.bus is not None:  # before anything else writes
+            await nursery.start(self.bus.run)
 
     async def _save(self) -> None:
         """Write what is still only in memory (the writer has stopped: these

@@ -75,6 +75,8 @@ class Participant:
     description: str = ""
     #: the home node's DID of a participant of another node (``name@peer``)
     origin: str | None = None
+    #: its tokens issued before this time (unix seconds) are refused
+    tokens_not_before: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -77,6 +77,8 @@ class TokenClaims:
     kind: str
     token_id: str
     expires_at: int
+    #: unix seconds (``iat``)
+    issued_at: int = 0
 
 
 class Tokens:
@@ -95,15 +97,21 @@ class Tokens:
         self._verified: collections.OrderedDict[str, TokenClaims] = collections.OrderedDict()
 
     def issue(self, participant_id: str, kind: str, ttl_seconds: int) -> str:
+        return self.mint(participant_id, kind, ttl_seconds)[0]
+
+    def mint(self, participant_id: str, kind: str, ttl_seconds: int) -> tuple[str, TokenClaims]:
+        """A new token and its claims (to record it: ``store/tokens.py``)."""
         now = int(time.time())
+        token_id = secrets.token_urlsafe(12)
         claims = {
             "sub": participant_id,
             "kind": kind,
             "iat": now,
             "exp": now + ttl_seconds,
-            "jti": secrets.token_urlsafe(12),
+            "jti": token_id,
         }
-        return jwt.encode(claims, self._secret, algorithm=self.algorithm)
+        token = jwt.encode(claims, self._secret, algorithm=self.algorithm)
+        return token, TokenClaims(participant_id, kind, token_id, now + ttl_seconds, now)
 
     def check(self, token: str) -> TokenClaims:
         """Decode and verify *token* (a token verified lately is only
@@ -138,4 +146,4 @@ class Tokens:
         sub, kind = claims.get("sub"), claims.get("kind")
         if not isinstance(sub, str) or not isinstance(kind, str):
             raise Unauthorized("the token is not valid", "invalid_token")
-        return TokenClaims(sub, kind, str(claims["jti"]), int(claims["exp"]))
+        return TokenClaims(sub, kind, str(claims["jti"]), int(claims["exp"]), int(claims["iat"]))

@@ -800,7 +800,14 @@ def _cli() -> tuple[Command, dict[str, Command]]:
     top = _run_cli("--help")
     choices = re.search(r"\{([a-z][\w,-]*)\}", top)
     assert choices, top
-    subcommands = {name: _command(_run_cli(name, "--help")) for name in choices[1].split(",")}
+    subcommands: dict[str, Command] = {}
+    for name in choices[1].split(","):
+        text = _run_cli(name, "--help")
+        subcommands[name] = _command(text)
+        # a subcommand of subcommands (``quart-mesh user create``)
+        nested = re.search(r"\{([a-z][\w,-]*)\}", text.split("\n\n")[0])
+        for sub in nested[1].split(",") if nested else ():
+            subcommands[f"{name} {sub}"] = _command(_run_cli(name, sub, "--help"))
     return _command(top), subcommands
 
 
@@ -813,6 +820,8 @@ def _check_invocation(words: list[str]) -> str | None:
         unknown = [w for w in words if w.startswith("-") and w.split("=")[0] not in top.options]
         return f"unknown options {unknown}" if unknown else None
     name, rest = words[0], words[1:]
+    if rest and f"{name} {rest[0]}" in subcommands:
+        name, rest = f"{name} {rest[0]}", rest[1:]
     if name not in subcommands:
         if rest and not rest[0].startswith("-"):
             return None  # prose, such as a log line: "quart-mesh listening on …"

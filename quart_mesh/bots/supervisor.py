@@ -51,6 +51,7 @@ from typing import Any
 import trio
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from ..address import PublicAddress
 from ..config import Settings
@@ -61,6 +62,8 @@ from ..services.agents import BotSpec
 from ..store import Database
 from ..store import agents as agents_repo
 from ..store import messages as messages_repo
+from ..store import tokens as tokens_repo
+from ..store.tokens import IssuedToken
 
 __all__ = ["ManagedBot", "Supervisor"]
 
@@ -398,7 +401,19 @@ class Supervisor:
 
             head = await retrying("recording where a bot starts", partial(self._db.write, first))
             bot.cursor = bot.saved_cursor = str(head)
-        token = self._tokens.issue(bot.agent_id, "bot", self._settings.bot_token_ttl_seconds)
+        token, claims = self._tokens.mint(bot.agent_id, "bot", self._settings.bot_token_ttl_seconds)
+        issued = IssuedToken(
+            claims.token_id, bot.agent_id, "managed", claims.issued_at, claims.expires_at
+        )
+
+        def record(conn: Connection) -> None:
+            try:
+                with conn.begin_nested():
+                    tokens_repo.record_token(conn, issued)
+            except IntegrityError:  # the bot was deleted meanwhile: its run fails anyway
+                pass
+
+        await retrying("recording a managed bot's token", partial(self._db.write, record))
         env = {
             **os.environ,
             "MESH_WS_URL": "ws" + base.removeprefix("http") + "/ws",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
@@ -19,6 +19,8 @@ from ..security import Passwords, Tokens
 from ..store import Database, outbox
 from ..store import accounts as repo
 from ..store import rooms as rooms_repo
+from ..store import tokens as tokens_repo
+from ..store.tokens import IssuedToken
 from .authz import Actor, Policy, authorize
 from .presence import Presence
 from .ratelimit import RateLimiter
@@ -113,6 +115,8 @@ class Accounts:
         self._generation = 0
         #: signed-out tokens (token id -> expiry, unix seconds), until they expire
         self._revoked: dict[str, int] = {}
+        #: when this process last pruned expired issued tokens (unix seconds)
+        self._pruned_at = 0
 
     async def load(self) -> None:
         """Read the mesh configuration and the signed-out tokens; called once
@@ -179,6 +183,7 @@ class Accounts:
         now = now_ms()
         owner = Participant(new_id(), name, "human", "human", "owner", now)
         room = Room(new_id(), "room", default_room_name, "", owner.participant_id, now)
+        session, issued = self._mint(owner, "setup")
         mesh = MeshConfig(
             name=mesh_name,
             description=description,
@@ -194,6 +199,7 @@ class Accounts:
             if repo.get_mesh_config(conn) is not None:
                 raise Conflict("the mesh is already initialized", "already_initialized")
             self._insert(conn, owner, password_hash)
+            self._record(conn, issued)
             rooms_repo.insert_room(conn, room)
             rooms_repo.add_member(conn, room.room_id, owner.participant_id, now)
             repo.insert_mesh_config(conn, mesh)
@@ -202,7 +208,7 @@ class Accounts:
 
         await self._db.write(write)
         self._mesh = mesh
-        return self._session(owner)
+        return session
 
     async def register(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
         """Register a human participant with role ``member``; *address* is the
@@ -220,14 +226,44 @@ class Accounts:
         if mesh.registration_mode != "open":
             raise Forbidden("registration is closed on this mesh", "registration_closed")
         await self.rate_limits.address("registration_address", address)
+        _, session = await self._new_human(name, password, "member", via="register")
+        assert session is not None
+        return session
+
+    async def add_human(self, name: str, password: str, role: str) -> Participant:
+        """Create a human participant with *role*, signed in nowhere: for the
+        operator's chores (``services/operator.py``), whose authority is the
+        node's own; the caller decides who may (this checks no permission).
+
+        Raises:
+            Forbidden: before setup.
+            Conflict: the name is taken.
+            BadRequest: invalid name or weak password.
+        """
+        if self._mesh is None:
+            raise Forbidden("the mesh is not set up yet", "not_initialized")
+        participant, _ = await self._new_human(name, password, role, via=None)
+        return participant
+
+    async def _new_human(
+        self, name: str, password: str, role: str, *, via: str | None
+    ) -> tuple[Participant, SignedIn | None]:
+        """A new human participant; with *via*, signed in (recorded so)."""
         check_name(name, self._limits)
         check_password(password, name, self._limits)
         if await self._db.read(lambda conn: repo.name_taken(conn, name)):
             raise Conflict("that name is taken", "name_taken")
         password_hash = await self._passwords.hash(password)
-        participant = Participant(new_id(), name, "human", "human", "member", now_ms())
-        await self._db.write(lambda conn: self._insert(conn, participant, password_hash))
-        return self._session(participant)
+        participant = Participant(new_id(), name, "human", "human", role, now_ms())
+        session, issued = self._mint(participant, via) if via is not None else (None, None)
+
+        def write(conn: Connection) -> None:
+            self._insert(conn, participant, password_hash)
+            if issued is not None:
+                self._record(conn, issued)
+
+        await self._db.write(write)
+        return participant, session
 
     async def login(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
         """Log in; *address* is the client's.
@@ -247,7 +283,7 @@ class Accounts:
         ok = await self._passwords.verify(password_hash, password)
         if participant is None or not ok:
             raise Unauthorized("wrong name or password", "invalid_credentials")
-        return self._session(participant)
+        return await self.sign_in(participant, "login")
 
     async def guest(self, name: str | None = None, *, address: str | None = None) -> SignedIn:
         """A guest (role ``spectator``) on a public mesh; *address* is the
@@ -265,8 +301,14 @@ class Accounts:
             name = f"guest-{secrets.token_hex(4)}"
         check_name(name, self._limits)
         participant = Participant(new_id(), name, "guest", "guest", "spectator", now_ms())
-        await self._db.write(lambda conn: self._insert(conn, participant, None))
-        return self._session(participant, ttl=self._settings.guest_token_ttl_seconds)
+        session, issued = self._mint(participant, "guest")
+
+        def write(conn: Connection) -> None:
+            self._insert(conn, participant, None)
+            self._record(conn, issued)
+
+        await self._db.write(write)
+        return session
 
     async def create_bot(
         self,
@@ -275,6 +317,8 @@ class Accounts:
         role: str,
         description: str,
         also: Callable[[Connection, Participant], None],
+        *,
+        via: str = "bot",
     ) -> SignedIn:
         """Create a bot participant (kind ``bot``) and, in the same transaction,
         run ``also(conn, participant)`` (the agent's own record).
@@ -291,13 +335,15 @@ class Accounts:
         participant = Participant(
             new_id(), name, "bot", bot_type, role, now_ms(), description=description
         )
+        session, issued = self._mint(participant, via)
 
         def write(conn: Connection) -> None:
             self._insert(conn, participant, None)
             also(conn, participant)
+            self._record(conn, issued)
 
         await self._db.write(write)
-        return self._session(participant, ttl=self._settings.bot_token_ttl_seconds)
+        return session
 
     async def authenticate(self, token: str | None) -> Actor:
         """Resolve a bearer token to the acting participant.
@@ -323,6 +369,9 @@ class Accounts:
             if participant is None:
                 raise Unauthorized("the token's participant no longer exists", "invalid_token")
             self._remember(participant, generation)
+        not_before = participant.tokens_not_before
+        if not_before is not None and claims.issued_at < not_before:
+            raise Unauthorized("this token was signed out", "token_revoked")
         now = now_ms()
         last = participant.last_seen_at
         if last is None or now - last > self._settings.last_seen_interval * 1000:
@@ -341,17 +390,70 @@ class Accounts:
         from now on (401 ``token_revoked``) and the WebSocket sessions opened
         with it end. The participant's other tokens stay valid."""
         claims = self._tokens.check(token)
+        await self.revoke_tokens(actor.participant_id, [(claims.token_id, claims.expires_at)])
+
+    async def revoke_tokens(self, participant_id: str, tokens: Sequence[tuple[str, int]]) -> None:
+        """Sign *participant_id*'s *tokens* (token id, expiry) out: each is
+        refused from now on, by every process (401 ``token_revoked``), and the
+        WebSocket sessions opened with it end. Its other tokens stay valid.
+        Checks no permission: the caller's (``logout``, the operator)."""
         now = int(time.time())
 
         def write(conn: Connection) -> None:
             repo.prune_revoked_tokens(conn, now)
-            repo.revoke_token(conn, claims.token_id, actor.participant_id, claims.expires_at)
-            outbox.change(conn, "invalidate", "revoked", f"{claims.token_id} {claims.expires_at}")
-            outbox.change(
-                conn, "disconnect_token", actor.participant_id, claims.token_id, "signed_out"
-            )
+            for token_id, expires_at in tokens:
+                repo.revoke_token(conn, token_id, participant_id, expires_at)
+                outbox.change(conn, "invalidate", "revoked", f"{token_id} {expires_at}")
+                outbox.change(conn, "disconnect_token", participant_id, token_id, "signed_out")
 
-        await self._db.write(write, then=lambda _: self.revoked(claims.token_id, claims.expires_at))
+        def then(_: None) -> None:
+            for token_id, expires_at in tokens:
+                self.revoked(token_id, expires_at)
+
+        await self._db.write(write, then=then)
+
+    async def sign_out_everywhere(
+        self, participant_id: str, *, password_hash: str | None = None
+    ) -> int:
+        """Refuse every token of *participant_id* issued until now, listed
+        (``issued_tokens``) or not (issued before the list existed: refused by
+        its ``tokens_not_before``), and end all its sessions; with
+        *password_hash*, set its password in the same transaction. Checks no
+        permission: the caller's (the operator). Returns how many listed
+        tokens were still valid.
+
+        Raises:
+            NotFound: no such participant.
+        """
+        now = int(time.time())
+
+        def write(conn: Connection) -> list[IssuedToken]:
+            if repo.get_participant(conn, participant_id) is None:
+                raise NotFound("no such participant", "participant_not_found")
+            if password_hash is not None:
+                repo.set_password(conn, participant_id, password_hash)
+            # those of this very second are revoked one by one: "not before"
+            # counts whole seconds, and a token issued later in this second
+            # (a login with the new password) must stay good
+            listed = [
+                t for t in tokens_repo.list_tokens(conn, participant_id, now) if not t.revoked
+            ]
+            repo.prune_revoked_tokens(conn, now)
+            repo.set_tokens_not_before(conn, participant_id, now)
+            for token in listed:
+                repo.revoke_token(conn, token.token_id, participant_id, token.expires_at)
+                outbox.change(conn, "invalidate", "revoked", f"{token.token_id} {token.expires_at}")
+            outbox.change(conn, "invalidate", "participant", participant_id)
+            outbox.change(conn, "disconnect", participant_id, "signed_out")
+            return listed
+
+        def then(listed: list[IssuedToken]) -> None:
+            self.forget(participant_id)
+            for token in listed:
+                self.revoked(token.token_id, token.expires_at)
+
+        revoked: list[IssuedToken] = await self._db.write(write, then=then)
+        return len(revoked)
 
     def revoked(self, token_id: str, expires_at: int) -> None:
         """Refuse *token_id* from now on (signed out here or on another process)."""
@@ -469,10 +571,48 @@ class Accounts:
         except IntegrityError:
             raise Conflict("that name is taken", "name_taken") from None
 
-    def _session(self, participant: Participant, ttl: int | None = None) -> SignedIn:
-        token = self._tokens.issue(
-            participant.participant_id,
-            participant.kind,
-            self._settings.token_ttl_seconds if ttl is None else ttl,
+    def token_ttl(self, kind: str) -> int:
+        """How long a token of a participant of *kind* lasts, seconds."""
+        settings = self._settings
+        return {
+            "bot": settings.bot_token_ttl_seconds,
+            "guest": settings.guest_token_ttl_seconds,
+        }.get(kind, settings.token_ttl_seconds)
+
+    async def sign_in(self, participant: Participant, via: str) -> SignedIn:
+        """A fresh token for *participant* (known to exist), recorded as
+        issued *via* (``login``, ``did``...) so that it can be listed.
+
+        Raises:
+            Unauthorized: the participant was deleted meanwhile.
+        """
+        session, issued = self._mint(participant, via)
+
+        def write(conn: Connection) -> None:
+            try:
+                with conn.begin_nested():
+                    self._record(conn, issued)
+            except IntegrityError:  # deleted since it was read
+                raise Unauthorized("wrong name or password", "invalid_credentials") from None
+
+        await self._db.write(write, quick=True)
+        return session
+
+    def _mint(self, participant: Participant, via: str) -> tuple[SignedIn, IssuedToken]:
+        """A token for *participant*, and its row for ``issued_tokens``
+        (:meth:`_record` it in the unit that creates or signs it in)."""
+        token, claims = self._tokens.mint(
+            participant.participant_id, participant.kind, self.token_ttl(participant.kind)
         )
-        return SignedIn(participant, token)
+        issued = IssuedToken(
+            claims.token_id, participant.participant_id, via, claims.issued_at, claims.expires_at
+        )
+        return SignedIn(participant, token), issued
+
+    def _record(self, conn: Connection, issued: IssuedToken) -> None:
+        """Record *issued* in the unit of work on *conn*, and (once a minute
+        per process) prune the expired ones."""
+        tokens_repo.record_token(conn, issued)
+        if issued.issued_at - self._pruned_at >= 60:
+            self._pruned_at = issued.issued_at
+            tokens_repo.prune_tokens(conn, issued.issued_at)

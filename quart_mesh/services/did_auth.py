@@ -286,7 +286,7 @@ class DidAuth:
         await self._prove(did, challenge, signature)
         participant = await self._db.read(lambda conn: repo.participant_for_did(conn, did))
         if participant is not None:
-            return DidLogin(self._session(participant), created=False)
+            return DidLogin(await self._accounts.sign_in(participant, "did"), created=False)
         if mesh.registration_mode != "open":
             raise Forbidden(
                 "registration is closed on this mesh: this DID is not linked to anyone",
@@ -309,23 +309,16 @@ class DidAuth:
             _link(conn, participant.participant_id, did, None, at)
 
         try:
-            session = await self._accounts.create_bot(name, "nanoclaw", "agent", "", record)
+            session = await self._accounts.create_bot(
+                name, "nanoclaw", "agent", "", record, via="did"
+            )
         except Conflict:
             # the same DID may have registered a moment ago (a concurrent attempt)
             participant = await self._db.read(lambda conn: repo.participant_for_did(conn, did))
             if participant is None:
                 raise
-            return DidLogin(self._session(participant), created=False)
+            return DidLogin(await self._accounts.sign_in(participant, "did"), created=False)
         return DidLogin(session, created=True)
-
-    def _session(self, participant: Participant) -> SignedIn:
-        settings = self._settings
-        ttl = {
-            "bot": settings.bot_token_ttl_seconds,
-            "guest": settings.guest_token_ttl_seconds,
-        }.get(participant.kind, settings.token_ttl_seconds)
-        token = self._tokens.issue(participant.participant_id, participant.kind, ttl)
-        return SignedIn(participant, token)
 
     # encrypted keys -------------------------------------------------------------
 

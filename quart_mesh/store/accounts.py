@@ -13,6 +13,7 @@ from .dialect import insert
 from .schema import mesh_config, participants, revoked_tokens
 
 __all__ = [
+    "count_by_kind_and_role",
     "count_with_role",
     "delete_participant",
     "get_mesh_config",
@@ -28,7 +29,9 @@ __all__ = [
     "prune_revoked_tokens",
     "revoke_token",
     "set_last_seen",
+    "set_password",
     "set_role",
+    "set_tokens_not_before",
 ]
 
 
@@ -75,6 +78,8 @@ def participant_from_row(row: Any) -> Participant:
         last_seen_at=row.last_seen_at,
         description=row.description,
         origin=row.origin_did,
+        # queries that pick columns of the participant may leave it out
+        tokens_not_before=row._mapping.get("tokens_not_before"),
     )
 
 
@@ -168,6 +173,31 @@ def move_role(conn: Connection, old: str, new: str) -> list[str]:
 def count_with_role(conn: Connection, role: str) -> int:
     query = sa.select(sa.func.count()).select_from(participants).where(participants.c.role == role)
     return int(conn.execute(query).scalar_one())
+
+
+def count_by_kind_and_role(conn: Connection) -> list[tuple[str, str, int]]:
+    """How many participants of each (kind, role) there are."""
+    query = sa.select(participants.c.kind, participants.c.role, sa.func.count()).group_by(
+        participants.c.kind, participants.c.role
+    )
+    return [(row[0], row[1], int(row[2])) for row in conn.execute(query)]
+
+
+def set_password(conn: Connection, participant_id: str, password_hash: str) -> None:
+    conn.execute(
+        participants.update()
+        .where(participants.c.participant_id == participant_id)
+        .values(password_hash=password_hash)
+    )
+
+
+def set_tokens_not_before(conn: Connection, participant_id: str, at: int) -> None:
+    """Refuse *participant_id*'s tokens issued before *at* (unix seconds)."""
+    conn.execute(
+        participants.update()
+        .where(participants.c.participant_id == participant_id)
+        .values(tokens_not_before=at)
+    )
 
 
 def revoke_token(conn: Connection, token_id: str, participant_id: str, expires_at: int) -> None:

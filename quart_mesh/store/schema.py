@@ -69,6 +69,9 @@ participants = Table(
     Column("last_seen_at", BigInteger, nullable=True),
     # the home node's DID of a remote participant (federation); NULL for local ones
     Column("origin_did", String(128), nullable=True),
+    # tokens issued before this time (unix seconds) are refused: "sign out
+    # everywhere" (migration 0020, docs/decisions/0046-operator-chores.md)
+    Column("tokens_not_before", BigInteger, nullable=True),
 )
 
 rooms = Table(
@@ -623,4 +626,27 @@ managed_bots = Table(
     Column("detail", Text, nullable=True),
     Column("sealed_key", Text, nullable=True),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+# --- operator chores (migration 0020) ---
+
+#: every token the node issued that has not expired yet, so an operator can
+#: list a participant's tokens and revoke them (tokens stay stateless JWTs:
+#: this is not consulted when a token is checked); expired rows are pruned
+issued_tokens = Table(
+    "issued_tokens",
+    metadata,
+    Column("token_id", String(64), primary_key=True),
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # how it was issued: setup, register, login, guest, bot, did, managed
+    Column("kind", String(16), nullable=False),
+    Column("issued_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_issued_tokens_participant_id", "participant_id"),
+    Index("ix_issued_tokens_expires_at", "expires_at"),
 )

@@ -21,6 +21,7 @@ from trio.testing import MockClock
 from quart_mesh.address import PublicAddress
 from quart_mesh.bots.supervisor import EX_CONFIG, ManagedBot, Supervisor
 from quart_mesh.config import Settings
+from quart_mesh.security import TokenClaims
 from quart_mesh.services.agents import BotSpec
 from tests.bots.test_supervisor import NoStore, about
 
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.timeout(10)
 
 
 class Tokens:
-    def issue(self, *args: Any) -> str:
-        return "token"
+    def mint(self, participant_id: str, kind: str, ttl: int) -> tuple[str, TokenClaims]:
+        return "token", TokenClaims(participant_id, kind, "token-id", ttl, 0)
 
 
 class _Ended(trio.abc.ReceiveStream):
