@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,7 +68,7 @@ def _st() -> list[str]:
     return [found]
 
 
-async def _fuzz(base_url: str, token: str, report: Path) -> trio.CompletedProcess[bytes]:
+async def _fuzz(base_url: str, token: str, report: Path) -> subprocess.CompletedProcess[bytes]:
     examples = os.environ.get("MESH_FUZZ_EXAMPLES", "4")
     seed = os.environ.get("MESH_FUZZ_SEED", "1")
     command = [
@@ -106,7 +107,12 @@ async def _fuzz(base_url: str, token: str, report: Path) -> trio.CompletedProces
     # nothing here answers slowly: bound the whole run, generously
     with trio.fail_after(float(os.environ.get("MESH_FUZZ_SECONDS", "600")) + 300):
         return await trio.run_process(
-            command, capture_stdout=True, capture_stderr=True, check=False, env=env
+            command,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+            cwd=report.parent,  # where st keeps its own files (.schemathesis/)
         )
 
 
