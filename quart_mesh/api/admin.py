@@ -3,53 +3,172 @@ is in ``health.py``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from quart import Blueprint
 
-from ..errors import BadRequest
-from ._common import body, caller, node, reply
+from ._common import caller, node, reply
+from .contract import Body, Shape, accepts, answers
+from .objects import Id
 
 bp = Blueprint("admin", __name__)
 
 
+class ParticipantCounts(Shape):
+    total: int
+    humans: int
+    bots: int
+    guests: int
+    #: online now (on this node)
+    online: int
+
+
+class BrokerCounts(Shape):
+    """This process's event broker."""
+
+    subscribers: int
+    queued_events: int
+    drops: int
+    published: int
+    rooms: int
+
+
+class ModelCounts(Shape):
+    """The model proxy's use, over every participant and model."""
+
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class RateLimitCounts(Shape):
+    enabled: bool
+    #: keys this process tracks (shared rules on PostgreSQL are not counted)
+    tracked_keys: int
+    #: refusals by rule, since start
+    refused: dict[str, int]
+
+
+class AdminStats(Shape):
+    """The node's statistics."""
+
+    participants: ParticipantCounts
+    rooms: int
+    dms: int
+    messages: int
+    websocket_sessions: int
+    broker: BrokerCounts
+    models: ModelCounts
+    rate_limits: RateLimitCounts
+    #: seconds since the node started
+    uptime: float
+    version: str
+
+
+class SetupStep(Shape):
+    id: str
+    label: str
+    done: bool
+
+
+class SetupChecklist(Shape):
+    """The first-run checklist."""
+
+    complete: bool
+    steps: list[SetupStep]
+
+
+class RateRule(Shape):
+    """A rate limit rule in force (``count``, ``per``, ``burst``: null when off)."""
+
+    count: int | None
+    #: seconds
+    per: float | None
+    burst: int | None
+    off: bool
+    #: what it counts per (participant, client address, ...)
+    scope: str
+    source: Literal["admin", "settings"]
+
+
+class AdminMeshSettings(Shape):
+    """The mesh's settings and the rate limits in force."""
+
+    name: str
+    description: str
+    visibility: Literal["public", "private"]
+    registration_mode: Literal["open", "closed"]
+    guests_can_send: bool
+    default_room_id: Id | None
+    #: by rule: messages, reactions, typing, models, loginName, loginAddress,
+    #: registrationAddress, challengeAddress, federationRelay
+    rate_limits: dict[str, RateRule]
+    #: role name -> factor on its rate limits
+    role_multipliers: dict[str, float]
+    role_multipliers_source: Literal["admin", "settings"]
+    rate_limits_enabled: bool
+    rate_limit_exempt_addresses: list[str]
+
+
+class MeshSettingsChange(Body):
+    """What is given changes (null: unchanged); all or nothing."""
+
+    name: str | None = None
+    description: str | None = None
+    #: public or private
+    visibility: str | None = None
+    #: open or closed
+    registration_mode: str | None = None
+    guests_can_send: bool | None = None
+    #: an ordinary room of this node, or "" for none
+    default_room_id: str | None = None
+    #: rule name -> {"count", "per", "burst"?}, a rate such as "20/10s:30",
+    #: "off" or "default" (the settings' value); rules not named are unchanged
+    rate_limits: dict[str, Any] | None = None
+    #: a whole new map of role name -> number (0.01 to 1000), or "default"
+    role_multipliers: dict[str, Any] | str | None = None
+
+
 @bp.get("/api/admin/stats")
+@answers(AdminStats)
 async def stats() -> tuple[Any, int]:
+    """The node's statistics: participants, rooms, messages, broker, models, rate limits."""
     actor = await caller()
     return reply(await node().admin.stats(actor))
 
 
 @bp.get("/api/admin/setup-status")
+@answers(SetupChecklist)
 async def setup_status() -> tuple[Any, int]:
+    """The first-run checklist: which setup steps are done."""
     actor = await caller()
     return reply(await node().admin.setup_status(actor))
 
 
 @bp.get("/api/admin/mesh/settings")
+@answers(AdminMeshSettings)
 async def mesh_settings() -> tuple[Any, int]:
+    """The mesh's settings, with the rate limits in force."""
     actor = await caller()
     return reply(node().admin.settings(actor))
 
 
 @bp.put("/api/admin/mesh/settings")
-async def update_mesh_settings() -> tuple[Any, int]:
+@accepts(MeshSettingsChange)
+@answers(AdminMeshSettings)
+async def update_mesh_settings(data: MeshSettingsChange) -> tuple[Any, int]:
+    """Change the mesh's settings and rate limits (applied at once, and stored)."""
     actor = await caller()
-    fields = await body()
-    rate_limits = fields.data.get("rateLimits")
-    if rate_limits is not None and not isinstance(rate_limits, dict):
-        raise BadRequest("rateLimits must be an object", "invalid_field")
-    multipliers = fields.data.get("roleMultipliers")
-    if multipliers is not None and not isinstance(multipliers, dict | str):
-        raise BadRequest('roleMultipliers must be an object or "default"', "invalid_field")
     result = await node().admin.update_settings(
         actor,
-        name=fields.opt_str("name"),
-        description=fields.opt_str("description"),
-        visibility=fields.opt_str("visibility"),
-        registration_mode=fields.opt_str("registrationMode"),
-        guests_can_send=fields.opt_bool("guestsCanSend"),
-        default_room_id=fields.opt_str("defaultRoomId"),
-        rate_limits=rate_limits,
-        role_multipliers=multipliers,
+        name=data.name,
+        description=data.description,
+        visibility=data.visibility,
+        registration_mode=data.registration_mode,
+        guests_can_send=data.guests_can_send,
+        default_room_id=data.default_room_id,
+        rate_limits=data.rate_limits,
+        role_multipliers=data.role_multipliers,
     )
     return reply(result)
