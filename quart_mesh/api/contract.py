@@ -216,6 +216,12 @@ _TYPE_NAMES = {
 }
 
 
+def _expected(types: str) -> str:
+    """msgspec's ``int | null`` as people say it: ``a whole number``."""
+    named = [_TYPE_NAMES.get(t, t) for t in types.split(" | ") if t != "null"]
+    return " or ".join(named) if named else types
+
+
 def _where(at: str | None) -> str:
     return (at or "").lstrip(".")
 
@@ -232,7 +238,7 @@ def _bad_body(message: str, required: frozenset[str], codes: dict[str, str]) -> 
         top = re.split(r"[.\[]", at, maxsplit=1)[0]
         if match["got"] == "null" and at in required:
             return BadRequest(f"{at} is required", "missing_field")
-        expected = _TYPE_NAMES.get(match["expected"], match["expected"])
+        expected = _expected(match["expected"])
         return BadRequest(f"{at} must be {expected}", codes.get(top, "invalid_field"))
     # a constraint of the type (a number out of its range, a value not in a set)
     text, _, at = message.partition(" - at `$")
@@ -244,8 +250,7 @@ def _bad_body(message: str, required: frozenset[str], codes: dict[str, str]) -> 
 def _bad_query(message: str) -> BadRequest:
     if match := _EXPECTED.match(message):
         name = _where(match["at"])
-        expected = _TYPE_NAMES.get(match["expected"], match["expected"])
-        return BadRequest(f"{name} must be {expected}", "invalid_query")
+        return BadRequest(f"{name} must be {_expected(match['expected'])}", "invalid_query")
     text, _, at = message.partition(" - at `$")
     where = _where(at.rstrip("`"))
     return BadRequest(f"{where}: {text}" if where else text, "invalid_query")
