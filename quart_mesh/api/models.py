@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
+import msgspec
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
@@ -18,6 +20,8 @@ from ..errors import MeshError, RateLimited
 from ..services.authz import Actor
 from ..services.model_proxy import OpenAIError, Stream
 from ._common import body, caller, node, reply
+from .contract import Body, Shape, accepts, answers, contract_of
+from .objects import Ok, Timestamp
 
 bp = Blueprint("models", __name__)
 
@@ -36,41 +40,190 @@ _OPENAI_TYPES = {
 }
 
 
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _reads_body(model: type[msgspec.Struct]) -> Callable[[F], F]:
+    """Declare the JSON body of an endpoint that reads it itself (the proxy:
+    its errors are OpenAI's, and it passes unknown fields on)."""
+
+    def declare(view: F) -> F:
+        contract = contract_of(view)
+        if contract is None:  # declared by @answers, below this decorator
+            raise TypeError(f"{view.__name__}: declare its answers first")
+        contract.body = model
+        return view
+
+    return declare
+
+
+def _openai_errors(*statuses: int) -> Callable[[F], F]:
+    """Declare that the endpoint answers these errors in OpenAI's shape."""
+
+    def declare(view: F) -> F:
+        for status in statuses:
+            view = answers(OpenAIErrorBody, status)(view)
+        return view
+
+    return declare
+
+
+# -- the registry -------------------------------------------------------------
+
+
+class NewModel(Body):
+    #: 1-100 characters: letters, digits and . _ : -
+    name: str
+    #: the upstream's OpenAI-compatible base URL (``.../v1``)
+    base_url: str
+    #: the model's name upstream (default: ``name``)
+    upstream_model: str | None = None
+    #: the upstream's key (stored encrypted, never shown)
+    api_key: str | None = None
+
+
+class ModelView(Shape):
+    """A model; where it goes only for those who manage models."""
+
+    name: str
+    streaming: bool
+    #: config: from the settings (``MESH_MODELS``); api: added over the API
+    source: Literal["config", "api"]
+    created_at: Timestamp | None
+    base_url: str | msgspec.UnsetType = msgspec.UNSET
+    upstream_model: str | msgspec.UnsetType | None = msgspec.UNSET
+    has_api_key: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class ManagedModel(Shape):
+    """A model and where it goes (its key is never shown)."""
+
+    name: str
+    streaming: bool
+    source: Literal["config", "api"]
+    created_at: Timestamp | None
+    base_url: str
+    upstream_model: str | None
+    has_api_key: bool
+
+
+class DeletedModel(Ok):
+    name: str
+
+
+class Usage(Shape):
+    """One participant's use of one model."""
+
+    participant_id: str
+    model: str
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    updated_at: Timestamp
+
+
+# -- OpenAI's shapes (snake_case, as OpenAI writes them) ----------------------
+
+
+class OpenAIErrorDetail(Shape, rename=None):
+    message: str
+    type: str
+    code: str | None
+    #: the request parameter at fault, when one is
+    param: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class OpenAIErrorBody(Shape, rename=None):
+    """An error in OpenAI's shape (``/api/models/v1/...``)."""
+
+    error: OpenAIErrorDetail
+
+
+class OpenAIModel(Shape, rename=None):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(Shape, rename=None):
+    """The models the caller may use, in OpenAI's list-models shape."""
+
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
+class ChatRequest(msgspec.Struct):
+    """OpenAI's chat-completions request: ``model`` is a model of this node's
+    registry; every other field (``temperature``, ``tools``, ...) is passed on
+    to the upstream as it is."""
+
+    model: str
+    #: each message an object (``{role, content}``...), at least one
+    messages: list[dict[str, Any]]
+    #: answer as server-sent events (``text/event-stream``)
+    stream: bool = False
+
+
+class ChatCompletion(Shape, rename=None):
+    """The upstream's answer, passed on as it is (a JSON object: OpenAI's
+    chat completion)."""
+
+    id: str | msgspec.UnsetType = msgspec.UNSET
+    object: str | msgspec.UnsetType = msgspec.UNSET
+    created: int | msgspec.UnsetType = msgspec.UNSET
+    model: str | msgspec.UnsetType = msgspec.UNSET
+    choices: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
+    usage: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+
+
 @bp.get("/api/models")
+@answers(list[ModelView])
 async def list_models() -> tuple[Any, int]:
+    """The models of the registry (``baseUrl``... only for those who manage them)."""
     actor = await caller()
     return reply(node().model_proxy.list_models(actor))
 
 
 @bp.post("/api/models")
-async def add_model() -> tuple[Any, int]:
+@accepts(NewModel)
+@answers(ManagedModel, 201)
+async def add_model(data: NewModel) -> tuple[Any, int]:
+    """Add a model to the registry (its key is stored encrypted)."""
     actor = await caller()
-    fields = await body()
     model = await node().model_proxy.add_model(
         actor,
-        name=fields.req_str("name"),
-        base_url=fields.req_str("baseUrl"),
-        upstream_model=fields.opt_str("upstreamModel"),
-        api_key=fields.opt_str("apiKey"),
+        name=data.name,
+        base_url=data.base_url,
+        upstream_model=data.upstream_model,
+        api_key=data.api_key,
     )
     return reply(model.to_json(admin=True), 201)
 
 
 @bp.delete("/api/models/<name>")
+@answers(DeletedModel)
 async def delete_model(name: str) -> tuple[Any, int]:
+    """Remove a model added over the API."""
     actor = await caller()
     await node().model_proxy.delete_model(actor, name)
     return reply({"ok": True, "name": name})
 
 
 @bp.get("/api/models/usage")
+@answers(list[Usage])
 async def usage() -> tuple[Any, int]:
+    """Requests and tokens per participant and model."""
     actor = await caller()
     return reply(await node().model_proxy.usage(actor))
 
 
 @bp.get("/api/models/v1/models")
+@answers(OpenAIModelList)
+@_openai_errors(401, 403, 503)
 async def openai_models() -> Response | tuple[Any, int]:
+    """The models the caller may use (OpenAI's list models; errors in OpenAI's shape)."""
     try:
         actor = await caller()
         models = node().model_proxy.list_models(actor)
@@ -81,7 +234,19 @@ async def openai_models() -> Response | tuple[Any, int]:
 
 
 @bp.post("/api/models/v1/chat/completions")
+@_reads_body(ChatRequest)
+@answers(ChatCompletion)
+@_openai_errors(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504)
 async def chat_completions() -> Response | tuple[Any, int]:
+    """A chat completion from the model's upstream (OpenAI's API; errors in OpenAI's shape).
+
+    With ``stream: true`` the 200 answer is not JSON but ``text/event-stream``:
+    the upstream's server-sent events, relayed as they come (an error after
+    the start is a last ``data:`` event in OpenAI's error shape). Errors the
+    upstream answers (any 4XX) are passed on in OpenAI's shape; its 5XX as 502.
+    The caller's own upstream key may be sent in ``X-Upstream-Api-Key``
+    (forwarded, never stored).
+    """
     try:
         actor = await caller()
         fields = await body()
