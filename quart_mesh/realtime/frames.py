@@ -1,0 +1,497 @@
+"""The WebSocket frames on ``/ws`` declared as msgspec ``Struct`` types, and
+the JSON Schema (draft 2020-12) built from them (``docs/websocket.md``).
+
+This module only declares: the session (``realtime/session.py``) parses
+client frames as it always has, and the events (``events.py``) render
+server frames. The declarations are for the documentation and the tests,
+which check every frame the end-to-end tests send and receive against
+:func:`frames_schema`. The document is checked in as
+``docs/websocket-frames.schema.json``; after changing a frame, regenerate it::
+
+    python -m quart_mesh.realtime.frames > docs/websocket-frames.schema.json
+
+Client frames follow the node's JSON rules: unknown fields are ignored and a
+``null`` counts as absent, so their optional fields are nullable. Server
+frames declare exactly the fields the node sends (no others: the tests see
+an undeclared field as a mismatch); a field that is sometimes left out is
+optional there, never ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+__all__ = [
+    "CLIENT_FRAMES",
+    "CLIENT_FRAME_TYPES",
+    "SERVER_FRAMES",
+    "SERVER_FRAME_TYPES",
+    "frames_schema",
+]
+
+_REF: Final = "#/$defs/{name}"
+
+#: ISO 8601 UTC with milliseconds (``2026-11-21T21:04:36.123Z``)
+Timestamp = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+#: a message cursor: decimal digits (at most 18)
+Cursor = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,18}$")]
+#: a message cursor as a client may give it: decimal digits, or a whole number
+ClientCursor = (
+    Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,18}$")]
+    | Annotated[int, msgspec.Meta(ge=0, le=999_999_999_999_999_999)]
+)
+TrustLevel = Literal["local", "federated"]
+
+
+# client frames ---------------------------------------------------------------
+
+
+class _Client(msgspec.Struct, rename="camel", tag_field="type", kw_only=True):
+    """A client frame: unknown fields are ignored; ``null`` counts as absent."""
+
+
+class Authenticate(_Client, tag="authenticate"):
+    """The first frame of every session (answered with ``auth_ok`` and
+    ``snapshot``, or an ``error`` and close code 1008)."""
+
+    #: a bearer token, as REST takes it
+    token: str
+    #: resume: replay the messages after this cursor
+    since: ClientCursor | None = None
+    #: default true: delivered messages count as read
+    auto_read: bool | None = None
+
+
+class _Frame(_Client):
+    """A frame after ``authenticate``. Any may carry ``clientId``: an
+    ``error`` the frame causes carries it back (when well formed)."""
+
+    client_id: str | None = None
+
+
+class JoinRoom(_Frame, tag="join_room", kw_only=True):
+    """Join a room (``participant_joined``)."""
+
+    room_id: str
+
+
+class LeaveRoom(_Frame, tag="leave_room", kw_only=True):
+    """Leave a room (``participant_left``)."""
+
+    room_id: str
+
+
+class SendMessage(_Frame, tag="send_message", kw_only=True):
+    """Post a message (``message``); ``clientId`` makes retries safe."""
+
+    room_id: str
+    content: str
+    #: a participant id
+    to: str | None = None
+    #: the id of the message this one replies to
+    thread_id: str | None = None
+    #: upload ids, upload URLs or ``/uploads/<name>`` paths
+    attachments: list[str] | None = None
+
+
+class EditMessage(_Frame, tag="edit_message", kw_only=True):
+    """Replace a message's content (``message_edited``)."""
+
+    message_id: str
+    content: str
+
+
+class DeleteMessage(_Frame, tag="delete_message", kw_only=True):
+    """Delete a message (``message_deleted``)."""
+
+    message_id: str
+
+
+class AddReaction(_Frame, tag="add_reaction", kw_only=True):
+    """React to a message (``reaction_added``)."""
+
+    message_id: str
+    emoji: str
+
+
+class RemoveReaction(_Frame, tag="remove_reaction", kw_only=True):
+    """Withdraw one's reaction (``reaction_removed``)."""
+
+    message_id: str
+    emoji: str
+
+
+class TypingNotice(_Frame, tag="typing", kw_only=True):
+    """The sender is typing in a room (``typing``, to the others)."""
+
+    room_id: str
+
+
+class MarkRead(_Frame, tag="mark_read", kw_only=True):
+    """Move the sender's read position in a room (``room_read``)."""
+
+    room_id: str
+    cursor: ClientCursor
+
+
+class Move(_Frame, tag="move", kw_only=True):
+    """Set the sender's position in a room (``participant_moved``)."""
+
+    room_id: str
+    x: float
+    y: float
+    z: float
+
+
+class CommandResult(_Frame, tag="command_result", kw_only=True):
+    """An agent's answer to a ``command`` sent to it."""
+
+    command_id: str
+    #: default true
+    ok: bool | None = None
+    #: any JSON
+    result: Any = None
+
+
+#: every frame a client sends
+CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
+    Authenticate,
+    JoinRoom,
+    LeaveRoom,
+    SendMessage,
+    EditMessage,
+    DeleteMessage,
+    AddReaction,
+    RemoveReaction,
+    TypingNotice,
+    MarkRead,
+    Move,
+    CommandResult,
+)
+
+ClientFrame = (
+    Authenticate
+    | JoinRoom
+    | LeaveRoom
+    | SendMessage
+    | EditMessage
+    | DeleteMessage
+    | AddReaction
+    | RemoveReaction
+    | TypingNotice
+    | MarkRead
+    | Move
+    | CommandResult
+)
+
+
+# nested shapes of server frames ---------------------------------------------
+
+
+class _Shape(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """Part of a server frame: exactly these fields."""
+
+
+class Participant(_Shape):
+    """A participant (a person, a bot or a guest)."""
+
+    participant_id: str
+    name: str
+    type: str
+    role: str
+    online: bool
+    last_seen: Timestamp | None
+    created_at: Timestamp | None
+    #: the home node's DID of a participant relayed from another node
+    origin: str | None
+    trust_level: TrustLevel
+
+
+class Position(_Shape):
+    """Where a participant is, in one of its rooms."""
+
+    room_id: str
+    x: float
+    y: float
+    z: float
+
+
+class SnapshotParticipant(Participant):
+    """A participant with its position (null: never moved)."""
+
+    position: Position | None
+
+
+class SnapshotRoom(_Shape):
+    """A room the participant can see: every ordinary room, and its DMs."""
+
+    room_id: str
+    kind: Literal["room", "dm"]
+    name: str
+    description: str
+    created_at: Timestamp | None
+    created_by: str | None
+    member_count: int
+    origin: str | None
+    joined: bool
+    #: only on DMs: the other participant's id
+    with_: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="with")
+
+
+class Reaction(_Shape):
+    """One emoji on a message, and who reacted with it."""
+
+    emoji: str
+    count: int
+    participant_ids: list[str]
+
+
+class Attachment(_Shape):
+    """An uploaded file attached to a message (``url``: the path on this node)."""
+
+    upload_id: str
+    url: str
+    filename: str
+    content_type: str
+    size: int
+
+
+# server frames ---------------------------------------------------------------
+
+
+class _Server(
+    msgspec.Struct, rename="camel", tag_field="type", forbid_unknown_fields=True, kw_only=True
+):
+    """A frame the node sends: exactly these fields."""
+
+
+class AuthOk(_Server, tag="auth_ok"):
+    """``authenticate`` succeeded."""
+
+    participant_id: str
+
+
+class Snapshot(_Server, tag="snapshot"):
+    """The world as the participant sees it (``GET /api/state`` as a frame)."""
+
+    rooms: list[SnapshotRoom]
+    participants: list[SnapshotParticipant]
+    #: the node's newest message cursor when the snapshot was taken
+    cursor: Cursor
+
+
+class ErrorFrame(_Server, tag="error"):
+    """A frame failed, or why the session ends."""
+
+    message: str
+    code: str
+    #: the type of the client frame that failed (cut to 40 characters)
+    frame: str | msgspec.UnsetType = msgspec.UNSET
+    #: seconds until the frame would be accepted (rate limits, ``overloaded``)
+    retry_after: float | msgspec.UnsetType = msgspec.UNSET
+    #: the ``clientId`` of the frame that failed
+    client_id: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class MessagePosted(_Server, tag="message"):
+    """A message of a room or a DM (the REST Message, as a frame)."""
+
+    room_id: str
+    message_id: str
+    sender_id: str
+    sender_name: str
+    content: str
+    timestamp: Timestamp | None
+    to: str | None
+    thread_id: str | None
+    edited_at: Timestamp | None
+    reactions: list[Reaction]
+    attachments: list[Attachment]
+    #: the message's position on the node
+    cursor: Cursor
+    origin: str | None
+    trust_level: TrustLevel
+    #: only when the sender gave one
+    client_id: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class MessageEdited(_Server, tag="message_edited"):
+    """A message's content was replaced."""
+
+    message_id: str
+    content: str
+    room_id: str
+    edited_at: Timestamp
+
+
+class MessageDeleted(_Server, tag="message_deleted"):
+    """A message was deleted (its reactions with it)."""
+
+    message_id: str
+    room_id: str
+
+
+class ReactionAdded(_Server, tag="reaction_added"):
+    """A participant reacted to a message."""
+
+    message_id: str
+    emoji: str
+    participant_id: str
+    room_id: str
+
+
+class ReactionRemoved(_Server, tag="reaction_removed"):
+    """A participant withdrew its reaction."""
+
+    message_id: str
+    emoji: str
+    participant_id: str
+    room_id: str
+
+
+class ParticipantJoined(_Server, tag="participant_joined"):
+    """A participant joined a room (or a DM was made)."""
+
+    room_id: str
+    participant: Participant
+
+
+class ParticipantLeft(_Server, tag="participant_left"):
+    """A participant left a room."""
+
+    room_id: str
+    participant: Participant
+
+
+class RoomDeleted(_Server, tag="room_deleted"):
+    """A room is gone."""
+
+    room_id: str
+
+
+class RoomRead(_Server, tag="room_read"):
+    """The participant's read position in a room moved."""
+
+    room_id: str
+    #: the read position now
+    cursor: Cursor
+    unread: int
+    mentions: int
+
+
+class Typing(_Server, tag="typing"):
+    """Another member is typing."""
+
+    room_id: str
+    participant_id: str
+
+
+class Presence(_Server, tag="presence"):
+    """A participant came online or went offline."""
+
+    participant_id: str
+    online: bool
+    last_seen: Timestamp | None
+
+
+class ParticipantMoved(_Server, tag="participant_moved"):
+    """A participant's position in a room changed."""
+
+    room_id: str
+    participant_id: str
+    x: float
+    y: float
+    z: float
+
+
+class CommandIssued(_Server, tag="command"):
+    """A structured command for this agent; answer with ``command_result``."""
+
+    command_id: str
+    command: str
+    #: the command's arguments, as the sender gave them
+    args: dict[str, Any]
+    sent_by: str | None
+    created_at: Timestamp
+
+
+#: every frame the node sends
+SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
+    AuthOk,
+    Snapshot,
+    ErrorFrame,
+    MessagePosted,
+    MessageEdited,
+    MessageDeleted,
+    ReactionAdded,
+    ReactionRemoved,
+    ParticipantJoined,
+    ParticipantLeft,
+    RoomDeleted,
+    RoomRead,
+    Typing,
+    Presence,
+    ParticipantMoved,
+    CommandIssued,
+)
+
+ServerFrame = (
+    AuthOk
+    | Snapshot
+    | ErrorFrame
+    | MessagePosted
+    | MessageEdited
+    | MessageDeleted
+    | ReactionAdded
+    | ReactionRemoved
+    | ParticipantJoined
+    | ParticipantLeft
+    | RoomDeleted
+    | RoomRead
+    | Typing
+    | Presence
+    | ParticipantMoved
+    | CommandIssued
+)
+
+
+def _tag(cls: type[msgspec.Struct]) -> str:
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str), cls
+    return tag
+
+
+#: the ``type`` of every client frame (``authenticate`` included)
+CLIENT_FRAME_TYPES: Final = frozenset(_tag(cls) for cls in CLIENT_FRAMES)
+#: the ``type`` of every frame the node sends
+SERVER_FRAME_TYPES: Final = frozenset(_tag(cls) for cls in SERVER_FRAMES)
+
+
+def frames_schema() -> dict[str, Any]:
+    """One JSON Schema (draft 2020-12) document of the WebSocket protocol:
+    ``clientFrames`` (what a client sends) and ``serverFrames`` (what the
+    node sends), each a union of the frames under ``$defs`` told apart by
+    ``type``. Validate a frame with ``{**document["serverFrames"], "$defs":
+    document["$defs"]}``."""
+    (client, server), components = msgspec.json.schema_components(
+        [ClientFrame, ServerFrame], ref_template=_REF
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "quart-mesh WebSocket frames",
+        "description": (
+            "The frames of the WebSocket protocol on /ws (docs/websocket.md): "
+            "clientFrames are sent by clients, serverFrames by the node. "
+            "Generated by quart_mesh/realtime/frames.py."
+        ),
+        "clientFrames": client,
+        "serverFrames": server,
+        "$defs": dict(sorted(components.items())),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(frames_schema(), indent=1, ensure_ascii=False))
