@@ -2,29 +2,167 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
+import msgspec
 from quart import Blueprint, request
 
-from ..errors import BadRequest
 from ..services.commands import command_json
-from ._common import body, caller, node, reply
+from ._common import caller, node, reply
+from .contract import Body, Shape, accepts, answers, public
+from .objects import Id, Ok, Timestamp, TrustLevel
 
 bp = Blueprint("agents", __name__)
 
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+class Bootstrap(Body):
+    name: str
+    #: an external bot's type: nanoclaw, simple or webhook
+    type: str
+    #: null counts as ""
+    description: str | None = None
+    #: where a webhook bot's events are POSTed (webhook bots only, and required for them)
+    webhook_url: str | None = None
+
+
+class BotSession(Shape):
+    """The new bot, its token and where it connects."""
+
+    agent_id: Id
+    token: str
+    ws_url: str
+    model_url: str
+    name: str
+    type: str
+    role: str
+    #: only for webhook bots: the key of their deliveries' signatures
+    webhook_secret: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class Spawn(Body):
+    name: str
+    #: a managed bot's type: llm, coder or echo
+    type: str
+    model: str | None = None
+    #: the rooms it joins (ids); none when absent
+    rooms: list[str] | None = None
+    #: an API key for its model (the node keeps it only in memory)
+    api_key: str | None = None
+
+
+class Spawned(Shape):
+    """The managed bot just started."""
+
+    agent_id: Id
+    name: str
+    type: str
+    role: str
+    status: Literal["starting"]
+
+
+class WebhookStatus(Shape):
+    """A webhook bot's deliveries."""
+
+    status: str
+    delivered: int
+    failed_attempts: int
+    rejected: int
+    skipped: int
+    last_error: str | None
+
+
+class Agent(Shape):
+    """An agent (a bot participant) with its presence and, for managed bots,
+    its process's state (for webhook bots, its deliveries')."""
+
+    agent_id: Id
+    name: str
+    type: str
+    role: str
+    online: bool
+    last_seen: Timestamp | None
+    created_at: Timestamp | None
+    origin: str | None
+    trust_level: TrustLevel
+    description: str
+    managed: bool
+    #: managed bots only: starting, running, needs_key, failed, stopped...
+    status: str | msgspec.UnsetType = msgspec.UNSET
+    #: managed bots only
+    restarts: int | msgspec.UnsetType = msgspec.UNSET
+    #: managed bots only
+    detail: str | msgspec.UnsetType | None = msgspec.UNSET
+    #: webhook bots only, once their deliveries have run on this node
+    webhook: WebhookStatus | msgspec.UnsetType = msgspec.UNSET
+
+
+class AgentDeleted(Ok):
+    agent_id: Id
+
+
+class SendCommand(Body):
+    #: 1 to 64 characters: a-z first, then a-z 0-9 _ . -
+    command: str
+    #: the command's arguments ({} when absent)
+    args: dict[str, Any] | None = None
+
+
+class CommandResult(Body):
+    #: false: the command failed (absent or null: it succeeded)
+    ok: bool | None = None
+    #: any JSON value
+    result: Any = None
+
+
+class Command(Shape):
+    """A command to an agent: its state and, once answered, its result."""
+
+    command_id: Id
+    agent_id: Id
+    command: str
+    args: dict[str, Any]
+    sent_by: str | None
+    status: Literal["pending", "delivered", "completed", "failed"]
+    created_at: Timestamp
+    delivered_at: Timestamp | None
+    completed_at: Timestamp | None
+    ok: bool | None
+    #: any JSON value (null until answered)
+    result: Any
+
+
+def _token_if_sent(view: F) -> F:
+    """Check the bearer token before the body when one is sent (a bad one is
+    a 401 even on an open mesh); without one the caller is anonymous."""
+
+    @functools.wraps(view)
+    async def check_token(*args: Any, **kwargs: Any) -> Any:
+        if request.headers.get("Authorization"):
+            await caller()
+        return await view(*args, **kwargs)
+
+    return check_token  # type: ignore[return-value]
+
 
 @bp.post("/api/agents/bootstrap")
-async def bootstrap() -> tuple[Any, int]:
-    # open registration needs no token; a closed mesh needs an admin's
+@public("bearer token (an admin's, when registration is closed)")
+@_token_if_sent
+@accepts(Bootstrap)
+@answers(BotSession, 201)
+async def bootstrap(data: Bootstrap) -> tuple[Any, int]:
+    """Register an external bot: its token (open meshes need no token; closed ones an admin's)."""
     actor = await caller() if request.headers.get("Authorization") else None
-    fields = await body()
     mesh_node = node()
     result = await mesh_node.agents.bootstrap(
         actor,
-        name=fields.req_str("name"),
-        bot_type=fields.req_str("type"),
-        description=fields.opt_str("description") or "",
-        webhook_url=fields.opt_str("webhookUrl"),
+        name=data.name,
+        bot_type=data.type,
+        description=data.description or "",
+        webhook_url=data.webhook_url,
         base_url=mesh_node.address.url or request.host_url,
         address=request.remote_addr,
     )
@@ -32,19 +170,18 @@ async def bootstrap() -> tuple[Any, int]:
 
 
 @bp.post("/api/agents/spawn")
-async def spawn() -> tuple[Any, int]:
+@accepts(Spawn)
+@answers(Spawned, 201)
+async def spawn(data: Spawn) -> tuple[Any, int]:
+    """Start a managed bot that the node runs itself (admins)."""
     actor = await caller()
-    fields = await body()
-    rooms = fields.data.get("rooms", [])
-    if not isinstance(rooms, list) or not all(isinstance(r, str) for r in rooms):
-        raise BadRequest("rooms must be a list of room ids", "invalid_field")
     participant = await node().agents.spawn(
         actor,
-        name=fields.req_str("name"),
-        bot_type=fields.req_str("type"),
-        model=fields.opt_str("model"),
-        rooms=rooms,
-        api_key=fields.opt_str("apiKey"),
+        name=data.name,
+        bot_type=data.type,
+        model=data.model,
+        rooms=data.rooms or [],
+        api_key=data.api_key,
     )
     return reply(
         {
@@ -59,40 +196,47 @@ async def spawn() -> tuple[Any, int]:
 
 
 @bp.get("/api/agents")
+@answers(list[Agent])
 async def list_agents() -> tuple[Any, int]:
+    """Every agent, with its presence and state."""
     actor = await caller()
     return reply(await node().agents.list_agents(actor))
 
 
 @bp.delete("/api/agents/<agent_id>")
+@answers(AgentDeleted)
 async def delete_agent(agent_id: str) -> tuple[Any, int]:
+    """Remove an agent (admins): its token stops working at once."""
     actor = await caller()
     await node().agents.delete(actor, agent_id)
     return reply({"ok": True, "agentId": agent_id})
 
 
 @bp.post("/api/agents/<agent_id>/command")
-async def send_command(agent_id: str) -> tuple[Any, int]:
+@accepts(SendCommand)
+@answers(Command, 202)
+async def send_command(agent_id: str, data: SendCommand) -> tuple[Any, int]:
+    """Queue a command for an agent (admins, or the bot's registrant)."""
     actor = await caller()
-    fields = await body()
-    command = await node().commands.send_command(
-        actor, agent_id, fields.req_str("command"), fields.data.get("args")
-    )
+    command = await node().commands.send_command(actor, agent_id, data.command, data.args)
     return reply(command_json(command), 202)
 
 
 @bp.get("/api/agents/<agent_id>/commands/<command_id>")
+@answers(Command)
 async def get_command(agent_id: str, command_id: str) -> tuple[Any, int]:
+    """A command's state and result."""
     actor = await caller()
     return reply(command_json(await node().commands.get_command(actor, agent_id, command_id)))
 
 
 @bp.post("/api/commands/<command_id>/result")
-async def command_result(command_id: str) -> tuple[Any, int]:
+@accepts(CommandResult)
+@answers(Command)
+async def command_result(command_id: str, data: CommandResult) -> tuple[Any, int]:
     """An agent answers one of its commands (the WebSocket ``command_result`` frame's twin)."""
     actor = await caller()
-    fields = await body()
     command = await node().commands.complete_command(
-        actor, command_id, ok=fields.opt_bool("ok") is not False, result=fields.data.get("result")
+        actor, command_id, ok=data.ok is not False, result=data.result
     )
     return reply(command_json(command))

@@ -30,6 +30,8 @@ from ..errors import BadRequest, MeshError, PayloadTooLarge, error_body
 from ..records import Upload
 from ..services.uploads import ACTIVE_TYPES, StoredFile, UploadTimeout
 from ._common import caller, node, reply
+from .contract import Shape, answers, raw_body
+from .objects import Id
 
 __all__ = ["MULTIPART_OVERHEAD", "UPLOAD_PATH", "bp", "upload_body_limit"]
 
@@ -58,8 +60,25 @@ def upload_body_limit(limits: Limits) -> int:
     return limits.max_upload_bytes + MULTIPART_OVERHEAD
 
 
+class UploadView(Shape):
+    """The stored file: where it is served, and its detected type."""
+
+    #: the file's URL on this node
+    url: str
+    #: the client's file name, sanitized
+    filename: str
+    #: bytes
+    size: int
+    #: detected from the bytes, not the client's
+    content_type: str
+    upload_id: Id
+
+
 @bp.post(UPLOAD_PATH)
+@raw_body("multipart/form-data")
+@answers(UploadView, 201)
 async def upload() -> Any:
+    """Upload a file (a multipart/form-data body with a file field named ``file``)."""
     try:
         upload = await _receive()
     except MeshError as error:
