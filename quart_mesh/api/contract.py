@@ -46,6 +46,8 @@ __all__ = [
     "contract_of",
     "public",
     "query",
+    "raw_body",
+    "reads_body",
 ]
 
 M = TypeVar("M", bound=msgspec.Struct)
@@ -79,8 +81,8 @@ class Contract:
     def __init__(self) -> None:
         self.body: type[msgspec.Struct] | None = None
         self.query: type[msgspec.Struct] | None = None
-        #: status -> the answer's type (a Struct, ``list[Struct]``, ...)
-        self.answers: dict[int, Any] = {}
+        #: status (or ``"4XX"``, ``"5XX"``) -> the answer's type (a Struct, ``list[Struct]``, ...)
+        self.answers: dict[int | str, Any] = {}
         #: ``None``: a bearer token; else the other ways in (``[]``: none)
         self.auth: list[str] | None = None
         #: a body other than JSON (uploads: the raw file)
@@ -101,8 +103,9 @@ def _contract(view: Callable[..., Any]) -> Contract:
     return found
 
 
-def answers(shape: Any, status: int = 200) -> Callable[[F], F]:
-    """Declare that the endpoint answers *status* with a body of *shape*."""
+def answers(shape: Any, status: int | str = 200) -> Callable[[F], F]:
+    """Declare that the endpoint answers *status* with a body of *shape*
+    (``"4XX"`` or ``"5XX"``: its errors, when not an ``ErrorBody``)."""
 
     def declare(view: F) -> F:
         _contract(view).answers[status] = shape
@@ -127,6 +130,18 @@ def raw_body(media_type: str) -> Callable[[F], F]:
 
     def declare(view: F) -> F:
         _contract(view).raw_body = media_type
+        return view
+
+    return declare
+
+
+def reads_body(model: type[msgspec.Struct]) -> Callable[[F], F]:
+    """Declare the JSON body of an endpoint that reads it itself: one whose
+    body is checked as bytes first (a peer's signature) or passed on (the
+    model proxy). Its service checks the fields."""
+
+    def declare(view: F) -> F:
+        _contract(view).body = model
         return view
 
     return declare

@@ -18,13 +18,13 @@ from recently, without a token.
 
 A signed request's body is read by the handler itself (the signature covers
 its bytes, and is checked before the body is looked at): its type is declared
-for the document only (``_reads_body``), and the services check its fields.
+for the document only (``reads_body``), and the services check its fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from quart import Blueprint, request
@@ -34,32 +34,17 @@ from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
 from ._common import caller, node, reply
-from .contract import Body, Query, Shape, accepts, answers, contract_of, public, query
+from .contract import Body, Query, Shape, accepts, answers, public, query, reads_body
 from .objects import Id, Ok, Timestamp
 
 bp = Blueprint("federation", __name__)
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 #: the ways in of node-to-node requests
 SIGNATURE = "signature"
 
 ConnectionStatus = Literal["pending", "accepted", "declined", "disconnected"]
 Direction = Literal["inbound", "outbound"]
-
-
-def _reads_body(model: type[msgspec.Struct]) -> Callable[[F], F]:
-    """Declare the JSON body of an endpoint that reads it itself (a signed
-    request: the signature is checked on the raw bytes first)."""
-
-    def declare(view: F) -> F:
-        contract = contract_of(view)
-        if contract is None:  # declared by @answers, below this decorator
-            raise TypeError(f"{view.__name__}: declare its answers first")
-        contract.body = model
-        return view
-
-    return declare
 
 
 # -- what the node answers ----------------------------------------------------
@@ -319,7 +304,7 @@ async def list_connections() -> tuple[Any, int]:
 
 
 @bp.post("/api/connections/request")
-@_reads_body(ConnectionRequest)
+@reads_body(ConnectionRequest)
 @answers(Connection, 201)
 async def request_connection() -> tuple[Any, int]:
     """Ask another node to connect (an admin), or, signed, another node asks this one.
@@ -404,7 +389,7 @@ async def unshare_room(connection_id: str, room_id: str) -> tuple[Any, int]:
 
 @bp.post("/api/federation/rooms")
 @public(SIGNATURE)
-@_reads_body(PeerShare)
+@reads_body(PeerShare)
 @answers(MirrorRoom, 201)
 async def peer_shared_room() -> tuple[Any, int]:
     """A peer shares one of its rooms: it is mirrored here (node-to-node)."""
@@ -414,7 +399,7 @@ async def peer_shared_room() -> tuple[Any, int]:
 
 @bp.post("/api/federation/rooms/unshared")
 @public(SIGNATURE)
-@_reads_body(PeerUnshare)
+@reads_body(PeerUnshare)
 @answers(Ok)
 async def peer_unshared_room() -> tuple[Any, int]:
     """A peer stops sharing a room (node-to-node)."""
@@ -424,7 +409,7 @@ async def peer_unshared_room() -> tuple[Any, int]:
 
 @bp.post("/api/federation/relay")
 @public(SIGNATURE)
-@_reads_body(RelayBatch)
+@reads_body(RelayBatch)
 @answers(RelayAnswer)
 async def peer_relay() -> tuple[Any, int]:
     """A batch of changes in shared rooms, applied in order (node-to-node)."""
@@ -434,7 +419,7 @@ async def peer_relay() -> tuple[Any, int]:
 
 @bp.post("/api/connections/accepted")
 @public(SIGNATURE)
-@_reads_body(ConnectionNotice)
+@reads_body(ConnectionNotice)
 @answers(Notice)
 async def peer_accepted() -> tuple[Any, int]:
     """The peer accepted this node's request (node-to-node)."""
@@ -444,7 +429,7 @@ async def peer_accepted() -> tuple[Any, int]:
 
 @bp.post("/api/connections/declined")
 @public(SIGNATURE)
-@_reads_body(ConnectionNotice)
+@reads_body(ConnectionNotice)
 @answers(Notice)
 async def peer_declined() -> tuple[Any, int]:
     """The peer declined this node's request (node-to-node)."""
@@ -454,7 +439,7 @@ async def peer_declined() -> tuple[Any, int]:
 
 @bp.post("/api/connections/disconnected")
 @public(SIGNATURE)
-@_reads_body(ConnectionNotice)
+@reads_body(ConnectionNotice)
 @answers(Notice)
 async def peer_disconnected() -> tuple[Any, int]:
     """The peer ended the connection (node-to-node)."""
@@ -467,7 +452,7 @@ async def peer_disconnected() -> tuple[Any, int]:
 
 @bp.post("/api/meshes/heartbeat")
 @public(SIGNATURE)
-@_reads_body(Heartbeat)
+@reads_body(Heartbeat)
 @answers(HeartbeatAnswer)
 async def heartbeat() -> tuple[Any, int]:
     """Another node's heartbeat: its mesh is listed (or, withdrawn, no longer)."""

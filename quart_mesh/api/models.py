@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 from quart import Blueprint, Response, request
@@ -20,7 +19,7 @@ from ..errors import MeshError, RateLimited
 from ..services.authz import Actor
 from ..services.model_proxy import OpenAIError, Stream
 from ._common import body, caller, node, reply
-from .contract import Body, Shape, accepts, answers, contract_of
+from .contract import Body, Shape, accepts, answers, reads_body
 from .objects import Ok, Timestamp
 
 bp = Blueprint("models", __name__)
@@ -38,34 +37,6 @@ _OPENAI_TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
-
-
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-def _reads_body(model: type[msgspec.Struct]) -> Callable[[F], F]:
-    """Declare the JSON body of an endpoint that reads it itself (the proxy:
-    its errors are OpenAI's, and it passes unknown fields on)."""
-
-    def declare(view: F) -> F:
-        contract = contract_of(view)
-        if contract is None:  # declared by @answers, below this decorator
-            raise TypeError(f"{view.__name__}: declare its answers first")
-        contract.body = model
-        return view
-
-    return declare
-
-
-def _openai_errors(*statuses: int) -> Callable[[F], F]:
-    """Declare that the endpoint answers these errors in OpenAI's shape."""
-
-    def declare(view: F) -> F:
-        for status in statuses:
-            view = answers(OpenAIErrorBody, status)(view)
-        return view
-
-    return declare
 
 
 # -- the registry -------------------------------------------------------------
@@ -221,7 +192,8 @@ async def usage() -> tuple[Any, int]:
 
 @bp.get("/api/models/v1/models")
 @answers(OpenAIModelList)
-@_openai_errors(401, 403, 503)
+@answers(OpenAIErrorBody, "4XX")
+@answers(OpenAIErrorBody, "5XX")
 async def openai_models() -> Response | tuple[Any, int]:
     """The models the caller may use (OpenAI's list models; errors in OpenAI's shape)."""
     try:
@@ -234,9 +206,10 @@ async def openai_models() -> Response | tuple[Any, int]:
 
 
 @bp.post("/api/models/v1/chat/completions")
-@_reads_body(ChatRequest)
+@reads_body(ChatRequest)
 @answers(ChatCompletion)
-@_openai_errors(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504)
+@answers(OpenAIErrorBody, "4XX")
+@answers(OpenAIErrorBody, "5XX")
 async def chat_completions() -> Response | tuple[Any, int]:
     """A chat completion from the model's upstream (OpenAI's API; errors in OpenAI's shape).
 

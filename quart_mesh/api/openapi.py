@@ -43,6 +43,7 @@ bp = Blueprint("openapi", __name__)
 
 #: the routes the document covers
 API_PREFIX: Final = "/api/"
+_ABOUT: Final = {"4XX": "the request was refused", "5XX": "the node failed"}
 _PARAMETER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 _REF = "#/components/schemas/{name}"
 
@@ -177,16 +178,14 @@ def _operation(
             "required": True,
             "content": {contract.raw_body: {"schema": {}}},
         }
+    answers = {str(status): shape for status, shape in contract.answers.items()}
+    for statuses in ("4XX", "5XX"):
+        answers.setdefault(statuses, ErrorBody)
     responses: dict[str, Any] = {}
-    for status, shape in sorted(contract.answers.items()):
-        responses[str(status)] = {
-            "description": HTTPStatus(status).phrase,
+    for status, shape in sorted(answers.items()):
+        responses[status] = {
+            "description": _ABOUT.get(status) or HTTPStatus(int(status)).phrase,
             "content": {"application/json": {"schema": schema_of[shape]}},
-        }
-    for statuses, about in (("4XX", "the request was refused"), ("5XX", "the node failed")):
-        responses[statuses] = {
-            "description": about,
-            "content": {"application/json": {"schema": schema_of[ErrorBody]}},
         }
     operation["responses"] = responses
     return operation
