@@ -19,7 +19,7 @@ from ..services.apps import source_json
 from ..services.authz import Actor
 from ._common import caller, node, reply
 from .app_page import RUN_HEADERS, render_document
-from .contract import Body, Shape, accepts, answers, public
+from .contract import Body, Shape, accepts, answers, answers_media, public
 from .objects import Id, Ok, Timestamp
 
 bp = Blueprint("apps", __name__)
@@ -242,6 +242,7 @@ async def undeploy(app_id: str) -> tuple[Any, int]:
 
 @bp.get("/api/apps/<app_id>/run")
 @public("bearer token (the owner's or an admin's, to preview an undeployed app)")
+@answers_media("text/html")
 async def run_app(app_id: str) -> Response:
     """An app's sandboxed page (HTML): public for deployed apps.
 

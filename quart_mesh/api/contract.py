@@ -43,6 +43,7 @@ __all__ = [
     "Shape",
     "accepts",
     "answers",
+    "answers_media",
     "contract_of",
     "public",
     "query",
@@ -87,6 +88,8 @@ class Contract:
         self.auth: list[str] | None = None
         #: a body other than JSON (uploads: the raw file)
         self.raw_body: str | None = None
+        #: status -> the media type of an answer that is not JSON (a page)
+        self.media: dict[int, str] = {}
 
 
 def contract_of(view: Callable[..., Any]) -> Contract | None:
@@ -109,6 +112,17 @@ def answers(shape: Any, status: int | str = 200) -> Callable[[F], F]:
 
     def declare(view: F) -> F:
         _contract(view).answers[status] = shape
+        return view
+
+    return declare
+
+
+def answers_media(media_type: str, status: int = 200) -> Callable[[F], F]:
+    """Declare that the endpoint answers *status* with a body that is not
+    JSON (*media_type*, such as ``text/html``)."""
+
+    def declare(view: F) -> F:
+        _contract(view).media[status] = media_type
         return view
 
     return declare

@@ -34,7 +34,7 @@ from quart import Blueprint, Quart, Response, current_app
 from werkzeug.routing import Rule
 
 from .._version import __version__
-from .contract import Contract, contract_of, public
+from .contract import Contract, answers_media, contract_of, public
 from .objects import ErrorBody
 
 __all__ = ["bp", "openapi_document"]
@@ -181,7 +181,13 @@ def _operation(
     answers = {str(status): shape for status, shape in contract.answers.items()}
     for statuses in ("4XX", "5XX"):
         answers.setdefault(statuses, ErrorBody)
-    responses: dict[str, Any] = {}
+    responses: dict[str, Any] = {
+        str(status): {
+            "description": HTTPStatus(status).phrase,
+            "content": {media: {"schema": {}}},
+        }
+        for status, media in contract.media.items()
+    }
     for status, shape in sorted(answers.items()):
         responses[status] = {
             "description": _ABOUT.get(status) or HTTPStatus(int(status)).phrase,
@@ -210,6 +216,7 @@ def _document() -> dict[str, Any]:
 
 @bp.get("/api/openapi.json")
 @public()
+@answers_media("application/json")
 async def openapi() -> Response:
     """The OpenAPI 3.1 document of this API."""
     body = json.dumps(_document(), ensure_ascii=False, indent=1)
@@ -218,6 +225,7 @@ async def openapi() -> Response:
 
 @bp.get("/api/reference")
 @public()
+@answers_media("text/html")
 async def reference() -> Response:
     """This API's reference as a readable page (made from the OpenAPI document)."""
     page: str | None = current_app.extensions.get("quart_mesh.reference")
