@@ -6,14 +6,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from quart import current_app, g, request
 
-from ..errors import BadRequest
 from ..services.authz import Actor
 from ..wire import Fields, parse_json_object
 
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["bearer_token", "body", "caller", "node", "query_int", "reply"]
+__all__ = ["bearer_token", "body", "caller", "node", "reply"]
 
 
 def node() -> Node:
@@ -53,14 +52,6 @@ async def body() -> Fields:
         return Fields({})
     return Fields(parse_json_object(raw))
 
-
-def query_int(name: str) -> int | None:
-    value = request.args.get(name)
-    if value is None or value == "":
-        return None
-    if not value.isascii() or not value.lstrip("-").isdigit() or len(value) > 12:
-        raise BadRequest(f"{name} must be a whole number", "invalid_query")
-    return int(value)
 
 
 def reply(data: Any, status: int = 200) -> tuple[Any, int]:
