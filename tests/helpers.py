@@ -116,10 +116,27 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
 class Socket:
     """A real WebSocket client (trio-websocket) speaking the mesh protocol."""
 
+    #: ``serverFrames`` of the WebSocket schema as a validator (made on first use)
+    _schema: Any = None
+
     def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.seen: list[dict[str, Any]] = []
         self._markers = 0
+
+    @classmethod
+    def check(cls, frame: Any) -> None:
+        """Every frame the node sends fits ``docs/websocket-frames.schema.json``."""
+        if cls._schema is None:
+            import jsonschema_rs
+
+            from quart_mesh.realtime.frames import frames_schema
+
+            document = frames_schema()
+            schema = {**document["serverFrames"], "$defs": document["$defs"]}
+            cls._schema = jsonschema_rs.Draft202012Validator(schema)
+        errors = [f"{e.instance_path}: {e.message}" for e in cls._schema.iter_errors(frame)]
+        assert not errors, f"a frame outside the WebSocket schema: {errors[:5]} in {frame}"
 
     async def send(self, **frame: Any) -> None:
         await self.ws.send_message(json.dumps(frame))
@@ -130,6 +147,7 @@ class Socket:
     async def recv(self, timeout: float = 5) -> dict[str, Any]:
         with trio.fail_after(timeout):
             frame = json.loads(await self.ws.get_message())
+        self.check(frame)
         self.seen.append(frame)
         return dict(frame)
 
