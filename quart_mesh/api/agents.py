@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 from quart import Blueprint, request
@@ -15,8 +13,6 @@ from .contract import Body, Shape, accepts, answers, public
 from .objects import Id, Ok, Timestamp, TrustLevel
 
 bp = Blueprint("agents", __name__)
-
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 class Bootstrap(Body):
@@ -135,22 +131,8 @@ class Command(Shape):
     result: Any
 
 
-def _token_if_sent(view: F) -> F:
-    """Check the bearer token before the body when one is sent (a bad one is
-    a 401 even on an open mesh); without one the caller is anonymous."""
-
-    @functools.wraps(view)
-    async def check_token(*args: Any, **kwargs: Any) -> Any:
-        if request.headers.get("Authorization"):
-            await caller()
-        return await view(*args, **kwargs)
-
-    return check_token  # type: ignore[return-value]
-
-
 @bp.post("/api/agents/bootstrap")
-@public("bearer token (an admin's, when registration is closed)")
-@_token_if_sent
+@public("bearer token (an admin's, when registration is closed)", token_if_sent=True)
 @accepts(Bootstrap)
 @answers(BotSession, 201)
 async def bootstrap(data: Bootstrap) -> tuple[Any, int]:

@@ -39,6 +39,7 @@ from ._common import caller
 __all__ = [
     "Body",
     "Contract",
+    "OneOf",
     "Query",
     "Shape",
     "accepts",
@@ -76,6 +77,13 @@ class Shape(msgspec.Struct, rename="camel"):
     """An answer's shape (declared, not built: handlers render records)."""
 
 
+class OneOf:
+    """An answer that is one of several shapes (by how the endpoint was called)."""
+
+    def __init__(self, *shapes: Any) -> None:
+        self.shapes = shapes
+
+
 class Contract:
     """What one endpoint takes and answers (read by ``api/openapi.py``)."""
 
@@ -86,6 +94,8 @@ class Contract:
         self.answers: dict[int | str, Any] = {}
         #: ``None``: a bearer token; else the other ways in (``[]``: none)
         self.auth: list[str] | None = None
+        #: a public endpoint that checks a token first when one is sent
+        self.token_if_sent = False
         #: a body other than JSON (uploads: the raw file)
         self.raw_body: str | None = None
         #: status -> the media type of an answer that is not JSON (a page)
@@ -128,12 +138,18 @@ def answers_media(media_type: str, status: int = 200) -> Callable[[F], F]:
     return declare
 
 
-def public(*ways_in: str) -> Callable[[F], F]:
+def public(*ways_in: str, token_if_sent: bool = False) -> Callable[[F], F]:
     """Declare that the endpoint needs no bearer token (*ways_in*: what it
-    checks instead, such as ``"signature"`` for a peer's signed request)."""
+    checks instead, such as ``"signature"`` for a peer's signed request).
+
+    *token_if_sent*: a token, when one is sent, is checked before the body
+    (a bad one is a 401 even where none is needed).
+    """
 
     def declare(view: F) -> F:
-        _contract(view).auth = list(ways_in)
+        contract = _contract(view)
+        contract.auth = list(ways_in)
+        contract.token_if_sent = token_if_sent
         return view
 
     return declare
@@ -223,8 +239,16 @@ async def _token_first(view: Callable[..., Any]) -> None:
     """The token is checked before the body or query (``docs/rest.md``,
     *Check order*): a caller without one learns nothing about them."""
     contract = contract_of(view)
-    if contract is None or contract.auth is None:
+    if (
+        contract is None
+        or contract.auth is None
+        or (contract.token_if_sent and "Authorization" in request.headers)
+    ):
         await caller()
+
+
+def _sent_token() -> bool:
+    return "Authorization" in request.headers
 
 
 def _required(model: type[msgspec.Struct]) -> frozenset[str]:

@@ -34,7 +34,7 @@ from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
 from ._common import caller, node, reply
-from .contract import Body, Query, Shape, accepts, answers, public, query, reads_body
+from .contract import Body, OneOf, Query, Shape, accepts, answers, public, query, reads_body
 from .objects import Id, Ok, Timestamp
 
 bp = Blueprint("federation", __name__)
@@ -61,6 +61,14 @@ class SharedRoom(Shape):
     #: outbound: this node's room, shared with the peer; inbound: the peer's
     direction: Direction
     shared_at: Timestamp
+
+
+class RequestReceived(Shape):
+    """Another node's signed request, received: it waits for an admin here."""
+
+    ok: bool
+    connection_id: Id
+    status: Literal["pending"]
 
 
 class Connection(Shape):
@@ -305,7 +313,7 @@ async def list_connections() -> tuple[Any, int]:
 
 @bp.post("/api/connections/request")
 @reads_body(ConnectionRequest)
-@answers(Connection, 201)
+@answers(OneOf(Connection, RequestReceived), 201)
 async def request_connection() -> tuple[Any, int]:
     """Ask another node to connect (an admin), or, signed, another node asks this one.
 

@@ -34,7 +34,7 @@ from quart import Blueprint, Quart, Response, current_app
 from werkzeug.routing import Rule
 
 from .._version import __version__
-from .contract import Contract, answers_media, contract_of, public
+from .contract import Contract, OneOf, answers_media, contract_of, public
 from .objects import ErrorBody
 
 __all__ = ["bp", "openapi_document"]
@@ -86,10 +86,15 @@ def openapi_document(app: Quart) -> dict[str, Any]:
     types: list[Any] = [ErrorBody]
     for _, _, _, contract in operations:
         types += [t for t in (contract.body, contract.query) if t is not None]
-        types += list(contract.answers.values())
+        for shape in contract.answers.values():
+            types += list(shape.shapes) if isinstance(shape, OneOf) else [shape]
     unique = list(dict.fromkeys(types))
     schemas, components = msgspec.json.schema_components(unique, ref_template=_REF)
-    schema_of = dict(zip(unique, schemas, strict=True))
+    schema_of: dict[Any, dict[str, Any]] = dict(zip(unique, schemas, strict=True))
+    for _, _, _, contract in operations:
+        for shape in contract.answers.values():
+            if isinstance(shape, OneOf):
+                schema_of[shape] = {"anyOf": [schema_of[s] for s in shape.shapes]}
 
     paths: dict[str, dict[str, Any]] = {}
     ids: set[str] = set()
