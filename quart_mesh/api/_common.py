@@ -53,6 +53,5 @@ async def body() -> Fields:
     return Fields(parse_json_object(raw))
 
 
-
 def reply(data: Any, status: int = 200) -> tuple[Any, int]:
     return data, status
