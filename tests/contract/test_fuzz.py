@@ -8,7 +8,7 @@ answer's status, media type and body fit the document, and the node's log
 must hold no error and no traceback.
 
 CI runs a bounded number of examples per operation with a fixed seed
-(``MESH_FUZZ_EXAMPLES``, default 4; ``MESH_FUZZ_SEED``, default 1);
+(``MESH_FUZZ_EXAMPLES``, default 8; ``MESH_FUZZ_SEED``, default 1);
 ``nox -s fuzz`` runs long (``MESH_FUZZ_EXAMPLES=100``, ``MESH_FUZZ_SECONDS``).
 """
 
@@ -69,7 +69,7 @@ def _st() -> list[str]:
 
 
 async def _fuzz(base_url: str, token: str, report: Path) -> subprocess.CompletedProcess[bytes]:
-    examples = os.environ.get("MESH_FUZZ_EXAMPLES", "4")
+    examples = os.environ.get("MESH_FUZZ_EXAMPLES", "8")
     seed = os.environ.get("MESH_FUZZ_SEED", "1")
     command = [
         *_st(),
