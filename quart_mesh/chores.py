@@ -133,6 +133,7 @@ def _sqlite_file(settings: Settings) -> Path | None:
 
 def _require_store(settings: Settings) -> None:
     """Refuse before asking for a password when there is no store at all."""
+    _require_folder(settings)
     store = _sqlite_file(settings)
     if store is not None and not store.exists():
         raise _Refused(
@@ -141,8 +142,19 @@ def _require_store(settings: Settings) -> None:
         )
 
 
+def _require_folder(settings: Settings) -> None:
+    """On PostgreSQL, the chores open the node's data folder (its secrets):
+    refuse to make a new one (a node of its own) where there is none."""
+    if _sqlite_file(settings) is None and not settings.data_dir.is_dir():
+        raise _Refused(
+            f"no node's data folder at {settings.data_dir}: give --data-dir "
+            "(the folder of a node of this mesh)"
+        )
+
+
 async def _perform(settings: Settings, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The answer to *request*, and whether a running node gave it."""
+    _require_folder(settings)
     store = _sqlite_file(settings)
     if store is not None and not store.exists():
         # nothing to open: say so without making a store (or a data folder)

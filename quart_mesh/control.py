@@ -93,15 +93,27 @@ class ControlSocket:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; started once the socket accepts.
 
-        Raises:
-            OSError: the socket cannot be made (the node then fails to start).
+        A folder where no socket can be made is logged, and the node serves
+        without one.
         """
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            # the caller holds the data folder: a socket file here is stale
-            self.path.unlink(missing_ok=True)
-            with _address(self.path) as address:
-                await sock.bind(address)
+            try:
+                # the caller holds the data folder: a socket file here is stale
+                self.path.unlink(missing_ok=True)
+                with _address(self.path) as address:
+                    await sock.bind(address)
+            except OSError as error:
+                # a folder that cannot hold a socket (some network or container
+                # mounts): the node serves without; chores then need it stopped
+                log.warning(
+                    "no control socket at %s (%s): 'quart-mesh user|tokens|status' "
+                    "will work only while the node is stopped",
+                    self.path,
+                    error,
+                )
+                task_status.started()
+                await trio.sleep_forever()
             try:
                 os.chmod(self.path, 0o600)
                 sock.listen(MAX_CONNECTIONS * 4)
@@ -122,6 +134,9 @@ class ControlSocket:
                 answer = await self._answer(stream)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away
+            except Exception:  # nothing a client sends may end the node
+                log.exception("control socket: a connection failed")
+                return
             if answer is None:
                 return
             with (
@@ -147,7 +162,7 @@ class ControlSocket:
                 return None
             try:
                 request = json.loads(line)
-            except ValueError:  # not UTF-8, not JSON
+            except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep
                 return _error("a request is one JSON object on one line", "bad_request")
             try:
                 return await self._handler(request)

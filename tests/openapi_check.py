@@ -75,6 +75,12 @@ def check(method: str, url_path: str, status: int, body: bytes, content_type: st
     path = operation_of(method, url_path)
     if path is None:
         return
+    declared = document()["paths"][path][method.lower()]["responses"]
+    if 200 <= status < 300 and str(status) not in declared:
+        raise AnswerMismatch(
+            f"{method} {url_path} answered {status}, a success it does not declare "
+            f"({path}: {sorted(declared)})"
+        )
     validator = _validator(path, method.lower(), str(status))
     if validator is None:
         return

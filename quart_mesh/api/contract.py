@@ -199,7 +199,9 @@ def accepts(model: type[M]) -> Callable[[F], F]:
                 data = decoder.decode(raw if raw.strip() else b"{}")
             except msgspec.ValidationError as error:
                 raise _bad_body(str(error), required, codes) from None
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, ValueError, RecursionError):
+                # ValueError: invalid UTF-8 in a string (UnicodeDecodeError);
+                # RecursionError: nesting deeper than the decoder goes
                 raise BadRequest("the body is not valid JSON", "invalid_json") from None
             return await view(*args, data=data, **kwargs)
 
@@ -248,7 +250,7 @@ async def _token_first(view: Callable[..., Any]) -> None:
 
 
 def _sent_token() -> bool:
-    return "Authorization" in request.headers
+    return bool(request.headers.get("Authorization", "").strip())
 
 
 def _required(model: type[msgspec.Struct]) -> frozenset[str]:

@@ -274,7 +274,16 @@ _FORCE = ["true", "false", "1", "0"]
 class DisconnectQuery(Query):
     #: end it here even when the peer cannot be told (any case; checked by the
     #: handler, so that another value stays ``invalid_field`` as it always was)
-    force: Annotated[str, msgspec.Meta(extra_json_schema={"enum": _FORCE})] | None = None
+    force: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern="^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|1|0)$",
+                description="true or false (any case), 1 or 0",
+            ),
+        ]
+        | None
+    ) = None
 
 
 # -- helpers ------------------------------------------------------------------
@@ -312,6 +321,7 @@ async def list_connections() -> tuple[Any, int]:
 
 
 @bp.post("/api/connections/request")
+@public("signature", token_if_sent=True)
 @reads_body(ConnectionRequest)
 @answers(OneOf(Connection, RequestReceived), 201)
 async def request_connection() -> tuple[Any, int]:

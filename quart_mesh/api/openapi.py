@@ -156,7 +156,8 @@ def _operation(
     if description:
         operation["description"] = description
     if contract.auth is not None:
-        operation["security"] = []
+        # no token needed; with token_if_sent, one may be sent instead
+        operation["security"] = [{"bearer": []}, {}] if contract.token_if_sent else []
         if contract.auth:
             operation["x-authentication"] = contract.auth
     parameters = [
@@ -224,7 +225,11 @@ def _document() -> dict[str, Any]:
 @answers_media("application/json")
 async def openapi() -> Response:
     """The OpenAPI 3.1 document of this API."""
-    body = json.dumps(_document(), ensure_ascii=False, indent=1)
+    body: bytes | None = current_app.extensions.get("quart_mesh.openapi_json")
+    if body is None:
+        body = current_app.extensions["quart_mesh.openapi_json"] = json.dumps(
+            _document(), ensure_ascii=False, separators=(",", ":")
+        ).encode()
     return Response(body, content_type="application/json", headers=_HEADERS_JSON)
 
 
@@ -320,7 +325,11 @@ def render_reference(document: dict[str, Any]) -> str:
             ]
             if op.get("description"):
                 parts.append(f"<p>{esc(op['description'])}</p>")
-            auth = "none" if op.get("security") == [] else "bearer token"
+            auth = "bearer token"
+            if op.get("security") == []:
+                auth = "none"
+            elif {} in op.get("security", ()):
+                auth = "a bearer token, or none"
             if op.get("x-authentication"):
                 auth = ", ".join(op["x-authentication"])
             parts.append(f"<p>Authentication: {esc(auth)}</p>")

@@ -4,8 +4,9 @@ the JSON Schema (draft 2020-12) built from them (``docs/websocket.md``).
 This module only declares: the session (``realtime/session.py``) parses
 client frames as it always has, and the events (``events.py``) render
 server frames. The declarations are for the documentation and the tests,
-which check every frame the end-to-end tests send and receive against
-:func:`frames_schema`. The document is checked in as
+which check against :func:`frames_schema` every frame the end-to-end tests
+receive, and both ways every frame of a session that uses the whole
+protocol. The document is checked in as
 ``docs/websocket-frames.schema.json``; after changing a frame, regenerate it::
 
     python -m quart_mesh.realtime.frames > docs/websocket-frames.schema.json

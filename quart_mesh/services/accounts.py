@@ -283,7 +283,7 @@ class Accounts:
         ok = await self._passwords.verify(password_hash, password)
         if participant is None or not ok:
             raise Unauthorized("wrong name or password", "invalid_credentials")
-        return await self.sign_in(participant, "login")
+        return await self.sign_in(participant, "login", password_hash=password_hash)
 
     async def guest(self, name: str | None = None, *, address: str | None = None) -> SignedIn:
         """A guest (role ``spectator``) on a public mesh; *address* is the
@@ -407,8 +407,7 @@ class Accounts:
                 outbox.change(conn, "disconnect_token", participant_id, token_id, "signed_out")
 
         def then(_: None) -> None:
-            for token_id, expires_at in tokens:
-                self.revoked(token_id, expires_at)
+            self.revoked_all(tokens)
 
         await self._db.write(write, then=then)
 
@@ -425,19 +424,19 @@ class Accounts:
         Raises:
             NotFound: no such participant.
         """
-        now = int(time.time())
 
-        def write(conn: Connection) -> list[IssuedToken]:
+        def write(conn: Connection) -> tuple[list[IssuedToken], list[IssuedToken]]:
+            now = int(time.time())  # when the unit runs, not when it was asked for
             if repo.get_participant(conn, participant_id) is None:
                 raise NotFound("no such participant", "participant_not_found")
             if password_hash is not None:
                 repo.set_password(conn, participant_id, password_hash)
-            # those of this very second are revoked one by one: "not before"
-            # counts whole seconds, and a token issued later in this second
-            # (a login with the new password) must stay good
-            listed = [
-                t for t in tokens_repo.list_tokens(conn, participant_id, now) if not t.revoked
-            ]
+            # "not before" counts whole seconds, and a token issued later in
+            # this second (a login with the new password) must stay good: so
+            # the tokens of this very second are revoked one by one (the
+            # older ones are refused by "not before")
+            valid = [t for t in tokens_repo.list_tokens(conn, participant_id, now) if not t.revoked]
+            listed = [t for t in valid if t.issued_at >= now]
             repo.prune_revoked_tokens(conn, now)
             repo.set_tokens_not_before(conn, participant_id, now)
             for token in listed:
@@ -445,21 +444,25 @@ class Accounts:
                 outbox.change(conn, "invalidate", "revoked", f"{token.token_id} {token.expires_at}")
             outbox.change(conn, "invalidate", "participant", participant_id)
             outbox.change(conn, "disconnect", participant_id, "signed_out")
-            return listed
+            return valid, listed
 
-        def then(listed: list[IssuedToken]) -> None:
+        def then(result: tuple[list[IssuedToken], list[IssuedToken]]) -> None:
             self.forget(participant_id)
-            for token in listed:
-                self.revoked(token.token_id, token.expires_at)
+            self.revoked_all([(token.token_id, token.expires_at) for token in result[1]])
 
-        revoked: list[IssuedToken] = await self._db.write(write, then=then)
-        return len(revoked)
+        valid, _ = await self._db.write(write, then=then)
+        return len(valid)
 
     def revoked(self, token_id: str, expires_at: int) -> None:
         """Refuse *token_id* from now on (signed out here or on another process)."""
+        self.revoked_all([(token_id, expires_at)])
+
+    def revoked_all(self, tokens: Sequence[tuple[str, int]]) -> None:
+        """Refuse each of *tokens* (token id, expiry) from now on."""
         now = int(time.time())
-        self._revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
-        self._revoked[token_id] = expires_at
+        revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
+        revoked.update(tokens)
+        self._revoked = revoked
 
     def _remember(self, participant: Participant, generation: int) -> None:
         """Cache *participant*, read when :attr:`_generation` was *generation*:
@@ -579,16 +582,26 @@ class Accounts:
             "guest": settings.guest_token_ttl_seconds,
         }.get(kind, settings.token_ttl_seconds)
 
-    async def sign_in(self, participant: Participant, via: str) -> SignedIn:
+    async def sign_in(
+        self, participant: Participant, via: str, *, password_hash: str | None = None
+    ) -> SignedIn:
         """A fresh token for *participant* (known to exist), recorded as
         issued *via* (``login``, ``did``...) so that it can be listed.
+        *password_hash*: the one the password was checked against, which must
+        still be the participant's when the token is recorded (a reset that
+        committed meanwhile wins: the old password signs nobody in).
 
         Raises:
-            Unauthorized: the participant was deleted meanwhile.
+            Unauthorized: the participant was deleted, or its password
+                changed, meanwhile.
         """
         session, issued = self._mint(participant, via)
 
         def write(conn: Connection) -> None:
+            if password_hash is not None:
+                current = repo.get_participant_by_name(conn, participant.name)
+                if current is None or current[1] != password_hash:
+                    raise Unauthorized("wrong name or password", "invalid_credentials")
             try:
                 with conn.begin_nested():
                     self._record(conn, issued)

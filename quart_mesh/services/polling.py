@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from ..config import Settings
-from ..errors import BadRequest
+from ..errors import BadRequest, Unauthorized
 from ..records import Message
 from ..store.agents import CommandRow
 from .authz import Actor, authorize
@@ -103,6 +103,7 @@ class Polling:
                         after = result.cursor
                         if not await feed.wait_for_more():
                             break
+            _refuse_if_signed_out(feed.sub.failed)
             return await self._take(actor, feed, after, limit, mentions_of)
 
     async def _take(
@@ -120,6 +121,20 @@ class Polling:
         if backlog.commands:
             await self._commands.mark_delivered([c.command_id for c in backlog.commands])
         return PollResult(backlog.messages, backlog.cursor, tuple(backlog.commands))
+
+
+def _refuse_if_signed_out(ended: str | None) -> None:
+    """A poll whose caller was signed out everywhere, or deleted, while it
+    waited takes nothing more: the messages and commands stay for whoever
+    signs in next.
+
+    Raises:
+        Unauthorized: ``token_revoked`` or ``invalid_token``.
+    """
+    if ended in ("signed_out", "revoked"):
+        raise Unauthorized("this token was signed out", "token_revoked")
+    if ended == "removed":
+        raise Unauthorized("the token's participant no longer exists", "invalid_token")
 
 
 def _parse_cursor(value: str | int | None) -> int | None:

@@ -75,6 +75,9 @@ async def test_a_body_that_does_not_fit_its_type_is_refused_with_the_usual_codes
         (b'{"content": "\\ud800"}', "invalid_json", "the body is not valid JSON"),
         (b'{"content": NaN}', "invalid_json", "the body is not valid JSON"),
         (b'{"content": "hi", "attachments": "x"}', "invalid_attachments", "attachments"),
+        # not UTF-8 inside a string; nested deeper than any decoder goes
+        (b'{"content": "\xff"}', "invalid_json", "the body is not valid JSON"),
+        (b'{"x": ' + b"[" * 1500 + b"]" * 1500 + b"}", "invalid_json", "not valid JSON"),
     ]
     for raw, code, words in cases:
         r = await mesh.http.post(
@@ -87,6 +90,13 @@ async def test_a_body_that_does_not_fit_its_type_is_refused_with_the_usual_codes
     assert_error(r, 401, "unauthorized")
     r = await mesh.http.get(url, params={"limit": "ten"})
     assert_error(r, 401, "unauthorized")
+    # the same without a token, on an endpoint that needs none
+    for raw in (
+        b'{"name": "owner", "password": "\xff"}',
+        b'{"x": ' + b"[" * 1500 + b"]" * 1500 + b"}",
+    ):
+        r = await mesh.http.post("/api/auth/login", content=raw)
+        assert_error(r, 400, "invalid_json")
     r = await mesh.http.get(url, params={"limit": "ten"}, headers=owner.headers)
     assert_error(r, 400, "invalid_query")
     assert r.json()["error"] == "limit must be a whole number"
@@ -147,5 +157,8 @@ def test_docs_rest_md_lists_exactly_the_documented_operations() -> None:
     for method, path, auth in rows:
         shape = (method.lower(), re.sub(r":\w+", "{}", path))
         op = doc["paths"][by_shape[shape]][method.lower()]
-        needs_token = not auth.strip().startswith(("none", "a node's signature"))
-        assert (op.get("security") != []) == needs_token, (method, path, auth)
+        security = op.get("security", [{"bearer": []}])
+        if auth.strip().startswith(("none", "a node's signature")):
+            assert {} in security or security == [], (method, path, auth)
+        else:
+            assert {"bearer": []} in security, (method, path, auth)

@@ -347,6 +347,7 @@ async def test_the_control_socket_refuses_garbage_and_goes_on(tmp_path: Path) ->
             for payload, code in (
                 (b"garbage\n", "bad_request"),
                 (b"\xff\xfe\n", "bad_request"),
+                (b"[" * 60_000 + b"\n", "bad_request"),  # deeper than json goes
                 (b"[1, 2]\n", "bad_request"),
                 (b'{"op": "drop_tables"}\n', "unknown_operation"),
                 (b'{"op": "list_tokens"}\n', "bad_request"),
@@ -377,7 +378,7 @@ async def test_a_chore_on_postgresql_reaches_the_running_node(tmp_path: Path) ->
     if cluster is None:
         pytest.skip("about PostgreSQL: run with --store postgresql")
     data = tmp_path / "node"
-    database = ("--database-url", cluster.url_for(data), "--data-dir", str(tmp_path / "cli"))
+    database = ("--database-url", cluster.url_for(data), "--data-dir", str(data))
     with trio.fail_after(90):
         async with trio.open_nursery() as nursery:
             url = await serve_on(data, nursery)
@@ -409,4 +410,70 @@ async def test_a_chore_on_postgresql_reaches_the_running_node(tmp_path: Path) ->
                 status = json.loads(ok(await cli("status", "--json", *database)))
                 assert status["store"]["backend"] == "postgresql"
                 assert status["participants"]["total"] == 2
+                # no data folder there: refused, and none is made
+                elsewhere = tmp_path / "elsewhere"
+                refused(
+                    await cli(
+                        "status",
+                        "--database-url",
+                        cluster.url_for(data),
+                        "--data-dir",
+                        str(elsewhere),
+                    ),
+                    "no node's data folder",
+                )
+                assert not elsewhere.exists()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.sqlite_only
+async def test_a_node_whose_folder_cannot_hold_the_socket_serves_without_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "node"
+    (data / CONTROL_SOCKET).mkdir(parents=True)  # no socket can be made there
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            url = await serve_on(data, nursery)
+            async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+                assert (await http.get("/api/health")).json()["ok"] is True
+            nursery.cancel_scope.cancel()
+    assert any("no control socket" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.sqlite_only
+async def test_a_long_poll_ends_when_its_participant_is_signed_out_everywhere(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "node"
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            url = await serve_on(data, nursery)
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                mesh = Mesh(http)
+                owner = await mesh.setup("olivia")
+                member = await mesh.register("carol")
+                answer: list[httpx.Response] = []
+                answered = trio.Event()
+
+                async def long_poll() -> None:
+                    answer.append(
+                        await http.post("/api/poll", json={"timeout": 25}, headers=member.headers)
+                    )
+                    answered.set()
+
+                nursery.start_soon(long_poll)
+
+                async def waiting() -> bool:  # a poll counts its caller online
+                    r = await http.get(
+                        f"/api/participants/{member.participant_id}", headers=owner.headers
+                    )
+                    return bool(r.json()["online"])
+
+                await wait_for(waiting)
+                ok(await cli("tokens", "revoke", "carol", "--all", "--data-dir", str(data)))
+                with trio.fail_after(10):  # at once, not when the poll's 25 s are up
+                    await answered.wait()
+                assert answer[0].status_code == 401, answer[0].text
+                assert answer[0].json()["code"] == "token_revoked"
             nursery.cancel_scope.cancel()
