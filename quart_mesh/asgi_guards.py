@@ -25,6 +25,7 @@ later request on a kept-alive connection) is refused at once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import trio
 from hypercorn.typing import (
@@ -32,6 +33,7 @@ from hypercorn.typing import (
     ASGIReceiveEvent,
     ASGISendCallable,
     ASGISendEvent,
+    HTTPScope,
     Scope,
 )
 
@@ -64,8 +66,11 @@ def drain_request_bodies(
         kind = scope["type"]
         if kind == "http":
             request = _Request(receive, send)
+            # Quart decodes the query string as UTF-8, and fails (a 500) on
+            # other bytes, which HTTP/2 lets through
+            answer = app if _utf8(cast("HTTPScope", scope).get("query_string", b"")) else _bad_query
             try:
-                await app(scope, request.receive, request.send)
+                await answer(scope, request.receive, request.send)
             finally:
                 if not request.ended:
                     # answered before the body's end: read (and discard) the rest
@@ -81,6 +86,30 @@ def drain_request_bodies(
             await app(scope, receive, send)
 
     return wrapped
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+async def _bad_query(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    """400 ``invalid_query``, as the API answers a query it cannot read."""
+    body = b'{"error": "the query string is not valid UTF-8", "code": "invalid_query"}'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class _Request:

@@ -143,7 +143,12 @@ class ControlSocket:
                 trio.move_on_after(ANSWER_TIMEOUT),
                 contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
             ):
-                await stream.send_all(_line(answer))
+                try:
+                    data = _line(answer)
+                except (ValueError, TypeError):  # not JSON-encodable (a bug): say so
+                    log.exception("control socket: an answer could not be encoded")
+                    data = _line(_error("internal error (see the node's log)", "internal_error"))
+                await stream.send_all(data)
 
     async def _answer(self, stream: trio.SocketStream) -> dict[str, Any] | None:
         uid = _peer_uid(stream.socket)
@@ -162,6 +167,8 @@ class ControlSocket:
                 return None
             try:
                 request = json.loads(line)
+                # a lone surrogate ("\\ud800") decodes, but is no text to act on
+                json.dumps(request, ensure_ascii=False).encode()
             except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep
                 return _error("a request is one JSON object on one line", "bad_request")
             try:
@@ -221,7 +228,8 @@ async def _read_line(stream: trio.SocketStream, limit: int) -> bytes | None:
 
 
 def _line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False).encode() + b"\n"
+    # ASCII: a lone surrogate a client sent (JSON allows "\\ud800") encodes too
+    return json.dumps(message).encode() + b"\n"
 
 
 def _error(message: str, code: str) -> dict[str, Any]:

@@ -12,12 +12,18 @@ from ..wire import Fields, parse_json_object
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["bearer_token", "body", "caller", "node", "reply"]
+__all__ = ["bearer_token", "body", "caller", "node", "reply", "token_sent"]
 
 
 def node() -> Node:
     """The node serving this request (``MeshApp`` keeps it in its extensions)."""
     return cast("Node", current_app.extensions["quart_mesh.node"])
+
+
+def token_sent() -> bool:
+    """Whether the request carries an ``Authorization`` header with something
+    in it (an empty one is no token)."""
+    return bool(request.headers.get("Authorization", "").strip())
 
 
 def bearer_token() -> str:

@@ -8,7 +8,7 @@ import msgspec
 from quart import Blueprint, request
 
 from ..services.commands import command_json
-from ._common import caller, node, reply
+from ._common import caller, node, reply, token_sent
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Id, Ok, Timestamp, TrustLevel
 
@@ -137,7 +137,7 @@ class Command(Shape):
 @answers(BotSession, 201)
 async def bootstrap(data: Bootstrap) -> tuple[Any, int]:
     """Register an external bot: its token (open meshes need no token; closed ones an admin's)."""
-    actor = await caller() if request.headers.get("Authorization") else None
+    actor = await caller() if token_sent() else None
     mesh_node = node()
     result = await mesh_node.agents.bootstrap(
         actor,

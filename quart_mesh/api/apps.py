@@ -17,7 +17,7 @@ from quart import Blueprint, Response, request
 from ..errors import NotFound, Unauthorized
 from ..services.apps import source_json
 from ..services.authz import Actor
-from ._common import caller, node, reply
+from ._common import caller, node, reply, token_sent
 from .app_page import RUN_HEADERS, render_document
 from .contract import Body, Shape, accepts, answers, answers_media, public
 from .objects import Id, Ok, Timestamp
@@ -249,7 +249,7 @@ async def run_app(app_id: str) -> Response:
     The owner and admins preview an undeployed one by sending their token in
     the ``Authorization`` header."""
     actor: Actor | None = None
-    if request.headers.get("Authorization"):
+    if token_sent():
         try:
             actor = await caller()
         except Unauthorized:

@@ -34,7 +34,7 @@ import msgspec
 from quart import request
 
 from ..errors import BadRequest
-from ._common import caller
+from ._common import caller, token_sent
 
 __all__ = [
     "Body",
@@ -241,16 +241,8 @@ async def _token_first(view: Callable[..., Any]) -> None:
     """The token is checked before the body or query (``docs/rest.md``,
     *Check order*): a caller without one learns nothing about them."""
     contract = contract_of(view)
-    if (
-        contract is None
-        or contract.auth is None
-        or (contract.token_if_sent and "Authorization" in request.headers)
-    ):
+    if contract is None or contract.auth is None or (contract.token_if_sent and token_sent()):
         await caller()
-
-
-def _sent_token() -> bool:
-    return bool(request.headers.get("Authorization", "").strip())
 
 
 def _required(model: type[msgspec.Struct]) -> frozenset[str]:

@@ -33,7 +33,7 @@ from ..errors import BadRequest, Unavailable
 from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
-from ._common import caller, node, reply
+from ._common import caller, node, reply, token_sent
 from .contract import Body, OneOf, Query, Shape, accepts, answers, public, query, reads_body
 from .objects import Id, Ok, Timestamp
 
@@ -278,7 +278,8 @@ class DisconnectQuery(Query):
         Annotated[
             str,
             msgspec.Meta(
-                pattern="^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|1|0)$",
+                # documented, not enforced here: the handler answers invalid_field
+                extra_json_schema={"pattern": "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|1|0)$"},
                 description="true or false (any case), 1 or 0",
             ),
         ]
@@ -332,7 +333,7 @@ async def request_connection() -> tuple[Any, int]:
     node's signature (``X-Mesh-*`` headers) and the answer is
     ``{ok, connectionId, status: "pending"}``.
     """
-    if "Authorization" not in request.headers:
+    if not token_sent():
         did, fields = await _signed()
         return reply(await node().federation.receive_request(did, fields), 201)
     return await _connect_to()

@@ -331,7 +331,8 @@ def render_reference(document: dict[str, Any]) -> str:
             elif {} in op.get("security", ()):
                 auth = "a bearer token, or none"
             if op.get("x-authentication"):
-                auth = ", ".join(op["x-authentication"])
+                ways = ", ".join(op["x-authentication"])
+                auth = f"a bearer token, or {ways}" if {} in op.get("security", ()) else ways
             parts.append(f"<p>Authentication: {esc(auth)}</p>")
             query = [p for p in op.get("parameters", ()) if p["in"] == "query"]
             if query:

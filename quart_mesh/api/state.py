@@ -9,7 +9,7 @@ import msgspec
 from quart import Blueprint
 
 from ..errors import BadRequest
-from ._common import caller, node, reply
+from ._common import bearer_token, caller, node, reply
 from .contract import Body, Shape, accepts, answers
 from .objects import Id, Message, ParticipantView, RoomView, Timestamp
 
@@ -141,5 +141,6 @@ async def poll(data: PollRequest) -> tuple[Any, int]:
         mentions_only=bool(data.mentions_only),
         wait_seconds=timeout or 0.0,
         limit=None if limit is None else int(limit),
+        token_id=node().tokens.check(bearer_token()).token_id,
     )
     return reply(result.to_json())

@@ -427,7 +427,8 @@ class Accounts:
 
         def write(conn: Connection) -> tuple[list[IssuedToken], list[IssuedToken]]:
             now = int(time.time())  # when the unit runs, not when it was asked for
-            if repo.get_participant(conn, participant_id) is None:
+            participant = repo.get_participant(conn, participant_id)
+            if participant is None:
                 raise NotFound("no such participant", "participant_not_found")
             if password_hash is not None:
                 repo.set_password(conn, participant_id, password_hash)
@@ -435,7 +436,10 @@ class Accounts:
             # this second (a login with the new password) must stay good: so
             # the tokens of this very second are revoked one by one (the
             # older ones are refused by "not before")
-            valid = [t for t in tokens_repo.list_tokens(conn, participant_id, now) if not t.revoked]
+            tokens = tokens_repo.list_tokens(
+                conn, participant_id, now, participant.tokens_not_before
+            )
+            valid = [t for t in tokens if not t.revoked]
             listed = [t for t in valid if t.issued_at >= now]
             repo.prune_revoked_tokens(conn, now)
             repo.set_tokens_not_before(conn, participant_id, now)
@@ -599,8 +603,8 @@ class Accounts:
 
         def write(conn: Connection) -> None:
             if password_hash is not None:
-                current = repo.get_participant_by_name(conn, participant.name)
-                if current is None or current[1] != password_hash:
+                current = repo.password_hash_of(conn, participant.participant_id)
+                if current is None or current[0] != password_hash:
                     raise Unauthorized("wrong name or password", "invalid_credentials")
             try:
                 with conn.begin_nested():

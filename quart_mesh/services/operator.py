@@ -160,7 +160,7 @@ class Operator:
         found = [t for t in tokens if t.token_id == token_id and not t.revoked]
         if not found:
             raise NotFound(
-                f"{participant.name} has no valid token {token_id} (see: quart-mesh tokens list)",
+                f"{participant.name} has no valid token {token_id!r} (see: quart-mesh tokens list)",
                 "token_not_found",
             )
         await self._accounts.revoke_tokens(

@@ -67,14 +67,18 @@ class Polling:
         mentions_only: bool = False,
         wait_seconds: float = 0.0,
         limit: int | None = None,
+        token_id: str | None = None,
     ) -> PollResult:
         """Messages after *cursor* and commands not yet delivered; with
         *wait_seconds*, wait up to that many seconds for one of either to
         arrive. Counts the caller online while waiting. ``simple`` bots are
-        sent commands only (no chat traffic).
+        sent commands only (no chat traffic). *token_id*: the caller's token,
+        so that signing it out ends a waiting poll.
 
         Raises:
             BadRequest: a malformed cursor, timeout or limit.
+            Unauthorized: the caller was signed out (its token, or
+                everywhere) or deleted while it waited; it takes nothing.
         """
         authorize(actor, "rooms.read")
         after = _parse_cursor(cursor)
@@ -92,6 +96,7 @@ class Polling:
         # tool-only ``simple`` bots are sent commands only (no chat traffic)
         chat = actor.type != "simple"
         with self._delivery.follow(actor.participant_id, capacity=64, chat=chat) as feed:
+            feed.sub.token_id = token_id
             if wait_seconds == 0:
                 return await self._take(actor, feed, after, limit, mentions_of)
             async with self._presence.attached(actor.participant_id):

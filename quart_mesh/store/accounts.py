@@ -26,6 +26,7 @@ __all__ = [
     "move_role",
     "name_taken",
     "participant_from_row",
+    "password_hash_of",
     "prune_revoked_tokens",
     "revoke_token",
     "set_last_seen",
@@ -124,6 +125,18 @@ def get_participant_by_name(conn: Connection, name: str) -> tuple[Participant, s
         sa.select(participants).where(participants.c.name_key == name.casefold())
     ).first()
     return None if row is None else (participant_from_row(row), row.password_hash)
+
+
+def password_hash_of(conn: Connection, participant_id: str) -> tuple[str | None] | None:
+    """*participant_id*'s password hash (in a 1-tuple; ``None`` if no such
+    participant), its row share-locked until the transaction ends on
+    PostgreSQL: a reset committing meanwhile waits, or is seen."""
+    row = conn.execute(
+        sa.select(participants.c.password_hash)
+        .where(participants.c.participant_id == participant_id)
+        .with_for_update(read=True)
+    ).first()
+    return None if row is None else (row.password_hash,)
 
 
 def list_participants(conn: Connection) -> Sequence[Participant]:

@@ -162,3 +162,18 @@ def test_docs_rest_md_lists_exactly_the_documented_operations() -> None:
             assert {} in security or security == [], (method, path, auth)
         else:
             assert {"bearer": []} in security, (method, path, auth)
+
+
+async def test_an_empty_authorization_header_is_no_token(mesh: Mesh) -> None:
+    await mesh.setup()
+    r = await mesh.http.post(
+        "/api/agents/bootstrap",
+        json={"name": "helper-bot", "type": "simple"},
+        headers={"Authorization": ""},
+    )
+    assert r.status_code == 201, r.text
+    # a token sent is checked before the body, even where none is needed
+    r = await mesh.http.post(
+        "/api/agents/bootstrap", content=b"[1]", headers={"Authorization": "Bearer nope"}
+    )
+    assert r.status_code == 401, r.text

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
+import h2.connection
+import h2.events
 import httpx
 import trio
 
@@ -170,3 +173,40 @@ async def test_early_answer_then_more_body_does_not_wedge_the_connection(
     assert b'"code":"unauthorized"' in responses[0]
     if len(responses) == 2:
         assert responses[1].startswith(b"200")
+
+
+async def test_a_query_string_that_is_not_utf8_over_http2_is_refused(base_url: str) -> None:
+    """HTTP/1.1 (h11) refuses such a request line itself; HTTP/2 lets the
+    bytes through to the app, which answers 400, not 500."""
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    connection = h2.connection.H2Connection()
+    connection.initiate_connection()
+    connection.send_headers(
+        1,
+        [
+            (b":method", b"GET"),
+            (b":path", b"/api/rooms?limit=\xff"),
+            (b":scheme", b"http"),
+            (b":authority", host.encode()),
+        ],
+        end_stream=True,
+    )
+    await stream.send_all(connection.data_to_send())
+    status, body = None, b""
+    with trio.fail_after(10):
+        while True:
+            data = await stream.receive_some(65536)
+            assert data, "the node closed the connection"
+            for event in connection.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = dict(event.headers)[b":status"]
+                elif isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    connection.acknowledge_received_data(len(event.data), event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    await stream.aclose()
+                    assert status == b"400", (status, body)
+                    assert json.loads(body)["code"] == "invalid_query"
+                    return
+            await stream.send_all(connection.data_to_send())

@@ -21,7 +21,7 @@ import trio
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.control import CONTROL_SOCKET, MAX_REQUEST
 from tests import stores
-from tests.helpers import PASSWORD, Mesh, User, connect, wait_for
+from tests.helpers import PASSWORD, Mesh, User, assert_error, connect, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -283,7 +283,9 @@ async def test_refusals_are_clear_and_never_a_traceback(tmp_path: Path) -> None:
             async with httpx.AsyncClient(base_url=url, timeout=20) as http:
                 await Mesh(http).setup("olivia")
             refused(await cli("tokens", "list", "nobody", *where), "no participant named 'nobody'")
-            refused(await cli("tokens", "revoke", "olivia", "nope", *where), "no valid token nope")
+            refused(
+                await cli("tokens", "revoke", "olivia", "nope", *where), "no valid token 'nope'"
+            )
             refused(
                 await cli(
                     "user",
@@ -350,6 +352,8 @@ async def test_the_control_socket_refuses_garbage_and_goes_on(tmp_path: Path) ->
                 (b"[" * 60_000 + b"\n", "bad_request"),  # deeper than json goes
                 (b"[1, 2]\n", "bad_request"),
                 (b'{"op": "drop_tables"}\n', "unknown_operation"),
+                # a lone surrogate: JSON allows it, but it is no text
+                (b'{"op": "list_tokens", "name": "\\ud800"}\n', "bad_request"),
                 (b'{"op": "list_tokens"}\n', "bad_request"),
                 (b'{"op": "list_tokens", "name": 5}\n', "bad_request"),
                 (b'{"op": "setup_status", "extra": 1}\n', "bad_request"),
@@ -477,3 +481,29 @@ async def test_a_long_poll_ends_when_its_participant_is_signed_out_everywhere(
                 assert answer[0].status_code == 401, answer[0].text
                 assert answer[0].json()["code"] == "token_revoked"
             nursery.cancel_scope.cancel()
+
+
+async def test_a_long_poll_ends_when_its_own_token_is_signed_out(mesh: Mesh) -> None:
+    owner = await mesh.setup("olivia")
+    member = await mesh.register("carol")
+    answered = trio.Event()
+    answer: list[httpx.Response] = []
+
+    async def long_poll() -> None:
+        answer.append(
+            await mesh.http.post("/api/poll", json={"timeout": 25}, headers=member.headers)
+        )
+        answered.set()
+
+    async def waiting() -> bool:  # a poll counts its caller online
+        r = await mesh.http.get(f"/api/participants/{member.participant_id}", headers=owner.headers)
+        return bool(r.json()["online"])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(long_poll)
+        await wait_for(waiting)
+        r = await mesh.http.post("/api/auth/logout", headers=member.headers)
+        assert r.status_code == 200, r.text
+        with trio.fail_after(10):  # at once, not when the poll's 25 s are up
+            await answered.wait()
+    assert_error(answer[0], 401, "token_revoked")
