@@ -12,13 +12,19 @@ announces the state, polling it with :func:`wait_for`.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
+
+from quart_mesh import Settings, create_app, serve
 
 PASSWORD = "correct horse battery"
 
@@ -241,3 +247,26 @@ async def open_client(base_url: str, **options: Any) -> AsyncIterator[Any]:
     finally:
         if client is not None:
             await client._stream.aclose()
+
+
+async def cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -m quart_mesh ARGS`` as a real process, without this
+    process's ``MESH_*`` settings (plus *env*); never raises on its status."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
+    return await trio.run_process(
+        [sys.executable, "-m", "quart_mesh", *args],
+        stdin=stdin,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**environment, **(env or {})},
+    )
+
+
+async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:
+    """A node on *data_dir* served by hypercorn on loopback in *nursery*; its URL."""
+    app = create_app(Settings(data_dir=data_dir))
+    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
+    return url

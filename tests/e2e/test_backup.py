@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -18,31 +16,10 @@ import httpx
 import pytest
 import trio
 
-from quart_mesh import Settings, create_app, serve
-from tests.helpers import Mesh, User
+from tests.helpers import Mesh, User, cli, serve_on
 
 # backups are of SQLite stores (PostgreSQL: pg_dump, docs/operations.md)
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
-
-
-async def cli(
-    *args: str, env: dict[str, str] | None = None, stdin: bytes = b""
-) -> subprocess.CompletedProcess[bytes]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
-    return await trio.run_process(
-        [sys.executable, "-m", "quart_mesh", *args],
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env={**environment, **(env or {})},
-    )
-
-
-async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:
-    app = create_app(Settings(data_dir=data_dir))
-    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
-    return url
 
 
 async def history(http: httpx.AsyncClient, user: User, room_id: str) -> list[dict[str, Any]]:

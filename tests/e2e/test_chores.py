@@ -8,9 +8,7 @@ error and goes on serving."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +16,13 @@ import httpx
 import pytest
 import trio
 
-from quart_mesh import Settings, create_app, serve
 from quart_mesh.control import CONTROL_SOCKET, MAX_REQUEST
 from tests import stores
-from tests.helpers import PASSWORD, Mesh, User, assert_error, connect, wait_for
+from tests.helpers import PASSWORD, Mesh, User, assert_error, cli, connect, serve_on, wait_for
 
 pytestmark = pytest.mark.e2e
 
 NEW_PASSWORD = "a brand new secret"
-
-
-async def cli(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
-    return await trio.run_process(
-        [sys.executable, "-m", "quart_mesh", *args],
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env={**environment, **(env or {})},
-    )
 
 
 def ok(done: subprocess.CompletedProcess[bytes]) -> str:
@@ -54,12 +37,6 @@ def refused(done: subprocess.CompletedProcess[bytes], says: str) -> None:
     assert done.returncode == 1, (done.returncode, stderr, done.stdout)
     assert says in stderr, stderr
     assert "Traceback" not in stderr, stderr
-
-
-async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:
-    app = create_app(Settings(data_dir=data_dir))
-    url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
-    return url
 
 
 async def login(http: httpx.AsyncClient, name: str, password: str = PASSWORD) -> User:
