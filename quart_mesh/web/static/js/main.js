@@ -5,14 +5,23 @@
 // reload keeps the session; signing out revokes it on the node.
 
 import { Api } from "./api.js";
+import { AppsPanel } from "./apps.js";
 import { AuthScreen } from "./auth.js";
+import { BotsPanel } from "./bots.js";
 import { Composer } from "./composer.js";
 import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
 import { $, bdi, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
+import { ConsolePanel } from "./console.js";
+import { PlaygroundPanel } from "./playground.js";
 import { Timeline } from "./room.js";
 import { Sidebar } from "./sidebar.js";
 import { Outbox, Room, Store } from "./state.js";
+import { VaultPanel } from "./vault.js";
+import { WorldPanel } from "./world.js";
+
+/** The views beyond the chat, in the order of their links (panels.js). */
+const PANELS = [WorldPanel, BotsPanel, AppsPanel, VaultPanel, PlaygroundPanel, ConsolePanel];
 
 const TOKEN_KEY = "mesh.token";
 const PAGE = 50;
@@ -47,6 +56,8 @@ class App {
     this.threadHasOlder = false;
     this.threadLoading = false;
     this.wired = false;
+    this.panels = new Map(PANELS.map((Kind) => [Kind.id, new Kind(this)]));
+    this.currentPanel = null;
     this.outbox = new Outbox(
       (item) => this.post(item),
       () => this.outboxChanged(),
@@ -147,6 +158,7 @@ class App {
     this.currentRoomId = null;
     this.drafts.clear();
     this.closeThread();
+    this.leavePanel();
     $("chat").hidden = true;
     for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
     history.replaceState(null, "", location.pathname);
@@ -284,6 +296,8 @@ class App {
     this.flushReads();
     this.refreshStatus();
     this.sidebar.render();
+    this.renderPanelLinks();
+    for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");
@@ -306,6 +320,13 @@ class App {
 
   onEvent(event) {
     const { store } = this;
+    for (const panel of this.panels.values()) {
+      try {
+        panel.onEvent(event);
+      } catch (error) {
+        console.error(error); // one view's fault never stops the chat's events
+      }
+    }
     switch (event.type) {
       case "message":
         return this.onMessage(event);
@@ -579,6 +600,11 @@ class App {
 
   route() {
     if (!this.store.me || !this.live) return;
+    const view = /^#([a-z]+)(?:\/(.*))?$/.exec(location.hash);
+    if (view && this.panels.has(view[1]) && this.panels.get(view[1]).allowed()) {
+      return this.showPanel(this.panels.get(view[1]), view[2] ? decodeURIComponent(view[2]) : "");
+    }
+    this.leavePanel();
     const match = /^#room\/([0-9A-Z]{26})$/.exec(location.hash);
     const { store } = this;
     if (match) {
@@ -600,6 +626,7 @@ class App {
    * (or *offer*, a room the person followed a link to) is offered. */
   showWelcome(notice = "", offer = null) {
     const { store } = this;
+    this.leavePanel();
     this.currentRoomId = null;
     $("room-view").hidden = true;
     $("welcome").hidden = false;
@@ -705,6 +732,7 @@ class App {
   }
 
   openRoom(room) {
+    this.leavePanel();
     const changed = this.currentRoomId !== room.roomId;
     if (changed) this.flushReads();
     this.currentRoomId = room.roomId;
@@ -893,12 +921,80 @@ class App {
     this.renderTitle();
   }
 
+  // the other views (panels.js) -----------------------------------------------------
+
+  /** The links to the views this person may use (sidebar, "Mesh"). */
+  renderPanelLinks() {
+    const links = [...this.panels.values()]
+      .filter((panel) => panel.allowed())
+      .map((panel) =>
+        h(
+          "li",
+          {},
+          h(
+            "a",
+            {
+              class: "nav-item",
+              href: `#${panel.constructor.id}`,
+              "aria-current": panel === this.currentPanel ? "page" : null,
+            },
+            h("span", { class: "nav-name", text: panel.title }),
+          ),
+        ),
+      );
+    fill($("panel-list"), links);
+  }
+
+  showPanel(panel, arg) {
+    if (this.currentPanel !== panel) {
+      this.leavePanel();
+      this.flushReads();
+      this.closeThread();
+      this.currentRoomId = null;
+      this.currentPanel = panel;
+    } else if (panel.body) {
+      panel.hide();
+    }
+    this.toggleNav(false);
+    $("welcome").hidden = true;
+    $("room-view").hidden = true;
+    $("panel-view").hidden = false;
+    $("panel-title").textContent = panel.title;
+    const body = $("panel-body");
+    body.replaceChildren();
+    panel.body = body;
+    try {
+      panel.show(body, arg);
+    } catch (error) {
+      console.error(error);
+      toast(`This view failed: ${error.message}`);
+    }
+    this.sidebar.render();
+    this.renderPanelLinks();
+    this.renderTitle();
+  }
+
+  leavePanel() {
+    const panel = this.currentPanel;
+    if (!panel) return;
+    this.currentPanel = null;
+    try {
+      panel.hide();
+    } finally {
+      panel.body = null;
+      $("panel-body").replaceChildren();
+      $("panel-view").hidden = true;
+      this.renderPanelLinks();
+    }
+  }
+
   renderTitle() {
     const { store } = this;
     const total = store.totalUnread();
     const room = store.rooms.get(this.currentRoomId);
     const parts = [];
     if (room) parts.push(room.isDm ? store.roomLabel(room) : `#${room.name}`);
+    else if (this.currentPanel) parts.push(this.currentPanel.title);
     if (store.status && store.status.meshName) parts.push(store.status.meshName);
     document.title = `${total ? `(${total}) ` : ""}${parts.join(" · ") || "Mesh"}`;
   }

@@ -1,0 +1,60 @@
+"""The views beyond the chat (``js/panels.js``): each has a link under
+*Mesh* in the sidebar and its own address; the console is offered only to
+those who may run the mesh, and its address does nothing for the others."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import Person, chromium, in_browser
+from tests.web.conftest import Served
+from tests.web.test_chat import signed_in, two_people
+
+pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+
+
+def mesh_links(person: Person) -> Any:
+    nav = person.page.get_by_role("navigation", name="Rooms and people")
+    return nav.get_by_role("list").first.get_by_role("link")
+
+
+async def test_views_have_links_and_addresses(browser_ready: None, serve_node: Any) -> None:
+    node: Served = await serve_node()
+    alice_user, bob_user, _ = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            bob = signed_in(browser, node.url, bob_user)
+            expect(alice.heading("#Town Square")).to_be_visible()
+            expect(mesh_links(alice)).to_have_text(
+                ["World", "Bots", "Apps", "Vault", "Models", "Console"]
+            )
+            expect(mesh_links(bob)).to_have_text(["World", "Bots", "Apps", "Vault", "Models"])
+
+            for name in ("World", "Bots", "Apps", "Vault", "Models", "Console"):
+                link = mesh_links(alice).filter(has_text=re.compile(f"^{name}$"))
+                link.click()
+                expect(alice.heading(name, level=1)).to_be_visible()
+                expect(link).to_have_attribute("aria-current", "page")
+                expect(alice.page).to_have_title(f"{name} · Test Mesh")
+            # back to a room: the view is left
+            alice.open_room("Town Square")
+            expect(alice.heading("Console", level=1)).to_be_hidden()
+
+            # an address opens its view after a reload too
+            alice.page.goto(node.url + "/#world")
+            expect(alice.heading("World", level=1)).to_be_visible()
+
+            # the console's address is only a room for bob
+            bob.page.goto(node.url + "/#console")
+            expect(bob.heading("#Town Square")).to_be_visible()
+            expect(bob.heading("Console", level=1)).to_have_count(0)
+            for person in (alice, bob):
+                person.assert_clean()
+
+    await in_browser(scenario)
