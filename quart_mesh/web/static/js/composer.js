@@ -33,7 +33,6 @@ export class Composer {
       "aria-describedby": `${this.id}-hint`,
       "aria-autocomplete": "list",
       "aria-controls": `${this.id}-mentions`,
-      "aria-expanded": "false",
       autocomplete: "off",
     });
     this.label = h("label", { for: this.box.id, class: "sr-only", text: "Message" });
@@ -230,14 +229,12 @@ export class Composer {
       ),
     );
     this.listbox.hidden = false;
-    this.box.setAttribute("aria-expanded", "true");
     this.box.setAttribute("aria-activedescendant", `${this.id}-option-${this.active}`);
   }
 
   closeSuggestions() {
     this.listbox.hidden = true;
     this.suggestions = [];
-    this.box.setAttribute("aria-expanded", "false");
     this.box.removeAttribute("aria-activedescendant");
   }
 

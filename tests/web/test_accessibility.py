@@ -1,0 +1,78 @@
+"""Every view of the web client, as the owner sees it (the most controls),
+checked by axe-core (Deque's rules engine, run in the page) for the WCAG 2
+A and AA rules, on a wide screen and at 380 px, where nothing may make the
+page scroll sideways."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import expect
+
+from tests.browser import Person, chromium, in_browser
+from tests.web.conftest import Served
+from tests.web.test_chat import signed_in, two_people
+
+pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+
+#: every view's address, with the heading it shows
+VIEWS = [
+    ("#room", "#Town Square"),  # the chat (any unknown address opens the default room)
+    ("#world", "World"),
+    ("#bots", "Bots"),
+    ("#apps", "Apps"),
+    ("#vault", "Vault"),
+    ("#playground", "Models"),
+    ("#console/settings", "Console"),
+    ("#console/roles", "Console"),
+    ("#console/rules", "Console"),
+    ("#console/models", "Console"),
+    ("#console/limits", "Console"),
+    ("#console/federation", "Console"),
+]
+WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
+
+
+def violations(person: Person) -> list[str]:
+    results = Axe().run(person.page, options=WCAG)
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at "
+        + ", ".join(str(n["target"]) for n in v["nodes"][:3])
+        for v in results.response["violations"]
+    ]
+
+
+def sideways(person: Person) -> int:
+    """How many pixels the page is wider than the window (0: none)."""
+    extra: int = person.page.evaluate(
+        "() => document.scrollingElement.scrollWidth - window.innerWidth"
+    )
+    return extra
+
+
+async def test_every_view_passes_axe_wide_and_narrow(browser_ready: None, serve_node: Any) -> None:
+    node: Served = await serve_node()
+    alice_user, _, _ = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            for width in (1280, 380):
+                alice = signed_in(browser, node.url, alice_user, width=width)
+                expect(alice.heading("#Town Square")).to_be_visible()
+                found: dict[str, list[str]] = {}
+                for address, heading in VIEWS:
+                    alice.page.goto(f"{node.url}/{address}")
+                    expect(alice.heading(heading, level=1)).to_be_visible()
+                    alice.page.wait_for_load_state("networkidle")
+                    problems = violations(alice)
+                    if sideways(alice) > 0:
+                        problems.append(f"the page scrolls sideways by {sideways(alice)} px")
+                    if problems:
+                        found[address] = problems
+                assert found == {}, f"at {width} px: {found}"
+                alice.assert_clean()
+                alice.context.close()
+
+    await in_browser(scenario, timeout=300)
