@@ -26,27 +26,11 @@ const SECTIONS = [
   ["federation", "Federation", FederationSection, "federation.manage"],
 ];
 
-/** The permissions any of which opens the console. */
-const CONSOLE_PERMISSIONS = ["admin.stats", "mesh.settings"];
-
 export class ConsolePanel extends Panel {
-  static get id() {
-    return "console";
-  }
-
-  get title() {
-    return "Console";
-  }
-
   constructor(app) {
     super(app);
     this.sections = new Map(SECTIONS.map(([id, text, Kind, permission]) => [id, { text, permission, section: new Kind(app) }]));
     this.current = null;
-  }
-
-  allowed() {
-    const { store } = this.app;
-    return CONSOLE_PERMISSIONS.some((p) => store.can(p));
   }
 
   visibleSections() {

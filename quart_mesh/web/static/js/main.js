@@ -5,23 +5,15 @@
 // reload keeps the session; signing out revokes it on the node.
 
 import { Api } from "./api.js";
-import { AppsPanel } from "./apps.js";
 import { AuthScreen } from "./auth.js";
-import { BotsPanel } from "./bots.js";
 import { Composer } from "./composer.js";
 import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
 import { $, bdi, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
-import { ConsolePanel } from "./console.js";
-import { PlaygroundPanel } from "./playground.js";
+import { VIEWS, loadView, offered } from "./panels.js";
 import { Timeline } from "./room.js";
 import { Sidebar } from "./sidebar.js";
 import { Outbox, Room, Store } from "./state.js";
-import { VaultPanel } from "./vault.js";
-import { WorldPanel } from "./world.js";
-
-/** The views beyond the chat, in the order of their links (panels.js). */
-const PANELS = [WorldPanel, BotsPanel, AppsPanel, VaultPanel, PlaygroundPanel, ConsolePanel];
 
 const TOKEN_KEY = "mesh.token";
 const PAGE = 50;
@@ -36,6 +28,15 @@ const SESSION_NOTICES = {
   unauthorized: "Please sign in again.",
   removed: "Your account was removed from this mesh.",
 };
+
+/** A percent-encoded address part, or the part itself when it is not one. */
+function safeDecode(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
 
 class App {
   constructor() {
@@ -56,8 +57,10 @@ class App {
     this.threadHasOlder = false;
     this.threadLoading = false;
     this.wired = false;
-    this.panels = new Map(PANELS.map((Kind) => [Kind.id, new Kind(this)]));
+    this.panels = new Map(); // view id -> Panel, made when first opened
     this.currentPanel = null;
+    this.panelLoads = 0; // the latest route's number, to drop slower loads
+    this.lastSnapshot = null;
     this.outbox = new Outbox(
       (item) => this.post(item),
       () => this.outboxChanged(),
@@ -159,6 +162,9 @@ class App {
     this.drafts.clear();
     this.closeThread();
     this.leavePanel();
+    // the views hold what this person saw: the next one starts afresh
+    this.panels.clear();
+    this.lastSnapshot = null;
     $("chat").hidden = true;
     for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
     history.replaceState(null, "", location.pathname);
@@ -283,6 +289,7 @@ class App {
 
   onSnapshot(snapshot, resumed) {
     this.snapshotCursor = snapshot.cursor;
+    this.lastSnapshot = snapshot;
     this.store.applySnapshot(snapshot);
     if (resumed) {
       // edits, deletes and reactions of the gap are not replayed: fetch again
@@ -600,10 +607,10 @@ class App {
 
   route() {
     if (!this.store.me || !this.live) return;
-    const view = /^#([a-z]+)(?:\/(.*))?$/.exec(location.hash);
-    if (view && this.panels.has(view[1]) && this.panels.get(view[1]).allowed()) {
-      return this.showPanel(this.panels.get(view[1]), view[2] ? decodeURIComponent(view[2]) : "");
-    }
+    const address = /^#([a-z]+)(?:\/(.*))?$/.exec(location.hash);
+    const view = address && VIEWS.find((v) => v.id === address[1]);
+    const load = ++this.panelLoads;
+    if (view && offered(view, this.store)) return this.openView(view, address[2] ? safeDecode(address[2]) : "", load);
     this.leavePanel();
     const match = /^#room\/([0-9A-Z]{26})$/.exec(location.hash);
     const { store } = this;
@@ -925,49 +932,85 @@ class App {
 
   /** The links to the views this person may use (sidebar, "Mesh"). */
   renderPanelLinks() {
-    const links = [...this.panels.values()]
-      .filter((panel) => panel.allowed())
-      .map((panel) =>
+    const current = this.currentPanel && this.currentPanel.view;
+    const links = VIEWS.filter((view) => this.store.me && offered(view, this.store)).map((view) =>
+      h(
+        "li",
+        {},
         h(
-          "li",
-          {},
-          h(
-            "a",
-            {
-              class: "nav-item",
-              href: `#${panel.constructor.id}`,
-              "aria-current": panel === this.currentPanel ? "page" : null,
-            },
-            h("span", { class: "nav-name", text: panel.title }),
-          ),
+          "a",
+          { class: "nav-item", href: `#${view.id}`, "aria-current": view === current ? "page" : null },
+          h("span", { class: "nav-name", text: view.title }),
         ),
-      );
+      ),
+    );
     fill($("panel-list"), links);
+  }
+
+  /** Open *view* (loading its code the first time), unless another route
+   * came meanwhile (*load* is no longer the latest). */
+  async openView(view, arg, load) {
+    let panel = this.panels.get(view.id);
+    if (!panel) {
+      this.leavePanel();
+      this.showViewFrame(view);
+      fill($("panel-body"), h("p", { class: "hint", role: "status", text: "Loading…" }));
+      try {
+        const Kind = await loadView(view);
+        panel = this.panels.get(view.id) || new Kind(this);
+      } catch (error) {
+        if (load === this.panelLoads) {
+          fill($("panel-body"), h("p", { class: "error", role: "alert", text: `This view could not be loaded: ${error.message}` }));
+        }
+        return;
+      }
+      if (!this.panels.has(view.id)) {
+        panel.view = view;
+        this.panels.set(view.id, panel);
+        if (this.lastSnapshot) panel.onSnapshot(this.heldSnapshot(), false);
+      }
+      if (load !== this.panelLoads || !this.store.me) return;
+    }
+    this.showPanel(panel, arg);
+  }
+
+  /** A snapshot of what the page holds now (for a view opened late): the
+   * participants as events left them, the rooms that still exist. */
+  heldSnapshot() {
+    const rooms = this.lastSnapshot.rooms.filter((room) => this.store.rooms.has(room.roomId));
+    return { ...this.lastSnapshot, rooms, participants: [...this.store.participants.values()] };
+  }
+
+  showViewFrame(view) {
+    this.flushReads();
+    this.closeThread();
+    this.currentRoomId = null;
+    this.toggleNav(false);
+    $("welcome").hidden = true;
+    $("room-view").hidden = true;
+    $("panel-view").hidden = false;
+    $("panel-title").textContent = view.title;
   }
 
   showPanel(panel, arg) {
     if (this.currentPanel !== panel) {
       this.leavePanel();
-      this.flushReads();
-      this.closeThread();
-      this.currentRoomId = null;
       this.currentPanel = panel;
     } else if (panel.body) {
       panel.hide();
     }
-    this.toggleNav(false);
-    $("welcome").hidden = true;
-    $("room-view").hidden = true;
-    $("panel-view").hidden = false;
-    $("panel-title").textContent = panel.title;
+    this.showViewFrame(panel.view);
     const body = $("panel-body");
     body.replaceChildren();
     panel.body = body;
-    try {
-      panel.show(body, arg);
-    } catch (error) {
+    const failed = (error) => {
       console.error(error);
       toast(`This view failed: ${error.message}`);
+    };
+    try {
+      Promise.resolve(panel.show(body, arg)).catch(failed);
+    } catch (error) {
+      failed(error);
     }
     this.sidebar.render();
     this.renderPanelLinks();
@@ -976,16 +1019,19 @@ class App {
 
   leavePanel() {
     const panel = this.currentPanel;
-    if (!panel) return;
+    const shown = !$("panel-view").hidden;
     this.currentPanel = null;
-    try {
-      panel.hide();
-    } finally {
+    $("panel-view").hidden = true;
+    $("panel-body").replaceChildren();
+    if (panel) {
+      try {
+        panel.hide();
+      } catch (error) {
+        console.error(error);
+      }
       panel.body = null;
-      $("panel-body").replaceChildren();
-      $("panel-view").hidden = true;
-      this.renderPanelLinks();
     }
+    if (panel || shown) this.renderPanelLinks();
   }
 
   renderTitle() {
@@ -994,7 +1040,7 @@ class App {
     const room = store.rooms.get(this.currentRoomId);
     const parts = [];
     if (room) parts.push(room.isDm ? store.roomLabel(room) : `#${room.name}`);
-    else if (this.currentPanel) parts.push(this.currentPanel.title);
+    else if (this.currentPanel) parts.push(this.currentPanel.view.title);
     if (store.status && store.status.meshName) parts.push(store.status.meshName);
     document.title = `${total ? `(${total}) ` : ""}${parts.join(" · ") || "Mesh"}`;
   }

@@ -7,33 +7,81 @@
 import { ApiError } from "./api.js";
 import { h } from "./dom.js";
 
-/** A view of the main area. */
+/**
+ * Every view beyond the chat, in the order of their links: its address
+ * (`#id`), heading and link name, module and exported class, style sheets
+ * (under /web/css/), and who is offered it: anyone (`null`) or those whose
+ * role holds one of `anyOf` (the node refuses the rest anyway). A view's
+ * module and styles are fetched the first time it is opened, so the chat
+ * loads no code of views a person never opens.
+ */
+export const VIEWS = [
+  { id: "world", title: "World", module: "./world.js", name: "WorldPanel", css: ["world.css"], anyOf: null },
+  { id: "bots", title: "Bots", module: "./bots.js", name: "BotsPanel", css: ["bots.css"], anyOf: null },
+  { id: "apps", title: "Apps", module: "./apps.js", name: "AppsPanel", css: ["apps.css"], anyOf: ["apps.read"] },
+  { id: "vault", title: "Vault", module: "./vault.js", name: "VaultPanel", css: ["vault.css"], anyOf: ["vault.use"] },
+  {
+    id: "playground",
+    title: "Models",
+    module: "./playground.js",
+    name: "PlaygroundPanel",
+    css: ["playground.css"],
+    anyOf: ["models.use"],
+  },
+  {
+    id: "console",
+    title: "Console",
+    module: "./console.js",
+    name: "ConsolePanel",
+    css: ["console.css", "console-b.css"],
+    anyOf: ["admin.stats", "mesh.settings"],
+  },
+];
+
+/** Whether the signed-in participant is offered *view*. */
+export function offered(view, store) {
+  return view.anyOf === null || view.anyOf.some((permission) => store.can(permission));
+}
+
+/** Load a view's style sheets (once) and module; resolves with its class. */
+export async function loadView(view) {
+  await Promise.all(view.css.map(loadStyle));
+  const module = await import(view.module);
+  return module[view.name];
+}
+
+const styles = new Map();
+function loadStyle(file) {
+  if (!styles.has(file)) {
+    styles.set(
+      file,
+      new Promise((resolve, reject) => {
+        const link = h("link", { rel: "stylesheet", href: `/web/css/${file}` });
+        link.addEventListener("load", () => resolve());
+        link.addEventListener("error", () => {
+          styles.delete(file);
+          link.remove();
+          reject(new Error(`The style sheet ${file} could not be loaded.`));
+        });
+        document.head.append(link);
+      }),
+    );
+  }
+  return styles.get(file);
+}
+
+/** A view of the main area (its address, title and audience are in VIEWS). */
 export class Panel {
   /**
    * @param {object} app the page's App: `app.api` (REST), `app.store` (me,
-   *   rooms, participants, `can(permission)`), `app.live` (the WebSocket:
-   *   `app.live.send(frame)` is false while disconnected)
+   *   rooms, participants with their `online` and `position` kept live,
+   *   `can(permission)`), `app.live` (the WebSocket: `app.live.send(frame)`
+   *   is false while disconnected)
    */
   constructor(app) {
     this.app = app;
     /** the element the panel draws into while shown, else null */
     this.body = null;
-  }
-
-  /** The address after `#` ("world"). */
-  static get id() {
-    throw new Error("a panel names its id");
-  }
-
-  /** The heading and the navigation link's name. */
-  get title() {
-    return "";
-  }
-
-  /** Whether the signed-in participant is offered this panel at all (the
-   * node refuses what the role may not do anyway). */
-  allowed() {
-    return true;
   }
 
   /** Draw into *body* (an empty element under the heading). *arg* is what
@@ -46,7 +94,8 @@ export class Panel {
   /** Every server event of the live stream, shown or not. */
   onEvent(event) {} // eslint-disable-line no-unused-vars
 
-  /** A snapshot arrived (first connection, or `resumed` after a drop). */
+  /** A snapshot arrived (first connection, or `resumed` after a drop). A
+   * view opened later gets one made from what the page holds then. */
   onSnapshot(snapshot, resumed) {} // eslint-disable-line no-unused-vars
 
   /** Whether this panel is on screen. */
