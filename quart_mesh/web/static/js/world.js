@@ -74,6 +74,8 @@ export class WorldPanel extends Panel {
     this.media = null;
     this.draws = 0;
     this.cleanup = [];
+    this.tables = new Map(); // group key -> {wrap, title, size, tbody}
+    this.rows = new Map(); // participantId -> the row's nodes
   }
 
   // showing and leaving -------------------------------------------------------------
@@ -174,6 +176,7 @@ export class WorldPanel extends Panel {
     }
     for (const undo of this.cleanup) undo();
     performance.clearMeasures("mesh:world-draw");
+    performance.clearMeasures("mesh:world-list");
     this.reset();
   }
 
@@ -255,7 +258,9 @@ export class WorldPanel extends Panel {
           this.roomsChanged = false;
           this.renderRooms();
         }
+        const start = performance.now();
         this.renderList();
+        performance.measure("mesh:world-list", { start, end: performance.now() });
       }, wait);
     }
   }
@@ -268,7 +273,10 @@ export class WorldPanel extends Panel {
     this.draw();
     performance.measure("mesh:world-draw", { start, end: performance.now() });
     // the timeline keeps measures until cleared: keep it short
-    if (++this.draws % 1000 === 0) performance.clearMeasures("mesh:world-draw");
+    if (++this.draws % 1000 === 0) {
+      performance.clearMeasures("mesh:world-draw");
+      performance.clearMeasures("mesh:world-list");
+    }
   }
 
   // layout ------------------------------------------------------------------------------
@@ -517,6 +525,9 @@ export class WorldPanel extends Panel {
     if (pick) roomSelect.value = pick;
   }
 
+  /** Bring the text alternative up to date. Rows and tables are kept and
+   * changed in place (a screen reader's place in the list survives, and 500
+   * rows cost little when a few changed). */
   renderList() {
     this.listAt = performance.now();
     const { store } = this.app;
@@ -531,56 +542,65 @@ export class WorldPanel extends Panel {
       else if (byRoom.has(pos.roomId)) byRoom.get(pos.roomId).push([p, pos]);
       else elsewhere.push([p, pos]);
     }
-    const byName = (a, b) => a[0].name.localeCompare(b[0].name, undefined, { sensitivity: "base" });
+    const byName = (a, b) => COLLATOR.compare(a[0].name, b[0].name);
     const groups = [];
     for (const room of rooms) {
       const people = byRoom.get(room.roomId);
-      if (people.length) groups.push([room.name, people.sort(byName)]);
+      if (people.length) groups.push([`room:${room.roomId}`, room.name, people.sort(byName)]);
     }
-    if (elsewhere.length) groups.push(["Elsewhere (rooms you cannot see)", elsewhere.sort(byName)]);
-    if (nowhere.length) groups.push(["Not placed yet", nowhere.sort(byName)]);
+    if (elsewhere.length) groups.push(["elsewhere", "Elsewhere (rooms you cannot see)", elsewhere.sort(byName)]);
+    if (nowhere.length) groups.push(["nowhere", "Not placed yet", nowhere.sort(byName)]);
     const placed = store.participants.size - nowhere.length;
-    this.count.textContent = `${placed} of ${store.participants.size} participants have a place.`;
-    fill(
-      this.list,
-      groups.map(([name, people]) => this.roomTable(name, people, myId)),
-    );
+    setText(this.count, `${placed} of ${store.participants.size} participants have a place.`);
+
+    const seenGroups = new Set();
+    const seenRows = new Set();
+    groups.forEach(([key, title, people], at) => {
+      seenGroups.add(key);
+      let group = this.tables.get(key);
+      if (!group) {
+        group = this.newTable();
+        this.tables.set(key, group);
+      }
+      setText(group.title, title);
+      setText(group.size, ` (${people.length})`);
+      placeAt(this.list, group.wrap, at);
+      people.forEach(([p, pos], i) => {
+        seenRows.add(p.participantId);
+        let row = this.rows.get(p.participantId);
+        if (!row) {
+          row = newRow();
+          this.rows.set(p.participantId, row);
+        }
+        fillRow(row, p, pos, p.participantId === myId);
+        placeAt(group.tbody, row.tr, i);
+      });
+    });
+    for (const [key, group] of this.tables) {
+      if (!seenGroups.has(key)) {
+        group.wrap.remove();
+        this.tables.delete(key);
+      }
+    }
+    for (const [id, row] of this.rows) {
+      if (!seenRows.has(id)) {
+        row.tr.remove();
+        this.rows.delete(id);
+      }
+    }
   }
 
-  roomTable(name, people, myId) {
-    const rows = people.map(([p, pos]) => {
-      const you = p.participantId === myId;
-      return h(
-        "tr",
-        { class: you ? "you" : null },
-        h("th", { scope: "row" }, bdi(p.name), you ? " (you)" : null),
-        h(
-          "td",
-          { title: p.trustLevel === "federated" ? `from another mesh: ${p.origin}` : null },
-          kindOf(p),
-          p.trustLevel === "federated" ? [h("br"), `federated · ${shortDid(p.origin)}`] : null,
-        ),
-        h("td", { class: p.online ? "on" : "off", text: p.online ? "online" : "offline" }),
-        h(
-          "td",
-          {},
-          pos
-            ? [
-                h("span", { class: "coord", text: `x ${fmt(pos.x)},` }),
-                " ",
-                h("span", { class: "coord", text: `z ${fmt(pos.z)}` }),
-              ]
-            : "—",
-        ),
-      );
-    });
-    return h(
+  newTable() {
+    const title = bdi("");
+    const size = document.createTextNode("");
+    const tbody = h("tbody");
+    const wrap = h(
       "div",
       { class: "table-wrap" },
       h(
         "table",
         { class: "records world-table" },
-        h("caption", {}, bdi(name), ` (${people.length})`),
+        h("caption", {}, title, size),
         h(
           "thead",
           {},
@@ -590,9 +610,10 @@ export class WorldPanel extends Panel {
             ["Name", "Kind", "Status", "Position"].map((text) => h("th", { scope: "col", text })),
           ),
         ),
-        h("tbody", {}, rows),
+        tbody,
       ),
     );
+    return { wrap, title, size, tbody };
   }
 
   /** Say where you are (the status line under the map). */
@@ -718,6 +739,8 @@ export class WorldPanel extends Panel {
     this.dragging = null;
     this.movedAt = performance.now();
     this.queueMove(); // the last place is sent (throttled at most once more)
+    clearTimeout(this.announceTimer);
+    this.describeMine();
   }
 
   follow(at) {
@@ -750,6 +773,54 @@ export class WorldPanel extends Panel {
     this.hover = participantId;
     this.invalidate();
   }
+}
+
+const COLLATOR = new Intl.Collator(undefined, { sensitivity: "base" });
+
+/** Set a node's text only when it differs (no needless mutation). */
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+/** Put *child* at index *i* of *parent*, moving it only if it is elsewhere. */
+function placeAt(parent, child, i) {
+  const there = parent.children[i];
+  if (there !== child) parent.insertBefore(child, there || null);
+}
+
+/** A row of the text alternative: name (a row header), kind, status, position. */
+function newRow() {
+  const name = bdi("");
+  const you = document.createTextNode("");
+  const kind = document.createTextNode("");
+  const origin = h("span", { class: "world-origin" });
+  const status = h("td");
+  const x = h("span", { class: "coord" });
+  const z = h("span", { class: "coord" });
+  const position = h("td", {}, x, " ", z);
+  const kindCell = h("td", {}, kind, origin);
+  const tr = h("tr", {}, h("th", { scope: "row" }, name, you), kindCell, status, position);
+  return { tr, name, you, kind, kindCell, origin, status, x, z, key: "" };
+}
+
+function fillRow(row, p, pos, you) {
+  const federated = p.trustLevel === "federated";
+  const shown = [p.name, you, kindOf(p), federated && p.origin, p.online, pos && fmt(pos.x), pos && fmt(pos.z)];
+  const key = shown.join("\u0000");
+  if (key === row.key) return;
+  row.key = key;
+  row.tr.classList.toggle("you", you);
+  setText(row.name, p.name);
+  setText(row.you, you ? " (you)" : "");
+  setText(row.kind, kindOf(p));
+  setText(row.origin, federated ? `federated · ${shortDid(p.origin)}` : "");
+  row.origin.hidden = !federated;
+  if (federated) row.kindCell.title = `from another mesh: ${p.origin}`;
+  else row.kindCell.removeAttribute("title");
+  row.status.className = p.online ? "on" : "off";
+  setText(row.status, p.online ? "online" : "offline");
+  setText(row.x, pos ? `x ${fmt(pos.x)},` : "—");
+  setText(row.z, pos ? `z ${fmt(pos.z)}` : "");
 }
 
 function circle(path, x, y, r) {
