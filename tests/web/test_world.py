@@ -76,10 +76,7 @@ async def store_seed(
 def open_world(person: Person) -> Any:
     """Open the World view from the sidebar; its map."""
     nav = person.page.get_by_role("navigation", name="Rooms and people")
-    link = nav.get_by_role("link", name="World", exact=True)
-    if not link.is_visible():
-        person.button("Show rooms and people").click()
-    link.click()
+    nav.get_by_role("link", name="World", exact=True).click()
     expect(person.heading("World", level=1)).to_be_visible()
     return world_map(person)
 
