@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import Person, chromium, in_browser
+from tests.browser import Person, call, chromium, in_browser
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -56,5 +56,45 @@ async def test_views_have_links_and_addresses(browser_ready: None, serve_node: A
             expect(bob.heading("Console", level=1)).to_have_count(0)
             for person in (alice, bob):
                 person.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_a_new_role_is_followed_without_a_reload(
+    browser_ready: None, serve_node: Any
+) -> None:
+    node: Served = await serve_node()
+    alice_user, bob_user, _ = await two_people(node)
+
+    async def assign(role: str) -> None:
+        r = await node.mesh.http.put(
+            f"/api/participants/{bob_user.participant_id}/role",
+            json={"role": role},
+            headers=alice_user.headers,
+        )
+        assert r.status_code == 200, r.text
+
+    def focus(person: Person) -> None:
+        person.page.evaluate("() => window.dispatchEvent(new Event('focus'))")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            bob = signed_in(browser, node.url, bob_user)
+            expect(bob.heading("#Town Square")).to_be_visible()
+            expect(mesh_links(bob)).to_have_count(5)
+            # made an admin: the console is offered when the window is back
+            call(assign, "admin")
+            focus(bob)
+            expect(mesh_links(bob).filter(has_text="Console")).to_be_visible()
+            expect(bob.page.locator("#me-role")).to_have_text("admin")
+            mesh_links(bob).filter(has_text="Console").click()
+            expect(bob.heading("Console", level=1)).to_be_visible()
+            # made a member again while in the console: it is left
+            call(assign, "member")
+            focus(bob)
+            expect(bob.heading("#Town Square")).to_be_visible()
+            expect(mesh_links(bob)).to_have_count(5)
+            expect(bob.page.locator("#me-role")).to_have_text("member")
+            bob.assert_clean()
 
     await in_browser(scenario)

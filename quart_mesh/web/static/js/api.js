@@ -26,10 +26,13 @@ export class Api {
    * @param {() => string|null} token the current token
    * @param {(error: ApiError) => void} onSessionEnded called when the node
    *   refuses the token (expired, signed out, participant removed)
+   * @param {(error: ApiError) => void} onForbidden called when the node
+   *   refuses an action to this participant (403: its role may have changed)
    */
-  constructor(token, onSessionEnded) {
+  constructor(token, onSessionEnded, onForbidden = () => {}) {
     this.token = token;
     this.onSessionEnded = onSessionEnded;
+    this.onForbidden = onForbidden;
   }
 
   headers(json) {
@@ -77,6 +80,8 @@ export class Api {
   failed(error) {
     if (error.status === 401 && this.token() && SESSION_ENDED.has(error.code)) {
       this.onSessionEnded(error);
+    } else if (error.status === 403 && this.token()) {
+      this.onForbidden(error);
     }
     return error;
   }

@@ -41,7 +41,11 @@ function safeDecode(text) {
 class App {
   constructor() {
     this.token = localStorage.getItem(TOKEN_KEY);
-    this.api = new Api(() => this.token, (error) => this.sessionEnded(error.code));
+    this.api = new Api(
+      () => this.token,
+      (error) => this.sessionEnded(error.code),
+      () => this.refreshMe(),
+    );
     this.store = new Store();
     this.auth = new AuthScreen(this.api, (session) => this.signedIn(session));
     this.live = null;
@@ -119,10 +123,8 @@ class App {
     this.outbox.restore(`mesh.outbox.${me.participantId}`);
     $("chat").hidden = false;
     $("me-name").textContent = me.name;
-    $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
     $("mesh-name").textContent = this.store.status.meshName || "";
-    this.renderGuestBanner();
-    $("new-dm").hidden = !this.store.can("dms.create");
+    this.renderMe();
     this.live = new Live({
       token: () => this.token,
       onSnapshot: (snapshot, resumed) => this.onSnapshot(snapshot, resumed),
@@ -211,14 +213,21 @@ class App {
     });
     window.addEventListener("hashchange", () => this.route());
     // "last seen 5 minutes ago" ages
-    setInterval(() => this.store.me && this.sidebar.renderPeople(), 60000);
+    setInterval(() => {
+      if (!this.store.me) return;
+      this.sidebar.renderPeople();
+      this.refreshMe();
+    }, 60000);
     document.addEventListener("visibilitychange", () => {
       // leaving the tab sends what was seen within the last second
       if (document.visibilityState === "hidden") this.flushReads();
       else this.markVisibleRead();
     });
     window.addEventListener("pagehide", () => this.flushReads());
-    window.addEventListener("focus", () => this.markVisibleRead());
+    window.addEventListener("focus", () => {
+      this.markVisibleRead();
+      this.refreshMe();
+    });
     document.addEventListener("keydown", (event) => {
       if (event.key !== "Escape" || event.defaultPrevented) return;
       if (document.querySelector("dialog[open]")) return;
@@ -242,6 +251,48 @@ class App {
     } else if (open === false && chat.contains(document.activeElement) && $("sidebar").contains(document.activeElement)) {
       $("nav-toggle").focus();
     }
+  }
+
+  /** Who I am in the top bar, and what my role lets me start. */
+  renderMe() {
+    const { me } = this.store;
+    $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
+    this.renderGuestBanner();
+    $("new-dm").hidden = !this.store.can("dms.create");
+  }
+
+  /**
+   * Ask the node again who I am: an admin may have given me another role, or
+   * changed what a role may do. Done when the node refuses something
+   * (403), when the window gets the focus, after a reconnection and once a
+   * minute; a change is followed at once (links, message boxes, the view).
+   */
+  async refreshMe() {
+    const before = this.store.me;
+    if (!before || this.refreshingMe) return;
+    this.refreshingMe = true;
+    let me;
+    try {
+      me = await this.api.get("/api/auth/me");
+    } catch {
+      return;
+    } finally {
+      this.refreshingMe = false;
+    }
+    if (this.store.me !== before) return; // signed out or in again meanwhile
+    this.store.me = me;
+    const same = (a, b) => a.role === b.role && a.permissions.join() === b.permissions.join();
+    if (same(before, me)) return;
+    this.renderMe();
+    this.renderPanelLinks();
+    // the rooms' own rules are per role: read the open ones again
+    for (const room of this.store.rooms.values()) room.permissions = null;
+    for (const roomId of new Set([this.currentRoomId, this.threadRoomId])) {
+      const room = this.store.rooms.get(roomId);
+      if (room) this.loadRoomDetails(room);
+    }
+    if (this.currentPanel && !offered(this.currentPanel.view, this.store)) this.route();
+    else if (this.currentPanel) this.showPanel(this.currentPanel, this.currentArg);
   }
 
   renderGuestBanner() {
@@ -292,6 +343,7 @@ class App {
     this.lastSnapshot = snapshot;
     this.store.applySnapshot(snapshot);
     if (resumed) {
+      this.refreshMe();
       // edits, deletes and reactions of the gap are not replayed: fetch again
       for (const room of this.store.rooms.values()) {
         if (room.roomId !== this.currentRoomId) room.forgetMessages();
@@ -394,6 +446,7 @@ class App {
   }
 
   onError(event) {
+    if (event.code === "forbidden") this.refreshMe();
     if (event.code === "replay_truncated") {
       for (const room of this.store.rooms.values()) if (room.roomId !== this.currentRoomId) room.forgetMessages();
       const current = this.store.rooms.get(this.currentRoomId);
@@ -993,6 +1046,7 @@ class App {
   }
 
   showPanel(panel, arg) {
+    this.currentArg = arg;
     if (this.currentPanel !== panel) {
       this.leavePanel();
       this.currentPanel = panel;
