@@ -10,9 +10,11 @@ once, when the app is built, and answered from memory with an ``ETag``
 (``Cache-Control: no-cache``: the browser asks again and gets ``304`` while
 nothing changed). Every answer carries a strict Content-Security-Policy:
 script only from this origin's files (no inline script, no ``eval``), no
-string-to-HTML sinks (Trusted Types), connections only to this origin, and
-no framing. User content is rendered as text by the client, so even a
-message that looks like markup cannot run.
+string-to-HTML sinks (Trusted Types), connections only to this origin,
+frames only of this origin (the app store runs the node's sandboxed
+``/api/apps/<id>/run`` pages, ``docs/decisions/0050-apps-in-the-web-client.md``),
+and the page itself never framed. User content is rendered as text by the
+client, so even a message that looks like markup cannot run.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ CONTENT_SECURITY_POLICY: Final = "; ".join(
         # REST and the WebSocket (CSP 3: 'self' covers ws:/wss: to this host)
         "connect-src 'self'",
         "manifest-src 'self'",
-        "frame-src 'none'",
+        # only the node's own pages: apps run from /api/apps/<id>/run, which
+        # the node serves under its own CSP sandbox (an opaque origin, no
+        # network); the client frames them with sandbox="allow-scripts"
+        "frame-src 'self'",
         "worker-src 'none'",
         "object-src 'none'",
         "base-uri 'none'",
