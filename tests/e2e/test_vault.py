@@ -235,25 +235,30 @@ async def test_vault_input_sizes_and_access(mesh: Mesh) -> None:
 
 
 def test_client_format_round_trips_and_refuses_tampering() -> None:
-    blob = encrypt("sk-ünïcode-key", "pass phrase", label="label ✓")
-    version, salt, nonce, sealed = blob.split(".")
-    assert version == "v1"
-    assert len(base64.urlsafe_b64decode(salt + "==")) == 16
-    assert len(base64.urlsafe_b64decode(nonce + "==")) == 12
-    assert "=" not in blob
-    assert decrypt(blob, "pass phrase", label="label ✓") == "sk-ünïcode-key"
+    """The default format (v2) and the old one (v1), as a client uses them;
+    the known-answer vectors are in ``tests/test_vault_client.py``."""
+    for version, parts in (("v2", 5), ("v1", 4)):
+        blob = encrypt("sk-ünïcode-key", "pass phrase", label="label ✓", version=version)
+        *head, salt, nonce, sealed = blob.split(".")
+        assert head[0] == version
+        assert len(head) + 3 == parts
+        assert len(base64.urlsafe_b64decode(salt + "==")) == 16
+        assert len(base64.urlsafe_b64decode(nonce + "==")) == 12
+        assert "=" not in blob
+        assert decrypt(blob, "pass phrase", label="label ✓") == "sk-ünïcode-key"
+        flipped = sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]
+        prefix = ".".join(head)
+        for bad in (
+            f"{prefix}.{salt}.{nonce}.{flipped}",
+            f"{prefix}.{salt}.{nonce}",
+            f"{prefix}.{salt}.{salt}.{sealed}",
+            f"v3.{salt}.{nonce}.{sealed}",
+            "",
+        ):
+            with pytest.raises(VaultError):
+                decrypt(bad, "pass phrase", label="label ✓")
+    assert encrypt("k", "p", label="l").startswith("v2.600000.")
     # a fresh salt and nonce every time
     assert encrypt("k", "p", label="l") != encrypt("k", "p", label="l")
-    flipped = sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]
-    for bad in (
-        f"{version}.{salt}.{nonce}.{flipped}",
-        f"v2.{salt}.{nonce}.{sealed}",
-        f"{version}.{salt}.{nonce}",
-        f"{version}.{salt}.{salt}.{sealed}",
-        "v1.é.a.b",
-        "",
-    ):
-        with pytest.raises(VaultError):
-            decrypt(bad, "pass phrase", label="label ✓")
     with pytest.raises(ValueError, match="passphrase"):
         encrypt("k", "", label="l")
