@@ -27,6 +27,11 @@ def console(person: Person, section: str) -> Any:
     return person.page.locator(".console-section")
 
 
+def top(person: Person) -> None:
+    """Scroll the view back to its heading (for screenshots)."""
+    person.page.evaluate("() => document.querySelector('.panel-view').scrollTo(0, 0)")
+
+
 def stat(person: Person, group: str, term: str) -> Any:
     """The value of *term* in the statistics group *group*."""
     box = person.page.locator(".console-stat-group").filter(
@@ -103,6 +108,7 @@ async def test_mesh_settings_checklist_and_statistics(browser_ready: None, serve
             expect(
                 alice.page.get_by_role("status").filter(has_text="Statistics refreshed")
             ).to_be_visible()
+            top(alice)
             shot(alice.page, "console-settings")
 
             # nothing changed: nothing sent
@@ -288,6 +294,7 @@ async def test_roles_created_assigned_edited_and_deleted(
             herald = roles_by_name()["herald"]
             assert herald["priority"] == 360
             assert "messages.send" not in herald["permissions"]
+            top(alice)
             shot(page, "console-roles")
 
             # deleting asks first; a role in use is refused with the node's word
@@ -395,6 +402,7 @@ async def test_room_rules_and_rate_limits(browser_ready: None, serve_node: Any) 
             page.get_by_role("button", name="Add rule", exact=True).click()
             expect(page.get_by_text("Saved: messages.send denied to bob.")).to_be_visible()
             assert bob_posts("and now?") == 403
+            top(alice)
             shot(page, "console-rules")
             page.get_by_role(
                 "button", name="Remove the rule messages.send for bob", exact=True
@@ -456,6 +464,7 @@ async def test_room_rules_and_rate_limits(browser_ready: None, serve_node: Any) 
             uploads = page.get_by_role("heading", name="Uploads", exact=True).locator("xpath=..")
             expect(uploads).to_contain_text("agent")
             expect(uploads).to_contain_text("MESH_UPLOAD_QUOTA_BYTES")
+            top(alice)
             shot(page, "console-limits")
 
             # off, then back to the node's setting
@@ -486,9 +495,9 @@ async def test_room_rules_and_rate_limits(browser_ready: None, serve_node: Any) 
                 console(narrow, section)
                 expect(narrow.page.locator(".console-section h2").first).to_be_visible()
                 narrow.page.locator(".console-section .table-wrap").first.wait_for()
-                assert narrow.page.evaluate("() => document.documentElement.scrollWidth") <= 380, (
-                    section
-                )
+                width = narrow.page.evaluate("() => document.documentElement.scrollWidth")
+                assert width <= 380, section
+                shot(narrow.page, f"console-{section}-narrow")
             narrow.assert_clean()
 
     await in_browser(scenario)
