@@ -57,7 +57,11 @@ def rest(node: Served) -> Any:
         r = await node.mesh.http.post(path, json=body, headers=user.headers)
         return r.status_code, r.json()
 
-    return get, put, post
+    async def delete(user: User, path: str) -> Any:
+        r = await node.mesh.http.delete(path, headers=user.headers)
+        return r.status_code, r.json()
+
+    return get, put, post, delete
 
 
 async def test_mesh_settings_checklist_and_statistics(browser_ready: None, serve_node: Any) -> None:
@@ -65,7 +69,7 @@ async def test_mesh_settings_checklist_and_statistics(browser_ready: None, serve
     alice_user, bob_user, room_id = await two_people(node)
     for text in ("one", "two", "three"):
         await node.mesh.send(alice_user, room_id, text)
-    get, put, _ = rest(node)
+    get, put, _, _ = rest(node)
 
     def scenario() -> None:
         with chromium() as browser:
@@ -196,7 +200,7 @@ async def test_roles_created_assigned_edited_and_deleted(
 ) -> None:
     node: Served = await serve_node()
     alice_user, bob_user, _ = await two_people(node)
-    get, put, _ = rest(node)
+    get, put, _, delete = rest(node)
 
     def roles_by_name() -> dict[str, Any]:
         return {r["name"]: r for r in call(get, alice_user, "/api/roles")[1]}
@@ -302,7 +306,9 @@ async def test_roles_created_assigned_edited_and_deleted(
             page.get_by_role("group", name="Confirm deleting helper", exact=True).get_by_role(
                 "button", name="Delete helper"
             ).click()
-            expect(page.get_by_role("alert").filter(has_text=re.compile("."))).to_be_visible()
+            in_use = call(delete, alice_user, f"/api/roles/{helper['roleId']}")
+            assert in_use[0] == 409
+            expect(page.get_by_role("alert").filter(has_text=in_use[1]["error"])).to_be_visible()
             assert "helper" in roles_by_name()
             page.get_by_role("button", name="Delete herald", exact=True).click()
             page.get_by_role("button", name="Keep herald", exact=True).click()
@@ -352,7 +358,7 @@ async def test_room_rules_and_rate_limits(browser_ready: None, serve_node: Any) 
     alice_user, bob_user, room_id = await two_people(node)
     carol_user = await node.mesh.register("carol")
     await node.mesh.join(carol_user, room_id)
-    get, _put, post = rest(node)
+    get, _put, post, _ = rest(node)
 
     def posts(user: User, text: str) -> int:
         code: int = call(post, user, f"/api/rooms/{room_id}/messages", {"content": text})[0]
