@@ -1,13 +1,276 @@
-// A section of the owner's console (console.js). Not built yet.
+// The console's "Models" section (#console/models): the language models the
+// node's proxy offers (GET /api/models), adding one (POST /api/models),
+// removing one (DELETE /api/models/:name) and what each participant used
+// (GET /api/models/usage). docs/models.md.
+//
+// An upstream's API key is typed into a password field, sent once in the
+// POST body and cleared from the field as soon as the node answers: the
+// node never returns it (a model only says `hasApiKey`), and the page keeps
+// it in no variable, storage or address.
 
-import { h } from "./dom.js";
+import { fill, h, longTime } from "./dom.js";
+import { confirmAction } from "./dialogs.js";
+import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { seg } from "./api.js";
+
+/** A table of many columns: it scrolls sideways in its frame on a phone. */
+const wide = (el) => {
+  el.classList.add("console-b-wide");
+  return el;
+};
+
+const SOURCES = {
+  config: "Node settings",
+  api: "Added here",
+};
 
 export class ModelsSection {
   constructor(app) {
     this.app = app;
+    this.body = null;
+    this.models = [];
+    this.usage = [];
+    this.names = new Map(); // participantId -> name, for the usage table
   }
 
   render(body) {
-    body.append(h("p", { text: "Not built yet." }));
+    this.body = body;
+    this.listBox = h("div", {}, h("p", { class: "hint", text: "Loading models…" }));
+    this.listStatus = statusLine();
+    this.listError = errorLine();
+    this.usageBox = h("div", {}, h("p", { class: "hint", text: "Loading usage…" }));
+    this.usageError = errorLine();
+    const refresh = h("button", {
+      type: "button",
+      class: "small",
+      text: "Refresh usage",
+      on: { click: (e) => guarded(e.currentTarget, this.usageError, () => this.loadUsage(true)) },
+    });
+    fill(
+      body,
+      h(
+        "section",
+        { "aria-labelledby": "console-models-heading" },
+        h("h2", { id: "console-models-heading", text: "Models" }),
+        h("p", {
+          class: "hint",
+          text: "Everyone on this mesh uses these models through the node's proxy with their own token; the upstream's key stays on the node.",
+        }),
+        this.listBox,
+        this.listStatus,
+        this.listError,
+      ),
+      this.addPart(),
+      h(
+        "section",
+        { "aria-labelledby": "console-usage-heading" },
+        h(
+          "div",
+          { class: "console-head" },
+          h("h2", { id: "console-usage-heading", text: "Usage per participant" }),
+          refresh,
+        ),
+        this.usageBox,
+        this.usageError,
+      ),
+    );
+    this.loadModels();
+    this.loadUsage(false);
+  }
+
+  hide() {
+    this.body = null;
+  }
+
+  // the list ------------------------------------------------------------------
+
+  async loadModels() {
+    try {
+      const models = await this.app.api.get("/api/models");
+      this.models = models;
+    } catch (error) {
+      if (this.body) this.listError.textContent = reason(error);
+      return;
+    }
+    if (this.body) this.renderModels();
+  }
+
+  renderModels() {
+    if (!this.models.length) {
+      fill(this.listBox, h("p", { class: "hint", text: "No models yet. Add one below." }));
+      return;
+    }
+    const rows = this.models.map((model) => [
+      h("bdi", { class: "console-b-name", text: model.name }),
+      h("span", { class: "console-b-url", text: model.baseUrl || "" }),
+      h("bdi", { text: model.upstreamModel || model.name }),
+      model.hasApiKey ? "Stored" : "None",
+      SOURCES[model.source] || model.source,
+      model.createdAt ? longTime(model.createdAt) : "",
+      this.removeCell(model),
+    ]);
+    fill(
+      this.listBox,
+      wide(table(
+        `${this.models.length} ${this.models.length === 1 ? "model" : "models"}`,
+        ["Name", "Base URL", "Upstream model", "API key", "Source", "Added", "Actions"],
+        rows,
+      )),
+    );
+  }
+
+  removeCell(model) {
+    if (model.source === "config") {
+      return h("span", {
+        class: "hint",
+        text: "Set in the node's settings (MESH_MODELS): change them to remove it.",
+      });
+    }
+    return h("button", {
+      type: "button",
+      class: "small danger",
+      text: "Remove",
+      "aria-label": `Remove ${model.name}`,
+      on: { click: (e) => this.remove(model, e.currentTarget) },
+    });
+  }
+
+  async remove(model, button) {
+    const sure = await confirmAction(
+      `Remove the model ${model.name}?`,
+      "Clients and bots that ask for it get model_not_found from now on. Its usage figures stay.",
+      "Remove model",
+    );
+    if (!sure) {
+      button.focus();
+      return;
+    }
+    const done = await guarded(button, this.listError, () => this.app.api.delete(`/api/models/${seg(model.name)}`));
+    if (done === undefined) return;
+    this.listStatus.textContent = `Removed ${model.name}.`;
+    await this.loadModels();
+    if (this.body) this.addName.focus();
+  }
+
+  // adding -----------------------------------------------------------------------
+
+  addPart() {
+    this.addName = h("input", {
+      type: "text",
+      name: "name",
+      required: true,
+      maxlength: "100",
+      autocomplete: "off",
+      spellcheck: "false",
+    });
+    this.addUrl = h("input", {
+      type: "url",
+      name: "baseUrl",
+      required: true,
+      placeholder: "https://api.example.com/v1",
+      autocomplete: "off",
+      spellcheck: "false",
+    });
+    this.addUpstream = h("input", { type: "text", name: "upstreamModel", autocomplete: "off", spellcheck: "false" });
+    this.addKey = h("input", { type: "password", name: "apiKey", autocomplete: "new-password", spellcheck: "false" });
+    this.addStatus = statusLine();
+    this.addError = errorLine();
+    const submit = h("button", { type: "submit", class: "primary", text: "Add model" });
+    const form = h(
+      "form",
+      { class: "console-form", on: { submit: (e) => this.add(e, submit) } },
+      field("Name", this.addName, "What clients put in “model”: letters, digits and . _ : - (up to 100)."),
+      field("Base URL", this.addUrl, "The upstream's OpenAI-compatible base; the proxy calls {base URL}/chat/completions."),
+      field("Upstream model", this.addUpstream, "The upstream's own name for the model (empty: the name above)."),
+      field("API key", this.addKey, "Sent once and stored encrypted on the node; it is never shown again."),
+      h("div", { class: "row" }, submit),
+      this.addStatus,
+      this.addError,
+    );
+    return h(
+      "section",
+      { "aria-labelledby": "console-add-model-heading" },
+      h("h2", { id: "console-add-model-heading", text: "Add a model" }),
+      form,
+    );
+  }
+
+  async add(event, submit) {
+    event.preventDefault();
+    this.addStatus.textContent = "";
+    const body = { name: this.addName.value.trim(), baseUrl: this.addUrl.value.trim() };
+    const upstream = this.addUpstream.value.trim();
+    if (upstream) body.upstreamModel = upstream;
+    if (this.addKey.value) body.apiKey = this.addKey.value;
+    const added = await guarded(submit, this.addError, () => this.app.api.post("/api/models", body));
+    // the key leaves the page either way: typed again if the node refused
+    this.addKey.value = "";
+    delete body.apiKey;
+    if (added === undefined) return;
+    this.addName.value = "";
+    this.addUrl.value = "";
+    this.addUpstream.value = "";
+    this.addStatus.textContent = `Added ${added.name}${added.hasApiKey ? " (its key is stored on the node)" : ""}.`;
+    await this.loadModels();
+  }
+
+  // usage --------------------------------------------------------------------------
+
+  async loadUsage(fromButton) {
+    try {
+      const usage = await this.app.api.get("/api/models/usage");
+      this.usage = usage;
+      await this.learnNames(usage);
+    } catch (error) {
+      if (fromButton) throw error;
+      if (this.body) this.usageError.textContent = reason(error);
+      return;
+    }
+    if (this.body) this.renderUsage();
+  }
+
+  /** Names of the participants in *usage* the page does not know yet. */
+  async learnNames(usage) {
+    const { participants } = this.app.store;
+    const unknown = usage.some((u) => !participants.has(u.participantId) && !this.names.has(u.participantId));
+    if (!unknown) return;
+    try {
+      for (const p of await this.app.api.get("/api/participants")) this.names.set(p.participantId, p.name);
+    } catch {
+      // shown by id
+    }
+  }
+
+  nameOf(participantId) {
+    const known = this.app.store.participants.get(participantId);
+    if (known) return known.name;
+    return this.names.get(participantId) || participantId;
+  }
+
+  renderUsage() {
+    if (!this.usage.length) {
+      fill(this.usageBox, h("p", { class: "hint", text: "Nobody has used a model yet." }));
+      return;
+    }
+    const sorted = [...this.usage].sort(
+      (a, b) => this.nameOf(a.participantId).localeCompare(this.nameOf(b.participantId)) || a.model.localeCompare(b.model),
+    );
+    const number = (n) => h("span", { class: "console-b-num", text: Number(n).toLocaleString() });
+    fill(
+      this.usageBox,
+      wide(table(
+        "Requests and tokens by participant and model",
+        ["Participant", "Model", "Requests", "Errors", "Prompt tokens", "Completion tokens", "Last used"],
+        sorted.map((u) => [
+          h("bdi", { text: this.nameOf(u.participantId) }),
+          h("bdi", { text: u.model }),
+          number(u.requests),
+          number(u.errors),
+          number(u.promptTokens),
+          number(u.completionTokens),
+          u.updatedAt ? longTime(u.updatedAt) : "",
+        ]),
+      )),
+    );
   }
 }
