@@ -40,9 +40,7 @@ export class LimitsSection {
     this.stats = null;
     this.roles = [];
     this.editing = null; // the rule name being edited
-    this.onFocus = () => {
-      if (this.editing === null && !this.multipliersDirty()) this.load();
-    };
+    this.onFocus = () => this.focused();
   }
 
   render(body) {
@@ -100,6 +98,19 @@ export class LimitsSection {
   hide() {
     window.removeEventListener("focus", this.onFocus);
     this.body = null;
+  }
+
+  /** The window is back: read again if nothing is being edited and the
+   * role still allows it (asked first: no refused call after a demotion). */
+  async focused() {
+    if (!this.body || this.editing !== null || this.multipliersDirty()) return;
+    try {
+      const me = await this.app.api.get("/api/auth/me");
+      if (!me.permissions.includes("mesh.settings")) return;
+    } catch {
+      return;
+    }
+    if (this.body && this.editing === null && !this.multipliersDirty()) this.load();
   }
 
   async load() {

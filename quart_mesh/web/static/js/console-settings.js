@@ -60,7 +60,7 @@ export class SettingsSection {
     this.app = app;
     this.body = null;
     this.loaded = null; // the settings as last read or saved
-    this.onFocus = () => this.refreshSettings(false);
+    this.onFocus = () => this.focused();
   }
 
   render(body) {
@@ -86,6 +86,19 @@ export class SettingsSection {
   onEvent(event) {
     // a room deleted elsewhere leaves the default room's list
     if (this.body && this.form && event.type === "room_deleted") this.refreshRooms();
+  }
+
+  /** The window is back: read the settings again if the role still allows
+   * it (asked first, so a role taken away meanwhile costs no refused call). */
+  async focused() {
+    if (!this.body || !this.form) return;
+    try {
+      const me = await this.app.api.get("/api/auth/me");
+      if (!me.permissions.includes("mesh.settings")) return;
+    } catch {
+      return;
+    }
+    this.refreshSettings(false);
   }
 
   // settings --------------------------------------------------------------------
