@@ -18,6 +18,7 @@ from quart_mesh.config import ModelConfig
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.upstream import Upstream
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 from tests.web.test_panels import mesh_links
 
@@ -82,6 +83,7 @@ async def test_create_edit_deploy_run_and_delete(browser_ready: None, serve_node
             alice.textbox("HTML").fill('<h1 id="t">Hello from the frame</h1>')
             alice.button("Create").click()
             expect(alice.heading("Edit “Greeter”")).to_be_visible()
+            expect(said(alice)).to_have_text("Created as a draft (version 1).")
             expect(alice.page.get_by_text(re.compile(r"^Version 1 · draft"))).to_be_visible()
             app_id = app_id_of(alice)
             status, stored = call(app_state, app_id)
@@ -117,19 +119,24 @@ async def test_create_edit_deploy_run_and_delete(browser_ready: None, serve_node
             expect(iframe).to_have_attribute("sandbox", "allow-scripts")
             expect(iframe).to_have_attribute("src", f"/api/apps/{app_id}/run")
             shot(alice.page, "app-running")
+            assert violations(alice) == []
 
             # the store lists it
             alice.page.get_by_role("link", name="← All apps").click()
-            store = alice.page.get_by_role("table", name="1 deployed app")
-            row = store.get_by_role("row").filter(has_text="Greeter")
+            store = alice.page.get_by_role("list", name="1 deployed app")
+            row = store.get_by_role("listitem").filter(has_text="Greeter")
             expect(row).to_contain_text("says hello")
             expect(row).to_contain_text("alice")
             mine = alice.page.get_by_role("table", name="Your 1 app")
             expect(mine.get_by_role("row").filter(has_text="Greeter")).to_contain_text("Deployed")
             shot(alice.page, "apps")
+            assert violations(alice) == []
 
             # an old version loaded and saved again becomes version 3
             alice.button("Edit Greeter").first.click()
+            expect(alice.heading("Versions")).to_be_visible()
+            expect(alice.button("Load version 1")).to_be_visible()
+            assert violations(alice) == []
             alice.button("Load version 1").click()
             expect(alice.textbox("JavaScript")).to_have_value("")
             alice.button("Save").click()
@@ -189,6 +196,7 @@ async def test_generate_from_a_prompt(
             expect(alice.button("Generate")).to_be_disabled()
             expect(status).to_have_text(re.compile(r"^Generating… [1-9]\d* s$"))  # it counts
             shot(alice.page, "app-generate")
+            assert violations(alice) == []
             alice.button("Cancel").click()
             expect(alice.page.get_by_text("Generation cancelled.")).to_be_visible()
             expect(alice.button("Generate")).to_be_enabled()
@@ -209,6 +217,7 @@ async def test_generate_from_a_prompt(
             alice.textbox("Name (optional)").fill("Clicks")
             alice.button("Generate").click()
             expect(alice.heading("Edit “Clicks”")).to_be_visible()
+            expect(said(alice)).to_have_text(re.compile(r"^Generated in \d+ s as a draft"))
             expect(alice.textbox("HTML")).to_have_value(re.compile("<h1>Counter</h1>"))
             expect(alice.textbox("JavaScript")).to_have_value(re.compile("onclick"))
             made = call(apps)
@@ -281,8 +290,8 @@ async def test_a_member_sees_the_store_and_apps_run_sandboxed(
             bob = signed_in(browser, node.url, bob_user)
             expect(bob.heading("#Town Square")).to_be_visible()
             open_apps(bob)
-            store = bob.page.get_by_role("table", name="1 deployed app")
-            row = store.get_by_role("row").filter(has_text="Probe")
+            store = bob.page.get_by_role("list", name="1 deployed app")
+            row = store.get_by_role("listitem").filter(has_text="Probe")
             expect(row).to_contain_text("alice")
             expect(row.get_by_role("button", name="Run Probe")).to_be_visible()
             # not his: no Edit, and not among his apps
@@ -335,11 +344,12 @@ async def test_a_member_sees_the_store_and_apps_run_sandboxed(
             narrow.sign_in(bob_user.name)
             narrow.page.goto(f"{node.url}/#apps")
             expect(narrow.heading("App store")).to_be_visible()
-            expect(narrow.page.get_by_role("table", name="1 deployed app")).to_be_visible()
+            expect(narrow.page.get_by_role("list", name="1 deployed app")).to_be_visible()
             assert narrow.page.evaluate(
                 "() => document.documentElement.scrollWidth <= window.innerWidth"
             )
             shot(narrow.page, "apps-narrow")
+            assert violations(narrow) == []
             narrow.page.goto(f"{node.url}/#apps/run/{probe['appId']}")
             expect(frame_of(narrow, "Probe").locator("body[data-done=yes]")).to_be_attached()
             assert narrow.page.evaluate(

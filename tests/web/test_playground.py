@@ -18,6 +18,7 @@ from quart_mesh.config import ModelConfig
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.upstream import Upstream
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 from tests.web.test_panels import mesh_links
 
@@ -110,6 +111,7 @@ async def test_chat_streams_stops_and_shows_errors(
             ]
             assert upstream.requests[-1].body["stream"] is True
             shot(page, "playground")
+            assert violations(alice) == []
 
             # New chat forgets it
             alice.button("New chat").click()
@@ -148,6 +150,7 @@ async def test_chat_streams_stops_and_shows_errors(
                 "() => document.documentElement.scrollWidth <= window.innerWidth"
             )
             shot(narrow.page, "playground-narrow")
+            assert violations(narrow) == []
             narrow.assert_clean()
 
     await in_browser(scenario)

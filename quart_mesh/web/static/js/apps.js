@@ -22,6 +22,12 @@ import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./p
 /** The frame's sandbox: scripts only (no same-origin, forms, popups, top navigation). */
 const SANDBOX = "allow-scripts";
 
+/** A records table that keeps its columns readable (it scrolls in its box on a phone). */
+const wide = (wrap) => {
+  wrap.classList.add("apps-table");
+  return wrap;
+};
+
 /** Where an app runs (always this node's origin, whatever MESH_PUBLIC_URL says). */
 const runPath = (appId) => `/api/apps/${seg(appId)}/run`;
 
@@ -43,6 +49,8 @@ export class AppsPanel extends Panel {
     this.gen = null;
     /** no model is configured on the node */
     this.noModels = false;
+    /** a line for the next editor shown ("Created.") */
+    this.notice = "";
     /** what show() last drew, so a finished generation can redraw the list */
     this.arg = "";
   }
@@ -98,18 +106,20 @@ export class AppsPanel extends Panel {
       fill(section, heading, h("p", { class: "hint", text: "No app is deployed yet." }));
       return;
     }
-    const rows = apps.map((a) => [
-      bdi(a.name, "app-name"),
-      a.description ? bdi(a.description) : h("span", { class: "hint", text: "—" }),
-      bdi(a.author || ""),
-      h("time", { datetime: a.updatedAt, title: longTime(a.updatedAt), text: ago(a.updatedAt) }),
+    // a list of cards: every app's Run button in view, on a phone too
+    const count = `${apps.length} deployed ${apps.length === 1 ? "app" : "apps"}`;
+    const cards = apps.map((a) => h("li", { class: "app-card" },
+      h("h3", {}, bdi(a.name, "app-name")),
+      a.description ? h("p", { class: "app-description" }, bdi(a.description)) : null,
+      h("p", { class: "hint" }, "by ", bdi(a.author || ""), " · updated ",
+        h("time", { datetime: a.updatedAt, title: longTime(a.updatedAt), text: ago(a.updatedAt) })),
       h("div", { class: "row" },
         h("button", { type: "button", class: "small primary", "aria-label": `Run ${a.name}`, text: "Run", on: { click: () => this.go(`run/${a.appId}`) } }),
         manageable.has(a.appId)
           ? h("button", { type: "button", class: "small", "aria-label": `Edit ${a.name}`, text: "Edit", on: { click: () => this.go(a.appId) } })
-          : null),
-    ]);
-    fill(section, heading, table(`${apps.length} deployed ${apps.length === 1 ? "app" : "apps"}`, ["Name", "Description", "Author", "Updated", "Actions"], rows));
+          : null)));
+    fill(section, heading, h("p", { id: "apps-store-count", class: "hint", text: count }),
+      h("ul", { class: "app-cards", "aria-labelledby": "apps-store-count" }, cards));
   }
 
   drawMine(section, result) {
@@ -125,7 +135,7 @@ export class AppsPanel extends Panel {
     const apps = result.value;
     const admin = apps.some((a) => a.ownerId !== store.me.participantId);
     if (!apps.length) {
-      fill(section, heading, h("p", { class: "hint", text: store.can("apps.create") ? "You have no app yet: write one or generate one from a prompt." : "You have no app." }), newButton);
+      fill(section, heading, h("p", { class: "hint", text: store.can("apps.create") ? "You have no app yet: write one or generate one from a prompt." : "You have no app." }), h("div", { class: "row apps-actions" }, newButton));
       return;
     }
     const headings = ["Name", ...(admin ? ["Owner"] : []), "Version", "State", "Updated", "Actions"];
@@ -142,7 +152,7 @@ export class AppsPanel extends Panel {
           : null),
     ]);
     const caption = admin ? "Every app on this node (you may manage them)" : `Your ${apps.length} ${apps.length === 1 ? "app" : "apps"}`;
-    fill(section, heading, table(caption, headings, rows), h("div", { class: "row" }, newButton));
+    fill(section, heading, wide(table(caption, headings, rows)), h("div", { class: "row apps-actions" }, newButton));
   }
 
   // generating from a prompt ---------------------------------------------------------
@@ -228,8 +238,12 @@ export class AppsPanel extends Panel {
         gen.prompt.value = "";
         gen.name.value = "";
       }
-      toast(`“${made.name}” was generated in ${seconds} s.`);
-      if (this.shown && this.arg === "") this.go(made.appId);
+      if (this.shown && this.arg === "") {
+        this.notice = `Generated in ${seconds} s as a draft: check it, then deploy it.`;
+        this.go(made.appId);
+      } else {
+        toast(`“${made.name}” was generated in ${seconds} s.`);
+      }
       return;
     }
     const message = failure.name === "AbortError" ? "Generation cancelled." : `Generation failed: ${reason(failure)}`;
@@ -414,7 +428,7 @@ export class AppsPanel extends Panel {
           name: name.value.trim(), description: description.value.trim(), html: html.value, css: css.value, js: js.value,
         }));
         if (made) {
-          toast(`“${made.name}” was created.`);
+          this.notice = "Created as a draft (version 1).";
           this.go(made.appId);
         }
         return;
@@ -485,6 +499,8 @@ export class AppsPanel extends Panel {
       info && mayManage ? versions : null);
     if (info && mayManage) this.drawVersions(versions, info, load);
     if (!info) name.focus();
+    status.textContent = this.notice;
+    this.notice = "";
   }
 
   async drawVersions(section, info, load) {
