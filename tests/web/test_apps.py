@@ -104,6 +104,8 @@ async def test_create_edit_deploy_run_and_delete(browser_ready: None, serve_node
             versions = alice.page.get_by_role("table", name=re.compile("saved versions"))
             expect(versions.get_by_role("row")).to_have_count(3)  # the heading row + 2
             assert call(app_state, app_id)[1]["version"] == 2
+            alice.heading("Apps", level=1).scroll_into_view_if_needed()
+            shot(alice.page, "app-editor")
 
             # deploy, then run it in the frame
             alice.button("Deploy").click()
@@ -349,6 +351,12 @@ async def test_a_member_sees_the_store_and_apps_run_sandboxed(
                 "() => document.documentElement.scrollWidth <= window.innerWidth"
             )
             shot(narrow.page, "apps-narrow")
+            assert violations(narrow) == []
+            narrow.page.goto(f"{node.url}/#apps/{probe['appId']}")
+            expect(narrow.heading("Edit “Probe”")).to_be_visible()
+            assert narrow.page.evaluate(
+                "() => document.documentElement.scrollWidth <= window.innerWidth"
+            )
             assert violations(narrow) == []
             narrow.page.goto(f"{node.url}/#apps/run/{probe['appId']}")
             expect(frame_of(narrow, "Probe").locator("body[data-done=yes]")).to_be_attached()

@@ -51,12 +51,17 @@ export class AppsPanel extends Panel {
     this.noModels = false;
     /** a line for the next editor shown ("Created.") */
     this.notice = "";
+    /** a new object each time the view is shown (see stale()) */
+    this.shownAs = null;
     /** what show() last drew, so a finished generation can redraw the list */
     this.arg = "";
   }
 
   show(body, arg) {
     this.arg = arg || "";
+    // the view's element is the same for every address: a load that ends
+    // after another address was shown must not draw over it
+    this.shownAs = {};
     const run = /^run\/(.+)$/.exec(this.arg);
     if (run) return this.showRun(body, run[1]);
     if (this.arg === "new") return this.showEditor(body, null);
@@ -65,8 +70,15 @@ export class AppsPanel extends Panel {
   }
 
   hide() {
+    this.shownAs = null;
     this.gen = null;
     if (this.timer !== null && !this.generating) this.stopTimer();
+  }
+
+  /** A function telling whether the view was shown again (or left) since. */
+  stale() {
+    const as = this.shownAs;
+    return () => this.shownAs !== as || !this.shown;
   }
 
   go(address) {
@@ -76,6 +88,7 @@ export class AppsPanel extends Panel {
   // the list: the store, my apps, generate -------------------------------------
 
   async showList(body) {
+    const stale = this.stale();
     const { store } = this.app;
     const storeSection = h("section", { "aria-labelledby": "apps-store-title" },
       h("h2", { id: "apps-store-title", text: "App store" }),
@@ -89,7 +102,7 @@ export class AppsPanel extends Panel {
       this.app.api.get("/api/apps/deployed"),
       this.app.api.get("/api/apps"),
     ]);
-    if (this.body !== body) return;
+    if (stale()) return;
     const manageable = new Set(mine.status === "fulfilled" ? mine.value.map((a) => a.appId) : []);
     this.drawStore(storeSection, deployed, manageable);
     this.drawMine(mineSection, mine);
@@ -318,17 +331,18 @@ export class AppsPanel extends Panel {
   // running an app ------------------------------------------------------------------
 
   async showRun(body, appId) {
+    const stale = this.stale();
     const status = h("p", { class: "hint", role: "status", text: "Loading the app…" });
     fill(body, h("p", {}, h("a", { href: "#apps", text: "← All apps" })), status);
     let info;
     try {
       info = await this.app.api.get(`/api/apps/${seg(appId)}`);
     } catch (error) {
-      if (this.body !== body) return;
+      if (stale()) return;
       fill(body, h("p", {}, h("a", { href: "#apps", text: "← All apps" })), h("p", { class: "error", role: "alert", text: `This app cannot be shown: ${reason(error)}` }));
       return;
     }
-    if (this.body !== body) return;
+    if (stale()) return;
     const back = h("p", {}, h("a", { href: "#apps", text: "← All apps" }));
     if (!info.deployed) {
       fill(body, back, h("section", { "aria-labelledby": "apps-run-title" },
@@ -362,6 +376,7 @@ export class AppsPanel extends Panel {
   // the editor ----------------------------------------------------------------------
 
   async showEditor(body, appId) {
+    const stale = this.stale();
     const { store } = this.app;
     const back = h("p", {}, h("a", { href: "#apps", text: "← All apps" }));
     let info = null;
@@ -370,11 +385,11 @@ export class AppsPanel extends Panel {
       try {
         info = await this.app.api.get(`/api/apps/${seg(appId)}`);
       } catch (error) {
-        if (this.body !== body) return;
+        if (stale()) return;
         fill(body, back, h("p", { class: "error", role: "alert", text: `This app cannot be opened: ${reason(error)}` }));
         return;
       }
-      if (this.body !== body) return;
+      if (stale()) return;
     } else if (!store.can("apps.create")) {
       fill(body, back, h("p", { class: "error", role: "alert", text: "Your role may not create apps." }));
       return;

@@ -28,19 +28,24 @@ export class PlaygroundPanel extends Panel {
     /** the answer under way: {controller, textNode, bubble} or null */
     this.streaming = null;
     this.ui = null;
+    /** a new object each time the view is shown: a late load draws nothing */
+    this.shownAs = null;
   }
 
   async show(body) {
+    const shownAs = {};
+    this.shownAs = shownAs;
+    const stale = () => this.shownAs !== shownAs || !this.shown;
     fill(body, h("p", { class: "hint", role: "status", text: "Loading the models…" }));
     let models;
     try {
       models = await this.app.api.get("/api/models");
     } catch (error) {
-      if (this.body !== body) return;
+      if (stale()) return;
       fill(body, h("p", { class: "error", role: "alert", text: `The models could not be listed: ${reason(error)}` }));
       return;
     }
-    if (this.body !== body) return;
+    if (stale()) return;
     if (!models.length) {
       fill(body, h("section", {},
         h("h2", { text: "No model yet" }),
@@ -76,6 +81,7 @@ export class PlaygroundPanel extends Panel {
   }
 
   hide() {
+    this.shownAs = null;
     // the stream goes on in the background: its text lands in the
     // conversation, shown again when the view is
     this.ui = null;
