@@ -168,13 +168,13 @@ async def test_a_vault_key_for_an_llm_bot_and_a_bootstrapped_bot(
             key.select_option(label="From the vault: openai-main (openai)")
             passphrase = spawn.get_by_role("textbox", name="Vault passphrase")
             passphrase.fill("not it")
+            spawn.scroll_into_view_if_needed()
+            shot(alice.page, "bots-spawn")
             spawn.get_by_role("button", name="Spawn").click()
             expect(spawn.get_by_role("alert")).to_contain_text("Wrong passphrase")
             expect(passphrase).to_have_value("")
             assert call(agents, node, alice_user.headers) == []
             passphrase.fill(PHRASE)
-            spawn.scroll_into_view_if_needed()
-            shot(alice.page, "bots-spawn")
             spawn.get_by_role("button", name="Spawn").click()
             expect(spawn.get_by_role("status")).to_have_text("Spawned helper: starting.")
             expect(passphrase).to_be_hidden()  # the key choice is back to "No key"

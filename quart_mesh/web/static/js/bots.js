@@ -246,14 +246,16 @@ export class BotsPanel extends Panel {
       ];
     });
     const count = this.agents.length;
-    fill(
-      this.listArea,
-      table(
-        `${count} ${count === 1 ? "bot" : "bots"}`,
-        ["Name", "Type", "Status", "Restarts", "Online", "Rooms", "Actions"],
-        rows,
-      ),
+    const wrap = table(
+      `${count} ${count === 1 ? "bot" : "bots"}`,
+      ["Name", "Type", "Status", "Restarts", "Online", "Rooms", "Actions"],
+      rows,
     );
+    // on a narrow screen the table scrolls sideways: reachable by keyboard
+    wrap.tabIndex = 0;
+    wrap.setAttribute("role", "region");
+    wrap.setAttribute("aria-label", "List of bots");
+    fill(this.listArea, wrap);
     if (focused) {
       const again = this.listArea.querySelector(`[data-key="${CSS.escape(focused)}"]`);
       if (again) again.focus();
