@@ -289,7 +289,7 @@ async def test_a_member_sees_the_store_and_apps_run_sandboxed(
 
     def scenario() -> None:
         with chromium() as browser:
-            bob = signed_in(browser, node.url, bob_user)
+            bob = signed_in(browser, node.url, bob_user, color_scheme="dark")
             expect(bob.heading("#Town Square")).to_be_visible()
             open_apps(bob)
             store = bob.page.get_by_role("list", name="1 deployed app")
@@ -309,10 +309,13 @@ async def test_a_member_sees_the_store_and_apps_run_sandboxed(
                 expect(bob.button(name)).to_have_count(0)
             expect(bob.heading("Versions")).to_have_count(0)
 
+            assert violations(bob) == []  # in the dark theme
+
             # run it: it runs, but reaches nothing
             bob.button("Run").click()
             frame = frame_of(bob, "Probe")
             expect(frame.get_by_role("heading", name="Probe")).to_be_visible()
+            assert violations(bob) == []
             expect(frame.locator("body[data-done=yes]")).to_be_attached()
             out = json.loads(frame.locator("#out").inner_text())
             assert out["origin"] == "null", out

@@ -201,3 +201,36 @@ async def test_without_models_use_no_playground(browser_ready: None, serve_node:
             bob.assert_clean()
 
     await in_browser(scenario)
+
+
+async def test_a_stream_that_stalls_ends_with_the_nodes_error(
+    browser_ready: None, serve_node: Any, upstream: Upstream
+) -> None:
+    """The proxy ends a stream whose upstream goes quiet for ``model_timeout``
+    with a ``data: {"error": …}`` event: its message is shown, what arrived
+    is kept."""
+    url = f"http://127.0.0.1:{upstream.port}/v1"
+    node: Served = await serve_node(
+        models=(ModelConfig("gated", url, "gated-model"),), model_timeout=1.0
+    )
+    alice_user, _, _ = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user, color_scheme="dark")
+            expect(alice.heading("#Town Square")).to_be_visible()
+            alice.page.goto(f"{node.url}/#playground")
+            message = alice.textbox("Message")
+            message.fill("one two")
+            message.press("Enter")
+            log = alice.page.get_by_role("log", name="Conversation with the model")
+            answer = log.get_by_role("article", name="gated").locator(".pg-text")
+            expect(answer).to_have_text("echo:")
+            expect(alice.page.get_by_role("alert")).to_have_text("the upstream stopped sending")
+            expect(answer).to_have_text("echo:")
+            expect(log).to_have_attribute("aria-busy", "false")
+            expect(alice.button("Send")).to_be_enabled()
+            assert violations(alice) == []  # the dark theme too
+            alice.assert_clean()
+
+    await in_browser(scenario)
