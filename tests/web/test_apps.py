@@ -72,6 +72,9 @@ async def test_create_edit_deploy_run_and_delete(browser_ready: None, serve_node
             open_apps(alice)
             expect(alice.page.get_by_text("No app is deployed yet.")).to_be_visible()
             expect(alice.page.get_by_text("You have no app yet")).to_be_visible()
+            # no model on this node: nothing to generate with, and it says so
+            expect(alice.button("Generate")).to_be_disabled()
+            expect(alice.page.get_by_text("No model is configured on this node")).to_be_visible()
 
             # a new app: the name is required
             alice.button("New app").click()

@@ -96,7 +96,9 @@ export class AppsPanel extends Panel {
     const mineSection = h("section", { "aria-labelledby": "apps-mine-title" },
       h("h2", { id: "apps-mine-title", text: "My apps" }),
       h("p", { class: "hint", role: "status", text: "Loading your apps…" }));
-    fill(body, storeSection, mineSection, store.can("apps.create") ? this.generateSection() : null);
+    // generating goes through the model proxy as the person: both rights
+    const mayGenerate = store.can("apps.create") && store.can("models.use");
+    fill(body, storeSection, mineSection, mayGenerate ? this.generateSection() : null);
 
     const [deployed, mine] = await Promise.allSettled([
       this.app.api.get("/api/apps/deployed"),
@@ -195,7 +197,7 @@ export class AppsPanel extends Panel {
   async loadModels(select) {
     let models;
     try {
-      models = this.app.store.can("models.use") ? await this.app.api.get("/api/models") : [];
+      models = await this.app.api.get("/api/models");
     } catch (error) {
       fill(select, h("option", { value: "", text: "The node's default model" }));
       if (this.gen && this.gen.model === select) this.gen.error.textContent = `The models could not be listed: ${reason(error)}`;
