@@ -20,6 +20,7 @@ from quart_mesh.vault_client import encrypt
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.upstream import Upstream
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
@@ -96,12 +97,14 @@ async def test_an_admin_spawns_commands_and_kills_an_echo_bot(
             expect(result).to_contain_text("unknown command")
             alice.heading("Bots", level=1).scroll_into_view_if_needed()
             shot(alice.page, "bots")
+            assert violations(alice) == []
 
             # a member sees the list, but nothing to spawn, command or kill
             bob = signed_in(browser, node.url, bob_user)
             expect(bob.heading("#Town Square")).to_be_visible()
             open_bots(bob)
             expect(bot_row(bob, "parrot")).to_contain_text("online")
+            assert violations(bob) == []
             expect(bob.page.get_by_role("region", name="Spawn a managed bot")).to_have_count(0)
             expect(bob.page.get_by_role("region", name="Send a command")).to_have_count(0)
             expect(bob.button("Kill parrot")).to_have_count(0)
@@ -116,6 +119,7 @@ async def test_an_admin_spawns_commands_and_kills_an_echo_bot(
             )
             assert wide <= 0, wide
             shot(narrow.page, "bots-narrow")
+            assert violations(narrow) == []
 
             # killed: gone from the list, for the member too, and from the node
             alice.button("Kill parrot").click()
@@ -209,6 +213,7 @@ async def test_a_vault_key_for_an_llm_bot_and_a_bootstrapped_bot(
             assert "MESH_TOKEN" in line
             assert token not in line
             expect(boot.get_by_role("button", name="Copy the token")).to_be_visible()
+            assert violations(alice) == []
             status, who = call(me, token)
             assert status == 200, who
             assert (who["name"], who["role"]) == ("outside", "agent")

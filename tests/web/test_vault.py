@@ -18,6 +18,7 @@ from quart_mesh.vault_client import decrypt, encrypt
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.test_vault_client import LABEL, PASSPHRASE, SECRET, V2_VECTOR
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
@@ -141,6 +142,7 @@ async def test_the_page_and_the_python_client_open_each_others_entries(
             expect(phrase).to_be_hidden()
             alice.heading("Vault", level=1).scroll_into_view_if_needed()
             shot(alice.page, "vault")
+            assert violations(alice) == []
             alice.button("Hide the secret of from-python").click()
             expect(secret).to_have_count(0)
             assert PY_SECRET not in alice.page.content()
@@ -185,6 +187,7 @@ async def test_the_page_and_the_python_client_open_each_others_entries(
             )
             assert wide <= 0, wide
             shot(narrow.page, "vault-narrow")
+            assert violations(narrow) == []
             narrow.assert_clean()
 
     await in_browser(scenario)

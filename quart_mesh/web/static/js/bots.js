@@ -293,7 +293,9 @@ export class BotsPanel extends Panel {
       this.pane,
       heading,
       h("p", {
-        text: "Its process is stopped (if the node runs it), its token stops working and it leaves every room. Its messages stay.",
+        text:
+          "Its process is stopped (if the node runs it), its token stops working " +
+          "and it leaves every room. Its messages stay.",
       }),
       h("div", { class: "row" }, kill, keep),
       error,
@@ -319,7 +321,14 @@ export class BotsPanel extends Panel {
       return;
     }
     this.commandBot = h("select", {}, targets.map((a) => h("option", { value: a.agentId, text: a.name })));
-    const command = h("input", { type: "text", value: "status", required: true, list: "bot-commands", autocomplete: "off", spellcheck: "false" });
+    const command = h("input", {
+      type: "text",
+      value: "status",
+      required: true,
+      list: "bot-commands",
+      autocomplete: "off",
+      spellcheck: "false",
+    });
     const args = h("textarea", { rows: "2", class: "code", spellcheck: "false" });
     const error = errorLine();
     const send = h("button", { type: "submit", class: "primary", text: "Send command" });
@@ -342,7 +351,10 @@ export class BotsPanel extends Panel {
             const agent = this.agents.find((a) => a.agentId === this.commandBot.value);
             if (!agent) return;
             const record = await guarded(send, error, () =>
-              this.app.api.post(`/api/agents/${seg(agent.agentId)}/command`, { command: command.value.trim(), args: parsed }),
+              this.app.api.post(`/api/agents/${seg(agent.agentId)}/command`, {
+                command: command.value.trim(),
+                args: parsed,
+              }),
             );
             if (record === undefined) return;
             const entry = { agentId: agent.agentId, name: agent.name, record, item: null };
@@ -395,7 +407,9 @@ export class BotsPanel extends Panel {
       this.commands.map((entry) => {
         const { record } = entry;
         const done = this.finished(record);
-        const what = done ? (record.ok ? "completed" : "failed") : record.status === "delivered" ? "delivered, waiting for the answer…" : "waiting for the bot…";
+        let what = "waiting for the bot…";
+        if (done) what = record.ok ? "completed" : "failed";
+        else if (record.status === "delivered") what = "delivered, waiting for the answer…";
         return h(
           "li",
           { class: `bot-result bot-result-${record.status}` },
@@ -438,7 +452,11 @@ export class BotsPanel extends Panel {
     const roomsBox = h("fieldset", { class: "bot-rooms" }, h("legend", { text: "Rooms" }));
     const keyEntry = h("select", {}, h("option", { value: "", text: "No key" }));
     const passphrase = h("input", { type: "password", autocomplete: "current-password", spellcheck: "false" });
-    const passField = field("Vault passphrase", passphrase, "Opens the entry in this page; the key is sent once, in this request, and forgotten.");
+    const passField = field(
+      "Vault passphrase",
+      passphrase,
+      "Opens the entry in this page; the key is sent once, in this request, and forgotten.",
+    );
     passField.hidden = true;
     const error = errorLine();
     const status = statusLine();
@@ -610,7 +628,9 @@ export class BotsPanel extends Panel {
       heading,
       h("p", {
         class: "notice",
-        text: "Copy the token now: it is shown only here, and this page does not keep it. Anyone holding it acts as this bot.",
+        text:
+          "Copy the token now: it is shown only here, and this page does not keep it. " +
+          "Anyone holding it acts as this bot.",
       }),
       line("Token", bot.token, "Copy the token"),
       line("WebSocket address", bot.wsUrl, "Copy the WebSocket address"),
@@ -619,8 +639,18 @@ export class BotsPanel extends Panel {
       h(
         "div",
         { class: "bot-copy" },
-        field("mesh-bridge command line", commandBox, "Run it where the bot lives; ./reply.sh answers each message (docs/bridge.md)."),
-        h("button", { type: "button", class: "small", text: "Copy", "aria-label": "Copy the command line", on: { click: () => copyText(command, note) } }),
+        field(
+          "mesh-bridge command line",
+          commandBox,
+          "Run it where the bot lives; ./reply.sh answers each message (docs/bridge.md).",
+        ),
+        h("button", {
+          type: "button",
+          class: "small",
+          text: "Copy",
+          "aria-label": "Copy the command line",
+          on: { click: () => copyText(command, note) },
+        }),
       ),
       note,
     );

@@ -46,7 +46,9 @@ export class VaultPanel extends Panel {
         h("p", {
           class: "error",
           role: "alert",
-          text: "This browser offers no WebCrypto on this page: open it over HTTPS (or on the node's own machine) to use the vault.",
+          text:
+            "This browser offers no WebCrypto on this page: open it over HTTPS " +
+            "(or on the node's own machine) to use the vault.",
         }),
       );
     }
@@ -273,7 +275,8 @@ export class VaultPanel extends Panel {
       text: "Delete for good",
       on: {
         click: async () => {
-          const done = await guarded(confirm, error, () => this.app.api.delete(`${ENTRIES}/${encodeURIComponent(entry.entryId)}`));
+          const path = `${ENTRIES}/${encodeURIComponent(entry.entryId)}`;
+          const done = await guarded(confirm, error, () => this.app.api.delete(path));
           if (done === undefined) return;
           this.closeDetail(false);
           await this.load(`Deleted ${entry.label}.`);
