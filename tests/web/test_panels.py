@@ -89,6 +89,10 @@ async def test_a_new_role_is_followed_without_a_reload(
             expect(bob.page.locator("#me-role")).to_have_text("admin")
             mesh_links(bob).filter(has_text="Console").click()
             expect(bob.heading("Console", level=1)).to_be_visible()
+            # (the console has read the settings before the demotion)
+            expect(bob.textbox("Mesh name")).to_have_value("Test Mesh")
+            expect(bob.page.get_by_text("4 of 6 steps done.")).to_be_visible()
+            expect(bob.page.get_by_role("definition").first).to_be_visible()
             # made a member again while in the console: it is left
             call(assign, "member")
             focus(bob)
