@@ -32,14 +32,6 @@ const wide = (wrap) => {
 const runPath = (appId) => `/api/apps/${seg(appId)}/run`;
 
 export class AppsPanel extends Panel {
-  static get id() {
-    return "apps";
-  }
-
-  get title() {
-    return "Apps";
-  }
-
   constructor(app) {
     super(app);
     /** the generation under way: {controller, started, prompt, model} or null */

@@ -48,14 +48,6 @@ async function copyText(text, note) {
 }
 
 export class BotsPanel extends Panel {
-  static get id() {
-    return "bots";
-  }
-
-  get title() {
-    return "Bots";
-  }
-
   constructor(app) {
     super(app);
     this.agents = [];

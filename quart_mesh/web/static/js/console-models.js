@@ -13,13 +13,9 @@ import { confirmAction } from "./dialogs.js";
 import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
 import { seg } from "./api.js";
 
-/** A table of many columns: it scrolls sideways in its frame on a phone,
- * so the frame can take the focus (arrow keys scroll it) and is named. */
+/** A table of many columns (panels.js's table() frames it for scrolling). */
 const wide = (el) => {
   el.classList.add("console-b-wide");
-  el.tabIndex = 0;
-  el.setAttribute("role", "region");
-  el.setAttribute("aria-label", el.querySelector("caption").textContent);
   return el;
 };
 

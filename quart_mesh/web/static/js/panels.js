@@ -156,11 +156,13 @@ export async function guarded(button, errorEl, action) {
 }
 
 /** A table with a caption, column headings and rows of cells (nodes or
- * text). Tables are how lists of records are shown to screen readers. */
+ * text). Tables are how lists of records are shown to screen readers. Its
+ * frame scrolls sideways on a narrow screen, so the frame takes the focus
+ * (the arrow keys scroll it) and is named after the caption. */
 export function table(caption, headings, rows) {
   return h(
     "div",
-    { class: "table-wrap" },
+    { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption },
     h(
       "table",
       { class: "records" },

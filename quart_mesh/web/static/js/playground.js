@@ -11,14 +11,6 @@ import { Panel, errorLine, field, reason, statusLine } from "./panels.js";
 const COMPLETIONS = "/api/models/v1/chat/completions";
 
 export class PlaygroundPanel extends Panel {
-  static get id() {
-    return "playground";
-  }
-
-  get title() {
-    return "Models";
-  }
-
   constructor(app) {
     super(app);
     /** the conversation: [{role, content}] as sent to the model */

@@ -18,14 +18,6 @@ function forgetFields(root) {
 }
 
 export class VaultPanel extends Panel {
-  static get id() {
-    return "vault";
-  }
-
-  get title() {
-    return "Vault";
-  }
-
   constructor(app) {
     super(app);
     this.entries = [];

@@ -39,14 +39,6 @@ export function kindOf(p) {
 }
 
 export class WorldPanel extends Panel {
-  static get id() {
-    return "world";
-  }
-
-  get title() {
-    return "World";
-  }
-
   constructor(app) {
     super(app);
     this.reset();
