@@ -100,7 +100,14 @@ def _unb64(text: str) -> bytes:
 def _check_passphrase(passphrase: str) -> bytes:
     if not passphrase:
         raise ValueError("the passphrase must not be empty")
-    return passphrase.encode("utf-8")
+    return _utf8(passphrase, "the passphrase")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: not text any client could type
+        raise ValueError(f"{what} is not valid Unicode text") from None
 
 
 def _scrypt_key(passphrase: str, salt: bytes) -> bytes:
@@ -113,7 +120,7 @@ def _pbkdf2_key(passphrase: str, salt: bytes, iterations: int) -> bytes:
 
 
 def _aad(version: str, label: str) -> bytes:
-    return f"quart-mesh-vault:{version}:".encode() + label.encode("utf-8")
+    return f"quart-mesh-vault:{version}:".encode() + _utf8(label, "the label")
 
 
 def version_of(blob: str) -> str | None:
@@ -144,7 +151,7 @@ def _seal(
         head = [version]
     else:
         raise ValueError(f"unknown vault format {version!r}")
-    sealed = AESGCM(key).encrypt(nonce, plaintext.encode("utf-8"), _aad(version, label))
+    sealed = AESGCM(key).encrypt(nonce, _utf8(plaintext, "the secret"), _aad(version, label))
     return ".".join([*head, _b64(salt), _b64(nonce), _b64(sealed)])
 
 
@@ -189,7 +196,8 @@ def decrypt(blob: str, passphrase: str, *, label: str) -> str:
         VaultError: *blob* is not a v1 or v2 blob, or the passphrase or label
             is wrong, or the blob was altered (these three cannot be told
             apart).
-        ValueError: an empty passphrase.
+        ValueError: an empty passphrase, or a passphrase or label that is not
+            valid Unicode text (a lone surrogate).
     """
     parts = blob.split(".")
     version = parts[0]
@@ -216,4 +224,7 @@ def decrypt(blob: str, passphrase: str, *, label: str) -> str:
         plaintext = AESGCM(key).decrypt(nonce, sealed, _aad(version, label))
     except InvalidTag:
         raise VaultError("wrong passphrase or label, or a damaged blob") from None
-    return plaintext.decode("utf-8")
+    try:
+        return plaintext.decode("utf-8")
+    except UnicodeDecodeError:  # sealed by a client that did not write text
+        raise VaultError(f"the {version} blob does not hold text") from None

@@ -128,3 +128,24 @@ def test_bad_arguments() -> None:
         encrypt("k", "p", label="l", iterations=1000)
     assert version_of("v9.x") is None
     assert version_of("nonsense") is None
+
+
+def test_text_that_is_not_unicode_is_refused_as_such() -> None:
+    # a lone surrogate in what is sealed, the passphrase or the label
+    with pytest.raises(ValueError, match="secret"):
+        encrypt("k\ud800", "p", label="l", iterations=100_000)
+    with pytest.raises(ValueError, match="passphrase"):
+        encrypt("k", "p\ud800", label="l", iterations=100_000)
+    with pytest.raises(ValueError, match="label"):
+        decrypt(V2_VECTOR, "p", label="l\ud800")
+
+
+def test_a_blob_that_does_not_hold_text_is_a_vault_error() -> None:
+    # sealed correctly, by some other client, around bytes that are not UTF-8
+    salt, nonce = b"s" * 16, b"n" * 12
+    key = vault_client._pbkdf2_key("p", salt, 100_000)
+    sealed = vault_client.AESGCM(key).encrypt(nonce, b"\xff\xfe", b"quart-mesh-vault:v2:l")
+    b64 = vault_client._b64
+    blob = ".".join(["v2", "100000", b64(salt), b64(nonce), b64(sealed)])
+    with pytest.raises(VaultError, match="text"):
+        decrypt(blob, "p", label="l")

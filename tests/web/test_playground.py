@@ -51,6 +51,10 @@ async def test_chat_streams_stops_and_shows_errors(
         upstream.hung_up = trio.Event()
         await new_gate(opened=True)
 
+    async def close_new_gate() -> None:
+        upstream.hung_up = trio.Event()
+        await new_gate()
+
     async def hung_up() -> None:
         with trio.fail_after(10):
             await upstream.hung_up.wait()
@@ -113,6 +117,21 @@ async def test_chat_streams_stops_and_shows_errors(
             shot(page, "playground")
             assert violations(alice) == []
 
+            # New chat while an answer streams: the stream is dropped, and
+            # nothing of it reaches the new conversation
+            call(close_new_gate)
+            message.fill("seven")
+            message.press("Enter")
+            expect(answers.nth(3).locator(".pg-text")).to_have_text("echo:")
+            alice.button("New chat").click()
+            call(hung_up)
+            expect(log.get_by_role("article")).to_have_count(0)
+            call(open_new_gate)
+            message.fill("eight")
+            message.press("Enter")
+            expect(answers.locator(".pg-text")).to_have_text(["echo: eight"])
+            assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "eight"}]
+
             # New chat forgets it
             alice.button("New chat").click()
             expect(log.get_by_role("article")).to_have_count(0)
@@ -132,6 +151,16 @@ async def test_chat_streams_stops_and_shows_errors(
             message.press("Enter")
             expect(log.get_by_role("article", name="echo")).to_have_text("echoecho: hello there")
             alice.assert_clean(console=False)  # the broken model's 502
+
+            # signing out ends a stream under way (the upstream hears it)
+            model.select_option("gated")
+            call(close_new_gate)
+            message.fill("nine")
+            message.press("Enter")
+            expect(answers.locator(".pg-text")).to_have_text(["echo:"])
+            alice.button("Sign out").click()
+            call(hung_up)
+            expect(alice.heading("Sign in")).to_be_visible()
 
             # at 380 px it fits
             narrow = Person(browser, node.url, width=380, height=800)

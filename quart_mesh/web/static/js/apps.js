@@ -238,6 +238,7 @@ export class AppsPanel extends Panel {
     const seconds = Math.round((Date.now() - this.generating.started) / 1000);
     this.generating = null;
     this.stopTimer();
+    if (this.disposed) return; // signed out meanwhile: nobody to tell
     this.renderGenerating();
     const gen = this.gen;
     if (made) {
@@ -260,6 +261,14 @@ export class AppsPanel extends Panel {
     } else {
       toast(message);
     }
+  }
+
+  /** Signing out: a generation under way is cancelled, and says nothing. */
+  dispose() {
+    this.disposed = true;
+    this.cancelGeneration();
+    this.stopTimer();
+    this.hide();
   }
 
   cancelGeneration() {

@@ -33,6 +33,11 @@ export class ModelsSection {
     this.names = new Map(); // participantId -> name, for the usage table
   }
 
+  /** Left: a key typed but not sent does not stay in the page. */
+  hide() {
+    if (this.addKey) this.addKey.value = "";
+  }
+
   render(body) {
     this.body = body;
     this.listBox = h("div", {}, h("p", { class: "hint", text: "Loading models…" }));

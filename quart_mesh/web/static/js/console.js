@@ -68,6 +68,13 @@ export class ConsolePanel extends Panel {
     this.current = null;
   }
 
+  dispose() {
+    this.hide();
+    for (const { section } of this.sections.values()) {
+      if (section.hide) section.hide();
+    }
+  }
+
   onEvent(event) {
     for (const { section } of this.sections.values()) {
       if (section.onEvent) section.onEvent(event);

@@ -165,6 +165,13 @@ class App {
     this.closeThread();
     this.leavePanel();
     // the views hold what this person saw: the next one starts afresh
+    for (const panel of this.panels.values()) {
+      try {
+        panel.dispose();
+      } catch (error) {
+        console.error(error);
+      }
+    }
     this.panels.clear();
     this.lastSnapshot = null;
     $("chat").hidden = true;
@@ -1075,16 +1082,16 @@ class App {
     const panel = this.currentPanel;
     const shown = !$("panel-view").hidden;
     this.currentPanel = null;
-    $("panel-view").hidden = true;
-    $("panel-body").replaceChildren();
     if (panel) {
       try {
-        panel.hide();
+        panel.hide(); // while its fields are still there to be cleared
       } catch (error) {
         console.error(error);
       }
       panel.body = null;
     }
+    $("panel-view").hidden = true;
+    $("panel-body").replaceChildren();
     if (panel || shown) this.renderPanelLinks();
   }
 

@@ -91,6 +91,12 @@ export class Panel {
   /** The panel is left (another view is shown). Stop timers and animation. */
   hide() {}
 
+  /** The person signs out: the panel is dropped. End everything it started
+   * (streams, requests, timers) and forget what it holds. */
+  dispose() {
+    this.hide();
+  }
+
   /** Every server event of the live stream, shown or not. */
   onEvent(event) {} // eslint-disable-line no-unused-vars
 

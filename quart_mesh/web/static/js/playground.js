@@ -45,6 +45,7 @@ export class PlaygroundPanel extends Panel {
       return;
     }
     if (!models.some((m) => m.name === this.model)) {
+      this.drop();
       this.model = models[0].name;
       this.messages = [];
     }
@@ -79,9 +80,16 @@ export class PlaygroundPanel extends Panel {
     this.ui = null;
   }
 
+  /** Signing out: the stream ends and the conversation is forgotten. */
+  dispose() {
+    this.drop();
+    this.messages = [];
+    this.hide();
+  }
+
   pick(model) {
     if (model === this.model) return;
-    this.stop();
+    this.drop();
     this.model = model;
     const had = this.messages.length > 0;
     this.messages = [];
@@ -97,7 +105,7 @@ export class PlaygroundPanel extends Panel {
   }
 
   newChat() {
-    this.stop();
+    this.drop();
     this.messages = [];
     if (!this.ui) return;
     this.drawLog();
@@ -196,6 +204,15 @@ export class PlaygroundPanel extends Panel {
 
   stop() {
     if (this.streaming) this.streaming.controller.abort();
+  }
+
+  /** End the stream and forget it: what it brought goes nowhere (a new
+   * chat, another model). */
+  drop() {
+    const streaming = this.streaming;
+    this.streaming = null;
+    if (streaming) streaming.controller.abort();
+    this.renderBusy();
   }
 
   /** POST a streamed completion; *onPiece* gets each delta's text. Throws
