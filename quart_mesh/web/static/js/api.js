@@ -43,38 +43,60 @@ export class Api {
     return headers;
   }
 
-  async request(method, path, body) {
+  /**
+   * Send a request and resolve with the node's Response once it said yes
+   * (2xx), for a caller that reads the body itself (a stream). A refusal
+   * throws ApiError with the node's code and message (an OpenAI-shaped
+   * `{"error": {"message", "code"}}` too); an abort through `signal`
+   * throws the browser's AbortError as it is.
+   */
+  async open(method, path, body, { signal, accept } = {}) {
     let response;
+    const headers = this.headers(body !== undefined);
+    if (accept) headers.Accept = accept;
     try {
       response = await fetch(path, {
         method,
-        headers: this.headers(body !== undefined),
+        headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         cache: "no-store",
         credentials: "omit",
         referrerPolicy: "no-referrer",
+        signal,
       });
-    } catch {
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
       throw new ApiError(0, "unreachable", "The node cannot be reached.");
     }
+    if (response.ok) return response;
     let data = null;
     try {
       data = await response.json();
-    } catch {
-      data = null;
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
     }
-    if (!response.ok) {
-      const retry = response.headers.get("Retry-After");
-      throw this.failed(
-        new ApiError(
-          response.status,
-          (data && data.code) || "http_error",
-          (data && data.error) || `The node answered ${response.status}.`,
-          retry === null ? null : Number(retry),
-        ),
-      );
+    const detail = data && data.error;
+    const nested = detail && typeof detail === "object";
+    const retry = response.headers.get("Retry-After");
+    throw this.failed(
+      new ApiError(
+        response.status,
+        (nested && detail.code) || (data && data.code) || "http_error",
+        (nested ? detail.message : detail) || `The node answered ${response.status}.`,
+        retry === null ? null : Number(retry),
+      ),
+    );
+  }
+
+  /** A request whose answer is JSON (null when it has no body). */
+  async request(method, path, body, options = {}) {
+    const response = await this.open(method, path, body, options);
+    try {
+      return await response.json();
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      return null;
     }
-    return data;
   }
 
   failed(error) {
@@ -89,8 +111,8 @@ export class Api {
   get(path) {
     return this.request("GET", path);
   }
-  post(path, body = {}) {
-    return this.request("POST", path, body);
+  post(path, body = {}, options = {}) {
+    return this.request("POST", path, body, options);
   }
   patch(path, body) {
     return this.request("PATCH", path, body);

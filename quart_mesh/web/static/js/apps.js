@@ -14,7 +14,7 @@
 // send, and a page made from fetched text (srcdoc, blob:) would carry this
 // page's CSP. The editor shows its source; deploying runs it.
 
-import { ApiError, seg } from "./api.js";
+import { seg } from "./api.js";
 import { confirmAction } from "./dialogs.js";
 import { ago, bdi, fill, formatBytes, h, longTime, toast } from "./dom.js";
 import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
@@ -231,7 +231,7 @@ export class AppsPanel extends Panel {
     let made = null;
     let failure = null;
     try {
-      made = await this.post("/api/apps/generate", body, controller.signal);
+      made = await this.app.api.post("/api/apps/generate", body, { signal: controller.signal });
     } catch (error) {
       failure = error;
     }
@@ -299,36 +299,6 @@ export class AppsPanel extends Panel {
       g.status.textContent = "";
     }
     g.button.setAttribute("aria-busy", busy ? "true" : "false");
-  }
-
-  /** A POST that can be cancelled (app.api has no signal): the node's
-   * errors as ApiError, an abort as AbortError. */
-  async post(path, body, signal) {
-    let response;
-    try {
-      response = await fetch(path, {
-        method: "POST",
-        headers: this.app.api.headers(true),
-        body: JSON.stringify(body),
-        cache: "no-store",
-        credentials: "omit",
-        referrerPolicy: "no-referrer",
-        signal,
-      });
-    } catch (error) {
-      if (error.name === "AbortError") throw error;
-      throw new ApiError(0, "unreachable", "The node cannot be reached.");
-    }
-    let data = null;
-    try {
-      data = await response.json();
-    } catch (error) {
-      if (error.name === "AbortError") throw error;
-    }
-    if (!response.ok) {
-      throw this.app.api.failed(new ApiError(response.status, (data && data.code) || "http_error", (data && data.error) || `The node answered ${response.status}.`));
-    }
-    return data;
   }
 
   // running an app ------------------------------------------------------------------

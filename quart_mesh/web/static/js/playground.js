@@ -218,34 +218,12 @@ export class PlaygroundPanel extends Panel {
   /** POST a streamed completion; *onPiece* gets each delta's text. Throws
    * ApiError with the node's (or upstream's) message, or AbortError. */
   async stream(model, messages, signal, onPiece) {
-    let response;
-    try {
-      response = await fetch(COMPLETIONS, {
-        method: "POST",
-        headers: { ...this.app.api.headers(true), Accept: "text/event-stream" },
-        body: JSON.stringify({ model, messages, stream: true }),
-        cache: "no-store",
-        credentials: "omit",
-        referrerPolicy: "no-referrer",
-        signal,
-      });
-    } catch (error) {
-      if (error.name === "AbortError") throw error;
-      throw new ApiError(0, "unreachable", "The node cannot be reached.");
-    }
-    if (!response.ok) {
-      let data = null;
-      try {
-        data = await response.json();
-      } catch (error) {
-        if (error.name === "AbortError") throw error;
-      }
-      const err = data && data.error;
-      const message = (err && typeof err === "object" ? err.message : err) || `The node answered ${response.status}.`;
-      const code = (err && typeof err === "object" && err.code) || (data && data.code) || "http_error";
-      const failure = new ApiError(response.status, code, message);
-      throw this.app.api.failed(failure);
-    }
+    const response = await this.app.api.open(
+      "POST",
+      COMPLETIONS,
+      { model, messages, stream: true },
+      { signal, accept: "text/event-stream" },
+    );
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     let buffer = "";
