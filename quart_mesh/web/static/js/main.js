@@ -1050,6 +1050,8 @@ class App {
     $("room-view").hidden = true;
     $("panel-view").hidden = false;
     $("panel-title").textContent = view.title;
+    this.shownView = view; // (its code may still be loading)
+    this.renderTitle();
   }
 
   showPanel(panel, arg) {
@@ -1082,6 +1084,7 @@ class App {
     const panel = this.currentPanel;
     const shown = !$("panel-view").hidden;
     this.currentPanel = null;
+    this.shownView = null;
     if (panel) {
       try {
         panel.hide(); // while its fields are still there to be cleared
@@ -1101,7 +1104,7 @@ class App {
     const room = store.rooms.get(this.currentRoomId);
     const parts = [];
     if (room) parts.push(room.isDm ? store.roomLabel(room) : `#${room.name}`);
-    else if (this.currentPanel) parts.push(this.currentPanel.view.title);
+    else if (this.shownView) parts.push(this.shownView.title);
     if (store.status && store.status.meshName) parts.push(store.status.meshName);
     document.title = `${total ? `(${total}) ` : ""}${parts.join(" · ") || "Mesh"}`;
   }
