@@ -36,9 +36,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--store") != "postgresql":
         return
     skip = pytest.mark.skip(reason="about SQLite itself (--store postgresql)")
+    once = pytest.mark.skip(reason="the web client, the same on every store: run on SQLite")
     for item in items:
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(skip)
+        elif item.get_closest_marker("client_only") is not None:
+            item.add_marker(once)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -15,7 +15,7 @@ from tests.browser import Person, chromium, in_browser
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 #: every view's address, with the heading it shows
 VIEWS = [

@@ -15,7 +15,7 @@ from tests.browser import PASSWORD, Person, call, chromium, in_browser, shot
 from tests.helpers import User
 from tests.web.conftest import Served
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 async def test_first_run_sets_up_the_mesh_and_signs_the_owner_in(

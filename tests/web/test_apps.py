@@ -22,7 +22,7 @@ from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 from tests.web.test_panels import mesh_links
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 def open_apps(person: Person) -> None:

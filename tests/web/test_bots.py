@@ -23,7 +23,7 @@ from tests.web.conftest import Served
 from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 API_KEY = "sk-vault-held-key-7f6e5d4c3b2a1908"
 PHRASE = "a passphrase for the bots test"

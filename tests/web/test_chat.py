@@ -17,7 +17,7 @@ from tests.browser import Person, call, chromium, in_browser, shot
 from tests.helpers import User
 from tests.web.conftest import Served
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 SEND = re.compile(r".*/api/rooms/[0-9A-Z]{26}/messages$")
 

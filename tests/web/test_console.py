@@ -17,7 +17,7 @@ from tests.helpers import User
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 def console(person: Person, section: str) -> Any:

@@ -22,7 +22,7 @@ from tests.web.conftest import Served
 from tests.web.test_accessibility import WCAG, sideways
 from tests.web.test_chat import signed_in
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 def view_violations(person: Person) -> list[str]:

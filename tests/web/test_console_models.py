@@ -21,7 +21,7 @@ from tests.web.conftest import Served
 from tests.web.test_accessibility import WCAG
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 KEY = "sk-console-secret-91c7"
 

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from tests.browser import Person, chromium, in_browser, shot
 from tests.e2e.test_relay import connect_nodes, nodes, share, wait_for_messages
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 async def test_federated_participants_are_marked_with_their_origin(

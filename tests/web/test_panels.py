@@ -14,7 +14,7 @@ from tests.browser import Person, call, chromium, in_browser
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 def mesh_links(person: Person) -> Any:

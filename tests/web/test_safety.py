@@ -18,7 +18,7 @@ from tests.helpers import User
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 HOSTILE = [
     '<img src=x onerror="window.__pwned=1;alert(1)">',

@@ -16,7 +16,7 @@ from tests.helpers import User
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 async def test_unread_counts_and_mentions_stay_live(browser_ready: None, serve_node: Any) -> None:

@@ -17,7 +17,7 @@ from tests.helpers import connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 #: interactive roles that must always have a name
 NAMED = ("button", "link", "textbox", "searchbox", "checkbox", "radio", "combobox", "option")

@@ -28,7 +28,7 @@ from tests.helpers import User, connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 FEDERATED_DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
 POSITION = re.compile(r"x (-?\d+\.\d), z (-?\d+\.\d)")
