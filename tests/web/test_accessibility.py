@@ -35,8 +35,10 @@ VIEWS = [
 WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
-def violations(person: Person) -> list[str]:
-    results = Axe().run(person.page, options=WCAG)
+def violations(person: Person, context: str | None = None) -> list[str]:
+    """axe-core's WCAG 2 A/AA findings on the page, or only within the
+    element *context* selects (``"#panel-body"``: a view, not the sidebar)."""
+    results = Axe().run(person.page, context=context, options=WCAG)
     return [
         f"{v['id']} ({v['impact']}): {v['help']} at "
         + ", ".join(str(n["target"]) for n in v["nodes"][:3])

@@ -13,25 +13,15 @@ import re
 from typing import Any
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.helpers import User, wait_for
 from tests.web.conftest import Served
-from tests.web.test_accessibility import WCAG, sideways
+from tests.web.test_accessibility import sideways, violations
 from tests.web.test_chat import signed_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
-
-
-def view_violations(person: Person) -> list[str]:
-    """axe-core's WCAG 2 A/AA findings in the view (not the chat's sidebar)."""
-    results = Axe().run(person.page, context="#panel-body", options=WCAG)
-    return [
-        f"{v['id']}: {v['help']} at " + ", ".join(str(n["target"]) for n in v["nodes"][:3])
-        for v in results.response["violations"]
-    ]
 
 
 def open_federation(person: Person) -> None:
@@ -151,7 +141,7 @@ async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
             join = shares_b.get_by_role("button", name=re.compile(r"^Join Town Square@mesh-a"))
             expect(join).to_be_visible()
             shot(page_b, "console-federation-380")
-            assert view_violations(owner_b) == []
+            assert violations(owner_b, "#panel-body") == []
             assert sideways(owner_b) == 0
             join.click()
             expect(owner_b.heading(re.compile(r"^#Town Square@mesh-a"))).to_be_visible()
@@ -179,7 +169,7 @@ async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
                 "(el) => el.scrollIntoView({block: 'start'})"
             )
             shot(page_a, "console-federation")
-            assert view_violations(owner_a) == []
+            assert violations(owner_a, "#panel-body") == []
 
             # A disconnects, after saying so
             owner_a.button("Disconnect from Mesh B").click()

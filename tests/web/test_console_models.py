@@ -11,28 +11,18 @@ import re
 from typing import Any
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from quart_mesh.config import ModelConfig
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.upstream import Upstream
 from tests.web.conftest import Served
-from tests.web.test_accessibility import WCAG
+from tests.web.test_accessibility import violations
 from tests.web.test_chat import signed_in, two_people
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 KEY = "sk-console-secret-91c7"
-
-
-def view_violations(person: Person) -> list[str]:
-    """axe-core's WCAG 2 A/AA findings in the view (not the chat's sidebar)."""
-    results = Axe().run(person.page, context="#panel-body", options=WCAG)
-    return [
-        f"{v['id']}: {v['help']} at " + ", ".join(str(n["target"]) for n in v["nodes"][:3])
-        for v in results.response["violations"]
-    ]
 
 
 def open_models(person: Person) -> None:
@@ -138,7 +128,7 @@ async def test_add_list_use_and_remove_a_model(
             )
             alice.heading("Console", level=1).scroll_into_view_if_needed()
             shot(page, "console-models")
-            assert view_violations(alice) == []
+            assert violations(alice, "#panel-body") == []
 
             # removing asks first; keeping it changes nothing
             alice.button("Remove echo").click()
@@ -162,7 +152,7 @@ async def test_add_list_use_and_remove_a_model(
                 "() => document.documentElement.scrollWidth <= window.innerWidth"
             )
             shot(phone.page, "console-models-380")
-            assert view_violations(phone) == []
+            assert violations(phone, "#panel-body") == []
 
             # a member is offered no console; the node refuses the calls anyway
             member = signed_in(browser, node.url, bob)
