@@ -330,6 +330,10 @@ class Broker:
         self._members: dict[str, set[str]] = collections.defaultdict(set)
         self._subs_of: dict[str, set[Subscription]] = collections.defaultdict(set)
         self._room_subs: dict[str, set[Subscription]] = collections.defaultdict(set)
+        #: which of its rooms a participant may read (``authz.Readable``), for
+        #: those the visibility decision restricts: a room's events reach
+        #: only its members who may read it (absent: every room it is in)
+        self._readable: dict[str, Callable[[str], bool]] = {}
         self._all: set[Subscription] = set()
         self._drops = 0
         self._published = 0
@@ -408,13 +412,52 @@ class Broker:
             self._members[room_id].add(participant_id)
         for sub in self._all:
             for room_id in self._rooms_of.get(sub.participant_id, ()):
-                self._room_subs[room_id].add(sub)
+                if self._sees(sub.participant_id, room_id):
+                    self._room_subs[room_id].add(sub)
+
+    def _sees(self, participant_id: str, room_id: str) -> bool:
+        readable = self._readable.get(participant_id)
+        return readable is None or readable(room_id)
 
     def join(self, room_id: str, participant_id: str) -> None:
         self._rooms_of[participant_id].add(room_id)
         self._members[room_id].add(participant_id)
-        for sub in self._subs_of.get(participant_id, ()):
-            self._room_subs[room_id].add(sub)
+        if self._sees(participant_id, room_id):
+            for sub in self._subs_of.get(participant_id, ()):
+                self._room_subs[room_id].add(sub)
+
+    def set_readable(
+        self, participant_id: str, readable: Callable[[str], bool] | None
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """Which of its rooms *participant_id*'s subscriptions receive from
+        now on: those *readable* allows (``None``: all). The visibility
+        decision is the services' (``authz.readable_rooms``); the broker
+        only applies it. Returns the rooms it stopped and started seeing."""
+        before = {
+            r for r in self._rooms_of.get(participant_id, ()) if self._sees(participant_id, r)
+        }
+        if readable is None:
+            self._readable.pop(participant_id, None)
+        else:
+            self._readable[participant_id] = readable
+        rooms = self._rooms_of.get(participant_id, ())
+        after = {r for r in rooms if self._sees(participant_id, r)}
+        subs = self._subs_of.get(participant_id, ())
+        for room_id in before - after:
+            room_subs = self._room_subs.get(room_id)
+            if room_subs is not None:
+                room_subs.difference_update(subs)
+        for room_id in after - before:
+            self._room_subs[room_id].update(subs)
+        return frozenset(before - after), frozenset(after - before)
+
+    def readable_of(self, participant_id: str) -> Callable[[str], bool] | None:
+        """The rooms *participant_id* may read, as last set (``None``: all)."""
+        return self._readable.get(participant_id)
+
+    def subscribed(self) -> frozenset[str]:
+        """The participants with a subscription here."""
+        return frozenset(self._subs_of)
 
     def leave(self, room_id: str, participant_id: str) -> None:
         self._rooms_of.get(participant_id, set()).discard(room_id)
@@ -435,6 +478,7 @@ class Broker:
             self._unsubscribe(sub)
         for room_id in self._rooms_of.pop(participant_id, set()):
             self._members.get(room_id, set()).discard(participant_id)
+        self._readable.pop(participant_id, None)
 
     def disconnect(self, participant_id: str, reason: str) -> int:
         """End *participant_id*'s subscriptions as *reason* (their owners tell
@@ -471,16 +515,25 @@ class Broker:
     # subscriptions ----------------------------------------------------------
 
     def subscribe(
-        self, participant_id: str, capacity: int | None = None, *, chat: bool = True
+        self,
+        participant_id: str,
+        capacity: int | None = None,
+        *,
+        chat: bool = True,
+        readable: Callable[[str], bool] | None = None,
     ) -> Subscription:
         """A subscription to the events of every room *participant_id* is in
-        (now or later), to mesh-wide events and to events sent to it alone.
-        ``chat=False`` leaves out chat traffic. Close it (or use ``with``)."""
+        (now or later) that *readable* allows (see :meth:`set_readable`; it
+        applies to all of the participant's subscriptions), to mesh-wide
+        events and to events sent to it alone. ``chat=False`` leaves out
+        chat traffic. Close it (or use ``with``)."""
+        self.set_readable(participant_id, readable)
         sub = Subscription(self, participant_id, capacity or self.default_capacity, chat=chat)
         self._all.add(sub)
         self._subs_of[participant_id].add(sub)
         for room_id in self._rooms_of.get(participant_id, ()):
-            self._room_subs[room_id].add(sub)
+            if self._sees(participant_id, room_id):
+                self._room_subs[room_id].add(sub)
         return sub
 
     def _unsubscribe(self, sub: Subscription) -> None:
@@ -492,6 +545,8 @@ class Broker:
             subs.discard(sub)
             if not subs:
                 del self._subs_of[sub.participant_id]
+                # decided again when it next subscribes
+                self._readable.pop(sub.participant_id, None)
         for room_id in self._rooms_of.get(sub.participant_id, ()):
             room_subs = self._room_subs.get(room_id)
             if room_subs is not None:

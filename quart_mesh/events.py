@@ -28,6 +28,7 @@ __all__ = [
     "ReactionAdded",
     "ReactionRemoved",
     "Relayed",
+    "RoomAccess",
     "RoomDeleted",
     "RoomRead",
     "Typing",
@@ -186,6 +187,21 @@ class RoomRead(Event):
             "unread": self.unread,
             "mentions": self.mentions,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RoomAccess(Event):
+    """Extension: whether the participant may read a room it is in changed
+    (a room rule, a preset or its role changed while it was connected);
+    sent to that participant's own sessions only. ``readable: false``: the
+    room's events stop, and a client drops the room (and its badge) until
+    ``readable: true`` comes, when it reads the room again."""
+
+    type: ClassVar[str] = "room_access"
+    readable: bool = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "readable": self.readable}
 
 
 @dataclass(frozen=True, slots=True)

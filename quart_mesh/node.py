@@ -127,10 +127,10 @@ class Node:
             self.broker,
         )
         self.world = World(db, self.broker, self.accounts, self.presence)
-        self.roles = Roles(db, self.broker, self.accounts, self.policy)
-        self.commands = Commands(settings, db, self.broker)
         #: catch up from a cursor, then follow live (WebSocket, polling, webhooks)
-        self.delivery = Delivery(db, self.broker)
+        self.delivery = Delivery(db, self.broker, self.accounts)
+        self.roles = Roles(db, self.broker, self.accounts, self.policy, self.delivery)
+        self.commands = Commands(settings, db, self.broker)
         self.webhooks = Webhooks(
             settings, db, self.accounts, self.messages, self.commands, self.delivery
         )
@@ -203,6 +203,7 @@ class Node:
 
         async def participant(participant_id: str) -> None:
             self.accounts.forget(participant_id)
+            await self.delivery.refresh(participant_id)
 
         async def revoked(key: str) -> None:
             token_id, _, expires_at = key.partition(" ")
@@ -210,9 +211,11 @@ class Node:
 
         async def policy(_: str) -> None:
             await self.roles.load()
+            await self.delivery.refresh()
 
         async def room_rules(room_id: str) -> None:
             self.policy.forget_room(room_id)
+            await self.delivery.refresh()
 
         async def mesh(_: str) -> None:
             await self.admin.reload()
@@ -233,6 +236,7 @@ class Node:
             await self.admin.reload()
             await self.roles.load()
             await self.model_proxy.reload()
+            await self.delivery.refresh()
 
         bus.on_resync(everything)
 

@@ -53,14 +53,19 @@ __all__ = [
     "Override",
     "Permission",
     "Policy",
+    "Readable",
     "Role",
     "RoomRef",
     "authorize",
     "authorize_above",
+    "authorize_grant",
     "capped_at_tier_4",
+    "held_by",
     "held_permissions",
+    "may_read",
     "permitted",
     "priority_of",
+    "readable_rooms",
     "tier_of",
 ]
 
@@ -79,13 +84,17 @@ _OWN_ALLOWED: Final = frozenset(
 #: room presets: name -> description (rules in :meth:`Policy._preset_rule`)
 PRESETS: Final = MappingProxyType(
     {
-        "announcements": "only moderators and above post; others read and react",
+        "announcements": "only moderators and above post, edit or delete; others read and react",
         "humans_only": "bots may not join, post or react (bots in the room are removed)",
-        "read_only": "nobody below admin posts or reacts",
+        "read_only": "nobody below admin posts, reacts, edits or deletes",
         "default": "no preset, and every override of the room cleared",
     }
 )
 _NOT_BY_BOTS_IN_HUMANS_ONLY: Final = frozenset({"rooms.join", "messages.send", "messages.react"})
+#: posting: a rule or preset that stops a participant's posts stops its
+#: edits and deletes of its own messages too (a muted member cannot post by
+#: editing an old one); reactions have their own permission and rules
+_POSTING: Final = frozenset({"messages.send", "messages.edit", "messages.delete"})
 
 
 _BUILTIN_ROLE_OBJECTS: Final = {name: Role(name, p) for name, p in BUILTIN_ROLES.items()}
@@ -173,33 +182,52 @@ class Policy:
         role = self.roles.get(actor.role)
         priority = role.priority if role else 0
         if room_id is not None and priority < ADMIN:
-            for override in self._overrides.get(room_id, ()):
-                if (
-                    override.permission == permission
-                    and override.target_type == "participant"
-                    and override.target == actor.participant_id
-                ):
-                    return override.effect == "allow", True
-            for override in self._overrides.get(room_id, ()):
-                if (
-                    override.permission == permission
-                    and override.target_type == "role"
-                    and override.target == actor.role
-                ):
-                    return override.effect == "allow", True
+            if permission in _POSTING and permission != "messages.send":
+                # whoever may not post here may not edit, delete or react either
+                ruled = self._rule(actor, "messages.send", room_id)
+                if ruled is False:
+                    return False, True
+            ruled = self._rule(actor, permission, room_id)
+            if ruled is not None:
+                return ruled, True
             denied = _preset_denies(self.presets.get(room_id), actor, priority, permission)
             if denied:
                 return False, True
         return (role is not None and role.holds(permission)), False
 
+    def _rule(self, actor: Actor, permission: str, room_id: str) -> bool | None:
+        """What the room's overrides say of *permission* for *actor*: the
+        participant's own rule first, then its role's; None if neither."""
+        rules = self._overrides.get(room_id, ())
+        for override in rules:
+            if (
+                override.permission == permission
+                and override.target_type == "participant"
+                and override.target == actor.participant_id
+            ):
+                return override.effect == "allow"
+        for override in rules:
+            if (
+                override.permission == permission
+                and override.target_type == "role"
+                and override.target == actor.role
+            ):
+                return override.effect == "allow"
+        return None
+
+    def ruled_rooms(self) -> frozenset[str]:
+        """The rooms with overrides or a preset: the only rooms where a
+        decision can differ from the role's own."""
+        return frozenset(self._overrides) | frozenset(self.presets)
+
 
 def _preset_denies(preset: str | None, actor: Actor, priority: int, permission: str) -> bool:
     if preset == "announcements":
-        return permission == "messages.send" and priority < MODERATOR
+        return permission in _POSTING and priority < MODERATOR
     if preset == "humans_only":
         return actor.kind == "bot" and permission in _NOT_BY_BOTS_IN_HUMANS_ONLY
     if preset == "read_only":
-        return permission in ("messages.send", "messages.react")
+        return permission in _POSTING or permission == "messages.react"
     return False
 
 
@@ -292,6 +320,29 @@ def authorize_above(actor: Actor, priority: int, message: str, code: str) -> Non
         raise Forbidden(message, code)
 
 
+def authorize_grant(actor: Actor, permissions: Iterable[str]) -> None:
+    """Allow *actor* to hand out *permissions* (in a role it assigns, a
+    custom role it makes or changes, a room rule that allows) only if its
+    own role holds every one of them: nobody grants more than they hold
+    (``docs/roles.md``). The owner holds everything.
+
+    Raises:
+        Forbidden: ``permission_too_high``, naming what the actor lacks.
+    """
+    own = actor.policy.role(actor.role)
+    lacking = sorted({p for p in permissions if own is None or not own.holds(p)})
+    if lacking:
+        raise Forbidden(
+            f"you cannot grant what you do not hold: {', '.join(lacking)}",
+            "permission_too_high",
+        )
+
+
+def held_by(role: Role) -> list[str]:
+    """Every permission *role* holds, in catalog order."""
+    return [permission for permission in PERMISSIONS if role.holds(permission)]
+
+
 def capped_at_tier_4(actor: Actor) -> Actor:
     """*actor* with at most the rights of Tier 4: a role above it counts as
     ``agent`` (the highest role of Tier 4), and so does a custom role that
@@ -321,3 +372,64 @@ def held_permissions(actor: Actor, room: RoomRef | None = None) -> list[str]:
             continue
         held.append(permission)
     return held
+
+
+class Readable:
+    """The rooms an actor may read, of those it is a member of: the one
+    visibility decision (``DESIGN.md`` §2), as every path that hands out
+    room content applies it: REST history and messages by id, polling,
+    ``/api/status``, the snapshot, live delivery and resume, webhooks.
+
+    Membership (or being a DM's party) is the store's and the broker's
+    fact; this says which of those rooms :func:`authorize` lets the actor
+    read (``rooms.read`` in the room: its role, the room's rules). Made by
+    :func:`readable_rooms`; a snapshot of the policy when it was made (the
+    broker is given a new one when roles or rules change).
+
+    Calling it with a room id answers for that room. ``everywhere`` and
+    ``exceptions`` are the same answer as data, for a query: every room but
+    the exceptions, or none but them."""
+
+    __slots__ = ("everywhere", "exceptions")
+
+    def __init__(self, everywhere: bool, exceptions: frozenset[str]) -> None:
+        self.everywhere = everywhere
+        self.exceptions = exceptions
+
+    def __call__(self, room_id: str) -> bool:
+        return (room_id in self.exceptions) != self.everywhere
+
+    @property
+    def unrestricted(self) -> bool:
+        """Every room the actor is in: nothing to filter."""
+        return self.everywhere and not self.exceptions
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Readable)
+            and self.everywhere == other.everywhere
+            and self.exceptions == other.exceptions
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.everywhere, self.exceptions))
+
+    def __repr__(self) -> str:
+        return f"Readable(everywhere={self.everywhere}, exceptions={sorted(self.exceptions)})"
+
+
+def may_read(actor: Actor, room_id: str) -> bool:
+    """Whether *actor* may read room *room_id* if it is a member (or a DM's
+    party): ``rooms.read`` in that room (see :class:`Readable`)."""
+    return permitted(actor, "rooms.read", RoomRef(room_id))
+
+
+def readable_rooms(actor: Actor) -> Readable:
+    """The rooms *actor* may read (of those it is in), as the policy stands
+    now: what its role says everywhere, except in the rooms whose rules say
+    otherwise."""
+    everywhere = permitted(actor, "rooms.read")
+    exceptions = frozenset(
+        room_id for room_id in actor.policy.ruled_rooms() if may_read(actor, room_id) != everywhere
+    )
+    return Readable(everywhere, exceptions)

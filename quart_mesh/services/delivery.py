@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Subscription
-from ..events import CommandIssued, Event, MessagePosted
+from ..events import CommandIssued, Event, MessagePosted, RoomAccess
 from ..records import Message
 from ..store import Database
 from ..store import agents as agents_repo
 from ..store import messages as messages_repo
+from .accounts import Accounts
+from .authz import Actor, Readable, readable_rooms
 from .commands import command_event
 
 __all__ = ["Backlog", "Delivery", "Feed"]
@@ -92,12 +94,22 @@ class Feed:
             # that takes no commands): where to continue is where it was
             return Backlog([], after or 0, False)
 
+        # the rooms it may read as the broker delivers them now (a rule set
+        # since it subscribed applies to its backlog as to live events)
+        readable = self.sub.broker.readable_of(participant_id)
+        only = readable if isinstance(readable, Readable) else None
+
         def read(conn: Connection) -> Backlog:
             head = messages_repo.head_seq(conn)
             found: list[Message] = []
             if chat:
                 found = messages_repo.messages_after(
-                    conn, participant_id, after, limit + 1, mentions_of=mentions_of
+                    conn,
+                    participant_id,
+                    after,
+                    limit + 1,
+                    mentions_of=mentions_of,
+                    readable=None if only is None else (only.everywhere, only.exceptions),
                 )
             truncated = len(found) > limit
             found = found[:limit]
@@ -165,19 +177,48 @@ class _Replayed:
 
 
 class Delivery:
-    """Opens feeds: one catch-up-then-follow for every transport."""
+    """Opens feeds: one catch-up-then-follow for every transport, each
+    giving the participant only the rooms the visibility decision lets it
+    read (``authz.readable_rooms``), in its backlog as in live events."""
 
-    def __init__(self, db: Database, broker: Broker) -> None:
+    def __init__(self, db: Database, broker: Broker, accounts: Accounts) -> None:
         self._db = db
         self._broker = broker
+        self._accounts = accounts
 
-    def follow(
-        self, participant_id: str, *, capacity: int | None = None, chat: bool = True
-    ) -> Feed:
-        """Subscribe *participant_id* to its events, now, and hand out the
-        feed to read its backlog from: nothing published after this point
-        is missed. Use it in a ``with`` block, right away: the subscription
+    def follow(self, actor: Actor, *, capacity: int | None = None, chat: bool = True) -> Feed:
+        """Subscribe *actor* to its events, now, and hand out the feed to
+        read its backlog from: nothing published after this point is
+        missed. Use it in a ``with`` block, right away: the subscription
         ends with the block."""
-        return Feed(
-            self._db, participant_id, self._broker.subscribe(participant_id, capacity, chat=chat)
+        readable = readable_rooms(actor)
+        sub = self._broker.subscribe(
+            actor.participant_id,
+            capacity,
+            chat=chat,
+            readable=None if readable.unrestricted else readable,
         )
+        return Feed(self._db, actor.participant_id, sub)
+
+    async def refresh(self, participant_id: str | None = None) -> None:
+        """Decide again which rooms *participant_id* (``None``: everyone
+        subscribed here) may read, after its role or the room rules
+        changed, and apply it to its open subscriptions at once. Each room
+        it stops or starts seeing is told to its sessions (``room_access``).
+
+        Cancellation: safe; a participant not yet decided again keeps the
+        decision it had."""
+        subscribed = self._broker.subscribed()
+        targets = subscribed if participant_id is None else subscribed & {participant_id}
+        for target in sorted(targets):
+            actor = await self._accounts.actor_of(target)
+            if actor is None or target not in self._broker.subscribed():
+                continue  # deleted (its subscriptions end) or gone meanwhile
+            readable = readable_rooms(actor)
+            hidden, shown = self._broker.set_readable(
+                target, None if readable.unrestricted else readable
+            )
+            for room_id in sorted(hidden):
+                self._broker.send_to(target, RoomAccess(room_id, readable=False))
+            for room_id in sorted(shown):
+                self._broker.send_to(target, RoomAccess(room_id, readable=True))

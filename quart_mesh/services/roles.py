@@ -37,7 +37,10 @@ from .authz import (
     RoomRef,
     authorize,
     authorize_above,
+    authorize_grant,
+    held_by,
 )
+from .delivery import Delivery
 
 __all__ = ["ROOM_PERMISSIONS", "TEMPLATES", "Roles"]
 
@@ -104,11 +107,19 @@ TEMPLATES: dict[str, tuple[str, int, str, tuple[str, ...]]] = {
 
 
 class Roles:
-    def __init__(self, db: Database, broker: Broker, accounts: Accounts, policy: Policy) -> None:
+    def __init__(
+        self,
+        db: Database,
+        broker: Broker,
+        accounts: Accounts,
+        policy: Policy,
+        delivery: Delivery,
+    ) -> None:
         self._db = db
         self._broker = broker
         self._accounts = accounts
         self._policy = policy
+        self._delivery = delivery
 
     async def load(self) -> None:
         """Fill the policy from the store (at start-up)."""
@@ -239,6 +250,7 @@ class Roles:
                 self._accounts.forget(participant_id)
 
         await self._db.write(write, then=changed)
+        await self._delivery.refresh()
         return role
 
     async def delete_role(self, actor: Actor, role_id: str) -> None:
@@ -296,13 +308,7 @@ class Roles:
             raise BadRequest(
                 f"unknown permissions: {', '.join(unknown)[:200]}", "unknown_permission"
             )
-        own = actor.policy.role(actor.role)
-        lacking = sorted(p for p in set(permissions) if own is None or not own.holds(p))
-        if lacking:
-            raise Forbidden(
-                f"you cannot grant what you do not hold: {', '.join(lacking)}",
-                "permission_too_high",
-            )
+        authorize_grant(actor, permissions)
         return frozenset(permissions)
 
     # assigning roles ----------------------------------------------------------
@@ -337,6 +343,7 @@ class Roles:
         authorize_above(
             actor, role.priority, "you may assign only roles below your own", "role_too_high"
         )
+        authorize_grant(actor, held_by(role))
         target = await self._participant(participant_id)
         authorize_above(
             actor,
@@ -347,6 +354,7 @@ class Roles:
         updated = await self._accounts.set_role(participant_id, role.name)
         if updated is None:
             raise NotFound("no such participant", "participant_not_found")
+        await self._delivery.refresh(participant_id)
         return updated
 
     # room rules ---------------------------------------------------------------
@@ -398,15 +406,25 @@ class Roles:
             target_priority = self._policy.priority(found.role)
         else:
             raise BadRequest("targetType must be role or participant", "invalid_target")
-        authorize_above(
-            actor,
-            target_priority,
-            "you may set rules only for those below you",
-            "target_too_high",
+        # a room's creator keeps order in it: it may deny its members,
+        # even those of its own rank (never itself); other rules only for
+        # those below one (docs/roles.md)
+        creator_denies = (
+            effect == "deny"
+            and target_type == "participant"
+            and room.created_by == actor.participant_id
+            and target != actor.participant_id
+            and target_priority <= actor.priority
         )
-        own = actor.policy.role(actor.role)
-        if effect == "allow" and (own is None or not own.holds(permission)):
-            raise Forbidden("you cannot grant what you do not hold", "permission_too_high")
+        if not creator_denies:
+            authorize_above(
+                actor,
+                target_priority,
+                "you may set rules only for those below you",
+                "target_too_high",
+            )
+        if effect == "allow":
+            authorize_grant(actor, [permission])
         override = Override(new_id(), room_id, target_type, str(target), permission, effect)
 
         def put(conn: Connection) -> Override:
@@ -415,6 +433,7 @@ class Roles:
 
         stored = await self._db.write(put, then=self._policy.add_override)
         await self._evict(room_id)
+        await self._delivery.refresh()
         return stored
 
     async def remove_override(self, actor: Actor, room_id: str, override_id: str) -> None:
@@ -430,6 +449,7 @@ class Roles:
         await self._db.write(
             remove, then=lambda _: self._policy.remove_override(room_id, override_id)
         )
+        await self._delivery.refresh()
 
     async def apply_preset(self, actor: Actor, room_id: str, preset: Any) -> dict[str, Any]:
         """Apply a preset; ``default`` clears the preset and every override."""
@@ -445,6 +465,7 @@ class Roles:
 
         await self._db.write(preset_set, then=lambda _: self._policy.set_preset(room_id, value))
         await self._evict(room_id)
+        await self._delivery.refresh()
         return await self.room_rules(actor, room_id)
 
     async def _room(self, actor: Actor, room_id: str) -> Any:

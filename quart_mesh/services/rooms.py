@@ -16,7 +16,7 @@ from ..records import Participant, Room, now_ms
 from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import rooms as repo
-from .authz import Actor, RoomRef, authorize, held_permissions
+from .authz import Actor, RoomRef, authorize, held_permissions, readable_rooms
 from .presence import Presence
 from .validation import check_description, check_room_name
 
@@ -41,15 +41,18 @@ def require_room(conn: Connection, actor: Actor, room_id: str) -> Room:
 
 
 def require_member(conn: Connection, actor: Actor, room_id: str) -> Room:
-    """The room, if *actor* is a member.
+    """The room, if *actor* is a member who may read it: the visibility
+    decision (``authz.may_read``) for every path that reads one room.
 
     Raises:
         NotFound: no such room.
-        Forbidden: the actor is not a member (``not_member``).
+        Forbidden: the actor is not a member (``not_member``), or a room
+            rule or its role keeps it from reading the room (``forbidden``).
     """
     room = require_room(conn, actor, room_id)
     if not repo.is_member(conn, room_id, actor.participant_id):
         raise Forbidden("you are not a member of this room", "not_member")
+    authorize(actor, "rooms.read", RoomRef(room_id))
     return room
 
 
@@ -91,9 +94,15 @@ class Rooms:
         """All ordinary rooms (never DMs), each with whether the actor is in it."""
         authorize(actor, "rooms.read")
 
+        readable = readable_rooms(actor)
+
         def read(conn: Connection) -> list[tuple[Room, bool]]:
             mine = repo.member_room_ids(conn, actor.participant_id)
-            return [(room, room.room_id in mine) for room in repo.list_rooms(conn)]
+            return [
+                (room, room.room_id in mine)
+                for room in repo.list_rooms(conn)
+                if readable(room.room_id)
+            ]
 
         return await self._db.read(read)
 
@@ -129,6 +138,7 @@ class Rooms:
 
         def read(conn: Connection) -> RoomDetails:
             room = require_room(conn, actor, room_id)
+            authorize(actor, "rooms.read", RoomRef(room.room_id, room.kind))
             members = list(repo.list_members(conn, room_id))
             joined = any(m.participant_id == actor.participant_id for m in members)
             held = held_permissions(actor, RoomRef(room.room_id, room.kind))

@@ -211,7 +211,11 @@ class Webhooks:
     async def _follow(self, agent_id: str, state: WebhookState, backoff: Backoff) -> None:
         """Deliver what is waiting, then wait for more, until the bot is gone."""
         while True:
-            with self._delivery.follow(agent_id, capacity=256) as feed:
+            actor = await self._accounts.actor_of(agent_id)
+            if actor is None:  # deleted
+                self._scopes.pop(agent_id, None)
+                return
+            with self._delivery.follow(actor, capacity=256) as feed:
                 while True:
                     delivered = await self._drain(agent_id, state, feed)
                     backoff.reset()

@@ -25,7 +25,7 @@ from ..store import snapshot as snapshot_repo
 from ..store import state as repo
 from ..store.snapshot import ParticipantRow
 from .accounts import Accounts
-from .authz import Actor, RoomRef, authorize
+from .authz import Actor, RoomRef, authorize, readable_rooms
 from .presence import Presence
 from .rooms import require_member
 from .validation import cursor_number
@@ -214,11 +214,21 @@ class World:
         if fresh is not None or shared is None or shared.generation != self._generation:
             shared = await self._refreshed(fresh, generation, tick)
         mine = own.member_of
-        rooms = [
-            head + ("true}" if room_id in mine else "false}") for room_id, head in shared.rooms
-        ]
+        # the visibility decision: rooms a rule keeps it from reading are left out
+        readable = readable_rooms(actor)
+        if readable.unrestricted:
+            rooms = [
+                head + ("true}" if room_id in mine else "false}") for room_id, head in shared.rooms
+            ]
+        else:
+            rooms = [
+                head + ("true}" if room_id in mine else "false}")
+                for room_id, head in shared.rooms
+                if readable(room_id)
+            ]
         for room, other_id in own.dms:
-            rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
+            if readable(room.room_id):
+                rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
         return "".join(
             (
                 '{"type":"snapshot","rooms":[',
@@ -313,11 +323,14 @@ class World:
     async def status(self, actor: Actor) -> dict[str, Any]:
         """What is new for the actor: its rooms with unread and mention counts."""
         authorize(actor, "rooms.read")
+        readable = readable_rooms(actor)
 
         def read(conn: Connection) -> dict[str, Any]:
             summary = repo.unread_summary(conn, actor.participant_id, actor.name)
             rooms = []
             for room_id, (unread, mentions, last_read) in summary.items():
+                if not readable(room_id):
+                    continue
                 room = rooms_repo.get_room(conn, room_id)
                 if room is None:
                     continue

@@ -272,16 +272,28 @@ def messages_after(
     limit: int,
     *,
     mentions_of: str | None = None,
+    readable: tuple[bool, frozenset[str]] | None = None,
 ) -> list[Message]:
     """Messages after cursor *after* in the participant's rooms (DMs included),
     oldest first; with *after* ``None``, after the participant's read position
     in each room. With *mentions_of* (the participant's name): only messages
-    addressed to it, mentioning ``@name``, or in its DMs."""
+    addressed to it, mentioning ``@name``, or in its DMs. With *readable*
+    (``(everywhere, exceptions)``, the services' visibility decision): only
+    in every room but the exceptions, or in none but them."""
     query = (
         sa.select(messages)
         .join(room_members, room_members.c.room_id == messages.c.room_id)
         .where(room_members.c.participant_id == participant_id)
     )
+    if readable is not None:
+        everywhere, exceptions = readable
+        if everywhere:
+            if exceptions:
+                query = query.where(messages.c.room_id.not_in(sorted(exceptions)))
+        elif exceptions:
+            query = query.where(messages.c.room_id.in_(sorted(exceptions)))
+        else:
+            return []
     if after is not None:
         query = query.where(messages.c.seq > after)
     else:

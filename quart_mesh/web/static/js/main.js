@@ -415,6 +415,8 @@ class App {
         this.renderTitle();
         return;
       }
+      case "room_access":
+        return this.onRoomAccess(event);
       case "typing":
         return this.onTyping(event);
       case "presence": {
@@ -449,6 +451,30 @@ class App {
         return this.onError(event);
       default:
         return undefined;
+    }
+  }
+
+  /** A room rule or one's role changed what one may read: a room one may no
+   * longer read goes from the page (its badge too); one that may be read
+   * again comes back with the node's state. */
+  async onRoomAccess(event) {
+    const { store } = this;
+    if (!event.readable) {
+      const room = store.rooms.get(event.roomId);
+      store.rooms.delete(event.roomId);
+      if (event.roomId === this.currentRoomId) {
+        this.showWelcome(room ? `You may no longer read ${room.name}.` : "You may no longer read this room.");
+      }
+      if (event.roomId === this.threadRoomId) this.closeThread();
+      this.sidebar.render();
+      this.renderCounts();
+      this.renderTitle();
+      return;
+    }
+    try {
+      this.onSnapshot(await this.api.get("/api/state"), true);
+    } catch {
+      // the next reconnection's snapshot brings it
     }
   }
 
