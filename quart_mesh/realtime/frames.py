@@ -383,6 +383,15 @@ class RoomRead(_Server, tag="room_read"):
     mentions: int
 
 
+class RoomAccess(_Server, tag="room_access"):
+    """Whether this participant may read a room it is in changed (a room
+    rule, a preset or its role changed): with ``readable`` false the room's
+    events stop until it is true again."""
+
+    room_id: str
+    readable: bool
+
+
 class Typing(_Server, tag="typing"):
     """Another member is typing."""
 
@@ -433,6 +442,7 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantLeft,
     RoomDeleted,
     RoomRead,
+    RoomAccess,
     Typing,
     Presence,
     ParticipantMoved,
@@ -452,6 +462,7 @@ ServerFrame = (
     | ParticipantLeft
     | RoomDeleted
     | RoomRead
+    | RoomAccess
     | Typing
     | Presence
     | ParticipantMoved

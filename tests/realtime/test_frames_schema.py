@@ -289,6 +289,24 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             )
             await c.settle()
             seen += c.seen
+        # a room rule keeps the agent from reading the room, then lets it again
+        r = await mesh.http.post(f"/api/rooms/{room_id}/join", headers=agent.headers)
+        assert r.status_code == 200, r.text
+        async with connect(base_url, agent) as c:
+            r = await mesh.http.post(
+                f"/api/rooms/{room_id}/permissions",
+                json={
+                    "targetType": "participant",
+                    "target": agent.participant_id,
+                    "permission": "rooms.read",
+                    "effect": "deny",
+                },
+                headers=owner.headers,
+            )
+            assert r.status_code == 201, r.text
+            await c.expect("room_access", roomId=room_id, readable=False)
+            await c.settle()
+            seen += c.seen
         r = await mesh.http.delete(f"/api/rooms/{room_id}", headers=owner.headers)
         assert r.status_code == 200, r.text
         await a.expect("room_deleted", roomId=room_id)

@@ -1,0 +1,467 @@
+"""The one visibility decision on every path (issue 27, DESIGN.md §2).
+
+A member whom a room rule keeps from reading a room (``rooms.read`` denied
+to it there) must get nothing of that room on any path that hands out room
+content; when the rule goes, it reads the room again. The table :data:`PATHS`
+names each such path with a probe that returns the texts it hands out; each
+probe is run before the rule (it must see the room: a probe that sees
+nothing proves nothing), under it (it must see none of the room) and after
+the rule is removed.
+
+A new path cannot skip this: :func:`test_every_route_is_classified` fails
+for any route of the app that is neither probed here nor listed, with its
+reason, among the routes that hand out no room content.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from quart_mesh import Settings, create_app
+from tests.e2e.test_webhooks import webhook_bot
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
+from tests.receiver import Receiver
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "mesh-data", webhook_max_backoff=0.3)
+
+
+@dataclass
+class World:
+    base_url: str
+    mesh: Mesh
+    owner: User
+    alice: User  # the member the rule is about
+    bob: User  # another member, who posts
+    hook: User  # a webhook bot the rule is about too
+    receiver: Receiver
+    secret: str  # the room with the rule
+    open_room: str  # a room everyone reads: markers that come after
+    round: str = "before"
+
+    async def post_round(self) -> tuple[str, str]:
+        """Bob posts this round's text in the secret room, then a marker in
+        the open room: whatever would deliver the first delivers it before
+        the second (one commit order for every path)."""
+        text = f"secret {self.round}"
+        await self.mesh.send(self.bob, self.secret, text)
+        marker = await self.mesh.send(self.bob, self.open_room, f"marker {self.round}")
+        return text, str(marker["messageId"])
+
+
+#: a probe: the texts (and room ids) a path hands out to alice (or the bot)
+Probe = Callable[[World], Awaitable[set[str]]]
+
+
+def _texts(messages: list[dict[str, Any]]) -> set[str]:
+    return {str(m["content"]) for m in messages} | {str(m["roomId"]) for m in messages}
+
+
+async def history(w: World) -> set[str]:
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}/messages", headers=w.alice.headers)
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return _texts(r.json())
+
+
+async def message_by_id(w: World) -> set[str]:
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}/messages", headers=w.owner.headers)
+    seen: set[str] = set()
+    for message in r.json():
+        one = await w.mesh.http.get(
+            f"/api/rooms/{w.secret}/messages/{message['messageId']}", headers=w.alice.headers
+        )
+        if one.status_code == 200:
+            seen |= _texts([one.json()])
+        else:
+            assert_error(one, 403)
+    return seen
+
+
+async def room_details(w: World) -> set[str]:
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}", headers=w.alice.headers)
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return {r.json()["roomId"]}
+
+
+async def room_list(w: World) -> set[str]:
+    r = await w.mesh.http.get("/api/rooms", headers=w.alice.headers)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    rooms = body["rooms"] if isinstance(body, dict) else body
+    return {room["roomId"] for room in rooms}
+
+
+async def short_poll(w: World) -> set[str]:
+    r = await w.mesh.http.post("/api/poll", json={"cursor": "0"}, headers=w.alice.headers)
+    assert r.status_code == 200, r.text
+    return _texts(r.json()["messages"])
+
+
+async def long_poll(w: World) -> set[str]:
+    """A long poll waiting when this round's messages are posted."""
+    r = await w.mesh.http.get("/api/status", headers=w.alice.headers)
+    head = r.json()["cursor"]
+    found: set[str] = set()
+    async with trio.open_nursery() as nursery:
+
+        async def waiting() -> None:
+            cursor = head
+            while True:
+                r = await w.mesh.http.post(
+                    "/api/poll", json={"cursor": cursor, "timeout": 10}, headers=w.alice.headers
+                )
+                assert r.status_code == 200, r.text
+                found.update(_texts(r.json()["messages"]))
+                cursor = r.json()["cursor"]
+                if f"marker {w.round}-long" in found:
+                    return
+
+        nursery.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        await w.mesh.send(w.bob, w.secret, f"secret {w.round}-long")
+        await w.mesh.send(w.bob, w.open_room, f"marker {w.round}-long")
+    return found
+
+
+async def status(w: World) -> set[str]:
+    r = await w.mesh.http.get("/api/status", headers=w.alice.headers)
+    assert r.status_code == 200, r.text
+    return {room["roomId"] for room in r.json()["rooms"]}
+
+
+async def state(w: World) -> set[str]:
+    seen: set[str] = set()
+    for path in ("/api/state", "/api/snapshot"):
+        r = await w.mesh.http.get(path, headers=w.alice.headers)
+        assert r.status_code == 200, r.text
+        seen |= {room["roomId"] for room in r.json()["rooms"]}
+    return seen
+
+
+async def mark_read(w: World) -> set[str]:
+    r = await w.mesh.http.post(
+        f"/api/rooms/{w.secret}/read", json={"cursor": "1"}, headers=w.alice.headers
+    )
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return {w.secret}
+
+
+async def ws_snapshot(w: World) -> set[str]:
+    async with connect(w.base_url, w.alice) as ws:
+        return {room["roomId"] for room in ws.snapshot["rooms"]}  # type: ignore[attr-defined]
+
+
+async def ws_resume(w: World) -> set[str]:
+    async with connect(w.base_url, w.alice, since="0") as ws:
+        frames = await ws.settle()
+    return _texts([f for f in frames if f["type"] == "message"])
+
+
+async def ws_live(w: World) -> set[str]:
+    """A session open before the rule changed (the session is opened by
+    the test and kept in ``LIVE``): what it is sent of this round."""
+    ws = LIVE[0]
+    text, marker = await w.post_round()
+    frames = await ws.until("message", messageId=marker)
+    return _texts([f for f in frames if f["type"] == "message"])
+
+
+async def webhook(w: World) -> set[str]:
+    """What the webhook bot's receiver is sent of this round."""
+    already = len(w.receiver.requests)
+    text, marker = await w.post_round()
+
+    async def arrived() -> bool:
+        return any(q.headers.get("x-mesh-delivery") == marker for q in w.receiver.requests)
+
+    await wait_for(arrived)
+    sent = w.receiver.requests[already:]
+    return _texts([q.json() for q in sent if q.json().get("type") == "message"])
+
+
+LIVE: list[Any] = []
+
+#: every path that hands out a room's content, with its probe; the routes
+#: each covers (for :func:`test_every_route_is_classified`)
+PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
+    "REST history": (history, ("GET /api/rooms/<room_id>/messages",)),
+    "message by id": (message_by_id, ("GET /api/rooms/<room_id>/messages/<message_id>",)),
+    "room details": (room_details, ("GET /api/rooms/<room_id>",)),
+    "room list": (room_list, ("GET /api/rooms",)),
+    "short poll": (short_poll, ("POST /api/poll",)),
+    "long poll": (long_poll, ("POST /api/poll",)),
+    "status": (status, ("GET /api/status",)),
+    "state and snapshot": (state, ("GET /api/state", "GET /api/snapshot")),
+    "mark read": (mark_read, ("POST /api/rooms/<room_id>/read",)),
+    "WebSocket snapshot": (ws_snapshot, ("WS /ws",)),
+    "WebSocket resume": (ws_resume, ("WS /ws",)),
+    "WebSocket live": (ws_live, ("WS /ws",)),
+    "webhook": (webhook, ()),
+}
+
+#: routes that hand out no room's content, and why
+NO_ROOM_CONTENT: dict[str, str] = {
+    "GET /": "the web client's page",
+    "GET /.well-known/mesh-manifest.json": "the node's public description",
+    "GET /skill.md": "instructions for agents",
+    "GET /static/<path:filename>": "the web client's files",
+    "GET /web/<path:name>": "the web client's files",
+    "GET /api/openapi.json": "the API's description",
+    "GET /api/reference": "the API's description",
+    "GET /metrics": "counters, no content",
+    "GET /api/health": "liveness",
+    "GET /api/setup/status": "whether the node is set up",
+    "POST /api/setup/init": "setup",
+    "GET /api/mesh/settings": "the mesh's public settings",
+    "GET /api/admin/mesh/settings": "settings (admins)",
+    "PUT /api/admin/mesh/settings": "settings (admins)",
+    "GET /api/admin/setup-status": "a checklist (admins)",
+    "GET /api/admin/stats": "counts (admins, who read every room)",
+    "POST /api/auth/guest": "accounts",
+    "POST /api/auth/login": "accounts",
+    "POST /api/auth/logout": "accounts",
+    "GET /api/auth/me": "accounts",
+    "POST /api/auth/register": "accounts",
+    "GET /api/agents": "bots and their state, no messages",
+    "DELETE /api/agents/<agent_id>": "bots",
+    "POST /api/agents/<agent_id>/command": "commands, not room content",
+    "GET /api/agents/<agent_id>/commands/<command_id>": "commands, not room content",
+    "POST /api/agents/bootstrap": "bots",
+    "POST /api/agents/spawn": "bots",
+    "POST /api/commands/<command_id>/result": "commands",
+    "GET /api/apps": "apps",
+    "POST /api/apps": "apps",
+    "DELETE /api/apps/<app_id>": "apps",
+    "GET /api/apps/<app_id>": "apps",
+    "POST /api/apps/<app_id>/deploy": "apps",
+    "GET /api/apps/<app_id>/run": "apps",
+    "PUT /api/apps/<app_id>/source": "apps",
+    "POST /api/apps/<app_id>/undeploy": "apps",
+    "GET /api/apps/<app_id>/versions": "apps",
+    "GET /api/apps/<app_id>/versions/<version>": "apps",
+    "GET /api/apps/deployed": "apps",
+    "POST /api/apps/generate": "apps",
+    "GET /api/connections": "federation (admins)",
+    "DELETE /api/connections/<connection_id>": "federation (admins)",
+    "POST /api/connections/<connection_id>/accept": "federation (admins)",
+    "POST /api/connections/<connection_id>/decline": "federation (admins)",
+    "POST /api/connections/<connection_id>/rooms": "federation (admins)",
+    "DELETE /api/connections/<connection_id>/rooms/<room_id>": "federation (admins)",
+    "POST /api/connections/accepted": "between nodes, signed",
+    "POST /api/connections/declined": "between nodes, signed",
+    "POST /api/connections/disconnected": "between nodes, signed",
+    "POST /api/connections/request": "between nodes, signed",
+    "POST /api/federation/relay": "inbound from a peer, signed",
+    "POST /api/federation/rooms": "between nodes, signed",
+    "POST /api/federation/rooms/unshared": "between nodes, signed",
+    "GET /api/dms": "one's own DMs, which only their two parties are in",
+    "POST /api/dms": "opens a DM",
+    "DELETE /api/dms/<room_id>": "hides a DM",
+    "POST /api/identity/challenge": "identity",
+    "GET /api/identity/retrieve-key": "identity",
+    "POST /api/identity/store-key": "identity",
+    "POST /api/identity/verify": "identity",
+    "POST /api/meshes/heartbeat": "the registry",
+    "GET /api/meshes/public": "the registry",
+    "GET /api/models": "models",
+    "POST /api/models": "models",
+    "DELETE /api/models/<name>": "models",
+    "GET /api/models/usage": "models",
+    "POST /api/models/v1/chat/completions": "models",
+    "GET /api/models/v1/models": "models",
+    "GET /api/participants": "people, not rooms",
+    "GET /api/participants/<participant_id>": "people, not rooms",
+    "PUT /api/participants/<participant_id>/role": "roles",
+    "GET /api/permissions": "the permission catalog",
+    "GET /api/roles": "roles",
+    "POST /api/roles": "roles",
+    "DELETE /api/roles/<role_id>": "roles",
+    "PUT /api/roles/<role_id>": "roles",
+    "POST /api/roles/from-template": "roles",
+    "GET /api/roles/templates": "roles",
+    "POST /api/rooms": "creates a room",
+    "DELETE /api/rooms/<room_id>": "deletes a room",
+    "POST /api/rooms/<room_id>/join": "membership",
+    "POST /api/rooms/<room_id>/leave": "membership",
+    "POST /api/rooms/<room_id>/messages": "posting: messages.send decides",
+    "DELETE /api/rooms/<room_id>/messages/<message_id>": (
+        "finds the message through the decision (403), as editing does"
+    ),
+    "PATCH /api/rooms/<room_id>/messages/<message_id>": (
+        "finds the message through the decision (403), tested below"
+    ),
+    "POST /api/rooms/<room_id>/messages/<message_id>/reactions": (
+        "finds the message through the decision (403)"
+    ),
+    "DELETE /api/rooms/<room_id>/messages/<message_id>/reactions/<path:emoji>": (
+        "finds the message through the decision (403)"
+    ),
+    "GET /api/rooms/<room_id>/permissions": "the room's rules (what one may do), no content",
+    "POST /api/rooms/<room_id>/permissions": "rules",
+    "DELETE /api/rooms/<room_id>/permissions": "rules",
+    "POST /api/rooms/<room_id>/permissions/preset": "rules",
+    "POST /api/upload": "stores a file",
+    "GET /uploads/<name>": (
+        "a file by its unguessable name, to anyone with the URL (spec §4.16, decision 0052);"
+        " the message that carries it is room content and goes through the decision"
+    ),
+    "GET /api/vault/entries": "one's own vault",
+    "POST /api/vault/entries": "one's own vault",
+    "DELETE /api/vault/entries/<entry_id>": "one's own vault",
+}
+
+
+def test_every_route_is_classified() -> None:
+    """Every route the app serves is either probed by :data:`PATHS` or
+    listed in :data:`NO_ROOM_CONTENT`: a new route must say which."""
+    app = create_app(Settings(data_dir=Path(tempfile.mkdtemp()) / "mesh-data"))
+    served = {
+        f"{method} {rule.rule}"
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods or ()
+        if method not in ("HEAD", "OPTIONS")
+    }
+    probed = {route for _, routes in PATHS.values() for route in routes}
+    unclassified = served - probed - set(NO_ROOM_CONTENT)
+    assert not unclassified, f"say whether these hand out room content: {sorted(unclassified)}"
+    stale = (probed | set(NO_ROOM_CONTENT)) - served - {"WS /ws"}
+    assert not stale, f"routes the app no longer serves: {sorted(stale)}"
+
+
+async def _world(base_url: str, mesh: Mesh, nursery: trio.Nursery) -> World:
+    owner = await mesh.setup()
+    alice = await mesh.register("alice")
+    bob = await mesh.register("bob")
+    receiver = Receiver()
+    await receiver.start(nursery)
+    hook, _ = await webhook_bot(mesh, owner, "hook", receiver.url)
+    secret = (await mesh.create_room(owner, "secret"))["roomId"]
+    open_room = (await mesh.create_room(owner, "open"))["roomId"]
+    for user in (alice, bob, hook):
+        await mesh.join(user, secret)
+        await mesh.join(user, open_room)
+    return World(base_url, mesh, owner, alice, bob, hook, receiver, secret, open_room)
+
+
+async def _rule(w: World, who: User) -> str:
+    r = await w.mesh.http.post(
+        f"/api/rooms/{w.secret}/permissions",
+        json={
+            "targetType": "participant",
+            "target": who.participant_id,
+            "permission": "rooms.read",
+            "effect": "deny",
+        },
+        headers=w.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["overrideId"])
+
+
+async def test_a_rooms_read_deny_holds_on_every_path(
+    base_url: str, mesh: Mesh, nursery: trio.Nursery
+) -> None:
+    w = await _world(base_url, mesh, nursery)
+    async with connect(base_url, w.alice) as live:
+        LIVE[:] = [live]
+        try:
+            # before: every probe sees the room (or it would prove nothing)
+            await w.post_round()
+            for name, (probe, _) in PATHS.items():
+                seen = await probe(w)
+                assert w.secret in seen or "secret before" in seen, (name, seen)
+
+            # the rule, while alice's session is open: it is told at once
+            w.round = "denied"
+            overrides = [await _rule(w, w.alice), await _rule(w, w.hook)]
+            await live.expect("room_access", roomId=w.secret, readable=False)
+            await w.post_round()
+            for name, (probe, _) in PATHS.items():
+                seen = await probe(w)
+                leaked = {s for s in seen if s == w.secret or s.startswith("secret")}
+                assert not leaked, (name, leaked)
+            # writes that find a message go through the decision too
+            [first] = [
+                m
+                for m in await mesh.messages(w.owner, w.secret)
+                if m["senderId"] == w.bob.participant_id
+            ][:1]
+            r = await mesh.http.post(
+                f"/api/rooms/{w.secret}/messages/{first['messageId']}/reactions",
+                json={"emoji": "eyes"},
+                headers=w.alice.headers,
+            )
+            assert_error(r, 403)
+
+            # the rule goes: the room comes back everywhere
+            w.round = "again"
+            for override_id in overrides:
+                r = await mesh.http.request(
+                    "DELETE",
+                    f"/api/rooms/{w.secret}/permissions",
+                    json={"overrideId": override_id},
+                    headers=w.owner.headers,
+                )
+                assert r.status_code in (200, 204), r.text
+            await live.expect("room_access", roomId=w.secret, readable=True)
+            await w.post_round()
+            for name, (probe, _) in PATHS.items():
+                seen = await probe(w)
+                assert w.secret in seen or "secret again" in seen, (name, seen)
+        finally:
+            LIVE.clear()
+
+
+async def test_a_role_without_rooms_read_reads_nothing_at_once(
+    base_url: str, mesh: Mesh, nursery: trio.Nursery
+) -> None:
+    """A demotion to a role that may not read rooms applies to open sessions
+    at once, on every path."""
+    w = await _world(base_url, mesh, nursery)
+    r = await mesh.http.post(
+        "/api/roles",
+        json={"name": "blind", "priority": 100, "permissions": ["participants.read"]},
+        headers=w.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    async with connect(base_url, w.alice) as live:
+        r = await mesh.http.put(
+            f"/api/participants/{w.alice.participant_id}/role",
+            json={"role": "blind"},
+            headers=w.owner.headers,
+        )
+        assert r.status_code == 200, r.text
+        told = {
+            (await live.expect("room_access", readable=False))["roomId"],
+            (await live.expect("room_access", readable=False))["roomId"],
+        }
+        assert told == {w.secret, w.open_room}
+        await mesh.send(w.bob, w.secret, "after the demotion")
+        # bob's session is the marker: it gets the message after alice's would
+        async with connect(base_url, w.bob) as marker:
+            await mesh.send(w.bob, w.open_room, "marker")
+            await marker.settle()
+        frames = await live.settle()
+        assert not [f for f in frames if f["type"] == "message"], frames
+    assert_error(
+        await mesh.http.get(f"/api/rooms/{w.secret}/messages", headers=w.alice.headers), 403
+    )
+    polled = await mesh.http.post("/api/poll", json={"cursor": "0"}, headers=w.alice.headers)
+    assert polled.status_code in (200, 403), polled.text
+    if polled.status_code == 200:
+        assert polled.json()["messages"] == []
