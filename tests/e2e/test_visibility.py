@@ -176,7 +176,7 @@ async def ws_live(w: World) -> set[str]:
     """A session open before the rule changed (the session is opened by
     the test and kept in ``LIVE``): what it is sent of this round."""
     ws = LIVE[0]
-    text, marker = await w.post_round()
+    _, marker = await w.post_round()
     frames = await ws.until("message", messageId=marker)
     return _texts([f for f in frames if f["type"] == "message"])
 
@@ -184,7 +184,7 @@ async def ws_live(w: World) -> set[str]:
 async def webhook(w: World) -> set[str]:
     """What the webhook bot's receiver is sent of this round."""
     already = len(w.receiver.requests)
-    text, marker = await w.post_round()
+    _, marker = await w.post_round()
 
     async def arrived() -> bool:
         return any(q.headers.get("x-mesh-delivery") == marker for q in w.receiver.requests)
