@@ -132,6 +132,7 @@ class Messages:
         """Tell the room's other members the actor is typing (rate-limited,
         silently: by default at most one event per participant and room per
         second, the ``typing`` rule)."""
+        authorize(actor, "rooms.read", RoomRef(room_id))
         authorize(actor, "messages.send", RoomRef(room_id))
         if room_id not in self._broker.rooms_of(actor.participant_id):
             raise Forbidden("you are not a member of this room", "not_member")
@@ -245,6 +246,8 @@ class Messages:
         origin: str | None,
         client_id: str | None = None,
     ) -> Message:
+        # one may post only where one may read (its own echo is room content)
+        authorize(actor, "rooms.read", RoomRef(room_id))
         authorize(actor, "messages.send", RoomRef(room_id))
         check_content(content, self._limits)
         if refs:

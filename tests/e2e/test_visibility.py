@@ -298,7 +298,7 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "DELETE /api/rooms/<room_id>": "deletes a room",
     "POST /api/rooms/<room_id>/join": "membership",
     "POST /api/rooms/<room_id>/leave": "membership",
-    "POST /api/rooms/<room_id>/messages": "posting: messages.send decides",
+    "POST /api/rooms/<room_id>/messages": "posting: refused where one may not read (tested)",
     "DELETE /api/rooms/<room_id>/messages/<message_id>": (
         "finds the message through the decision (403), as editing does"
     ),
@@ -407,6 +407,13 @@ async def test_a_rooms_read_deny_holds_on_every_path(
                 headers=w.alice.headers,
             )
             assert_error(r, 403)
+            # nor may one post where one may not read (its echo is room content)
+            r = await mesh.http.post(
+                f"/api/rooms/{w.secret}/messages",
+                json={"content": "blind post"},
+                headers=w.alice.headers,
+            )
+            assert_error(r, 403, "forbidden")
 
             # the rule goes: the room comes back everywhere
             w.round = "again"
