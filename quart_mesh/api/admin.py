@@ -102,7 +102,8 @@ class AdminMeshSettings(Shape):
     guests_can_send: bool
     default_room_id: Id | None
     #: by rule: messages, reactions, typing, models, loginName, loginAddress,
-    #: registrationAddress, challengeAddress, federationRelay
+    #: registrationAddress, challengeAddress, federationRelay, registryDid,
+    #: registryAddress
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
     role_multipliers: dict[str, float]

@@ -56,6 +56,8 @@ RULE_FIELDS: Final = {
     "registration_address": ("registrationAddress", "client address"),
     "challenge_address": ("challengeAddress", "client address"),
     "federation_relay": ("federationRelay", "peer node"),
+    "registry_did": ("registryDid", "node DID"),
+    "registry_address": ("registryAddress", "client address"),
 }
 _RULE_BY_FIELD: Final = {api: rule for rule, (api, _) in RULE_FIELDS.items()}
 assert set(RULE_FIELDS) == set(RATE_RULES)

@@ -38,7 +38,8 @@ def connection_row(person: Person, name: str) -> Any:
 async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
     browser_ready: None, serve_node: Any
 ) -> None:
-    a: Served = await serve_node()
+    # A is a registry (its operator turned it on; loopback addresses allowed in a lab)
+    a: Served = await serve_node(registry_enabled=True, outbound_allow_private=True)
     alice = await a.mesh.setup("alice", meshName="Mesh A")
     # B announces itself to A (A is its registry) twice a second
     b: Served = await serve_node(registry_url=a.url, heartbeat_interval=0.5)

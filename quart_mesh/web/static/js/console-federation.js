@@ -51,6 +51,8 @@ export class FederationSection {
     this.connections = [];
     this.rooms = [];
     this.meshes = [];
+    /** false once the node answered that it is not a registry */
+    this.isRegistry = null;
     this.drawn = new Map(); // box -> signature of what it shows
     this.onVisible = () => {
       if (this.body && !document.hidden) this.refresh();
@@ -116,7 +118,7 @@ export class FederationSection {
         h("h2", { id: "console-registry-heading", text: "Public meshes" }),
         h("p", {
           class: "hint",
-          text: "Meshes that announce themselves to this node (it acts as a registry). What they say about themselves is not checked.",
+          text: "Meshes that announce themselves to this node, when it acts as a registry. Each one's address was seen serving its identity; its name and counts are what it says of itself.",
         }),
         this.registryBox,
         this.registryError,
@@ -189,6 +191,11 @@ export class FederationSection {
     if (rooms.status === "fulfilled") this.rooms = rooms.value;
     if (meshes.status === "fulfilled") {
       this.meshes = meshes.value;
+      this.isRegistry = true;
+      this.registryError.textContent = "";
+    } else if (meshes.reason && meshes.reason.code === "registry_disabled") {
+      this.meshes = [];
+      this.isRegistry = false;
       this.registryError.textContent = "";
     } else {
       this.registryError.textContent = reason(meshes.reason);
@@ -584,8 +591,13 @@ export class FederationSection {
     const connected = new Set(
       this.connections.filter((c) => c.status === "pending" || c.status === "accepted").map((c) => c.did),
     );
-    const signature = JSON.stringify([own, [...connected], this.meshes]);
+    const signature = JSON.stringify([own, [...connected], this.meshes, this.isRegistry]);
     this.draw(this.registryBox, signature, () => {
+      if (this.isRegistry === false)
+        return h("p", {
+          class: "hint",
+          text: "This node is not a registry: its operator has not turned it on (MESH_REGISTRY_ENABLED).",
+        });
       if (!this.meshes.length) return h("p", { class: "hint", text: "No mesh has announced itself to this node." });
       return wide(table(
         `${this.meshes.length} public ${this.meshes.length === 1 ? "mesh" : "meshes"}`,
