@@ -261,6 +261,7 @@ class Heartbeat(Body):
     #: the signer's DID
     did: str
     status: Literal["ok", "withdrawn"]
+    #: the mesh's public base URL; it must serve a manifest with ``did``
     url: str | None = None
     name: str | None = None
     description: str | None = None
@@ -479,7 +480,13 @@ async def heartbeat() -> tuple[Any, int]:
 
     Only on a node that is a registry (``MESH_REGISTRY_ENABLED``; else 404
     ``registry_disabled``, before the signature is looked at). The mesh is
-    listed only when its ``url`` serves a manifest with the signer's DID.
+    listed only when its ``url`` serves ``/.well-known/mesh-manifest.json``
+    with the signer's DID (fetched through the outbound SSRF guard; a
+    successful check is trusted for ``MESH_REGISTRY_VERIFY_TTL`` seconds):
+    else 400 ``manifest_unreachable`` (no manifest could be fetched: no
+    answer, not 200, a private address) or ``manifest_mismatch`` (not a
+    manifest with that DID). 429 ``rate_limited``: too many heartbeats from
+    this DID, or manifest checks from this address; 429 ``registry_full``.
     """
     registry = node().registry
     registry.check_enabled()
