@@ -75,10 +75,13 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
             manifest_a = (await a.get("/.well-known/mesh-manifest.json")).json()
             did_a = manifest_a["did"]
             did_c = (await c.get("/.well-known/mesh-manifest.json")).json()["did"]
+            manifest_b = (await b.get("/.well-known/mesh-manifest.json")).json()
+            assert manifest_b["federation"]["isRegistry"] is True
             assert manifest_a["federation"] == {
                 "enabled": True,
                 "policy": "manual",
                 "registry": url_b,
+                "isRegistry": False,
             }
 
             # A appears, with its counts, once a heartbeat after the bot came in

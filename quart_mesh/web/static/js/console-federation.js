@@ -124,7 +124,7 @@ export class FederationSection {
         this.registryError,
       ),
     );
-    this.loadManifest();
+    this.manifestLoaded = this.loadManifest();
     this.refresh();
     this.timer = setInterval(() => {
       if (!document.hidden) this.refresh();
@@ -176,10 +176,13 @@ export class FederationSection {
 
   async load() {
     const { api } = this.app;
+    await this.manifestLoaded;
+    // only a registry lists public meshes (the manifest says whether this node is one)
+    const fed = (this.manifest && this.manifest.federation) || {};
     const [connections, rooms, meshes] = await Promise.allSettled([
       api.get("/api/connections"),
       api.get("/api/rooms"),
-      api.get("/api/meshes/public"),
+      fed.isRegistry === false ? Promise.resolve(null) : api.get("/api/meshes/public"),
     ]);
     if (!this.body) return;
     if (connections.status === "fulfilled") {
@@ -189,7 +192,11 @@ export class FederationSection {
       this.connectionsError.textContent = reason(connections.reason);
     }
     if (rooms.status === "fulfilled") this.rooms = rooms.value;
-    if (meshes.status === "fulfilled") {
+    if (meshes.status === "fulfilled" && meshes.value === null) {
+      this.meshes = [];
+      this.isRegistry = false;
+      this.registryError.textContent = "";
+    } else if (meshes.status === "fulfilled") {
       this.meshes = meshes.value;
       this.isRegistry = true;
       this.registryError.textContent = "";
