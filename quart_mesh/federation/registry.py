@@ -39,7 +39,7 @@ from ..services.ratelimit import RateLimiter
 from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
-from .http import exchange, peer_client
+from .http import error_code, exchange, peer_client
 from .service import MAX_PEER_NAME_CHARS, _base_url
 from .signing import sign_request
 
@@ -315,7 +315,9 @@ class Heartbeat:
         except httpx.HTTPError as error:
             raise Transient(f"cannot reach the registry: {type(error).__name__}") from None
         if not 200 <= answer.status < 300:
-            raise Transient(f"the registry answered {answer.status}")
+            # the code says what to fix (manifest_unreachable: the url is not reachable
+            # from the registry, e.g. MESH_PUBLIC_URL is not set behind a proxy)
+            raise Transient(f"the registry answered {answer.status} {error_code(answer.body)}")
         self._listed = body["status"] == "ok"
         return str(body["status"])
 

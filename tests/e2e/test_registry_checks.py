@@ -28,7 +28,7 @@ from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.config import Rate, RateLimits
 from quart_mesh.store.schema import registry_entries
 from tests.e2e.test_federation import _key, _signed
-from tests.helpers import assert_error, wait_for
+from tests.helpers import Mesh, assert_error, wait_for
 from tests.openapi_check import check_answer
 from tests.receiver import Receiver, Request, free_port
 
@@ -281,3 +281,22 @@ async def test_listings_expire_and_expired_ones_make_room(
         return set(conn.execute(sa.select(registry_entries.c.did)).scalars())
 
     assert await app.node.db.read(kept) == {third.did}
+
+
+async def test_a_real_node_refused_by_a_registry_logs_why(
+    serve_registry: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node's heartbeat to a registry that cannot check its URL (here a
+    loopback address, which the registry's SSRF guard refuses) is not
+    listed, and the node's log says what the registry answered."""
+    _registry, registry = await serve_registry(registry_enabled=True)
+    _app, node = await serve_registry(
+        registry_url=str(registry.base_url).rstrip("/"), heartbeat_interval=0.2
+    )
+    await Mesh(node).setup(meshName="A")
+
+    async def logged() -> bool:
+        return "the registry answered 400 manifest_unreachable" in caplog.text
+
+    await wait_for(logged, 10, interval=0.1)
+    assert await _listed(registry) == {}
