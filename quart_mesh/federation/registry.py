@@ -8,7 +8,7 @@ Two sides, both in this module:
   ``heartbeat_interval`` seconds, the first at start. When a listed mesh turns
   private it sends one ``status: "withdrawn"``, which removes it. Failures are
   logged and retried at the next interval; they never stop the node.
-* :class:`Registry` (a node whose operator turned ``registry_enabled`` on):
+* :class:`Registry` (a node whose owner or operator turned it on):
   takes those heartbeats, signed with the same scheme as node-to-node
   requests (:mod:`.signing`), checks that each one's ``url`` serves a
   manifest with the signer's DID, and lists the meshes heard from within
@@ -34,6 +34,7 @@ from ..identity import NodeIdentity
 from ..records import iso, now_ms
 from ..retry import Backoff, retrying
 from ..services.accounts import Accounts
+from ..services.admin import is_registry
 from ..services.outbound import pin_public
 from ..services.ratelimit import RateLimiter
 from ..store import Database
@@ -63,7 +64,8 @@ STATUSES = ("ok", "withdrawn")
 class Registry:
     """This node as a registry: heartbeats in, the public list out.
 
-    Only when the node's operator turns it on (``registry_enabled``);
+    Only when the mesh's owner turns it on (``registryEnabled`` in the mesh
+    settings) or, unless the owner turned it off, ``MESH_REGISTRY_ENABLED``;
     otherwise both paths answer 404 ``registry_disabled``. A heartbeat lists
     a mesh only when its ``url`` serves a manifest with the signer's DID,
     fetched through the outbound SSRF guard (:mod:`..services.outbound`)
@@ -74,19 +76,27 @@ class Registry:
     (``registry_address``).
     """
 
-    def __init__(self, settings: Settings, db: Database, rate_limits: RateLimiter) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, accounts: Accounts, rate_limits: RateLimiter
+    ) -> None:
         self._settings = settings
         self._db = db
+        self._accounts = accounts
         self._rate = rate_limits
         #: DID -> (the URL its manifest was checked at, trusted until, trio clock)
         self._verified: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
         self._fetches = trio.CapacityLimiter(settings.registry_fetch_concurrency)
 
+    @property
+    def enabled(self) -> bool:
+        """Whether this node is a registry now (the owner's switch, else the setting)."""
+        return is_registry(self._settings, self._accounts.mesh)
+
     def check_enabled(self) -> None:
         """Raises:
         NotFound: ``registry_disabled``, this node is not a registry.
         """
-        if not self._settings.registry_enabled:
+        if not self.enabled:
             raise NotFound("this node is not a registry", "registry_disabled")
 
     async def receive_heartbeat(

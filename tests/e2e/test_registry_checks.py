@@ -300,3 +300,77 @@ async def test_a_real_node_refused_by_a_registry_logs_why(
 
     await wait_for(logged, 10, interval=0.1)
     assert await _listed(registry) == {}
+
+
+async def test_the_owner_turns_the_registry_on_and_off(
+    serve_registry: Serve, nursery: trio.Nursery
+) -> None:
+    """The mesh setting ``registryEnabled`` (``mesh.settings``: the owner and
+    admins) wins over ``MESH_REGISTRY_ENABLED``; nobody else can switch it."""
+    _app, http = await serve_registry(outbound_allow_private=True)
+    mesh = Mesh(http)
+    owner = await mesh.setup()
+    bob = await mesh.register("bob")
+    guest = await mesh.guest()
+    r = await http.post("/api/agents/bootstrap", json={"name": "helper", "type": "simple"})
+    assert r.status_code == 201, r.text
+    bot_headers = {"Authorization": f"Bearer {r.json()['token']}"}
+    announcer = Announcer()
+    url = await ManifestHost(announcer.did).start(nursery)
+
+    async def switch(headers: dict[str, str], on: Any) -> httpx.Response:
+        return await http.put(
+            "/api/admin/mesh/settings", json={"registryEnabled": on}, headers=headers
+        )
+
+    r = await http.get("/api/admin/mesh/settings", headers=owner.headers)
+    assert (r.json()["registryEnabled"], r.json()["registryEnabledSource"]) == (False, "settings")
+    for headers in (bob.headers, guest.headers, bot_headers, {}):
+        assert (await switch(headers, True)).status_code in (401, 403)
+    assert_error(await switch(owner.headers, "yes"), 400)
+    assert_error(await http.get("/api/meshes/public"), 404, "registry_disabled")
+
+    # on: a real mesh is listed, and the manifest says this node is a registry
+    r = await switch(owner.headers, True)
+    assert r.status_code == 200, r.text
+    assert (r.json()["registryEnabled"], r.json()["registryEnabledSource"]) == (True, "admin")
+    manifest = (await http.get("/.well-known/mesh-manifest.json")).json()
+    assert manifest["federation"]["isRegistry"] is True
+    assert (await _post(http, announcer.heartbeat(url))).status_code == 200
+    assert set(await _listed(http)) == {announcer.did}
+
+    # an admin demoted to member loses the switch at once
+    r = await http.put(
+        f"/api/participants/{bob.participant_id}/role",
+        json={"role": "admin"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    assert (await switch(bob.headers, True)).status_code == 200
+    r = await http.put(
+        f"/api/participants/{bob.participant_id}/role",
+        json={"role": "member"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    assert_error(await switch(bob.headers, False), 403)
+
+    # off: both paths are gone again
+    assert (await switch(owner.headers, False)).json()["registryEnabled"] is False
+    assert_error(await http.get("/api/meshes/public"), 404, "registry_disabled")
+    assert_error(await _post(http, announcer.heartbeat(url)), 404, "registry_disabled")
+    manifest = (await http.get("/.well-known/mesh-manifest.json")).json()
+    assert manifest["federation"]["isRegistry"] is False
+
+
+async def test_the_owner_can_turn_off_a_registry_the_operator_turned_on(
+    serve_registry: Serve,
+) -> None:
+    _app, http = await serve_registry(registry_enabled=True)
+    owner = await Mesh(http).setup()
+    assert (await http.get("/api/meshes/public")).status_code == 200
+    r = await http.put(
+        "/api/admin/mesh/settings", json={"registryEnabled": False}, headers=owner.headers
+    )
+    assert (r.json()["registryEnabled"], r.json()["registryEnabledSource"]) == (False, "admin")
+    assert_error(await http.get("/api/meshes/public"), 404, "registry_disabled")
