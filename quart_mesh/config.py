@@ -375,7 +375,8 @@ class Settings:
     #: As a registry: most meshes kept at once (beyond, heartbeats of new ones get 429).
     registry_max_entries: int = 10_000
     #: Whether this node is a registry (``POST /api/meshes/heartbeat``, ``GET
-    #: /api/meshes/public``); off, both answer 404 ``registry_disabled``.
+    #: /api/meshes/public``) until the owner sets ``registryEnabled`` in the
+    #: mesh settings, which then wins; off, both answer 404 ``registry_disabled``.
     registry_enabled: bool = False
     #: As a registry: seconds a successful manifest check of a (DID, URL) is
     #: trusted before the URL's manifest is fetched again.

@@ -12,7 +12,7 @@ stops; the peer learns of it through ``POST /api/federation/rooms`` and
 ``/api/federation/rooms/unshared``, and changes in shared rooms travel as
 batches of events to ``POST /api/federation/relay`` (all node-to-node, signed).
 
-The registry (decisions 0028, 0057), on a node whose operator turned it on:
+The registry (decisions 0028, 0057), on a node whose owner turned it on:
 ``POST /api/meshes/heartbeat`` takes another node's signed heartbeat;
 ``GET /api/meshes/public`` lists the meshes heard from recently, without a
 token.
@@ -478,7 +478,8 @@ async def peer_disconnected() -> tuple[Any, int]:
 async def heartbeat() -> tuple[Any, int]:
     """Another node's heartbeat: its mesh is listed (or, withdrawn, no longer).
 
-    Only on a node that is a registry (``MESH_REGISTRY_ENABLED``; else 404
+    Only on a node that is a registry (``registryEnabled`` in the mesh settings,
+    by default ``MESH_REGISTRY_ENABLED``; else 404
     ``registry_disabled``, before the signature is looked at). The mesh is
     listed only when its ``url`` serves ``/.well-known/mesh-manifest.json``
     with the signer's DID (fetched through the outbound SSRF guard; a

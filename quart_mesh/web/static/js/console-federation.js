@@ -603,7 +603,7 @@ export class FederationSection {
       if (this.isRegistry === false)
         return h("p", {
           class: "hint",
-          text: "This node is not a registry: its operator has not turned it on (MESH_REGISTRY_ENABLED).",
+          text: "This node is not a registry. The owner can make it one in the mesh settings (List other public meshes).",
         });
       if (!this.meshes.length) return h("p", { class: "hint", text: "No mesh has announced itself to this node." });
       return wide(table(
