@@ -157,6 +157,8 @@ RATE_RULES = (
     "registration_address",
     "challenge_address",
     "federation_relay",
+    "registry_did",
+    "registry_address",
 )
 #: how many times the base limits each role gets (the owner is never limited)
 DEFAULT_ROLE_MULTIPLIERS: Mapping[str, float] = MappingProxyType(
@@ -176,9 +178,11 @@ class RateLimits:
     verifications) and ``registration_address`` (registrations, guest
     sessions, bot bootstraps) and ``challenge_address`` (DID challenges).
     Per peer node: ``federation_relay`` (events
-    relayed in from a connected node). An admin can change the rules and multipliers
-    at run time (``PUT /api/admin/mesh/settings``); those changes are stored
-    and win over these values.
+    relayed in from a connected node). As a registry: ``registry_did``
+    (heartbeats per node DID) and ``registry_address`` (manifest checks, that
+    is new or re-checked listings, per client address). An admin can change
+    the rules and multipliers at run time (``PUT /api/admin/mesh/settings``);
+    those changes are stored and win over these values.
     """
 
     #: ``False`` turns every rule off (``MESH_RATE_LIMITS=off``), admin changes included.
@@ -194,6 +198,11 @@ class RateLimits:
     #: is turned away before it costs a store write)
     challenge_address: Rate | None = Rate(30, 60)
     federation_relay: Rate | None = Rate(600, 60, 300)
+    #: heartbeats one node (DID) may send a registry: a node beats every 300 s
+    registry_did: Rate | None = Rate(10, 60)
+    #: manifest checks (a mesh listed anew, at a new URL, or whose check
+    #: expired) one client address may cause a registry
+    registry_address: Rate | None = Rate(20, 3600)
     role_multipliers: Mapping[str, float] = dataclasses.field(
         default_factory=lambda: DEFAULT_ROLE_MULTIPLIERS
     )
@@ -365,6 +374,25 @@ class Settings:
     registry_ttl: float = 900.0
     #: As a registry: most meshes kept at once (beyond, heartbeats of new ones get 429).
     registry_max_entries: int = 10_000
+    #: Whether this node is a registry (``POST /api/meshes/heartbeat``, ``GET
+    #: /api/meshes/public``) until the owner sets ``registryEnabled`` in the
+    #: mesh settings, which then wins; off, both answer 404 ``registry_disabled``.
+    registry_enabled: bool = False
+    #: As a registry: seconds a successful manifest check of a (DID, URL) is
+    #: trusted before the URL's manifest is fetched again.
+    registry_verify_ttl: float = 3600.0
+    #: As a registry: seconds a manifest fetch may take in all (resolving,
+    #: connecting, the answer).
+    registry_fetch_timeout: float = 10.0
+    #: As a registry: largest manifest read (bytes); a longer one fails the check.
+    registry_manifest_max_bytes: int = 256 * 1024
+    #: As a registry: manifest fetches running at once; more wait their turn.
+    registry_fetch_concurrency: int = 8
+    #: Outbound calls to URLs that others name (a heartbeat's manifest; later
+    #: federation calls) may reach loopback, private and link-local addresses.
+    #: Off, such a URL fails as unreachable (an SSRF guard): turn it on only
+    #: for a lab or a private network.
+    outbound_allow_private: bool = False
 
     def __post_init__(self) -> None:
         if not self.ws_ping_interval < self.ws_idle_timeout:
@@ -506,8 +534,19 @@ class Settings:
         for name in ("heartbeat_interval", "registry_ttl"):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
-        if v := env.get("MESH_REGISTRY_MAX_ENTRIES"):
-            values["registry_max_entries"] = _positive_int(v, "MESH_REGISTRY_MAX_ENTRIES")
+        for name in ("registry_max_entries", "registry_manifest_max_bytes"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_int(v, "MESH_" + name.upper())
+        if v := env.get("MESH_REGISTRY_FETCH_CONCURRENCY"):
+            values["registry_fetch_concurrency"] = _positive_int(
+                v, "MESH_REGISTRY_FETCH_CONCURRENCY"
+            )
+        for name in ("registry_verify_ttl", "registry_fetch_timeout"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_float(v, "MESH_" + name.upper())
+        for name in ("registry_enabled", "outbound_allow_private"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _bool(v, "MESH_" + name.upper())
         return cls(**values)
 
 

@@ -153,7 +153,7 @@ class Node:
         )
         self.federation = Federation(settings, db, identity, self.relay)
         #: this node as a registry of public meshes (``GET /api/meshes/public``)
-        self.registry = Registry(settings, db)
+        self.registry = Registry(settings, db, self.accounts, self.rate_limits)
         self.heartbeat = (
             Heartbeat(settings, db, identity, self.accounts, self.address)
             if settings.registry_url and settings.federation_enabled

@@ -53,6 +53,9 @@ class MeshConfig:
     created_at: int
     #: the room new participants are offered (``docs/decisions/0030-web-client.md``)
     default_room_id: str | None = None
+    #: whether this node is a registry, as the owner switched it; ``None``:
+    #: as ``MESH_REGISTRY_ENABLED`` says (decision 0057)
+    registry_enabled: bool | None = None
 
     def public_json(self) -> dict[str, Any]:
         return {

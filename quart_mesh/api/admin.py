@@ -101,8 +101,13 @@ class AdminMeshSettings(Shape):
     registration_mode: Literal["open", "closed"]
     guests_can_send: bool
     default_room_id: Id | None
+    #: whether this node is a registry of public meshes (decision 0057)
+    registry_enabled: bool
+    #: admin: switched in these settings; settings: as MESH_REGISTRY_ENABLED says
+    registry_enabled_source: Literal["admin", "settings"]
     #: by rule: messages, reactions, typing, models, loginName, loginAddress,
-    #: registrationAddress, challengeAddress, federationRelay
+    #: registrationAddress, challengeAddress, federationRelay, registryDid,
+    #: registryAddress
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
     role_multipliers: dict[str, float]
@@ -123,6 +128,9 @@ class MeshSettingsChange(Body):
     guests_can_send: bool | None = None
     #: an ordinary room of this node, or "" for none
     default_room_id: str | None = None
+    #: make this node a registry of public meshes (or not), whatever
+    #: MESH_REGISTRY_ENABLED says
+    registry_enabled: bool | None = None
     #: rule name -> {"count", "per", "burst"?}, a rate such as "20/10s:30",
     #: "off" or "default" (the settings' value); rules not named are unchanged
     rate_limits: dict[str, Any] | None = None
@@ -168,6 +176,7 @@ async def update_mesh_settings(data: MeshSettingsChange) -> tuple[Any, int]:
         registration_mode=data.registration_mode,
         guests_can_send=data.guests_can_send,
         default_room_id=data.default_room_id,
+        registry_enabled=data.registry_enabled,
         rate_limits=data.rate_limits,
         role_multipliers=data.role_multipliers,
     )

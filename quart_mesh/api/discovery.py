@@ -43,6 +43,7 @@ async def manifest() -> tuple[dict[str, object], int, dict[str, str]]:
         capabilities=_capabilities(),
         federation_enabled=mesh_node.settings.federation_enabled,
         registry=mesh_node.settings.registry_url,
+        is_registry=mesh_node.registry.enabled,
     )
     # public facts, meant to be read by other sites' pages too
     return data, 200, {"Cache-Control": "no-cache", "Access-Control-Allow-Origin": "*"}

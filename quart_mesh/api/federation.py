@@ -12,9 +12,10 @@ stops; the peer learns of it through ``POST /api/federation/rooms`` and
 ``/api/federation/rooms/unshared``, and changes in shared rooms travel as
 batches of events to ``POST /api/federation/relay`` (all node-to-node, signed).
 
-The registry (decision 0028): ``POST /api/meshes/heartbeat`` takes another
-node's signed heartbeat; ``GET /api/meshes/public`` lists the meshes heard
-from recently, without a token.
+The registry (decisions 0028, 0057), on a node whose owner turned it on:
+``POST /api/meshes/heartbeat`` takes another node's signed heartbeat;
+``GET /api/meshes/public`` lists the meshes heard from recently, without a
+token.
 
 A signed request's body is read by the handler itself (the signature covers
 its bytes, and is checked before the body is looked at): its type is declared
@@ -260,6 +261,7 @@ class Heartbeat(Body):
     #: the signer's DID
     did: str
     status: Literal["ok", "withdrawn"]
+    #: the mesh's public base URL; it must serve a manifest with ``did``
     url: str | None = None
     name: str | None = None
     description: str | None = None
@@ -474,14 +476,29 @@ async def peer_disconnected() -> tuple[Any, int]:
 @reads_body(Heartbeat)
 @answers(HeartbeatAnswer)
 async def heartbeat() -> tuple[Any, int]:
-    """Another node's heartbeat: its mesh is listed (or, withdrawn, no longer)."""
+    """Another node's heartbeat: its mesh is listed (or, withdrawn, no longer).
+
+    Only on a node that is a registry (``registryEnabled`` in the mesh settings,
+    by default ``MESH_REGISTRY_ENABLED``; else 404
+    ``registry_disabled``, before the signature is looked at). The mesh is
+    listed only when its ``url`` serves ``/.well-known/mesh-manifest.json``
+    with the signer's DID (fetched through the outbound SSRF guard; a
+    successful check is trusted for ``MESH_REGISTRY_VERIFY_TTL`` seconds):
+    else 400 ``manifest_unreachable`` (no manifest could be fetched: no
+    answer, not 200, a private address) or ``manifest_mismatch`` (not a
+    manifest with that DID). 429 ``rate_limited``: too many heartbeats from
+    this DID, or manifest checks from this address; 429 ``registry_full``.
+    """
+    registry = node().registry
+    registry.check_enabled()
     did, fields = await _signed()
-    return reply(await node().registry.receive_heartbeat(did, fields))
+    return reply(await registry.receive_heartbeat(did, fields, address=request.remote_addr))
 
 
 @bp.get("/api/meshes/public")
 @public()
 @answers(list[PublicMesh])
 async def public_meshes() -> tuple[Any, int]:
-    """The meshes heard from recently, newest first."""
+    """The meshes heard from recently, newest first (404 ``registry_disabled``
+    on a node that is not a registry)."""
     return reply(await node().registry.list_public())

@@ -16,7 +16,15 @@ from ..errors import BadGateway
 from ..identity import NodeIdentity
 from .signing import sign_request
 
-__all__ = ["Answer", "PeerError", "exchange", "json_object", "peer_client", "post_signed"]
+__all__ = [
+    "Answer",
+    "PeerError",
+    "error_code",
+    "exchange",
+    "json_object",
+    "peer_client",
+    "post_signed",
+]
 
 #: most bytes of a peer's answer read by default
 DEFAULT_LIMIT = 64 * 1024
@@ -112,7 +120,7 @@ async def post_signed(
     except httpx.HTTPError as error:
         raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
     if not 200 <= answer.status < 300:
-        code = _error_code(answer.body)
+        code = error_code(answer.body)
         raise PeerError(f"the peer refused ({answer.status} {code})", "peer_refused")
     return json_object(answer, url)
 
@@ -130,7 +138,8 @@ def json_object(answer: Answer, url: str) -> dict[str, Any]:
     return data
 
 
-def _error_code(raw: bytes) -> str:
+def error_code(raw: bytes) -> str:
+    """The ``code`` of an error answer's JSON body (``error`` if it has none)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):

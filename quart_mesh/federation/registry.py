@@ -8,13 +8,16 @@ Two sides, both in this module:
   ``heartbeat_interval`` seconds, the first at start. When a listed mesh turns
   private it sends one ``status: "withdrawn"``, which removes it. Failures are
   logged and retried at the next interval; they never stop the node.
-* :class:`Registry` (every node): takes those heartbeats, signed with the same
-  scheme as node-to-node requests (:mod:`.signing`), and lists the meshes
-  heard from within ``registry_ttl`` (``GET /api/meshes/public``).
+* :class:`Registry` (a node whose owner or operator turned it on):
+  takes those heartbeats, signed with the same scheme as node-to-node
+  requests (:mod:`.signing`), checks that each one's ``url`` serves a
+  manifest with the signer's DID, and lists the meshes heard from within
+  ``registry_ttl`` (``GET /api/meshes/public``).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from functools import partial
@@ -26,15 +29,18 @@ import trio
 from .._version import __version__
 from ..address import PublicAddress
 from ..config import Settings
-from ..errors import BadRequest, RateLimited, Transient
+from ..errors import BadRequest, NotFound, RateLimited, Transient
 from ..identity import NodeIdentity
 from ..records import iso, now_ms
 from ..retry import Backoff, retrying
 from ..services.accounts import Accounts
+from ..services.admin import is_registry
+from ..services.outbound import pin_public
+from ..services.ratelimit import RateLimiter
 from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
-from .http import exchange, peer_client
+from .http import error_code, exchange, peer_client
 from .service import MAX_PEER_NAME_CHARS, _base_url
 from .signing import sign_request
 
@@ -43,6 +49,8 @@ __all__ = ["HEARTBEAT_PATH", "Heartbeat", "Registry"]
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/api/meshes/heartbeat"
+#: where a heartbeat's ``url`` must serve the mesh's manifest
+MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 #: longest description and version string a registry keeps
 MAX_DESCRIPTION_CHARS = 2000
 MAX_VERSION_CHARS = 64
@@ -54,30 +62,74 @@ STATUSES = ("ok", "withdrawn")
 
 
 class Registry:
-    """This node as a registry: heartbeats in, the public list out."""
+    """This node as a registry: heartbeats in, the public list out.
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    Only when the mesh's owner turns it on (``registryEnabled`` in the mesh
+    settings) or, unless the owner turned it off, ``MESH_REGISTRY_ENABLED``;
+    otherwise both paths answer 404 ``registry_disabled``. A heartbeat lists
+    a mesh only when its ``url`` serves a manifest with the signer's DID,
+    fetched through the outbound SSRF guard (:mod:`..services.outbound`)
+    within ``registry_fetch_timeout`` and ``registry_manifest_max_bytes``; a
+    check that passed is trusted for ``registry_verify_ttl`` seconds per
+    (DID, URL), in this process's memory. Heartbeats are rate-limited per DID
+    (``registry_did``) and manifest checks per client address
+    (``registry_address``).
+    """
+
+    def __init__(
+        self, settings: Settings, db: Database, accounts: Accounts, rate_limits: RateLimiter
+    ) -> None:
         self._settings = settings
         self._db = db
+        self._accounts = accounts
+        self._rate = rate_limits
+        #: DID -> (the URL its manifest was checked at, trusted until, trio clock)
+        self._verified: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
+        self._fetches = trio.CapacityLimiter(settings.registry_fetch_concurrency)
 
-    async def receive_heartbeat(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
+    @property
+    def enabled(self) -> bool:
+        """Whether this node is a registry now (the owner's switch, else the setting)."""
+        return is_registry(self._settings, self._accounts.mesh)
+
+    def check_enabled(self) -> None:
+        """Raises:
+        NotFound: ``registry_disabled``, this node is not a registry.
+        """
+        if not self.enabled:
+            raise NotFound("this node is not a registry", "registry_disabled")
+
+    async def receive_heartbeat(
+        self, did: str, fields: dict[str, Any], *, address: str | None = None
+    ) -> dict[str, Any]:
         """Record (or, ``status: "withdrawn"``, remove) the mesh of the node *did*.
 
         Args:
             did: the DID that signed the request (already verified).
+            address: the client's address (``None``: not limited per address).
+
+        Cancellation: safe; a manifest check cut short is not remembered.
 
         Raises:
+            NotFound: ``registry_disabled``.
             BadRequest: ``invalid_field`` (the body's ``did`` is not the
                 signer's, or a field is missing, too long or of the wrong type),
-                ``invalid_url``.
-            RateLimited: the registry is full of live entries.
+                ``invalid_url``, ``manifest_unreachable`` (no manifest could be
+                fetched from ``url``), ``manifest_mismatch`` (what ``url``
+                serves is not a manifest with the signer's DID).
+            RateLimited: too many heartbeats from this DID or manifest checks
+                from this address (``rate_limited``), or the registry is full
+                of live entries (``registry_full``).
         """
+        self.check_enabled()
+        await self._rate.key("registry_did", did)
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
         status = fields.get("status")
         if status not in STATUSES:
             raise BadRequest("status must be 'ok' or 'withdrawn'", "invalid_field")
         if status == "withdrawn":
+            self._verified.pop(did, None)
             await self._db.write(lambda c: repo.delete_entry(c, did))
             log.info("registry: %s withdrew", did)
             return {"ok": True, "status": "withdrawn"}
@@ -94,17 +146,23 @@ class Registry:
             version=_text(fields, "version", MAX_VERSION_CHARS),
             last_seen=now_ms(),
         )
+        checked = await self._verify(did, row.url, address)
         cutoff = row.last_seen - int(self._settings.registry_ttl * 1000)
         limit = self._settings.registry_max_entries
         stored = await self._db.write(
-            lambda c: repo.upsert_entry(c, row, max_entries=limit, cutoff=cutoff)
+            lambda c: repo.upsert_entry(c, row, max_entries=limit, cutoff=cutoff, claim_url=checked)
         )
         if not stored:
             raise RateLimited("the registry is full; try again later", 60, "registry_full")
         return {"ok": True, "status": "ok"}
 
     async def list_public(self) -> list[dict[str, Any]]:
-        """``GET /api/meshes/public``: meshes heard from within ``registry_ttl``, newest first."""
+        """``GET /api/meshes/public``: meshes heard from within ``registry_ttl``, newest first.
+
+        Raises:
+            NotFound: ``registry_disabled``.
+        """
+        self.check_enabled()
         since = now_ms() - int(self._settings.registry_ttl * 1000)
         rows = await self._db.read(lambda c: repo.list_recent(c, since, MAX_LISTED))
         return [
@@ -120,6 +178,83 @@ class Registry:
             }
             for r in rows
         ]
+
+    async def _verify(self, did: str, url: str, address: str | None) -> bool:
+        """Check that *url* serves a manifest with *did*, unless a check of
+        that pair is still trusted; whether a manifest was fetched now.
+
+        Raises:
+            RateLimited: too many checks from *address*.
+            BadRequest: ``manifest_unreachable``, ``manifest_mismatch``.
+        """
+        now = trio.current_time()
+        known = self._verified.get(did)
+        if known is not None and known[0] == url and known[1] > now:
+            return False
+        await self._rate.address("registry_address", address)
+        async with self._fetches:
+            served = await self._manifest_did(url)
+        if served != did:
+            raise BadRequest(
+                f"{url}{MANIFEST_PATH} does not serve a manifest with the signing node's DID",
+                "manifest_mismatch",
+            )
+        self._verified.pop(did, None)
+        self._verified[did] = (url, trio.current_time() + self._settings.registry_verify_ttl)
+        while len(self._verified) > self._settings.registry_max_entries:
+            self._verified.popitem(last=False)  # the check made longest ago
+        return True
+
+    async def _manifest_did(self, url: str) -> str | None:
+        """The ``did`` of the manifest *url* serves (``None``: no manifest's).
+
+        Raises:
+            BadRequest: ``manifest_unreachable``.
+        """
+        target = url + MANIFEST_PATH
+        deadline = self._settings.registry_fetch_timeout
+        headers = {"Accept": "application/json"}
+        extensions: dict[str, Any] = {}
+
+        def unreachable(why: str) -> BadRequest:
+            return BadRequest(f"cannot fetch {target}: {why}"[:500], "manifest_unreachable")
+
+        try:
+            # one deadline for the whole check: resolving, connecting, the answer
+            with trio.fail_after(deadline):
+                if not self._settings.outbound_allow_private:
+                    target, host, extensions = await pin_public(
+                        target,
+                        allowed_by="a registry fetches only public addresses "
+                        "(unless MESH_OUTBOUND_ALLOW_PRIVATE is set)",
+                    )
+                    headers["Host"] = host
+                async with peer_client(deadline, "quart-mesh-registry") as client:
+                    answer = await exchange(
+                        client,
+                        "GET",
+                        target,
+                        limit=self._settings.registry_manifest_max_bytes,
+                        deadline=deadline,
+                        headers=headers,
+                        extensions=extensions,
+                    )
+        except trio.TooSlowError:
+            raise unreachable(f"no answer within {deadline:g} s") from None
+        except Transient as error:
+            raise unreachable(str(error)) from None
+        except httpx.HTTPError as error:
+            raise unreachable(type(error).__name__) from None
+        if answer.status != 200:
+            raise unreachable(f"it answered {answer.status}")
+        if answer.truncated:
+            return None
+        try:
+            data = json.loads(answer.body)
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
+            return None
+        did = data.get("did") if isinstance(data, dict) else None
+        return did if isinstance(did, str) else None
 
 
 class Heartbeat:
@@ -190,7 +325,9 @@ class Heartbeat:
         except httpx.HTTPError as error:
             raise Transient(f"cannot reach the registry: {type(error).__name__}") from None
         if not 200 <= answer.status < 300:
-            raise Transient(f"the registry answered {answer.status}")
+            # the code says what to fix (manifest_unreachable: the url is not reachable
+            # from the registry, e.g. MESH_PUBLIC_URL is not set behind a proxy)
+            raise Transient(f"the registry answered {answer.status} {error_code(answer.body)}")
         self._listed = body["status"] == "ok"
         return str(body["status"])
 

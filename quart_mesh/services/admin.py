@@ -41,7 +41,7 @@ from .authz import Actor, authorize
 from .presence import Presence
 from .validation import check_description
 
-__all__ = ["RULE_FIELDS", "Admin", "RateOverrides"]
+__all__ = ["RULE_FIELDS", "Admin", "RateOverrides", "is_registry"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,19 @@ RULE_FIELDS: Final = {
     "registration_address": ("registrationAddress", "client address"),
     "challenge_address": ("challengeAddress", "client address"),
     "federation_relay": ("federationRelay", "peer node"),
+    "registry_did": ("registryDid", "node DID"),
+    "registry_address": ("registryAddress", "client address"),
 }
 _RULE_BY_FIELD: Final = {api: rule for rule, (api, _) in RULE_FIELDS.items()}
 assert set(RULE_FIELDS) == set(RATE_RULES)
+
+
+def is_registry(settings: Settings, mesh: MeshConfig | None) -> bool:
+    """Whether this node lists public meshes: as the owner switched it
+    (``registryEnabled``), else as ``MESH_REGISTRY_ENABLED`` says (decision 0057)."""
+    if mesh is not None and mesh.registry_enabled is not None:
+        return mesh.registry_enabled
+    return settings.registry_enabled
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +247,7 @@ class Admin:
         registration_mode: str | None = None,
         guests_can_send: bool | None = None,
         default_room_id: str | None = None,
+        registry_enabled: bool | None = None,
         rate_limits: Any = None,
         role_multipliers: Any = None,
     ) -> dict[str, Any]:
@@ -247,6 +258,8 @@ class Admin:
         a rate string (``"20/10s:30"``), ``"off"`` or ``"default"``;
         *role_multipliers* is a whole new map of role to number, or ``"default"``.
         *default_room_id* is an ordinary room of this node, or ``""`` for none.
+        *registry_enabled* makes this node a registry of public meshes (or
+        not), whatever ``MESH_REGISTRY_ENABLED`` says.
 
         Raises:
             Forbidden: the actor lacks ``mesh.settings``, or before setup.
@@ -272,6 +285,8 @@ class Admin:
                 mesh = replace(mesh, guests_can_send=guests_can_send)
             if default_room_id is not None:
                 mesh = replace(mesh, default_room_id=default_room_id or None)
+            if registry_enabled is not None:
+                mesh = replace(mesh, registry_enabled=registry_enabled)
             overrides = self._changed_overrides(rate_limits, role_multipliers)
             effective = overrides.apply(self._settings.rate_limits)
             text = overrides.to_text()
@@ -379,6 +394,8 @@ class Admin:
             "registrationMode": mesh.registration_mode,
             "guestsCanSend": mesh.guests_can_send,
             "defaultRoomId": mesh.default_room_id,
+            "registryEnabled": is_registry(self._settings, mesh),
+            "registryEnabledSource": "settings" if mesh.registry_enabled is None else "admin",
             "rateLimits": rules,
             "roleMultipliers": dict(config.role_multipliers),
             "roleMultipliersSource": "settings" if self._overrides.multipliers is None else "admin",

@@ -252,6 +252,7 @@ async def manifest(
     capabilities: list[str],
     federation_enabled: bool = False,
     registry: str | None = None,
+    is_registry: bool = False,
 ) -> dict[str, Any]:
     """``/.well-known/mesh-manifest.json``: who this node is and what it serves.
 
@@ -286,7 +287,9 @@ async def manifest(
             {"enabled": True, "policy": "manual", "registry": registry}
             if federation_enabled
             else {"enabled": False, "policy": "none", "registry": None}
-        ),
+        )
+        # whether this node lists public meshes (``GET /api/meshes/public``)
+        | {"isRegistry": is_registry},
     }
 
 

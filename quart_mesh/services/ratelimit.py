@@ -63,6 +63,8 @@ RULE_MESSAGES: Final = {
     "registration_address": "too many registrations from your address",
     "challenge_address": "too many identity challenges from your address",
     "federation_relay": "this node relays too many events",
+    "registry_did": "this node sends too many heartbeats",
+    "registry_address": "too many meshes checked for your address",
 }
 #: rules counted in the store when several processes may serve the mesh
 SHARED_RULES: Final = frozenset({"login_name", "login_address", "registration_address"})

@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import trio
@@ -56,6 +54,7 @@ from ..store import agents as repo
 from ..store import messages as messages_repo
 from .commands import Commands, command_event
 from .delivery import Delivery, Feed
+from .outbound import is_private_address, pin_public
 
 if TYPE_CHECKING:
     from .accounts import Accounts
@@ -80,16 +79,6 @@ _RETRY_STATUSES = frozenset({408, 425, 429})
 def sign(secret: str, body: bytes) -> str:
     """The ``X-Mesh-Signature`` header value for *body*."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def is_private_address(host: str) -> bool:
-    """Whether *host* (an IP address) is loopback, private, link-local or otherwise
-    not a public unicast address."""
-    try:
-        address = ipaddress.ip_address(host.split("%")[0])
-    except ValueError:
-        return False
-    return not address.is_global or address.is_multicast
 
 
 @dataclass
@@ -377,7 +366,11 @@ class Webhooks:
             with trio.fail_after(deadline):
                 url, extensions = target.url, dict[str, Any]()
                 if not target.private_ok and not self._settings.webhook_allow_private:
-                    url, host, extensions = await _pin_public(target.url)
+                    url, host, extensions = await pin_public(
+                        target.url,
+                        allowed_by="only bots an admin registers may use one "
+                        "(or set MESH_WEBHOOK_ALLOW_PRIVATE)",
+                    )
                     headers = {**headers, "Host": host}
                 async with self._client.stream(
                     "POST", url, content=body, headers=headers, extensions=extensions
@@ -418,37 +411,3 @@ def _addressed(message: Message, actor: Actor) -> bool:
     return message.to_id == actor.participant_id or (
         f"@{actor.name.lower()}" in message.content.lower()
     )
-
-
-async def _pin_public(url: str) -> tuple[str, str, dict[str, Any]]:
-    """Resolve *url*'s host once and pin the connection to that address, if
-    every address it resolves to is public: a bot registered without an
-    admin must not reach the node's own network (SSRF), and a name that
-    resolves differently for the check and for the connection (DNS
-    rebinding) must not get past it. Returns the URL with the address in
-    place of the name, the ``Host`` header, and for HTTPS the request
-    extensions that keep the name for SNI and certificate checks.
-
-    Raises:
-        Transient: the name does not resolve, or resolves to a private address.
-    """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as error:  # UnicodeError: a label IDNA cannot encode
-        raise Transient(f"cannot resolve {host[:300]}: {error}") from None
-    addresses = [str(info[4][0]) for info in infos]
-    if not addresses or any(is_private_address(a) for a in addresses):
-        raise Transient(
-            f"{host} is a private address; only bots an admin registers may use one "
-            "(or set MESH_WEBHOOK_ALLOW_PRIVATE)"
-        )
-    address = addresses[0]
-    literal = f"[{address}]" if ":" in address else address
-    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
-    pinned = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    host_header = parts.netloc.rpartition("@")[2]  # as written: [v6]:port stays bracketed
-    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
-    return pinned, host_header, extensions

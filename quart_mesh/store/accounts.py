@@ -49,6 +49,7 @@ def get_mesh_config(conn: Connection) -> MeshConfig | None:
         owner_id=row.owner_id,
         created_at=row.created_at,
         default_room_id=row.default_room_id,
+        registry_enabled=None if row.registry_enabled is None else bool(row.registry_enabled),
     )
 
 
@@ -64,6 +65,7 @@ def insert_mesh_config(conn: Connection, config: MeshConfig) -> None:
             owner_id=config.owner_id,
             created_at=config.created_at,
             default_room_id=config.default_room_id,
+            registry_enabled=config.registry_enabled,
         )
     )
 

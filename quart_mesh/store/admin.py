@@ -50,6 +50,7 @@ def update_mesh_settings(conn: Connection, config: MeshConfig, rate_limits: str 
             registration_mode=config.registration_mode,
             guests_can_send=config.guests_can_send,
             default_room_id=config.default_room_id,
+            registry_enabled=config.registry_enabled,
             rate_limits=rate_limits,
         )
     )

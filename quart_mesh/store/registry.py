@@ -32,13 +32,20 @@ def _row(r: Row[Any]) -> RegistryRow:
     )
 
 
-def upsert_entry(conn: Connection, row: RegistryRow, *, max_entries: int, cutoff: int) -> bool:
+def upsert_entry(
+    conn: Connection, row: RegistryRow, *, max_entries: int, cutoff: int, claim_url: bool = False
+) -> bool:
     """Insert or replace the entry of ``row.did``.
 
-    A new DID is refused (``False``) when *max_entries* entries are kept even
-    after dropping those last seen before *cutoff*.
+    A new DID first drops the entries last seen before *cutoff* (expired:
+    never listed again), then is refused (``False``) when *max_entries*
+    entries are still kept. With *claim_url* (the URL was just seen serving
+    this DID's manifest), other DIDs' entries at the same URL are dropped: a
+    URL serves one mesh.
     """
     c = registry_entries.c
+    if claim_url:
+        conn.execute(sa.delete(registry_entries).where(c.url == row.url, c.did != row.did))
     values = {
         "name": row.name,
         "description": row.description,
@@ -51,11 +58,10 @@ def upsert_entry(conn: Connection, row: RegistryRow, *, max_entries: int, cutoff
     updated = conn.execute(sa.update(registry_entries).where(c.did == row.did).values(**values))
     if updated.rowcount:
         return True
+    conn.execute(sa.delete(registry_entries).where(c.last_seen < cutoff))
     count = sa.select(sa.func.count()).select_from(registry_entries)
     if int(conn.execute(count).scalar_one()) >= max_entries:
-        conn.execute(sa.delete(registry_entries).where(c.last_seen < cutoff))
-        if int(conn.execute(count).scalar_one()) >= max_entries:
-            return False
+        return False
     # another writer may add the same DID meanwhile: then this heartbeat replaces it
     query = insert(conn, registry_entries).values(did=row.did, **values)
     conn.execute(query.on_conflict_do_update(index_elements=["did"], set_=values))

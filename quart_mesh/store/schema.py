@@ -340,6 +340,9 @@ vault_entries = Table(
 
 # rate limits an admin changed at run time (JSON, see services/admin.py); NULL: none
 mesh_config.append_column(Column("rate_limits", Text, nullable=True))
+# whether this node is a registry, as the owner switched it (migration
+# 0021_registry); NULL: as MESH_REGISTRY_ENABLED says
+mesh_config.append_column(Column("registry_enabled", Boolean, nullable=True))
 
 #: apps (HTML/CSS/JS) of the app store; the source lives in ``app_versions``
 apps = Table(

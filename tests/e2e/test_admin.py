@@ -206,6 +206,8 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "registrationAddress",
         "challengeAddress",
         "federationRelay",
+        "registryDid",
+        "registryAddress",
     }
     assert body["roleMultipliers"]["admin"] == 10
     assert body["rateLimitsEnabled"] is True

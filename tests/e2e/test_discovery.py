@@ -324,7 +324,12 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     for name in (*present, "model-proxy", "roles", "vault", "did-auth", "uploads", "apps"):
         assert name in caps
     assert "federation" in caps
-    assert manifest["federation"] == {"enabled": True, "policy": "manual", "registry": None}
+    assert manifest["federation"] == {
+        "enabled": True,
+        "policy": "manual",
+        "registry": None,
+        "isRegistry": False,
+    }
 
     # the DID is the key in the data folder: a signature made with the key file verifies
     key_file = settings.data_dir / "node.key"

@@ -78,6 +78,7 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
                 "enabled": True,
                 "policy": "manual",
                 "registry": None,
+                "isRegistry": False,
             }
             assert "federation" in manifest_b["capabilities"]
 
@@ -202,7 +203,12 @@ async def test_a_node_with_federation_off_stands_alone(
             owner = await Mesh(solo).setup()
             owner_peer = await Mesh(other).setup()
             manifest = (await solo.get("/.well-known/mesh-manifest.json")).json()
-            assert manifest["federation"] == {"enabled": False, "policy": "none", "registry": None}
+            assert manifest["federation"] == {
+                "enabled": False,
+                "policy": "none",
+                "registry": None,
+                "isRegistry": False,
+            }
             # no connections either way
             r = await solo.post(
                 "/api/connections/request", json={"url": url_peer}, headers=owner.headers

@@ -1,6 +1,8 @@
 """The public registry and the heartbeat between real nodes (``python -m
-quart_mesh serve`` subprocesses): B is the registry, A a public mesh, C a
-private one; both A and C have ``MESH_REGISTRY_URL`` set to B."""
+quart_mesh serve`` subprocesses): B is the registry (its operator turned it
+on; loopback addresses allowed, as in a lab), A a public mesh, C a private
+one; both A and C have ``MESH_REGISTRY_URL`` set to B. What a registry
+refuses is in ``test_registry_checks.py``."""
 
 from __future__ import annotations
 
@@ -41,7 +43,16 @@ async def _until(http: httpx.AsyncClient, did: str, *, present: bool) -> dict[st
 
 async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nursery) -> None:
     with trio.fail_after(45):
-        registry = ServerProcess(tmp_path / "b", env={"MESH_REGISTRY_TTL": "2"})
+        registry = ServerProcess(
+            tmp_path / "b",
+            env={
+                "MESH_REGISTRY_ENABLED": "true",
+                "MESH_OUTBOUND_ALLOW_PRIVATE": "true",
+                "MESH_REGISTRY_TTL": "2",
+                # A beats twice a second here, not every 300 s
+                "MESH_RATE_REGISTRY_DID": "1000/1min",
+            },
+        )
         url_b = await registry.start(nursery)
         sender_env = {"MESH_REGISTRY_URL": url_b, "MESH_HEARTBEAT_INTERVAL": "0.5"}
         node_a = ServerProcess(tmp_path / "a", env=sender_env)
@@ -64,10 +75,13 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
             manifest_a = (await a.get("/.well-known/mesh-manifest.json")).json()
             did_a = manifest_a["did"]
             did_c = (await c.get("/.well-known/mesh-manifest.json")).json()["did"]
+            manifest_b = (await b.get("/.well-known/mesh-manifest.json")).json()
+            assert manifest_b["federation"]["isRegistry"] is True
             assert manifest_a["federation"] == {
                 "enabled": True,
                 "policy": "manual",
                 "registry": url_b,
+                "isRegistry": False,
             }
 
             # A appears, with its counts, once a heartbeat after the bot came in
@@ -113,9 +127,15 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
                 raw, headers = _signed(forger, forger_did, PATH, mine | bad)
                 r = await b.post(PATH, content=raw, headers=headers)
                 assert_error(r, 400, code)
+            # a fresh key is not listed: its url must serve a manifest with its DID
             raw, headers = _signed(forger, forger_did, PATH, mine)
-            assert (await b.post(PATH, content=raw, headers=headers)).status_code == 200
-            assert (await _listed(b))[forger_did]["name"] == "Evil"
+            r = await b.post(PATH, content=raw, headers=headers)
+            assert_error(r, 400, "manifest_unreachable")  # evil.test does not resolve
+            raw, headers = _signed(forger, forger_did, PATH, mine | {"url": url_a})
+            r = await b.post(PATH, content=raw, headers=headers)
+            assert_error(r, 400, "manifest_mismatch")  # A's URL serves A's DID
+            assert set(await _listed(b)) == {did_a}
+            assert (await _listed(b))[did_a]["url"] == url_a
             raw, headers = _signed(
                 forger, forger_did, PATH, {"did": forger_did, "status": "withdrawn"}
             )
@@ -184,3 +204,34 @@ def test_registry_settings_from_env() -> None:
             Settings.from_env({"MESH_REGISTRY_URL": bad})
     with pytest.raises(ConfigError, match="MESH_HEARTBEAT_INTERVAL"):
         Settings.from_env({"MESH_HEARTBEAT_INTERVAL": "-1"})
+
+
+def test_registry_role_settings_from_env() -> None:
+    """Being a registry is off unless the operator turns it on; so are private addresses."""
+    default = Settings.from_env({})
+    assert (default.registry_enabled, default.outbound_allow_private) == (False, False)
+    settings = Settings.from_env(
+        {
+            "MESH_REGISTRY_ENABLED": "true",
+            "MESH_OUTBOUND_ALLOW_PRIVATE": "1",
+            "MESH_REGISTRY_VERIFY_TTL": "60",
+            "MESH_REGISTRY_FETCH_TIMEOUT": "2.5",
+            "MESH_REGISTRY_MANIFEST_MAX_BYTES": "4096",
+            "MESH_REGISTRY_FETCH_CONCURRENCY": "2",
+            "MESH_RATE_REGISTRY_DID": "3/1min",
+            "MESH_RATE_REGISTRY_ADDRESS": "5/1h",
+        }
+    )
+    assert (settings.registry_enabled, settings.outbound_allow_private) == (True, True)
+    assert (settings.registry_verify_ttl, settings.registry_fetch_timeout) == (60.0, 2.5)
+    assert settings.registry_manifest_max_bytes == 4096
+    assert settings.registry_fetch_concurrency == 2
+    assert str(settings.rate_limits.registry_did) == "3/60s"
+    assert str(settings.rate_limits.registry_address) == "5/3600s"
+    for name, bad in [
+        ("MESH_REGISTRY_ENABLED", "maybe"),
+        ("MESH_REGISTRY_VERIFY_TTL", "-1"),
+        ("MESH_REGISTRY_MANIFEST_MAX_BYTES", "0"),
+    ]:
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: bad})

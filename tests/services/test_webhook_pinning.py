@@ -1,6 +1,7 @@
-"""The webhook SSRF check resolves a bot's host once and connects to that
-address: a name that resolves to a public address for the check and to a
-private one later (DNS rebinding) cannot reach the node's network."""
+"""The outbound SSRF check (webhooks, a registry's manifest fetches) resolves
+a URL's host once and connects to that address: a name that resolves to a
+public address for the check and to a private one later (DNS rebinding)
+cannot reach the node's network."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 import trio
 
 from quart_mesh.errors import Transient
-from quart_mesh.services.webhooks import _pin_public
+from quart_mesh.services.outbound import pin_public
+
+
+def _pin_public(url: str) -> Any:
+    return pin_public(url, allowed_by="set MESH_OUTBOUND_ALLOW_PRIVATE")
 
 
 class Rebinding:

@@ -172,6 +172,23 @@ async def test_mesh_settings_checklist_and_statistics(browser_ready: None, serve
                 "changed elsewhere"
             )
 
+            # the owner makes the node a registry (off by default): it lists meshes at once
+            registry = alice.page.get_by_role(
+                "checkbox", name="List other public meshes (this node is a registry)", exact=True
+            )
+            expect(registry).not_to_be_checked()
+            assert call(get, alice_user, "/api/meshes/public")[0] == 404
+            registry.check()
+            alice.button("Save settings").click()
+            expect(
+                alice.page.get_by_role("status").filter(has_text="Saved: registry.")
+            ).to_be_visible()
+            code, saved = call(get, alice_user, "/api/admin/mesh/settings")
+            assert (saved["registryEnabled"], saved["registryEnabledSource"]) == (True, "admin")
+            assert call(get, alice_user, "/api/meshes/public") == (200, [])
+            manifest = call(get, alice_user, "/.well-known/mesh-manifest.json")[1]
+            assert manifest["federation"]["isRegistry"] is True
+
             # a member: no console link, the address is a room, the API refuses
             nav = bob.page.get_by_role("navigation", name="Rooms and people")
             expect(nav.get_by_role("link", name="Console")).to_have_count(0)

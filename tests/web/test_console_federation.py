@@ -4,7 +4,8 @@ B by its address; B's owner sees the request and accepts it; both see the
 connection; A shares a room, B joins it from the console and the two talk
 across; the relay link shows per peer; A disconnects (after a
 confirmation); A asks again from the list of public meshes (B announces
-itself to A, which acts as its registry) and B declines. A member is
+itself to A, which acts as its registry; B, not one, says so) and B
+declines. A member is
 offered no console and the node refuses the calls anyway."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from quart_mesh.config import Rate, RateLimits
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.helpers import User, wait_for
 from tests.web.conftest import Served
@@ -38,7 +40,13 @@ def connection_row(person: Person, name: str) -> Any:
 async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
     browser_ready: None, serve_node: Any
 ) -> None:
-    a: Served = await serve_node()
+    # A is a registry (its operator turned it on; loopback addresses allowed in a lab)
+    a: Served = await serve_node(
+        registry_enabled=True,
+        outbound_allow_private=True,
+        # B beats twice a second here, not every 300 s
+        rate_limits=RateLimits(registry_did=Rate(1000, 60)),
+    )
     alice = await a.mesh.setup("alice", meshName="Mesh A")
     # B announces itself to A (A is its registry) twice a second
     b: Served = await serve_node(registry_url=a.url, heartbeat_interval=0.5)
@@ -97,6 +105,10 @@ async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
             expect(facts).to_contain_text(a.url)
             expect(facts.locator("code")).to_have_text(re.compile(r"^did:key:z6Mk"))
             expect(page_a.get_by_text("No connections yet.")).to_be_visible()
+            # B is not a registry (the default): its console says so, as no error
+            public_b = page_b.get_by_role("region", name="Public meshes")
+            expect(public_b).to_contain_text("This node is not a registry")
+            expect(public_b.get_by_role("alert")).to_have_count(0)
 
             # A asks B by its address
             owner_a.page.get_by_role("textbox", name="Node address").fill(b.url)

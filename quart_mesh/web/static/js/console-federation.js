@@ -51,6 +51,8 @@ export class FederationSection {
     this.connections = [];
     this.rooms = [];
     this.meshes = [];
+    /** false once the node answered that it is not a registry */
+    this.isRegistry = null;
     this.drawn = new Map(); // box -> signature of what it shows
     this.onVisible = () => {
       if (this.body && !document.hidden) this.refresh();
@@ -116,13 +118,13 @@ export class FederationSection {
         h("h2", { id: "console-registry-heading", text: "Public meshes" }),
         h("p", {
           class: "hint",
-          text: "Meshes that announce themselves to this node (it acts as a registry). What they say about themselves is not checked.",
+          text: "Meshes that announce themselves to this node, when it acts as a registry. Each one's address was seen serving its identity; its name and counts are what it says of itself.",
         }),
         this.registryBox,
         this.registryError,
       ),
     );
-    this.loadManifest();
+    this.manifestLoaded = this.loadManifest();
     this.refresh();
     this.timer = setInterval(() => {
       if (!document.hidden) this.refresh();
@@ -174,10 +176,13 @@ export class FederationSection {
 
   async load() {
     const { api } = this.app;
+    await this.manifestLoaded;
+    // only a registry lists public meshes (the manifest says whether this node is one)
+    const fed = (this.manifest && this.manifest.federation) || {};
     const [connections, rooms, meshes] = await Promise.allSettled([
       api.get("/api/connections"),
       api.get("/api/rooms"),
-      api.get("/api/meshes/public"),
+      fed.isRegistry === false ? Promise.resolve(null) : api.get("/api/meshes/public"),
     ]);
     if (!this.body) return;
     if (connections.status === "fulfilled") {
@@ -187,8 +192,17 @@ export class FederationSection {
       this.connectionsError.textContent = reason(connections.reason);
     }
     if (rooms.status === "fulfilled") this.rooms = rooms.value;
-    if (meshes.status === "fulfilled") {
+    if (meshes.status === "fulfilled" && meshes.value === null) {
+      this.meshes = [];
+      this.isRegistry = false;
+      this.registryError.textContent = "";
+    } else if (meshes.status === "fulfilled") {
       this.meshes = meshes.value;
+      this.isRegistry = true;
+      this.registryError.textContent = "";
+    } else if (meshes.reason && meshes.reason.code === "registry_disabled") {
+      this.meshes = [];
+      this.isRegistry = false;
       this.registryError.textContent = "";
     } else {
       this.registryError.textContent = reason(meshes.reason);
@@ -584,8 +598,13 @@ export class FederationSection {
     const connected = new Set(
       this.connections.filter((c) => c.status === "pending" || c.status === "accepted").map((c) => c.did),
     );
-    const signature = JSON.stringify([own, [...connected], this.meshes]);
+    const signature = JSON.stringify([own, [...connected], this.meshes, this.isRegistry]);
     this.draw(this.registryBox, signature, () => {
+      if (this.isRegistry === false)
+        return h("p", {
+          class: "hint",
+          text: "This node is not a registry. The owner can make it one in the mesh settings (List other public meshes).",
+        });
       if (!this.meshes.length) return h("p", { class: "hint", text: "No mesh has announced itself to this node." });
       return wide(table(
         `${this.meshes.length} public ${this.meshes.length === 1 ? "mesh" : "meshes"}`,

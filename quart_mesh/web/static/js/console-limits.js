@@ -20,6 +20,8 @@ const RULES = {
   registrationAddress: "New accounts and guests from one address",
   challengeAddress: "Identity challenges from one address",
   federationRelay: "Events relayed by one peer node",
+  registryDid: "Heartbeats from one node (as a registry)",
+  registryAddress: "Meshes checked for one address (as a registry)",
 };
 
 const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 3 });

@@ -115,6 +115,7 @@ export class SettingsSection {
       REGISTRATION,
     );
     f.guests = h("input", { type: "checkbox" });
+    f.registry = h("input", { type: "checkbox" });
     f.defaultRoom = h("select", {});
     f.status = statusLine();
     f.error = errorLine();
@@ -133,6 +134,16 @@ export class SettingsSection {
       f.visibilitySet,
       f.registrationSet,
       h("label", { class: "console-check" }, f.guests, h("span", { text: "Guests may post messages" })),
+      h(
+        "label",
+        { class: "console-check" },
+        f.registry,
+        h("span", { text: "List other public meshes (this node is a registry)" }),
+      ),
+      h("p", {
+        class: "hint",
+        text: "Other nodes may then announce their public meshes here; each is listed only while its address serves its own manifest.",
+      }),
       field("Default room", f.defaultRoom, "The room offered to people who are in none."),
       h("div", { class: "row" }, f.save, f.revert),
       f.status,
@@ -149,6 +160,7 @@ export class SettingsSection {
       visibility: f.visibility(),
       registrationMode: f.registration(),
       guestsCanSend: f.guests.checked,
+      registryEnabled: f.registry.checked,
       defaultRoomId: f.defaultRoom.value,
     };
   }
@@ -173,6 +185,7 @@ export class SettingsSection {
     f.setVisibility(settings.visibility);
     f.setRegistration(settings.registrationMode);
     f.guests.checked = Boolean(settings.guestsCanSend);
+    f.registry.checked = Boolean(settings.registryEnabled);
     this.chooseRoom(settings.defaultRoomId || "");
   }
 
@@ -237,7 +250,8 @@ export class SettingsSection {
     this.loaded = saved;
     this.fillForm(saved);
     const names = { name: "name", description: "description", visibility: "visibility",
-      registrationMode: "registration", guestsCanSend: "guests' posting", defaultRoomId: "default room" };
+      registrationMode: "registration", guestsCanSend: "guests' posting", registryEnabled: "registry",
+      defaultRoomId: "default room" };
     f.status.textContent = `Saved: ${Object.keys(changed).map((k) => names[k]).join(", ")}.`;
     this.showInPage(saved);
     if (this.app.store.can("admin.stats")) this.refreshChecklist();
