@@ -72,6 +72,15 @@ participants = Table(
     # tokens issued before this time (unix seconds) are refused: "sign out
     # everywhere" (migration 0020, docs/decisions/0046-operator-chores.md)
     Column("tokens_not_before", BigInteger, nullable=True),
+    # the confusable skeletons of the name as written and of its lower case
+    # (quart_mesh/names.py), each unique, so that "owner" with a Cyrillic o
+    # cannot stand beside "owner"; NULL only for a name that shared one with
+    # an older name when migration 0021_names came
+    # (docs/decisions/0056-names-people-can-trust.md)
+    Column("name_skeleton", String(400), nullable=True),
+    Column("folded_skeleton", String(400), nullable=True),
+    Index("ix_participants_name_skeleton", "name_skeleton", unique=True),
+    Index("ix_participants_folded_skeleton", "folded_skeleton", unique=True),
 )
 
 rooms = Table(
@@ -91,6 +100,12 @@ rooms = Table(
     Column("preset", String(32), nullable=True),
     # the home node's DID of a room shared with this node (federation); NULL otherwise
     Column("origin_did", String(128), nullable=True),
+    # an ordinary room name's confusable skeletons (unique, as participants');
+    # NULL for DMs
+    Column("name_skeleton", String(400), nullable=True),
+    Column("folded_skeleton", String(400), nullable=True),
+    Index("ix_rooms_name_skeleton", "name_skeleton", unique=True),
+    Index("ix_rooms_folded_skeleton", "folded_skeleton", unique=True),
 )
 
 room_members = Table(
