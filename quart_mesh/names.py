@@ -3,7 +3,7 @@
 A participant's or room's name is stored NFKC-normalised (a fullwidth
 ``owner`` is ``owner``), and refused when its *skeleton* equals an existing one's, so that
 ``owner`` spelt with a Cyrillic o cannot stand beside ``owner``
-(docs/decisions/0056-names-people-can-trust.md).
+(docs/decisions/0056-trusted-names-and-inert-uploads.md).
 
 The skeleton is Unicode TR39's (section 4, "Confusable Detection"): NFD,
 default-ignorable code points removed, every character replaced by its

@@ -1,6 +1,6 @@
 """Name skeletons (quart_mesh/names.py): Unicode TR39's skeleton over Unicode's
 own confusables.txt, and the case-insensitive key names are held to
-(docs/decisions/0056-names-people-can-trust.md).
+(docs/decisions/0056-trusted-names-and-inert-uploads.md).
 
 The lookalikes are written as escapes so that this file shows which
 character each one is.

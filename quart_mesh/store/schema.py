@@ -76,7 +76,7 @@ participants = Table(
     # (quart_mesh/names.py), each unique, so that "owner" with a Cyrillic o
     # cannot stand beside "owner"; NULL only for a name that shared one with
     # an older name when migration 0021_names came
-    # (docs/decisions/0056-names-people-can-trust.md)
+    # (docs/decisions/0056-trusted-names-and-inert-uploads.md)
     Column("name_skeleton", String(400), nullable=True),
     Column("folded_skeleton", String(400), nullable=True),
     Index("ix_participants_name_skeleton", "name_skeleton", unique=True),

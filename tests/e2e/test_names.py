@@ -1,7 +1,7 @@
 """Names people can trust, on a served node: every way a participant or a
 room gets a name stores it in NFKC and refuses one that looks like an
 existing name (its TR39 skeleton is taken), with 409 ``name_confusable``
-(docs/decisions/0056-names-people-can-trust.md).
+(docs/decisions/0056-trusted-names-and-inert-uploads.md).
 
 The lookalikes are written as escapes so that this file shows which
 character each one is.

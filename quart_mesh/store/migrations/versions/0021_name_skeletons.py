@@ -1,7 +1,7 @@
 """Names people can trust: the confusable skeletons of each participant's
 and ordinary room's name (as written, and of its lower case), each unique, so
 that a lookalike name is refused by the store itself, race-free across
-processes (docs/decisions/0056-names-people-can-trust.md).
+processes (docs/decisions/0056-trusted-names-and-inert-uploads.md).
 
 Existing names are kept as they are. Where two already share a skeleton
 (``owner`` and a Cyrillic-o ``owner`` registered before this), the older keeps

@@ -1,7 +1,7 @@
 """Uploads can never be script: uploads recorded before as a type a browser
 would run (JavaScript, HTML, SVG, XML) are recorded as
 ``application/octet-stream``, the type they are now served as; their stored
-names keep their extensions (docs/decisions/0056-names-people-can-trust.md).
+names keep their extensions (docs/decisions/0056-trusted-names-and-inert-uploads.md).
 
 Serving decides from the stored name's extension as well, so a row this
 missed is still served inert; this keeps what messages and the upload list
