@@ -14,6 +14,7 @@ from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
+from ..names import normalize
 from ..records import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database, outbox
@@ -281,7 +282,9 @@ class Accounts:
             Unauthorized: one message for unknown names and wrong passwords.
         """
         await self.rate_limits.address("login_address", address)
-        await self.rate_limits.key("login_name", name[:200].casefold())
+        # counted per name as it is looked up (NFKC, any case): a fullwidth
+        # spelling of a name is not a fresh budget of guesses
+        await self.rate_limits.key("login_name", normalize(name[:200]).casefold())
         if len(password) > self._limits.max_password_chars or len(name) > 200:
             # no account has such a password: refuse without spending argon2 on it
             raise Unauthorized("wrong name or password", "invalid_credentials")
