@@ -402,7 +402,8 @@ uploads = Table(
     Column("stored_name", String(40), nullable=False, unique=True),
     #: the client's file name, sanitized; metadata only, never a path
     Column("filename", String(255), nullable=False),
-    #: the detected type (``Content-Type`` when served)
+    #: the detected type, ``application/octet-stream`` for anything a browser
+    #: could run (decision 0056); served by ``services.uploads.serving``
     Column("content_type", String(100), nullable=False),
     Column("size", BigInteger, nullable=False),
     # no foreign key: uploads outlive their uploader (messages may still show them)
