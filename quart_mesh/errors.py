@@ -7,7 +7,8 @@ The tree::
     ├── Unauthorized         401  unauthorized, invalid_token, invalid_credentials
     ├── Forbidden            403  forbidden, registration_closed, not_member, ...
     ├── NotFound             404  not_found, room_not_found, ...
-    ├── Conflict             409  conflict, name_taken, already_initialized
+    ├── Conflict             409  conflict, name_taken, name_confusable, ...,
+    │                             already_initialized
     ├── PayloadTooLarge      413  too_large, content_too_large
     ├── RateLimited          429  rate_limited (carries retry_after)
     └── Unavailable          503  storage_unavailable

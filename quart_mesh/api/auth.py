@@ -15,12 +15,16 @@ bp = Blueprint("auth", __name__)
 
 
 class Credentials(Body):
+    #: stored in NFKC (a fullwidth name is its plain letters); a new name that
+    #: looks like an existing one (the same skeleton, Unicode TR39) is refused
+    #: with 409 `name_confusable`
     name: str
     password: str
 
 
 class GuestName(Body):
-    #: a name of the guest's choosing (one is made up when absent)
+    #: a name of the guest's choosing (one is made up when absent); held to the
+    #: same rules as a registered name (409 `name_taken`, `name_confusable`)
     name: str | None = None
 
 

@@ -14,6 +14,8 @@ bp = Blueprint("rooms", __name__)
 
 
 class CreateRoom(Body):
+    #: trimmed and stored in NFKC; refused when a room has it (409
+    #: `room_name_taken`) or one that looks like it (409 `name_confusable`)
     name: str
     #: null counts as ""
     description: str | None = None

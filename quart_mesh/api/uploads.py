@@ -6,9 +6,11 @@ first (in memory, then a spooled temporary file) before anything could be
 refused. The file part's bytes go straight on to the service, which writes
 them to disk while counting (``docs/decisions/0025-uploads.md``).
 
-Files are served with their detected type, ``nosniff``, a restrictive CSP
-(a sandbox and ``attachment`` for anything a browser could run), long-lived
-cache headers, conditional GET and single byte ranges (``docs/uploads.md``).
+Files are served with ``nosniff`` and a sandbox CSP, inline only when passive
+(images, PDF, plain text, JSON); anything a browser could run is an
+``attachment`` of an inert type (``services.uploads.serving``, decision 0056);
+with long-lived cache headers, conditional GET and single byte ranges
+(``docs/uploads.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Event, File, MultipartDeco
 from ..config import Limits
 from ..errors import BadRequest, MeshError, PayloadTooLarge, error_body
 from ..records import Upload
-from ..services.uploads import ACTIVE_TYPES, StoredFile, UploadTimeout
+from ..services.uploads import StoredFile, UploadTimeout, serving
 from ._common import caller, node, reply
 from .contract import Shape, answers, raw_body
 from .objects import Id
@@ -50,8 +52,6 @@ _MAX_PARTS = 16
 _SERVE_CHUNK = 64 * 1024
 
 _CACHE_CONTROL = "public, max-age=31536000, immutable"
-_CSP_ACTIVE = "sandbox; default-src 'none'"
-_CSP_PASSIVE = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'"
 
 
 def upload_body_limit(limits: Limits) -> int:
@@ -236,11 +236,9 @@ def _respond(stored: StoredFile) -> Response:
     if _not_modified(etag, modified_s):
         stored.file.close()
         return Response(b"", status=304, headers=headers)
-    active = upload.content_type in ACTIVE_TYPES
-    headers["Content-Security-Policy"] = _CSP_ACTIVE if active else _CSP_PASSIVE
-    headers["Content-Disposition"] = _disposition(
-        "attachment" if active else "inline", upload.filename
-    )
+    served = serving(upload)
+    headers["Content-Security-Policy"] = served.csp
+    headers["Content-Disposition"] = _disposition(served.disposition, upload.filename)
     headers["Accept-Ranges"] = "bytes"
     start, length, status = 0, size, 200
     wanted = _byte_range(etag, modified_s, size) if request.method == "GET" else None
@@ -258,10 +256,10 @@ def _respond(stored: StoredFile) -> Response:
         headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
     if request.method == "HEAD":
         stored.file.close()
-        response = Response(b"", status=status, headers=headers, content_type=upload.content_type)
+        response = Response(b"", status=status, headers=headers, content_type=served.content_type)
     else:
         body = _FileChunks(stored.file, start, length)
-        response = Response(body, status=status, headers=headers, content_type=upload.content_type)
+        response = Response(body, status=status, headers=headers, content_type=served.content_type)
         response.timeout = node().settings.limits.upload_timeout_seconds
     response.headers["Content-Length"] = str(length)
     return response

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from ..errors import BadRequest, Conflict
 from ..identity import public_key_from_did
 from ..ids import is_ulid, new_id
+from ..names import normalize
 from ..records import Participant, now_ms
 from ..services.authz import Actor, capped_at_tier_4
 from ..store import Database
@@ -86,7 +87,9 @@ class RemoteParticipants:
                     "this connection has brought as many participants as allowed",
                     "too_many_participants",
                 )
-            base = _NAME_CHARS.sub("_", by["name"])[:_MAX_BASE_NAME] or "someone"
+            # NFKC as local names; one that looks like a name here (another
+            # of its node's, say) gets the next free number (decision 0056)
+            base = _NAME_CHARS.sub("_", normalize(by["name"]))[:_MAX_BASE_NAME] or "someone"
             suffix = "@" + handle_of(_node_name(conn, row, node))
             kind = by["kind"] if by["kind"] in ("human", "bot", "guest") else "bot"
             for n in range(1, 100):

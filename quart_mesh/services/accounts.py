@@ -14,6 +14,7 @@ from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
+from ..names import normalize
 from ..records import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database, outbox
@@ -24,7 +25,13 @@ from ..store.tokens import IssuedToken
 from .authz import Actor, Policy, authorize
 from .presence import Presence
 from .ratelimit import RateLimiter
-from .validation import check_description, check_name, check_password, check_room_name
+from .validation import (
+    check_description,
+    check_name,
+    check_password,
+    check_room_name,
+    name_refused,
+)
 
 __all__ = [
     "Accounts",
@@ -169,7 +176,7 @@ class Accounts:
         """
         if self._mesh is not None:
             raise Conflict("the mesh is already initialized", "already_initialized")
-        check_name(name, self._limits)
+        name = check_name(name, self._limits)
         check_password(password, name, self._limits)
         mesh_name = check_mesh_name(mesh_name)
         check_description(description, self._limits)
@@ -249,10 +256,11 @@ class Accounts:
         self, name: str, password: str, role: str, *, via: str | None
     ) -> tuple[Participant, SignedIn | None]:
         """A new human participant; with *via*, signed in (recorded so)."""
-        check_name(name, self._limits)
+        name = check_name(name, self._limits)
         check_password(password, name, self._limits)
-        if await self._db.read(lambda conn: repo.name_taken(conn, name)):
-            raise Conflict("that name is taken", "name_taken")
+        found = await self._db.read(lambda conn: repo.name_conflict(conn, name))
+        if found is not None:  # before spending argon2 on the password
+            raise name_refused(found)
         password_hash = await self._passwords.hash(password)
         participant = Participant(new_id(), name, "human", "human", role, now_ms())
         session, issued = self._mint(participant, via) if via is not None else (None, None)
@@ -274,7 +282,9 @@ class Accounts:
             Unauthorized: one message for unknown names and wrong passwords.
         """
         await self.rate_limits.address("login_address", address)
-        await self.rate_limits.key("login_name", name[:200].casefold())
+        # counted per name as it is looked up (NFKC, any case): a fullwidth
+        # spelling of a name is not a fresh budget of guesses
+        await self.rate_limits.key("login_name", normalize(name[:200]).casefold())
         if len(password) > self._limits.max_password_chars or len(name) > 200:
             # no account has such a password: refuse without spending argon2 on it
             raise Unauthorized("wrong name or password", "invalid_credentials")
@@ -299,7 +309,7 @@ class Accounts:
         await self.rate_limits.address("registration_address", address)
         if name is None:
             name = f"guest-{secrets.token_hex(4)}"
-        check_name(name, self._limits)
+        name = check_name(name, self._limits)
         participant = Participant(new_id(), name, "guest", "guest", "spectator", now_ms())
         session, issued = self._mint(participant, "guest")
 
@@ -330,7 +340,7 @@ class Accounts:
         """
         if self._mesh is None:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
-        check_name(name, self._limits)
+        name = check_name(name, self._limits)
         check_description(description, self._limits)
         participant = Participant(
             new_id(), name, "bot", bot_type, role, now_ms(), description=description
@@ -572,11 +582,19 @@ class Accounts:
     def _insert(
         self, conn: Connection, participant: Participant, password_hash: str | None
     ) -> None:
+        """Insert *participant*, or refuse its name: 409 ``name_taken`` or
+        ``name_confusable`` (it looks like an existing name: decision 0056).
+        The store's unique keys decide, so two processes racing for lookalike
+        names cannot both win."""
+        found = repo.name_conflict(conn, participant.name)
+        if found is not None:
+            raise name_refused(found)
         try:
             with conn.begin_nested():
                 repo.insert_participant(conn, participant, password_hash)
         except IntegrityError:
-            raise Conflict("that name is taken", "name_taken") from None
+            found = repo.name_conflict(conn, participant.name)
+            raise name_refused(found or ("name_taken", participant.name)) from None
 
     def token_ttl(self, kind: str) -> int:
         """How long a token of a participant of *kind* lasts, seconds."""

@@ -280,7 +280,7 @@ class DidAuth:
             raise Forbidden("the mesh is not set up yet", "not_initialized")
         public_key = parse_did(did)
         if name is not None:
-            check_name(name, self._limits)
+            name = check_name(name, self._limits)
         limiter = self._accounts.rate_limits
         await limiter.address("login_address", address)
         await self._prove(did, challenge, signature)

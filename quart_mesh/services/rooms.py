@@ -18,7 +18,7 @@ from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, RoomRef, authorize, held_permissions, readable_rooms
 from .presence import Presence
-from .validation import check_description, check_room_name
+from .validation import check_description, check_room_name, name_refused
 
 __all__ = ["RoomDetails", "Rooms", "require_member", "require_room"]
 
@@ -110,7 +110,8 @@ class Rooms:
         """Create a room; the creator joins it.
 
         Raises:
-            Conflict: a room with that name exists (``room_name_taken``).
+            Conflict: a room with that name exists (``room_name_taken``), or
+                one whose name looks like it (``name_confusable``).
         """
         authorize(actor, "rooms.create")
         name = check_room_name(name, self._limits)
@@ -120,11 +121,15 @@ class Rooms:
 
         def write(conn: Connection) -> Room:
             me = _me(conn, actor)
+            found = repo.room_name_conflict(conn, name)
+            if found is not None:
+                raise name_refused(found)
             try:
                 with conn.begin_nested():
                     repo.insert_room(conn, room)
-            except IntegrityError:
-                raise Conflict("a room with that name exists", "room_name_taken") from None
+            except IntegrityError:  # one committed meanwhile: the unique keys decide
+                found = repo.room_name_conflict(conn, name)
+                raise name_refused(found or ("room_name_taken", name)) from None
             repo.add_member(conn, room.room_id, actor.participant_id, now)
             created = repo.get_room(conn, room.room_id)
             assert created is not None

@@ -47,12 +47,16 @@ from ..store import uploads as repo
 from .authz import Actor, authorize, permitted
 
 __all__ = [
-    "ACTIVE_TYPES",
+    "CSP_ATTACHMENT",
+    "CSP_INLINE",
+    "INERT_TYPE",
     "STORED_NAME",
+    "Serving",
     "UploadTimeout",
     "Uploads",
     "attachment_refs",
     "sanitize_filename",
+    "serving",
     "sniff",
 ]
 
@@ -68,7 +72,12 @@ _WRITE_BATCH = 256 * 1024
 _STALE_PARTIAL_SECONDS = 3600
 _PARTIAL_PREFIX = ".partial-"
 
-#: detected type -> (extension, Content-Type served)
+#: what every file a browser could run is served as: no browser runs,
+#: renders or sniffs it (under ``nosniff``), as a script, a worker, a module,
+#: WebAssembly or a document (decision 0056)
+INERT_TYPE = "application/octet-stream"
+
+#: detected type -> (extension, Content-Type stored and served)
 _TYPES: dict[str, tuple[str, str]] = {
     "png": ("png", "image/png"),
     "jpeg": ("jpg", "image/jpeg"),
@@ -78,22 +87,33 @@ _TYPES: dict[str, tuple[str, str]] = {
     "zip": ("zip", "application/zip"),
     "text": ("txt", "text/plain; charset=utf-8"),
     "json": ("json", "application/json"),
-    "html": ("html", "text/html; charset=utf-8"),
-    "svg": ("svg", "image/svg+xml"),
-    "xml": ("xml", "application/xml"),
-    "js": ("js", "text/javascript; charset=utf-8"),
-    "binary": ("bin", "application/octet-stream"),
+    # what a browser would run as script or as a document that runs script:
+    # the extension keeps what it is, the type is inert
+    "html": ("html", INERT_TYPE),
+    "svg": ("svg", INERT_TYPE),
+    "xml": ("xml", INERT_TYPE),
+    "js": ("js", INERT_TYPE),
+    "wasm": ("wasm", INERT_TYPE),
+    "binary": ("bin", INERT_TYPE),
 }
-#: types a browser could run script in, or that are unknown: served as an
-#: attachment under a sandbox CSP
-ACTIVE_TYPES = frozenset(
-    ct for kind, (_, ct) in _TYPES.items() if kind in ("html", "svg", "xml", "js", "binary")
+#: (extension, Content-Type) of the files served ``inline``: these only.
+#: Anything else, a row recorded before decision 0056 included (``js`` as
+#: ``text/javascript``, say), is an attachment of an inert type.
+_INLINE = frozenset(_TYPES[kind] for kind in ("png", "jpeg", "gif", "webp", "pdf", "text", "json"))
+#: (extension, Content-Type) of attachments that keep their own type
+_OWN_TYPE = frozenset({_TYPES["zip"]})
+#: the policy of every file served: a sandbox (no script, an opaque origin)
+#: whether the browser shows it or not
+CSP_ATTACHMENT = "sandbox; default-src 'none'"
+CSP_INLINE = (
+    "sandbox; default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'"
 )
 #: every name the node gives a file: nothing else reaches the filesystem
 _EXTENSIONS = "|".join(sorted({ext for ext, _ in _TYPES.values()}))
 STORED_NAME = re.compile(rf"[0-9a-hjkmnp-tv-z]{{26}}\.(?:{_EXTENSIONS})")
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x00asm", "wasm"),
     (b"\x89PNG\r\n\x1a\n", "png"),
     (b"\xff\xd8\xff", "jpeg"),
     (b"GIF87a", "gif"),
@@ -131,27 +151,85 @@ _HTML_OPENERS = (
 )
 #: what may follow an opener for it to be a tag (end of the file included)
 _TAG_ENDS = (b"", b" ", b">", b"/", b"\t", b"\n", b"\r", b"\x0c")
+# every JavaScript MIME type essence (WHATWG MIME Sniffing, section 4.6)
+_JS_TYPES = (
+    "application/ecmascript",
+    "application/javascript",
+    "application/x-ecmascript",
+    "application/x-javascript",
+    "text/ecmascript",
+    "text/javascript",
+    "text/javascript1.0",
+    "text/javascript1.1",
+    "text/javascript1.2",
+    "text/javascript1.3",
+    "text/javascript1.4",
+    "text/javascript1.5",
+    "text/jscript",
+    "text/livescript",
+    "text/x-ecmascript",
+    "text/x-javascript",
+    "module",
+)
 _CLAIMS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     # (client Content-Types, file-name endings, kind) — claims that make a text stricter
-    (("text/html", "application/xhtml+xml"), (".html", ".htm", ".xhtml", ".shtml"), "html"),
-    (("image/svg+xml",), (".svg", ".svgz"), "svg"),
-    (("application/xml", "text/xml"), (".xml", ".xsl", ".xslt", ".rss", ".atom"), "xml"),
     (
-        ("text/javascript", "application/javascript", "application/ecmascript", "module"),
-        (".js", ".mjs", ".cjs"),
-        "js",
+        ("text/html", "application/xhtml+xml"),
+        (".html", ".htm", ".xhtml", ".xht", ".shtml", ".mht", ".mhtml"),
+        "html",
     ),
+    (("image/svg+xml",), (".svg", ".svgz"), "svg"),
+    (
+        (
+            "application/xml",
+            "text/xml",
+            "application/xslt+xml",
+            "text/xsl",
+            "application/rss+xml",
+            "application/atom+xml",
+            "application/rdf+xml",
+        ),
+        (".xml", ".xsl", ".xslt", ".rss", ".atom", ".rdf"),
+        "xml",
+    ),
+    (_JS_TYPES, (".js", ".mjs", ".cjs", ".jsm", ".jsx"), "js"),
+    (("application/wasm",), (".wasm",), "wasm"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """How an upload is served: its ``Content-Type``, ``Content-Disposition``
+    kind (``inline`` or ``attachment``) and ``Content-Security-Policy``."""
+
+    content_type: str
+    disposition: str
+    csp: str
+
+
+def serving(upload: Upload) -> Serving:
+    """How *upload* is served, decided from its stored name's extension and
+    its recorded type together: ``inline`` only for the known passive pairs
+    (images, PDF, plain text, JSON); everything else an ``attachment`` of an
+    inert type (ZIP keeps its own). Every answer is sandboxed (decision 0056)."""
+    ext = upload.stored_name.rsplit(".", 1)[-1]
+    pair = (ext, upload.content_type)
+    if pair in _INLINE:
+        return Serving(upload.content_type, "inline", CSP_INLINE)
+    content_type = upload.content_type if pair in _OWN_TYPE else INERT_TYPE
+    return Serving(content_type, "attachment", CSP_ATTACHMENT)
 
 
 def sniff(head: bytes, size: int, claimed_type: str, filename: str) -> tuple[str, str]:
     """Detect a file's type from its first bytes (*head*, up to :data:`SNIFF_BYTES`).
 
-    Binary formats are known by their magic bytes whatever the client says.
-    A text file is plain text, JSON, HTML, SVG or XML by its content; if the
-    client *claims* (by Content-Type or file name) that it is HTML, SVG, XML
-    or JavaScript, it is treated as such, since that is only stricter.
-    Anything else is ``application/octet-stream``.
+    Binary formats are known by their magic bytes whatever the client says
+    (WebAssembly too). A text file is plain text, JSON, HTML, SVG or XML by
+    its content; if the client *claims* (by Content-Type or file name) that
+    it is HTML, SVG, XML, JavaScript or WebAssembly, it is treated as such,
+    since that is only stricter. Anything else is ``application/octet-stream``.
+    What a browser could run is recorded as ``application/octet-stream``
+    under its own extension (``js``, ``html``...).
 
     Returns:
         ``(extension, Content-Type)``.

@@ -11,8 +11,9 @@ import re
 import httpx
 
 from ..config import Limits
-from ..errors import BadRequest, PayloadTooLarge
+from ..errors import BadRequest, Conflict, PayloadTooLarge
 from ..ids import is_ulid
+from ..names import normalize
 
 __all__ = [
     "check_client_id",
@@ -26,9 +27,13 @@ __all__ = [
     "cursor_number",
     "is_client_id",
     "is_resolvable_url",
+    "name_refused",
 ]
 
 _NAME_RE = re.compile(r"\w[\w.-]*")
+# bidirectional embeddings, overrides and isolates: they reorder what follows
+# them, so a room name could show as another's
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _COMMON_PASSWORDS = frozenset(
     {
@@ -65,7 +70,13 @@ def check_name(name: str, limits: Limits) -> str:
 
     ``@`` is excluded: ``name@peer`` is how federated participants are shown,
     and ``@name`` is a mention.
+
+    Returns:
+        The name in NFKC (a fullwidth ``owner`` is ``owner``): what is stored, so callers
+        use the returned value. That it does not look like an existing name
+        is the store's check (``name_confusable``, decision 0056).
     """
+    name = normalize(name)
     if not name or not name.strip():
         raise BadRequest("name must not be empty", "invalid_name")
     if len(name) > limits.max_name_chars:
@@ -97,16 +108,36 @@ def check_password(password: str, name: str, limits: Limits) -> str:
 
 
 def check_room_name(name: str, limits: Limits) -> str:
-    name = name.strip()
+    """A room name: trimmed, 1..max characters, no control characters.
+
+    Returns:
+        The trimmed name in NFKC, as :func:`check_name`.
+    """
+    name = normalize(name).strip()
     if not name:
         raise BadRequest("name must not be empty", "invalid_name")
     if len(name) > limits.max_room_name_chars:
         raise BadRequest(
             f"name must be at most {limits.max_room_name_chars} characters", "invalid_name"
         )
-    if any(ord(ch) < 32 for ch in name):
+    if any(ord(ch) < 32 for ch in name) or _BIDI_CONTROLS.search(name):
         raise BadRequest("name must not contain control characters", "invalid_name")
     return name
+
+
+def name_refused(found: tuple[str, str]) -> Conflict:
+    """The 409 for a name the store refused: *found* is what
+    ``name_conflict``/``room_name_conflict`` (``store/``) answered."""
+    code, other = found
+    if code == "name_confusable":
+        return Conflict(
+            f"that name looks like the existing name {other!r} "
+            "(the same letters, or letters of another script or width that look alike)",
+            code,
+        )
+    if code == "room_name_taken":
+        return Conflict("a room with that name exists", code)
+    return Conflict("that name is taken", code)
 
 
 def check_description(description: str, limits: Limits) -> str:

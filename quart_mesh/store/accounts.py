@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..names import name_skeletons, normalize
 from ..records import MeshConfig, Participant
 from .dialect import insert
 from .schema import mesh_config, participants, revoked_tokens
@@ -24,6 +25,7 @@ __all__ = [
     "list_participants",
     "list_revoked_tokens",
     "move_role",
+    "name_conflict",
     "name_taken",
     "participant_from_row",
     "password_hash_of",
@@ -86,22 +88,40 @@ def participant_from_row(row: Any) -> Participant:
     )
 
 
-def name_taken(conn: Connection, name: str) -> bool:
-    query = sa.select(participants.c.participant_id).where(
-        participants.c.name_key == name.casefold()
+def name_conflict(conn: Connection, name: str) -> tuple[str, str] | None:
+    """Why *name* cannot be a new participant's: ``("name_taken", name)``
+    (the same name, case-insensitively) or ``("name_confusable", other)``
+    (*other* looks the same: a skeleton of it is *name*'s); None if it can."""
+    query = sa.select(participants.c.name).where(participants.c.name_key == name.casefold())
+    same = conn.execute(query).first()
+    if same is not None:
+        return "name_taken", same.name
+    written, folded = name_skeletons(name)
+    query = sa.select(participants.c.name).where(
+        (participants.c.name_skeleton == written) | (participants.c.folded_skeleton == folded)
     )
-    return conn.execute(query).first() is not None
+    like = conn.execute(query).first()
+    return None if like is None else ("name_confusable", like.name)
+
+
+def name_taken(conn: Connection, name: str) -> bool:
+    """Whether *name* is taken or looks like a name that is (see :func:`name_conflict`)."""
+    return name_conflict(conn, name) is not None
 
 
 def insert_participant(
     conn: Connection, participant: Participant, password_hash: str | None
 ) -> None:
-    """Insert a participant. Raises ``IntegrityError`` if the name is taken."""
+    """Insert a participant. Raises ``IntegrityError`` if the name is taken
+    or looks like one that is (its skeleton is taken)."""
+    written, folded = name_skeletons(participant.name)
     conn.execute(
         participants.insert().values(
             participant_id=participant.participant_id,
             name=participant.name,
             name_key=participant.name.casefold(),
+            name_skeleton=written,
+            folded_skeleton=folded,
             kind=participant.kind,
             type=participant.type,
             role=participant.role,
@@ -122,9 +142,14 @@ def get_participant(conn: Connection, participant_id: str) -> Participant | None
 
 
 def get_participant_by_name(conn: Connection, name: str) -> tuple[Participant, str | None] | None:
-    """The participant named *name* (case-insensitive) and its password hash."""
+    """The participant named *name* (case-insensitive; as typed or in NFKC,
+    which is how names are stored) and its password hash."""
+    keys = {name.casefold(), normalize(name).casefold()}
     row = conn.execute(
-        sa.select(participants).where(participants.c.name_key == name.casefold())
+        sa.select(participants)
+        .where(participants.c.name_key.in_(keys))
+        # the name as typed first, for a name stored before names were NFKC
+        .order_by((participants.c.name_key == name.casefold()).desc())
     ).first()
     return None if row is None else (participant_from_row(row), row.password_hash)
 

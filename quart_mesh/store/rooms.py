@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..names import name_skeletons
 from ..records import Participant, Room
 from .accounts import participant_from_row
 from .dialect import insert, insert_new
@@ -29,6 +30,7 @@ __all__ = [
     "member_room_ids",
     "remove_member",
     "room_from_row",
+    "room_name_conflict",
     "set_hidden",
     "unhide_all",
 ]
@@ -60,13 +62,17 @@ def dm_key(a: str, b: str) -> str:
 
 
 def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None = None) -> None:
-    """Insert a room. Raises ``IntegrityError`` if the name (or DM pair) is taken."""
+    """Insert a room. Raises ``IntegrityError`` if the name (or DM pair) is
+    taken, or the name looks like one that is (its skeleton is taken)."""
+    written, folded = (None, None) if room.kind == "dm" else name_skeletons(room.name)
     conn.execute(
         rooms.insert().values(
             room_id=room.room_id,
             kind=room.kind,
             name=room.name,
             name_key=None if room.kind == "dm" else room.name.casefold(),
+            name_skeleton=written,
+            folded_skeleton=folded,
             dm_key=None if dm_pair is None else dm_key(*dm_pair),
             description=room.description,
             created_by=room.created_by,
@@ -74,6 +80,23 @@ def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None
             origin_did=room.origin,
         )
     )
+
+
+def room_name_conflict(conn: Connection, name: str) -> tuple[str, str] | None:
+    """Why *name* cannot be a new room's: ``("room_name_taken", name)`` (the
+    same name, case-insensitively) or ``("name_confusable", other)`` (*other*
+    looks the same: a skeleton of it is *name*'s); None if it can."""
+    query = sa.select(rooms.c.name).where(rooms.c.name_key == name.casefold())
+    same = conn.execute(query).first()
+    if same is not None:
+        return "room_name_taken", same.name
+    written, folded = name_skeletons(name)
+    like = conn.execute(
+        sa.select(rooms.c.name).where(
+            (rooms.c.name_skeleton == written) | (rooms.c.folded_skeleton == folded)
+        )
+    ).first()
+    return None if like is None else ("name_confusable", like.name)
 
 
 def get_room(conn: Connection, room_id: str) -> Room | None:

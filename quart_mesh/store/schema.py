@@ -72,6 +72,15 @@ participants = Table(
     # tokens issued before this time (unix seconds) are refused: "sign out
     # everywhere" (migration 0020, docs/decisions/0046-operator-chores.md)
     Column("tokens_not_before", BigInteger, nullable=True),
+    # the confusable skeletons of the name as written and of its lower case
+    # (quart_mesh/names.py), each unique, so that "owner" with a Cyrillic o
+    # cannot stand beside "owner"; NULL only for a name that shared one with
+    # an older name when migration 0021_names came
+    # (docs/decisions/0056-trusted-names-and-inert-uploads.md)
+    Column("name_skeleton", String(400), nullable=True),
+    Column("folded_skeleton", String(400), nullable=True),
+    Index("ix_participants_name_skeleton", "name_skeleton", unique=True),
+    Index("ix_participants_folded_skeleton", "folded_skeleton", unique=True),
 )
 
 rooms = Table(
@@ -91,6 +100,12 @@ rooms = Table(
     Column("preset", String(32), nullable=True),
     # the home node's DID of a room shared with this node (federation); NULL otherwise
     Column("origin_did", String(128), nullable=True),
+    # an ordinary room name's confusable skeletons (unique, as participants');
+    # NULL for DMs
+    Column("name_skeleton", String(400), nullable=True),
+    Column("folded_skeleton", String(400), nullable=True),
+    Index("ix_rooms_name_skeleton", "name_skeleton", unique=True),
+    Index("ix_rooms_folded_skeleton", "folded_skeleton", unique=True),
 )
 
 room_members = Table(
@@ -341,7 +356,7 @@ vault_entries = Table(
 # rate limits an admin changed at run time (JSON, see services/admin.py); NULL: none
 mesh_config.append_column(Column("rate_limits", Text, nullable=True))
 # whether this node is a registry, as the owner switched it (migration
-# 0021_registry); NULL: as MESH_REGISTRY_ENABLED says
+# 0023_registry); NULL: as MESH_REGISTRY_ENABLED says
 mesh_config.append_column(Column("registry_enabled", Boolean, nullable=True))
 
 #: apps (HTML/CSS/JS) of the app store; the source lives in ``app_versions``
@@ -390,7 +405,8 @@ uploads = Table(
     Column("stored_name", String(40), nullable=False, unique=True),
     #: the client's file name, sanitized; metadata only, never a path
     Column("filename", String(255), nullable=False),
-    #: the detected type (``Content-Type`` when served)
+    #: the detected type, ``application/octet-stream`` for anything a browser
+    #: could run (decision 0056); served by ``services.uploads.serving``
     Column("content_type", String(100), nullable=False),
     Column("size", BigInteger, nullable=False),
     # no foreign key: uploads outlive their uploader (messages may still show them)

@@ -2,8 +2,8 @@
 (``mesh_config.registry_enabled``; NULL follows ``MESH_REGISTRY_ENABLED``)
 (docs/decisions/0057-registry-lists-real-meshes.md).
 
-Revision ID: 0021_registry
-Revises: 0020
+Revision ID: 0023_registry
+Revises: 0022_inert_uploads
 Create Date: 2026-11-27
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021_registry"
-down_revision = "0020"
+revision = "0023_registry"
+down_revision = "0022_inert_uploads"
 branch_labels = None
 depends_on = None
 
