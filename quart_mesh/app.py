@@ -315,11 +315,20 @@ def create_app(
             seconds,
             actor.participant_id if actor is not None else None,
             request_id,
+            _client(app),
         )
         http_metrics.observe(request.method, route, response.status_code, seconds)
         return response
 
     return app
+
+
+def _client(app: MeshApp) -> str | None:
+    """This request's client address (behind trusted proxies, the forwarded one)."""
+    if not app.has_node:
+        return request.remote_addr
+    resolver = app.node.client_addresses
+    return resolver.resolve(request.remote_addr, request.headers.getlist(resolver.header))
 
 
 def _request_id() -> str:

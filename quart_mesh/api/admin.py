@@ -101,7 +101,7 @@ class AdminMeshSettings(Shape):
     registration_mode: Literal["open", "closed"]
     guests_can_send: bool
     default_room_id: Id | None
-    #: by rule: messages, reactions, typing, models, loginName, loginAddress,
+    #: by rule: messages, reactions, typing, models, loginName, loginSlowdown, loginAddress,
     #: registrationAddress, challengeAddress, federationRelay
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
