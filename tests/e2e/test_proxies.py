@@ -26,6 +26,7 @@ from quart_mesh.client_address import ClientAddresses
 from quart_mesh.config import Rate, RateLimits
 from quart_mesh.services.setup_claim import SETUP_CODE_FILE
 from tests.e2e.test_cli_restart import ServerProcess
+from tests.e2e.test_stock_hypercorn import Process
 from tests.helpers import PASSWORD, Mesh, assert_error, cli, open_client
 from tests.stores import node_env
 
@@ -369,3 +370,37 @@ async def test_setup_code_always_is_asked_for_on_loopback_too_and_rate_limited(
                 "/api/setup/init", json=_init(setupCode=code), headers=_from("203.0.113.2")
             )
             assert r.status_code == 201, r.text
+
+
+async def test_under_stock_hypercorn_the_quart_route_and_rest_use_the_forwarded_client(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """``hypercorn -k trio 'quart_mesh.asgi:create_asgi_app()'`` behind a
+    trusted proxy: registrations are limited per forwarded client, the
+    WebSocket session through Quart's route is logged with it, and a request
+    that came in on loopback needs no setup code (the node cannot see the
+    binds: it decides per request, and logs the code at start)."""
+    server = Process.hypercorn(tmp_path / "mesh-data")
+    server.env = {
+        "MESH_TRUSTED_PROXIES": "127.0.0.1",
+        "MESH_RATE_REGISTRATION_ADDRESS": "2/1h",
+        "MESH_LOG_LEVEL": "INFO",
+    }
+    with trio.fail_after(90):
+        await server.start(nursery)
+        url = await server.url()
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            assert (await http.get("/api/setup/status")).json()["codeRequired"] is False
+            owner = await Mesh(http).setup()
+            assert (await _register(http, "ann", "203.0.113.5")).status_code == 201
+            assert (await _register(http, "ben", "203.0.113.5")).status_code == 201
+            assert_error(await _register(http, "cat", "203.0.113.5"), 429, "rate_limited")
+            assert (await _register(http, "cat", "203.0.113.6")).status_code == 201
+            async with open_client(url, extra_headers=[("X-Forwarded-For", "203.0.113.11")]) as ws:
+                await ws.send_message(json.dumps({"type": "authenticate", "token": owner.token}))
+                assert json.loads(await ws.get_message())["type"] == "auth_ok"
+                while b"client=203.0.113.11" not in server.output:
+                    await server._more.wait()
+        assert await server.stop() == 0
+    assert b"WS session_start" in server.output
+    assert b"setup code:" in server.output
