@@ -544,7 +544,8 @@ def test_the_proxies_and_recipes_agree_on_where_the_node_listens() -> None:
     assert unit_env["MESH_PORT"] == str(DEFAULTS.port)
     assert _docker_env(_final_stage())["MESH_PORT"] == str(DEFAULTS.port)
     passes = _directive(NGINX.read_text(), "proxy_pass")
-    assert passes and set(passes) == {f"http://{node}"}
+    assert passes
+    assert set(passes) == {f"http://{node}"}
     caddy = _without_comments(CADDYFILE.read_text())
     assert re.findall(r"^\s*reverse_proxy\s+(\S+)", caddy, re.M) == [node]
 
