@@ -64,6 +64,8 @@ class SetupClaim:
         #: :meth:`prepare` ran: the node is served on a socket (not an
         #: in-process test client, which nobody can reach)
         self._prepared = False
+        #: the node is set up: nothing is asked any more
+        self._done = False
 
     async def prepare(self, *, public: bool | None, initialized: bool) -> str | None:
         """At start, once the node knows whether it is set up and where it
@@ -85,7 +87,7 @@ class SetupClaim:
     def required(self, server_host: str | None) -> bool:
         """Whether a setup arriving at *server_host* (the server's address on
         that connection) needs the code."""
-        if not self._prepared:
+        if not self._prepared or self._done:
             return False
         if self._always:
             return True
@@ -115,6 +117,7 @@ class SetupClaim:
     async def discard(self) -> None:
         """The node is set up: the code is used (or no longer needed)."""
         self._code = None
+        self._done = True
         await trio.to_thread.run_sync(self._remove)
 
     def _remove(self) -> None:
