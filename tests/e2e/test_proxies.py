@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -25,8 +27,12 @@ from quart_mesh import Settings, create_app, serve
 from quart_mesh.client_address import ClientAddresses
 from quart_mesh.config import Rate, RateLimits
 from quart_mesh.services.setup_claim import SETUP_CODE_FILE
+from tests import stores
 from tests.e2e.test_cli_restart import ServerProcess
 from tests.e2e.test_stock_hypercorn import Process
+from tests.e2e.test_workers import Parent
+from tests.e2e.test_workers import _env as workers_env
+from tests.e2e.test_workers import _serve as workers_serve
 from tests.helpers import PASSWORD, Mesh, assert_error, cli, open_client
 from tests.stores import node_env
 
@@ -404,3 +410,51 @@ async def test_under_stock_hypercorn_the_quart_route_and_rest_use_the_forwarded_
         assert await server.stop() == 0
     assert b"WS session_start" in server.output
     assert b"setup code:" in server.output
+
+
+async def test_every_worker_asks_for_the_same_setup_code(tmp_path: Path) -> None:
+    """``quart-mesh serve --workers 2 --host 0.0.0.0`` (PostgreSQL): the code
+    is in the data folder, so both workers log and ask for the same one,
+    whichever takes the request."""
+    if stores.cluster is None:
+        pytest.skip("several workers need PostgreSQL (--store postgresql)")
+    data_dir = tmp_path / "mesh-data"
+    process = await trio.lowlevel.open_process(
+        workers_serve(data_dir, "--workers", "2", "--host", "0.0.0.0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=workers_env(MESH_DATABASE_URL=stores.cluster.url_for(data_dir)),
+    )
+    parent = Parent(process)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parent.pump)
+        try:
+            with trio.fail_after(90):
+                (listening, _) = await parent.wait_for(r"quart-mesh listening on (http://\S+)")
+                port = listening.group(1).rsplit(":", 1)[1]
+                codes = set()
+                after = 0
+                for _ in (1, 2):
+                    (found, after) = await parent.wait_for(r"setup code: ([A-Z0-9-]+)", after)
+                    codes.add(found.group(1))
+                for n in (1, 2):
+                    await parent.wait_for(rf"quart-mesh worker {n} \(pid \d+\) serving")
+            assert len(codes) == 1, parent.log()
+            (code,) = codes
+            limits = httpx.Limits(max_keepalive_connections=0)  # any worker may answer
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=20
+            ) as http:
+                for _ in range(6):
+                    r = await http.post("/api/setup/init", json=_init())
+                    assert_error(r, 403, "setup_code_required")
+                    status = (await http.get("/api/setup/status")).json()
+                    assert status["codeRequired"] is True
+                r = await http.post("/api/setup/init", json=_init(setupCode=code))
+                assert r.status_code == 201, r.text
+        finally:
+            with trio.CancelScope(shield=True), trio.fail_after(60):
+                if process.returncode is None:
+                    process.send_signal(signal.SIGTERM)
+                await parent.exited.wait()
+    assert process.returncode == 0, parent.log()
