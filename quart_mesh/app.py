@@ -33,6 +33,7 @@ from werkzeug.routing.exceptions import WebsocketMismatch
 
 from . import web
 from .api import BLUEPRINTS
+from .api._common import client_address
 from .api.apps import APPS_PREFIX
 from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
@@ -325,10 +326,7 @@ def create_app(
 
 def _client(app: MeshApp) -> str | None:
     """This request's client address (behind trusted proxies, the forwarded one)."""
-    if not app.has_node:
-        return request.remote_addr
-    resolver = app.node.client_addresses
-    return resolver.resolve(request.remote_addr, request.headers.getlist(resolver.header))
+    return client_address() if app.has_node else request.remote_addr
 
 
 def _request_id() -> str:
