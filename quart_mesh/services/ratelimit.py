@@ -29,7 +29,15 @@ on by the limiter's clock since (so an autojump clock moves it in tests).
 The chat rules (messages, reactions, typing, models) and ``federation_relay``
 stay in each process's memory: sharing them would cost a database round trip
 per message, and what they protect (the node's capacity) is per process too.
-On SQLite (one process) every rule stays in memory.
+On SQLite (one process) the other rules stay in memory.
+
+Logins (decision 0055): :meth:`RateLimiter.login_attempt` refuses per
+address (``login_address``) and per (name, address) (``login_name``), never
+per name alone; failures per name (``login_slowdown``,
+:meth:`RateLimiter.login_failed`) become a bounded wait before the password
+is checked. The two login rules (:data:`LOGIN_RULES`) are kept in the store
+on every backend, SQLite too, so that ``quart-mesh user unlock`` clears them
+for the running node and every process.
 """
 
 from __future__ import annotations
