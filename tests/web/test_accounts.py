@@ -15,6 +15,7 @@ from quart_mesh.services.setup_claim import SETUP_CODE_FILE
 from tests.browser import PASSWORD, Person, call, chromium, in_browser, shot
 from tests.helpers import User
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
@@ -258,6 +259,7 @@ async def test_the_setup_form_asks_for_the_setup_code_of_a_node_reachable_from_t
             field = alice.textbox("Setup code")
             expect(field).to_be_visible()
             expect(field).to_have_accessible_description(re.compile("setup code:"))
+            assert violations(alice, "#setup-form") == []
             alice.button("Create mesh").click()
             expect(page.get_by_role("alert")).to_have_text("Setup code is required.")
             field.fill("AAAA-BBBB-CCCC-DDDD")
