@@ -33,6 +33,7 @@ from werkzeug.routing.exceptions import WebsocketMismatch
 
 from . import web
 from .api import BLUEPRINTS
+from .api._common import client_address
 from .api.apps import APPS_PREFIX
 from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
@@ -315,11 +316,17 @@ def create_app(
             seconds,
             actor.participant_id if actor is not None else None,
             request_id,
+            _client(app),
         )
         http_metrics.observe(request.method, route, response.status_code, seconds)
         return response
 
     return app
+
+
+def _client(app: MeshApp) -> str | None:
+    """This request's client address (behind trusted proxies, the forwarded one)."""
+    return client_address() if app.has_node else request.remote_addr
 
 
 def _request_id() -> str:

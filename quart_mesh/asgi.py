@@ -30,6 +30,7 @@ from .app import MeshApp, create_app
 from .asgi_guards import ASGIApp
 from .config import Settings
 from .logs import configure_logging
+from .server import claim_node
 
 __all__ = ["create_asgi_app"]
 
@@ -49,6 +50,13 @@ def create_asgi_app(settings: Settings | None = None) -> MeshApp:
     configure_logging(settings.log_level, settings.log_format, leave_hypercorn=True)
     app = create_app(settings, websocket_route=True, exit_on_failure=True, freeze_heap=True)
     app.asgi_app = _learn_address(app, app.asgi_app)  # type: ignore[method-assign,assignment]
+
+    @app.before_serving
+    async def _claim() -> None:  # after the node has started: it knows whether it is set up
+        # the server's binds are unknown here: the setup code is asked for
+        # per request, when it came in on a non-loopback address
+        await claim_node(app.node, public=None)
+
     return app
 
 

@@ -92,6 +92,8 @@ def _request(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         if args.all:
             return {"op": "revoke_tokens", "name": args.name, "all": True}
         return {"op": "revoke_tokens", "name": args.name, "tokenId": args.token_id}
+    if args.chore == "unlock":
+        return {"op": "unlock_user", "name": args.name}
     if args.chore == "create":
         _require_store(settings)
         password = _password(args.password_stdin)
@@ -200,6 +202,11 @@ def _render(request: dict[str, Any], result: Any, running: bool, *, json_out: bo
         return (
             f"new password for {result['name']}; signed out everywhere"
             f" ({result['revokedTokens']} listed tokens revoked)"
+        )
+    if op == "unlock_user":
+        return (
+            f"unlocked {result['name']}: its failed logins are forgotten"
+            f" ({result['cleared']} counters cleared)"
         )
     if op == "revoke_tokens":
         if result["all"]:

@@ -121,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
 def _chore_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``user``, ``tokens`` and ``status``: the operator's chores."""
     user = commands.add_parser(
-        "user", help="create a user or an admin, reset a password (node running or not)"
+        "user",
+        help="create a user or an admin, reset a password, unlock logins (node running or not)",
     )
     user_commands = user.add_subparsers(dest="chore", required=True)
     create = user_commands.add_parser(
@@ -138,6 +139,11 @@ def _chore_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="keep its tokens (and open sessions) valid",
     )
+    unlock = user_commands.add_parser(
+        "unlock",
+        help="forget a name's failed logins: its logins are no longer slowed down or refused",
+    )
+    unlock.add_argument("name")
     for sub in (create, reset):
         sub.add_argument(
             "--password-stdin",
@@ -166,7 +172,7 @@ def _chore_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "status", help="whether the mesh is set up, its owner, participants, store"
     )
     status.add_argument("--json", action="store_true", help="as a JSON object")
-    for sub in (create, reset, listing, revoke, status):
+    for sub in (create, reset, unlock, listing, revoke, status):
         sub.add_argument(
             "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
         )

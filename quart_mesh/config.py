@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from .client_address import FORWARDED_HEADERS, parse_networks
 from .errors import ConfigError
 
 __all__ = [
@@ -147,12 +148,15 @@ class Rate:
 #: most actions a rate may allow per period (and most in a burst)
 _MAX_RATE_COUNT = 1_000_000
 #: the rate-limit rules, each a field of :class:`RateLimits` (``MESH_RATE_<RULE>``)
+#: ``MESH_SETUP_CODE``: when the first setup needs the code the node logs
+SETUP_CODE_MODES = ("auto", "always")
 RATE_RULES = (
     "messages",
     "reactions",
     "typing",
     "models",
     "login_name",
+    "login_slowdown",
     "login_address",
     "registration_address",
     "challenge_address",
@@ -173,7 +177,9 @@ class RateLimits:
     Per participant (times its role's multiplier; the owner is not limited):
     ``messages`` (sends and edits), ``reactions``, ``models`` (proxy
     requests), and ``typing`` (per room, the same for everyone; extra typing
-    is dropped silently). Per login name: ``login_name``. Per client address
+    is dropped silently). Per login name and client address: ``login_name``;
+    per login name, failed logins slow its logins down: ``login_slowdown``
+    (never refused, so nobody can lock the owner out). Per client address
     (not for ``exempt_addresses``): ``login_address`` (logins, DID
     verifications) and ``registration_address`` (registrations, guest
     sessions, bot bootstraps) and ``challenge_address`` (DID challenges).
@@ -191,7 +197,13 @@ class RateLimits:
     reactions: Rate | None = Rate(30, 10)
     typing: Rate | None = Rate(1, 1)
     models: Rate | None = Rate(60, 60)
+    #: login attempts for one name from one client address (refused beyond)
     login_name: Rate | None = Rate(10, 60)
+    #: failed logins for one name from anywhere; beyond, every login for the
+    #: name waits (at most ``login_max_delay``) rather than being refused
+    login_slowdown: Rate | None = Rate(10, 60)
+    #: the longest a login for a name under ``login_slowdown`` waits, seconds
+    login_max_delay: float = 3.0
     login_address: Rate | None = Rate(30, 60)
     registration_address: Rate | None = Rate(20, 3600)
     #: DID challenges issued per client address (counted in memory: a flood
@@ -224,6 +236,8 @@ class RateLimits:
                 raise ConfigError(f"not an address or network: {address!r}") from None
         if self.max_keys < 1000:
             raise ConfigError("rate-limit max_keys must be at least 1000")
+        if not 0 <= self.login_max_delay <= 60:
+            raise ConfigError("login_max_delay must be from 0 to 60 seconds")
 
     def rule(self, name: str) -> Rate | None:
         if name not in RATE_RULES:
@@ -345,6 +359,19 @@ class Settings:
     max_completion_body_bytes: int = 1024 * 1024
     #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
     rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
+    #: Reverse proxies (addresses or CIDR networks) whose forwarding header
+    #: names the client (``MESH_TRUSTED_PROXIES``, comma-separated; e.g.
+    #: ``127.0.0.1`` behind nginx or Caddy on the same host). Empty: the
+    #: connection's peer is the client and forwarding headers are ignored.
+    trusted_proxies: tuple[str, ...] = ()
+    #: The header a trusted proxy names the client in: ``x-forwarded-for``
+    #: or ``forwarded`` (RFC 7239) (``MESH_FORWARDED_HEADER``).
+    forwarded_header: str = "x-forwarded-for"
+    #: Whether ``POST /api/setup/init`` needs the setup code the node logs at
+    #: start (``MESH_SETUP_CODE``): ``auto`` when it listens on a non-loopback
+    #: address (or, under a stock ASGI server, when the request came in on
+    #: one), ``always`` (e.g. behind a reverse proxy on the same host).
+    setup_code: str = "auto"
     #: Total bytes of uploads one participant below admin may keep (admins and the
     #: owner are not limited); 0 turns the quota off.
     upload_quota_bytes: int = 1024 * 1024 * 1024
@@ -398,6 +425,19 @@ class Settings:
         if not self.ws_ping_interval < self.ws_idle_timeout:
             raise ConfigError("ws_ping_interval must be shorter than ws_idle_timeout")
         check_workers(self.workers, "workers")
+        try:
+            parse_networks(self.trusted_proxies)
+        except ValueError:
+            raise ConfigError(
+                f"trusted proxies must be addresses or networks: {', '.join(self.trusted_proxies)}"
+            ) from None
+        if self.forwarded_header not in FORWARDED_HEADERS:
+            raise ConfigError(
+                f"the forwarded header must be one of {', '.join(FORWARDED_HEADERS)}, "
+                f"not {self.forwarded_header!r}"
+            )
+        if self.setup_code not in SETUP_CODE_MODES:
+            raise ConfigError(f"setup_code must be 'auto' or 'always', not {self.setup_code!r}")
 
     def check_workers_store(self) -> None:
         """Several workers need a store several processes can share.
@@ -547,6 +587,12 @@ class Settings:
         for name in ("registry_enabled", "outbound_allow_private"):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _bool(v, "MESH_" + name.upper())
+        if (v := env.get("MESH_TRUSTED_PROXIES")) is not None:
+            values["trusted_proxies"] = tuple(p.strip() for p in v.split(",") if p.strip())
+        if v := env.get("MESH_FORWARDED_HEADER"):
+            values["forwarded_header"] = v.strip().lower()
+        if v := env.get("MESH_SETUP_CODE"):
+            values["setup_code"] = v.strip().lower()
         return cls(**values)
 
 
@@ -727,6 +773,11 @@ def _rate_limits_from_env(env: Mapping[str, str]) -> RateLimits | None:
     if (v := env.get("MESH_RATE_EXEMPT")) is not None:
         parts = [p.strip() for p in v.split(",") if p.strip()]
         values["exempt_addresses"] = () if parts in ([], ["none"]) else tuple(parts)
+    if v := env.get("MESH_RATE_LOGIN_MAX_DELAY"):
+        try:
+            values["login_max_delay"] = float(v)
+        except ValueError:
+            raise ConfigError(f"MESH_RATE_LOGIN_MAX_DELAY must be seconds, not {v!r}") from None
     if v := env.get("MESH_RATE_MAX_KEYS"):
         values["max_keys"] = _positive_int(v, "MESH_RATE_MAX_KEYS")
     if not values:

@@ -56,6 +56,7 @@ ACCESS_FIELDS: Final = (
     "status",
     "duration_ms",
     "participant_id",
+    "client",
     "request_id",
     "session_id",
     "event",
@@ -90,8 +91,10 @@ def log_request(
     duration: float,
     participant_id: str | None,
     request_id: str,
+    client: str | None = None,
 ) -> None:
-    """One access record for an HTTP request (*duration* in seconds).
+    """One access record for an HTTP request (*duration* in seconds) from
+    *client* (its address, behind trusted proxies the forwarded one).
 
     *route* is the matched URL rule (``/api/rooms/<room_id>/messages``), not
     the path: ids in it are not logged, and lines group by endpoint."""
@@ -99,12 +102,13 @@ def log_request(
         return
     ms = round(duration * 1000, 1)
     ACCESS.info(
-        "%s %s %d %.1fms participant=%s request=%s",
+        "%s %s %d %.1fms participant=%s client=%s request=%s",
         method,
         route,
         status,
         ms,
         participant_id or "-",
+        client or "-",
         request_id,
         extra={
             "method": method,
@@ -112,6 +116,7 @@ def log_request(
             "status": status,
             "duration_ms": ms,
             "participant_id": participant_id,
+            "client": client,
             "request_id": request_id,
         },
     )
@@ -124,6 +129,7 @@ def log_session(
     *,
     duration: float | None = None,
     reason: str | None = None,
+    client: str | None = None,
 ) -> None:
     """One access record for a WebSocket session: *event* ``session_start``
     (it authenticated) or ``session_end`` (with its *duration* in seconds and
@@ -134,18 +140,25 @@ def log_session(
         "event": event,
         "session_id": session_id,
         "participant_id": participant_id,
+        "client": client,
     }
     if duration is None:
         ACCESS.info(
-            "WS %s participant=%s session=%s", event, participant_id, session_id, extra=fields
+            "WS %s participant=%s client=%s session=%s",
+            event,
+            participant_id,
+            client or "-",
+            session_id,
+            extra=fields,
         )
         return
     fields["duration_ms"] = round(duration * 1000, 1)
     fields["reason"] = reason
     ACCESS.info(
-        "WS %s participant=%s session=%s %.1fs reason=%s",
+        "WS %s participant=%s client=%s session=%s %.1fs reason=%s",
         event,
         participant_id,
+        client or "-",
         session_id,
         duration,
         reason,

@@ -28,6 +28,7 @@ from ._version import __version__
 from .address import PublicAddress
 from .bots.supervisor import Supervisor
 from .broker import Broker
+from .client_address import ClientAddresses
 from .config import Settings
 from .control import CONTROL_SOCKET, ControlSocket
 from .data_folder import lock_data_folder
@@ -110,6 +111,8 @@ class Node:
         #: roles and room rules (a mirror of the store)
         self.policy = Policy()
         self.presence = Presence(db, self.broker)
+        #: who the client of a request is (behind trusted proxies too)
+        self.client_addresses = ClientAddresses(settings.trusted_proxies, settings.forwarded_header)
         #: rate limits, shared by the services (changed at run time by admins)
         self.rate_limits = RateLimiter(settings.rate_limits, db=db)
         shared_rooms = SharedRooms(everywhere=db.backend == "postgresql")
@@ -173,7 +176,8 @@ class Node:
                 rooms=self.rooms,
                 messages=self.messages,
                 commands=self.commands,
-            )
+            ),
+            self.client_addresses,
         )
         self.admin = Admin(
             settings,

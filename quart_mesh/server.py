@@ -25,6 +25,7 @@ connections, and anything still open after ``graceful_timeout`` is cancelled.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -37,6 +38,7 @@ from hypercorn.typing import AppWrapper, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .app import MeshApp
+from .client_address import is_loopback
 from .node import Node
 
 __all__ = ["listening_url", "serve"]
@@ -182,6 +184,29 @@ class _Server:
                 await stream.aclose()
 
 
+def _is_loopback(listener: trio.SocketListener) -> bool:
+    sock = listener.socket
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return True  # a unix socket: only this machine reaches it
+    return is_loopback(str(sock.getsockname()[0]))
+
+
+async def claim_node(node: Node, *, public: bool | None) -> None:
+    """Before serving: a node not set up and reachable from the network
+    (*public*; ``None``: not known, a stock ASGI server) asks for a setup
+    code at its first setup; log it (``services/setup_claim.py``)."""
+    code = await node.accounts.claim.prepare(
+        public=public, initialized=node.accounts.mesh is not None
+    )
+    if code is not None:
+        log.warning(
+            "quart-mesh setup code: %s (this node is not set up and may be reached from"
+            " the network: its first setup, POST /api/setup/init or the web client's"
+            " setup form, asks for this code)",
+            code,
+        )
+
+
 async def serve(
     app: MeshApp,
     *,
@@ -254,6 +279,8 @@ async def _serve_node(
         node.address.bind(url)
         if not given:
             log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
+        # before the first connection is accepted
+        await claim_node(node, public=not all(_is_loopback(lst) for lst in listeners))
 
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as front:

@@ -543,7 +543,9 @@ def test_the_proxies_and_recipes_agree_on_where_the_node_listens() -> None:
     assert unit_env["MESH_HOST"] == "127.0.0.1", "behind a proxy the unit binds loopback"
     assert unit_env["MESH_PORT"] == str(DEFAULTS.port)
     assert _docker_env(_final_stage())["MESH_PORT"] == str(DEFAULTS.port)
-    assert _directive(NGINX.read_text(), "proxy_pass") == [f"http://{node}"]
+    passes = _directive(NGINX.read_text(), "proxy_pass")
+    assert passes
+    assert set(passes) == {f"http://{node}"}
     caddy = _without_comments(CADDYFILE.read_text())
     assert re.findall(r"^\s*reverse_proxy\s+(\S+)", caddy, re.M) == [node]
 
@@ -567,6 +569,63 @@ def test_nginx_passes_websockets_and_waits_longer_than_the_node() -> None:
     (read_timeout,) = _directive(text, "proxy_read_timeout")
     assert _seconds(read_timeout) > LONGEST_NODE_WAIT
     assert any("ssl" in listen.split() for listen in _directive(text, "listen"))
+
+
+#: the paths that make accounts, sessions and challenges: limited per client address
+ACCOUNT_PATHS = (
+    "/api/auth/register",
+    "/api/auth/login",
+    "/api/auth/guest",
+    "/api/agents/bootstrap",
+    "/api/identity/challenge",
+    "/api/identity/verify",
+    "/api/setup/init",
+)
+
+
+def test_nginx_forwards_the_client_address_and_limits_the_account_paths() -> None:
+    """The node limits each client by the address nginx appends to
+    ``X-Forwarded-For`` (it trusts nginx on loopback); nginx itself limits
+    the account paths per address (``limit_req``), and nothing else."""
+    text = NGINX.read_text()
+    headers = [" ".join(args.split()) for args in _directive(text, "proxy_set_header")]
+    assert "X-Forwarded-For $proxy_add_x_forwarded_for" in headers
+    assert "X-Real-IP $remote_addr" in headers
+    (zone,) = _directive(text, "limit_req_zone")
+    key, name, rate = zone.split()
+    assert key == "$binary_remote_addr"
+    zone_name = name.removeprefix("zone=").split(":")[0]
+    assert re.fullmatch(r"rate=\d+r/[sm]", rate), rate
+    (limit,) = _directive(text, "limit_req")
+    assert f"zone={zone_name}" in limit.split()
+    assert _directive(text, "limit_req_status") == ["429"]
+    # the limited location matches exactly the account paths
+    (pattern,) = re.findall(r"location\s+~\s+(\S+)\s*\{", _without_comments(text))
+    for path in ACCOUNT_PATHS:
+        assert re.search(pattern, path), path
+    for path in ("/api/rooms", "/ws", "/api/auth/me", "/api/setup/status", "/api/auth/login/x"):
+        assert not re.search(pattern, path), path
+    # what the node needs to be told, said where the recipe is read
+    assert "MESH_TRUSTED_PROXIES=127.0.0.1" in text
+    assert "MESH_SETUP_CODE=always" in text
+
+
+def test_caddy_forwards_the_client_address_and_the_node_is_told_to_trust_it() -> None:
+    text = CADDYFILE.read_text()
+    assert "MESH_TRUSTED_PROXIES=127.0.0.1" in text
+    assert "MESH_SETUP_CODE=always" in text
+    assert re.search(r"^\s*header_up\s+X-Real-IP\s+\{remote_host\}", text, re.M)
+    # the plugin's matcher, shown commented out, names the same paths
+    (pattern,) = re.findall(r"path_regexp\s+(\S+)", text)
+    for path in ACCOUNT_PATHS:
+        assert re.search(pattern, path), path
+    assert not re.search(pattern, "/api/rooms")
+
+
+def test_operations_tells_how_to_run_behind_a_proxy() -> None:
+    text = OPERATIONS.read_text()
+    for needed in ("MESH_TRUSTED_PROXIES=127.0.0.1", "MESH_SETUP_CODE", "quart-mesh user unlock"):
+        assert needed in text, needed
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:

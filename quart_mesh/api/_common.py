@@ -12,12 +12,19 @@ from ..wire import Fields, parse_json_object
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["bearer_token", "body", "caller", "node", "reply", "token_sent"]
+__all__ = ["bearer_token", "body", "caller", "client_address", "node", "reply", "token_sent"]
 
 
 def node() -> Node:
     """The node serving this request (``MeshApp`` keeps it in its extensions)."""
     return cast("Node", current_app.extensions["quart_mesh.node"])
+
+
+def client_address() -> str | None:
+    """The address of the client making this request: the peer's, or what a
+    trusted proxy forwarded (``quart_mesh/client_address.py``)."""
+    resolver = node().client_addresses
+    return resolver.resolve(request.remote_addr, request.headers.getlist(resolver.header))
 
 
 def token_sent() -> bool:

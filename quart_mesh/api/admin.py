@@ -105,9 +105,9 @@ class AdminMeshSettings(Shape):
     registry_enabled: bool
     #: admin: switched in these settings; settings: as MESH_REGISTRY_ENABLED says
     registry_enabled_source: Literal["admin", "settings"]
-    #: by rule: messages, reactions, typing, models, loginName, loginAddress,
-    #: registrationAddress, challengeAddress, federationRelay, registryDid,
-    #: registryAddress
+    #: by rule: messages, reactions, typing, models, loginName, loginSlowdown,
+    #: loginAddress, registrationAddress, challengeAddress, federationRelay,
+    #: registryDid, registryAddress
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
     role_multipliers: dict[str, float]

@@ -8,7 +8,7 @@ import msgspec
 from quart import Blueprint, request
 
 from ..services.commands import command_json
-from ._common import caller, node, reply, token_sent
+from ._common import caller, client_address, node, reply, token_sent
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Id, Ok, Timestamp, TrustLevel
 
@@ -146,7 +146,7 @@ async def bootstrap(data: Bootstrap) -> tuple[Any, int]:
         description=data.description or "",
         webhook_url=data.webhook_url,
         base_url=mesh_node.address.url or request.host_url,
-        address=request.remote_addr,
+        address=client_address(),
     )
     return reply(result.to_json(), 201)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, request
+from quart import Blueprint, Response, g
 
 from ..services.authz import held_permissions, tier_of
-from ._common import bearer_token, caller, node, reply
+from ._common import bearer_token, caller, client_address, node, reply
 from .contract import Body, accepts, answers, public
 from .objects import Ok, ParticipantView, Session
 
@@ -43,7 +43,7 @@ class Me(ParticipantView):
 @answers(Session, 201)
 async def register(data: Credentials) -> tuple[Any, int]:
     """Register a person (while the mesh's registration is open)."""
-    session = await node().accounts.register(data.name, data.password, address=request.remote_addr)
+    session = await node().accounts.register(data.name, data.password, address=client_address())
     return reply(session.to_json(), 201)
 
 
@@ -52,9 +52,27 @@ async def register(data: Credentials) -> tuple[Any, int]:
 @accepts(Credentials)
 @answers(Session)
 async def login(data: Credentials) -> tuple[Any, int]:
-    """Sign in with a name and password: a new token."""
-    session = await node().accounts.login(data.name, data.password, address=request.remote_addr)
+    """Sign in with a name and password: a new token.
+
+    After many failed logins for a name, every login for it waits a few
+    seconds before it is answered (right password or not); the answer then
+    says how long in ``Login-Delay`` (seconds)."""
+
+    def waited(seconds: float) -> None:
+        g.login_delay = seconds
+
+    session = await node().accounts.login(
+        data.name, data.password, address=client_address(), waited=waited
+    )
     return reply(session.to_json())
+
+
+@bp.after_request
+async def _login_delay(response: Response) -> Response:
+    delay: float = g.get("login_delay", 0.0)
+    if delay > 0:
+        response.headers["Login-Delay"] = f"{delay:.3f}"
+    return response
 
 
 @bp.post("/api/auth/guest")
@@ -63,7 +81,7 @@ async def login(data: Credentials) -> tuple[Any, int]:
 @answers(Session, 201)
 async def guest(data: GuestName) -> tuple[Any, int]:
     """Join as a guest (while the mesh allows guests): a short-lived token."""
-    session = await node().accounts.guest(data.name, address=request.remote_addr)
+    session = await node().accounts.guest(data.name, address=client_address())
     return reply(session.to_json(), 201)
 
 

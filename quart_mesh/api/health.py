@@ -15,10 +15,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import trio
-from quart import Blueprint, current_app
+from quart import Blueprint, current_app, request
 
 from ..services.accounts import DEFAULT_ROOM_NAME
-from ._common import node, reply
+from ._common import client_address, node, reply
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Session
 
@@ -96,6 +96,9 @@ class SetupStatus(Shape):
     """Whether the mesh is set up, and what a newcomer needs to know."""
 
     initialized: bool
+    #: ``POST /api/setup/init`` needs ``setupCode`` (a node reachable from
+    #: the network, not set up yet: the code is in its log)
+    code_required: bool
     registration_mode: str
     visibility: str
     mesh_name: str | None
@@ -112,6 +115,9 @@ class SetupInit(Body):
     #: open or closed; default open
     registration_mode: str | None = None
     default_room_name: str | None = None
+    #: the code the node logged at start; needed when ``GET /api/setup/status``
+    #: says ``codeRequired``
+    setup_code: str | None = None
 
 
 class MeshSettings(Shape):
@@ -136,8 +142,8 @@ async def health() -> tuple[Any, int]:
 @public()
 @answers(SetupStatus)
 async def setup_status() -> tuple[Any, int]:
-    """Whether the mesh is set up."""
-    return reply(node().accounts.setup_status())
+    """Whether the mesh is set up, and whether its setup needs the setup code."""
+    return reply(node().accounts.setup_status(_server_host()))
 
 
 @bp.post("/api/setup/init")
@@ -145,7 +151,10 @@ async def setup_status() -> tuple[Any, int]:
 @accepts(SetupInit)
 @answers(Session, 201)
 async def setup_init(data: SetupInit) -> tuple[Any, int]:
-    """Set the mesh up (once): its name and settings, and the owner's account."""
+    """Set the mesh up (once): its name and settings, and the owner's account.
+
+    A node that listens on a non-loopback address asks for the one-time
+    setup code it wrote in its log at start (``setupCode``)."""
     session = await node().accounts.init_setup(
         name=data.name,
         password=data.password,
@@ -154,8 +163,17 @@ async def setup_init(data: SetupInit) -> tuple[Any, int]:
         visibility=_default(data.visibility, "public"),
         registration_mode=_default(data.registration_mode, "open"),
         default_room_name=data.default_room_name or DEFAULT_ROOM_NAME,
+        setup_code=data.setup_code,
+        address=client_address(),
+        server_host=_server_host(),
     )
     return reply(session.to_json(), 201)
+
+
+def _server_host() -> str | None:
+    """The server's address on this request's connection (ASGI ``server``)."""
+    server = request.scope.get("server")
+    return str(server[0]) if server else None
 
 
 @bp.get("/api/mesh/settings")

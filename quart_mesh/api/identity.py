@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, request
+from quart import Blueprint
 
-from ._common import caller, node, reply
+from ._common import caller, client_address, node, reply
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Id, Session, Timestamp
 
@@ -74,7 +74,7 @@ class StoredKey(LinkedKey):
 @answers(IssuedChallenge)
 async def challenge(data: ChallengeFor) -> tuple[Any, int]:
     """A challenge for a DID to sign (to sign in or link the DID)."""
-    issued = await node().did_auth.challenge(data.did, address=request.remote_addr)
+    issued = await node().did_auth.challenge(data.did, address=client_address())
     return reply(issued.to_json())
 
 
@@ -90,7 +90,7 @@ async def verify(data: Verify) -> tuple[Any, int]:
         data.challenge,
         data.signature,
         name=data.name,
-        address=request.remote_addr,
+        address=client_address(),
     )
     return reply(login.to_json(), 201 if login.created else 200)
 

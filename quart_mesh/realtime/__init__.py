@@ -13,9 +13,11 @@ tells every open session the node is going away.
 from __future__ import annotations
 
 import logging
+import socket
 
 import trio
 
+from ..client_address import ClientAddresses
 from .quart_ws import AsgiWebSocket, QuartWebSocket
 from .session import GOING_AWAY, ProtocolSession, SessionServices, SessionSocket
 from .transport import WebSocket
@@ -26,8 +28,12 @@ log = logging.getLogger(__name__)
 
 
 class Realtime:
-    def __init__(self, services: SessionServices) -> None:
+    def __init__(
+        self, services: SessionServices, client_addresses: ClientAddresses | None = None
+    ) -> None:
         self._services = services
+        #: who the client of an upgrade is (behind trusted proxies too)
+        self._clients = client_addresses or ClientAddresses()
         self._settings = services.settings
         #: until the node runs, and once it stops, upgrades are refused
         self.accepting = False
@@ -42,7 +48,16 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
-        await self._run(ws)
+        peer: str | None = None
+        sock = getattr(stream, "socket", None)
+        if isinstance(sock, trio.socket.SocketType) and sock.family in (
+            socket.AF_INET,
+            socket.AF_INET6,
+        ):
+            peer = str(sock.getpeername()[0])
+        header = self._clients.header
+        values = [v for name, v in ws.request_headers if name == header]
+        await self._run(ws, self._clients.resolve(peer, values))
 
     async def serve_asgi_websocket(self, websocket: AsgiWebSocket) -> None:
         """Run one WebSocket connection of an ASGI server (Quart's ``websocket``,
@@ -57,17 +72,19 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
+        header = self._clients.header
+        client = self._clients.resolve(websocket.remote_addr, websocket.headers.getlist(header))
         try:
-            await self._run(ws)
+            await self._run(ws, client)
         except Exception:
             log.exception("WebSocket session failed; the server goes on")
 
-    async def _run(self, ws: SessionSocket) -> None:
+    async def _run(self, ws: SessionSocket, client: str | None) -> None:
         code, reason = 1000, ""
         with trio.CancelScope() as scope:
             self._scopes[ws] = scope
             try:
-                await ProtocolSession(self._services, ws).run()
+                await ProtocolSession(self._services, ws, client=client).run()
             finally:
                 del self._scopes[ws]
         if scope.cancelled_caught:

@@ -44,6 +44,7 @@ from typing import Protocol
 
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent
+from werkzeug.datastructures import Headers
 
 from .session import SETTLE_TIMEOUT
 from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge
@@ -90,6 +91,12 @@ def end_in_band(receive: ASGIReceiveCallable) -> ASGIReceiveCallable:
 
 class AsgiWebSocket(Protocol):
     """What the adapter uses of Quart's ``websocket`` object."""
+
+    @property
+    def remote_addr(self) -> str | None: ...
+
+    @property
+    def headers(self) -> Headers: ...
 
     async def accept(self) -> None: ...
 

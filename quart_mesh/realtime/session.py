@@ -164,13 +164,18 @@ class ProtocolSession:
         "_sub",
         "_writer_done",
         "actor",
+        "client",
         "services",
         "ws",
     )
 
-    def __init__(self, services: SessionServices, ws: SessionSocket) -> None:
+    def __init__(
+        self, services: SessionServices, ws: SessionSocket, *, client: str | None = None
+    ) -> None:
         self.services = services
         self.ws = ws
+        #: the client's address (behind trusted proxies, the forwarded one)
+        self.client = client
         self.actor: Actor | None = None
         self._auto_read = True
         self._nursery: trio.Nursery
@@ -205,7 +210,7 @@ class ProtocolSession:
         self._auto_read = auth.auto_read
         session_id = secrets.token_hex(6)
         started = time.monotonic()
-        log_session("session_start", session_id, actor.participant_id)
+        log_session("session_start", session_id, actor.participant_id, client=self.client)
         failed = False
         try:
             await self._serve(auth)
@@ -219,6 +224,7 @@ class ProtocolSession:
                 actor.participant_id,
                 duration=time.monotonic() - started,
                 reason="error" if failed else self._end_reason(),
+                client=self.client,
             )
 
     def _end_reason(self) -> str:

@@ -179,6 +179,7 @@ class WebSocket:
         "_ws",
         "_wsproto_only",
         "path",
+        "request_headers",
     )
 
     def __init__(self, stream: trio.abc.Stream, *, max_message_bytes: int) -> None:
@@ -220,6 +221,9 @@ class WebSocket:
         #: taking our frames (a slow link draining a replay), which is life too
         self._drained_at = -math.inf
         self.path: str = ""
+        #: the upgrade request's headers not part of the handshake (names
+        #: lowercase): a forwarding proxy's ``X-Forwarded-For`` is here
+        self.request_headers: list[tuple[str, str]] = []
 
     async def accept(self, head: bytes) -> bool:
         """Complete the opening handshake from the request head.
@@ -246,6 +250,10 @@ class WebSocket:
             await self._reject(400)
             return False
         self.path = request.target.split("?", 1)[0]
+        self.request_headers = [
+            (bytes(name).decode("latin-1").lower(), bytes(value).decode("latin-1"))
+            for name, value in request.extra_headers
+        ]
         if self.path != "/ws":
             await self._reject(404)
             return False

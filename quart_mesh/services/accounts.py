@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import trio
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -14,7 +15,6 @@ from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
-from ..names import normalize
 from ..records import MeshConfig, Participant, Room, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database, outbox
@@ -25,6 +25,7 @@ from ..store.tokens import IssuedToken
 from .authz import Actor, Policy, authorize
 from .presence import Presence
 from .ratelimit import RateLimiter
+from .setup_claim import SetupClaim
 from .validation import (
     check_description,
     check_name,
@@ -124,6 +125,8 @@ class Accounts:
         self._revoked: dict[str, int] = {}
         #: when this process last pruned expired issued tokens (unix seconds)
         self._pruned_at = 0
+        #: the setup code a node reachable from the network asks for
+        self.claim = SetupClaim(settings)
 
     async def load(self) -> None:
         """Read the mesh configuration and the signed-out tokens; called once
@@ -146,10 +149,13 @@ class Accounts:
         """Guests may have sessions: on public meshes only (else their tokens are refused)."""
         return self._mesh is not None and self._mesh.visibility == "public"
 
-    def setup_status(self) -> dict[str, object]:
+    def setup_status(self, server_host: str | None = None) -> dict[str, object]:
+        """Whether the mesh is set up; *server_host*: the server's address
+        the asker reached (whether the setup would need the code)."""
         mesh = self._mesh
         return {
             "initialized": mesh is not None,
+            "codeRequired": mesh is None and self.claim.required(server_host),
             "registrationMode": mesh.registration_mode if mesh else "closed",
             "visibility": mesh.visibility if mesh else "private",
             "meshName": mesh.name if mesh else None,
@@ -166,16 +172,28 @@ class Accounts:
         visibility: str = "public",
         registration_mode: str = "open",
         default_room_name: str = DEFAULT_ROOM_NAME,
+        setup_code: str | None = None,
+        address: str | None = None,
+        server_host: str | None = None,
     ) -> SignedIn:
         """Create the owner, the mesh configuration and the mesh's default
         room (the owner its first member), in one transaction. Allowed once.
+        A node reachable from the network (*server_host*: the server's
+        address the caller reached) asks for its *setup_code*
+        (``services/setup_claim.py``); attempts then count against
+        ``login_address`` for the client's *address*.
 
         Raises:
             Conflict: the mesh is already initialized (``already_initialized``).
+            Forbidden: the setup code is missing or wrong.
+            RateLimited: too many attempts from *address*.
             BadRequest: a value is invalid.
         """
         if self._mesh is not None:
             raise Conflict("the mesh is already initialized", "already_initialized")
+        if self.claim.required(server_host):
+            await self.rate_limits.address("login_address", address)
+            self.claim.check(setup_code, server_host)
         name = check_name(name, self._limits)
         check_password(password, name, self._limits)
         mesh_name = check_mesh_name(mesh_name)
@@ -215,6 +233,7 @@ class Accounts:
 
         await self._db.write(write)
         self._mesh = mesh
+        await self.claim.discard()
         return session
 
     async def register(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
@@ -273,25 +292,40 @@ class Accounts:
         await self._db.write(write)
         return participant, session
 
-    async def login(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
-        """Log in; *address* is the client's.
+    async def login(
+        self,
+        name: str,
+        password: str,
+        *,
+        address: str | None = None,
+        waited: Callable[[float], None] | None = None,
+    ) -> SignedIn:
+        """Log in; *address* is the client's. A name with many failed logins
+        is slowed down, never locked (decision 0055): the attempt waits up to
+        ``login_max_delay`` seconds before its password is checked, right or
+        wrong, and *waited* is told how long.
+
+        Cancellation: safe; a failure is counted before it is answered.
 
         Raises:
-            RateLimited: too many attempts from *address* or for *name*
-                (every attempt counts, known name or not).
+            RateLimited: too many attempts from *address*, or for *name* from
+                *address* (every attempt counts, known name or not).
             Unauthorized: one message for unknown names and wrong passwords.
         """
-        await self.rate_limits.address("login_address", address)
-        # counted per name as it is looked up (NFKC, any case): a fullwidth
-        # spelling of a name is not a fresh budget of guesses
-        await self.rate_limits.key("login_name", normalize(name[:200]).casefold())
+        delay = await self.rate_limits.login_attempt(name, address)
+        if waited is not None:
+            waited(delay)
+        if delay > 0:
+            await trio.sleep(delay)
         if len(password) > self._limits.max_password_chars or len(name) > 200:
             # no account has such a password: refuse without spending argon2 on it
+            await self.rate_limits.login_failed(name)
             raise Unauthorized("wrong name or password", "invalid_credentials")
         found = await self._db.read(lambda conn: repo.get_participant_by_name(conn, name))
         participant, password_hash = found if found is not None else (None, None)
         ok = await self._passwords.verify(password_hash, password)
         if participant is None or not ok:
+            await self.rate_limits.login_failed(name)
             raise Unauthorized("wrong name or password", "invalid_credentials")
         return await self.sign_in(participant, "login", password_hash=password_hash)
 

@@ -1,4 +1,5 @@
-"""The operator's chores: create a user or an admin, reset a password, list
+"""The operator's chores: create a user or an admin, reset a password, unlock
+a name's logins, list
 and revoke a participant's tokens, show the setup status.
 
 Who may: whoever can run ``quart-mesh`` on the node's machine with access
@@ -35,6 +36,7 @@ from ..records import Participant, iso
 from ..security import Passwords
 from ..store import Database
 from ..store import accounts as repo
+from ..store import limits as limits_repo
 from ..store import tokens as tokens_repo
 from ..store.tokens import IssuedToken
 from .accounts import Accounts
@@ -51,6 +53,7 @@ OPERATIONS: dict[str, dict[str, tuple[type, bool]]] = {
         "password": (str, True),
         "revokeTokens": (bool, False),
     },
+    "unlock_user": {"name": (str, True)},
     "list_tokens": {"name": (str, True)},
     "revoke_tokens": {"name": (str, True), "tokenId": (str, False), "all": (bool, False)},
     "setup_status": {},
@@ -81,6 +84,7 @@ class Operator:
             chores: dict[str, Callable[..., Awaitable[Any]]] = {
                 "create_user": self._create_user,
                 "reset_password": self._reset_password,
+                "unlock_user": self._unlock_user,
                 "list_tokens": self._list_tokens,
                 "revoke_tokens": self._revoke_tokens,
                 "setup_status": self._setup_status,
@@ -128,6 +132,17 @@ class Operator:
             lambda conn: repo.set_password(conn, participant.participant_id, password_hash)
         )
         return 0
+
+    async def unlock_user(self, name: str) -> int:
+        """Forget the failed logins of *name*: its logins are no longer slowed
+        down, and refused from no address (decision 0055). Returns how many
+        counters went.
+
+        Raises:
+            NotFound: no participant *name*.
+        """
+        participant = await self._participant(name)
+        return await self._db.write(lambda conn: limits_repo.clear_login(conn, participant.name))
 
     async def list_tokens(self, name: str) -> list[IssuedToken]:
         """*name*'s tokens that have not expired, oldest first (those issued
@@ -218,6 +233,9 @@ class Operator:
     ) -> dict[str, Any]:
         revoked = await self.reset_password(name, password, revoke_tokens=revokeTokens)
         return {"name": name, "revokedTokens": revoked, "signedOut": revokeTokens}
+
+    async def _unlock_user(self, name: str) -> dict[str, Any]:
+        return {"name": name, "cleared": await self.unlock_user(name)}
 
     async def _list_tokens(self, name: str) -> list[dict[str, Any]]:
         return [_token_json(t) for t in await self.list_tokens(name)]

@@ -29,7 +29,15 @@ on by the limiter's clock since (so an autojump clock moves it in tests).
 The chat rules (messages, reactions, typing, models) and ``federation_relay``
 stay in each process's memory: sharing them would cost a database round trip
 per message, and what they protect (the node's capacity) is per process too.
-On SQLite (one process) every rule stays in memory.
+On SQLite (one process) the other rules stay in memory.
+
+Logins (decision 0055): :meth:`RateLimiter.login_attempt` refuses per
+address (``login_address``) and per (name, address) (``login_name``), never
+per name alone; failures per name (``login_slowdown``,
+:meth:`RateLimiter.login_failed`) become a bounded wait before the password
+is checked. The two login rules (:data:`LOGIN_RULES`) are kept in the store
+on every backend, SQLite too, so that ``quart-mesh user unlock`` clears them
+for the running node and every process.
 """
 
 from __future__ import annotations
@@ -58,7 +66,8 @@ RULE_MESSAGES: Final = {
     "reactions": "you are reacting too fast",
     "typing": "you are sending typing too fast",
     "models": "too many model requests",
-    "login_name": "too many login attempts for this name",
+    "login_name": "too many login attempts for this name from your address",
+    "login_slowdown": "too many failed logins for this name",
     "login_address": "too many login attempts from your address",
     "registration_address": "too many registrations from your address",
     "challenge_address": "too many identity challenges from your address",
@@ -68,6 +77,9 @@ RULE_MESSAGES: Final = {
 }
 #: rules counted in the store when several processes may serve the mesh
 SHARED_RULES: Final = frozenset({"login_name", "login_address", "registration_address"})
+#: login rules kept in the store on every backend (SQLite too), so that
+#: ``quart-mesh user unlock`` clears them for a running node
+LOGIN_RULES: Final = frozenset({"login_name", "login_slowdown"})
 #: idle keys examined for eviction per action (amortized sweeping)
 _SWEEP = 2
 #: how often a process deletes the full buckets from the store (seconds)
@@ -92,6 +104,8 @@ class RateLimiter:
         """
         self._clock = clock or trio.current_time
         self._db = db if db is not None and db.backend == "postgresql" else None
+        #: where the login rules are counted (any backend), ``None``: memory
+        self._login_db = db
         self._next_prune = 0.0
         #: wall clock minus the limiter's clock (seconds), fixed at the first shared hit
         self._wall_offset: float | None = None
@@ -158,6 +172,88 @@ class RateLimiter:
         if wait:
             self._refuse(rule, wait)
 
+    async def login_attempt(self, name: str, address: str | None) -> float:
+        """Count one login attempt for *name* from *address* (decision 0055).
+
+        Refused: more than ``login_address`` attempts from the address (any
+        names; not for exempt addresses), or more than ``login_name`` for
+        this name from this address. Never refused for the name alone:
+        failed logins for it from anywhere (:meth:`login_failed`) beyond
+        ``login_slowdown`` make every attempt for it wait instead, at most
+        ``login_max_delay`` seconds, so nobody can lock the owner out.
+
+        Returns:
+            The seconds the attempt must wait before its password is checked.
+
+        Raises:
+            RateLimited: over ``login_address`` or ``login_name``.
+            Unavailable, Overloaded: as :meth:`address`.
+        """
+        await self.address("login_address", address)
+        name_key = repo.login_name_key(name)
+        await self._login_take("login_name", f"{name_key} {address or '-'}")
+        rate = self.config.login_slowdown
+        if rate is None or not self.config.enabled:
+            return 0.0
+        if self._login_db is not None:
+            db = self._login_db
+            found = await db.read(lambda conn: repo.peek(conn, "login_slowdown", name_key))
+            full_at = None if found is None else found / 1000
+            now = self._wall_now()
+        else:
+            full_at = self._full_at.get(("login_slowdown", name_key))
+            now = self._clock()
+        if full_at is None:
+            return 0.0
+        tolerance = rate.per / rate.count * (max(1, rate.burst) - 1)
+        return max(0.0, min(self.config.login_max_delay, full_at - now - tolerance))
+
+    async def login_failed(self, name: str) -> None:
+        """A login for *name* failed: count it towards its slowdown.
+
+        Cancellation: a failure handed to the store is counted even if the
+        caller is cancelled meanwhile.
+        """
+        rate = self.config.login_slowdown
+        if rate is None or not self.config.enabled:
+            return
+        key = repo.login_name_key(name)
+        interval = rate.per / rate.count
+        tolerance = interval * (max(1, rate.burst) - 1)
+        # the debt never runs more than one window past the tolerance: a
+        # slowdown ends at most `per` seconds after the failures stop
+        ceiling = tolerance + rate.per
+        if self._login_db is not None:
+            now_ms = int(self._wall_now() * 1000)
+            step, top = max(1, round(interval * 1000)), round(ceiling * 1000)
+            await self._login_db.write(
+                lambda conn: repo.add(
+                    conn, "login_slowdown", key, now=now_ms, interval=step, ceiling=top
+                )
+            )
+            return
+        now = self._clock()
+        slot = ("login_slowdown", key)
+        memory = self._full_at
+        full_at = max(memory.pop(slot, now), now)
+        memory[slot] = min(full_at + interval, now + ceiling)
+        self._forget_idle(now)
+
+    async def _login_take(self, rule: str, key: str) -> None:
+        db = self._login_db
+        if db is not None:
+            wait = await self._take_shared(db, rule, key)
+        else:
+            wait = self._take(rule, key, 1.0)
+        if wait:
+            self._refuse(rule, wait)
+
+    def _wall_now(self) -> float:
+        """The clock of buckets in the store (seconds): see the module's docstring."""
+        if self._wall_offset is None:
+            self._wall_offset = time.time() - self._clock()
+        return self._clock() + self._wall_offset
+
     def multiplier(self, role: str) -> float:
         """How many times the base limits *role* gets (``inf`` for the owner)."""
         if role == "owner":
@@ -209,9 +305,7 @@ class RateLimiter:
             return 0.0
         interval = max(1, round(rate.per * 1000 / rate.count))
         tolerance = interval * (max(1, rate.burst) - 1)
-        if self._wall_offset is None:
-            self._wall_offset = time.time() - self._clock()
-        now = int((self._clock() + self._wall_offset) * 1000)
+        now = int(self._wall_now() * 1000)
         # full buckets are the same as none: each process deletes them now and then
         prune = now / 1000 >= self._next_prune
         if prune:

@@ -15,10 +15,11 @@ import hashlib
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..names import normalize
 from .dialect import insert
 from .schema import rate_counters
 
-__all__ = ["prune", "storage_key", "take"]
+__all__ = ["add", "clear_login", "login_name_key", "peek", "prune", "storage_key", "take"]
 
 #: keys longer than this are stored as their SHA-256 (a casefolded login
 #: name may be longer than the column)
@@ -62,6 +63,64 @@ def take(conn: Connection, rule: str, key: str, *, now: int, interval: int, tole
     if allowed:
         return 0
     return max(1, int(full_at) - tolerance - now)
+
+
+def add(conn: Connection, rule: str, key: str, *, now: int, interval: int, ceiling: int) -> int:
+    """Count one *rule* action for *key* at *now* (epoch ms) whatever its
+    bucket holds (a failure that happened), the bucket's time moved at most
+    to *ceiling* ms after *now*.
+
+    Returns:
+        The bucket's new time (epoch ms).
+    """
+    c = rate_counters.c
+    now_ = sa.literal(now, sa.BigInteger)
+    base = sa.case((c.full_at > now_, c.full_at), else_=now_)
+    top = sa.literal(now + ceiling, sa.BigInteger)
+    moved = base + interval
+    query = (
+        insert(conn, rate_counters)
+        .values(rule=rule, key=storage_key(key), full_at=now + min(interval, ceiling), allowed=True)
+        .on_conflict_do_update(
+            index_elements=["rule", "key"],
+            set_={"full_at": sa.case((moved > top, top), else_=moved), "allowed": True},
+        )
+        .returning(c.full_at)
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def peek(conn: Connection, rule: str, key: str) -> int | None:
+    """The time (epoch ms) of *key*'s bucket for *rule*, ``None`` if it has none."""
+    c = rate_counters.c
+    found = conn.execute(
+        sa.select(c.full_at).where(c.rule == rule, c.key == storage_key(key))
+    ).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+def login_name_key(name: str) -> str:
+    """The key of a login name (casefolded, as logins are counted) in the
+    login rules: a fixed-length digest, so that the per (name, address)
+    keys of one name share a prefix :func:`clear_login` can find."""
+    # in NFKC, as names are looked up: a fullwidth spelling is the same name
+    return hashlib.sha256(normalize(name[:200]).casefold().encode("utf-8")).hexdigest()[:32]
+
+
+def clear_login(conn: Connection, name: str) -> int:
+    """Forget the login counts of *name* (``quart-mesh user unlock``): its
+    slowdown and its attempts from every address; how many buckets went."""
+    c = rate_counters.c
+    key = login_name_key(name)
+    result = conn.execute(
+        sa.delete(rate_counters).where(
+            sa.or_(
+                sa.and_(c.rule == "login_slowdown", c.key == key),
+                sa.and_(c.rule == "login_name", c.key.like(key + " %")),
+            )
+        )
+    )
+    return int(result.rowcount or 0)
 
 
 def prune(conn: Connection, now: int) -> int:

@@ -19,6 +19,7 @@ async def test_setup_status_before_and_after_init(http: httpx.AsyncClient, mesh:
     default_room = status.pop("defaultRoomId")
     assert status == {
         "initialized": True,
+        "codeRequired": False,
         "registrationMode": "closed",
         "visibility": "private",
         "meshName": "Test Mesh",

@@ -11,9 +11,11 @@ import jwt
 import pytest
 from playwright.sync_api import expect
 
+from quart_mesh.services.setup_claim import SETUP_CODE_FILE
 from tests.browser import PASSWORD, Person, call, chromium, in_browser, shot
 from tests.helpers import User
 from tests.web.conftest import Served
+from tests.web.test_accessibility import violations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
@@ -232,5 +234,60 @@ async def test_an_ended_session_brings_back_the_sign_in_form(
             ).to_be_visible()
             assert person.token() is None
             person.assert_clean(console=False)  # the expired token's 401
+
+    await in_browser(scenario)
+
+
+async def test_the_setup_form_asks_for_the_setup_code_of_a_node_reachable_from_the_network(
+    browser_ready: None, serve_node: object
+) -> None:
+    """``MESH_SETUP_CODE=always`` (as a node bound to a public address): the
+    form has a "Setup code" field; a wrong code is said next to it; the code
+    the node wrote in its log (and data folder) sets the mesh up."""
+    node: Served = await serve_node(setup_code="always")  # type: ignore[operator]
+    code = (node.settings.data_dir / SETUP_CODE_FILE).read_text()
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = Person(browser, node.url)
+            page = alice.page
+            alice.open()
+            expect(alice.heading("Set up your mesh")).to_be_visible()
+            alice.textbox("Your name").fill("alice")
+            alice.textbox("Password").fill(PASSWORD)
+            alice.textbox("Mesh name").fill("Acme")
+            field = alice.textbox("Setup code")
+            expect(field).to_be_visible()
+            expect(field).to_have_accessible_description(re.compile("setup code:"))
+            assert violations(alice, "#setup-form") == []
+            alice.button("Create mesh").click()
+            expect(page.get_by_role("alert")).to_have_text("Setup code is required.")
+            field.fill("AAAA-BBBB-CCCC-DDDD")
+            alice.button("Create mesh").click()
+            expect(page.get_by_role("alert")).to_contain_text("Wrong setup code")
+            expect(field).to_have_attribute("aria-invalid", "true")
+            expect(field).to_be_focused()
+            field.fill(code)
+            alice.button("Create mesh").click()
+            expect(alice.heading("#Town Square")).to_be_visible()
+            alice.assert_clean(console=False)  # the refused setups logged a 403
+
+    await in_browser(scenario)
+    r = await node.mesh.http.get("/api/setup/status")
+    assert (r.json()["initialized"], r.json()["codeRequired"]) == (True, False)
+
+
+async def test_the_setup_form_has_no_code_field_on_loopback(
+    browser_ready: None, serve_node: object
+) -> None:
+    node: Served = await serve_node()  # type: ignore[operator]
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = Person(browser, node.url)
+            alice.open()
+            expect(alice.heading("Set up your mesh")).to_be_visible()
+            expect(alice.textbox("Your name")).to_be_visible()
+            expect(alice.textbox("Setup code")).to_have_count(0)
 
     await in_browser(scenario)

@@ -9,6 +9,8 @@ const FIELD_OF_CODE = {
   invalid_password: "password",
   invalid_mesh_name: "meshName",
   invalid_credentials: "password",
+  setup_code_required: "setupCode",
+  invalid_setup_code: "setupCode",
 };
 
 export class AuthScreen {
@@ -39,6 +41,11 @@ export class AuthScreen {
     noticeEl.textContent = notice;
     noticeEl.hidden = !notice;
     document.title = status.meshName ? `Sign in · ${status.meshName}` : "Set up your mesh";
+    // a node reachable from the network asks for the setup code it logged
+    const code = Boolean(!status.initialized && status.codeRequired);
+    $("setup-code-field").hidden = !code;
+    $("setup-code").disabled = !code;
+    $("setup-code").required = code;
     this.mode(status.initialized ? "signin" : "setup");
   }
 
@@ -97,12 +104,13 @@ export class AuthScreen {
     } catch (error) {
       this.error(form, this.explain(error, which));
       const field = FIELD_OF_CODE[error.code];
-      const input = field && form.querySelector(`[name="${field}"]`);
+      const input = field && form.querySelector(`[name="${field}"]:not([disabled])`);
       if (input) {
         input.setAttribute("aria-invalid", "true");
         input.focus();
       }
-      if (error.code === "already_initialized" || error.code === "registration_closed") {
+      const stale = ["already_initialized", "registration_closed"];
+      if (stale.includes(error.code) || (error.code === "setup_code_required" && !input)) {
         this.refresh(this.explain(error, which));
       }
     } finally {
@@ -117,6 +125,12 @@ export class AuthScreen {
       return "Registration is closed on this mesh: ask an administrator for an account.";
     }
     if (error.code === "already_initialized") return "This mesh is already set up: sign in.";
+    if (error.code === "setup_code_required") {
+      return "This node asks for its setup code: it is in the node's log.";
+    }
+    if (error.code === "invalid_setup_code") {
+      return "Wrong setup code: copy it from the node's log (the line with “setup code:”).";
+    }
     if (error.code === "rate_limited") {
       return `Too many attempts. Try again in ${error.retryAfter || "a few"} seconds.`;
     }
