@@ -42,6 +42,10 @@ class ModelConfig:
     base_url: str
     upstream_model: str | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
+    #: the lowest role that may use it (``minRole``; default: ``model_min_role``)
+    min_role: str | None = None
+    #: whether guests may use it (``guests``; default: no)
+    guests: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -334,6 +338,19 @@ class Settings:
     model_concurrency: int = 8
     #: Largest chat-completions request body accepted by the proxy (bytes).
     max_completion_body_bytes: int = 1024 * 1024
+    #: The lowest role that may use a model whose owner set none (decision 0053):
+    #: ``agent`` lets members, bots and above in, never spectators or guests.
+    model_min_role: str = "agent"
+    #: Largest ``n`` (choices per request) the proxy forwards; more is refused.
+    model_max_n: int = 4
+    #: Largest ``max_tokens``/``max_completion_tokens`` the proxy forwards.
+    model_max_tokens: int = 4096
+    #: Default model budget: requests per minute per participant (below the
+    #: owner), unless its role's or its own budget says otherwise; 0: none.
+    model_requests_per_minute: int = 60
+    #: Default model budget: tokens per UTC day per participant (from the
+    #: upstreams' ``usage``), unless a role's or its own budget says otherwise; 0: none.
+    model_tokens_per_day: int = 200_000
     #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
     rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
     #: Total bytes of uploads one participant below admin may keep (admins and the
@@ -442,6 +459,8 @@ class Settings:
             "webhook_max_backlog",
             "model_concurrency",
             "max_completion_body_bytes",
+            "model_max_n",
+            "model_max_tokens",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
@@ -460,6 +479,11 @@ class Settings:
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
+        for name in ("model_requests_per_minute", "model_tokens_per_day"):
+            if (v := env.get("MESH_" + name.upper())) is not None:
+                values[name] = 0 if v.strip() == "0" else _positive_int(v, "MESH_" + name.upper())
+        if v := env.get("MESH_MODEL_MIN_ROLE"):
+            values["model_min_role"] = v.strip()
         models: list[ModelConfig] = []
         if v := env.get("MESH_MODELS_FILE"):
             try:
@@ -552,7 +576,12 @@ def parse_models(text: str, name: str, env: Mapping[str, str]) -> list[ModelConf
             key is None or isinstance(key, str)
         ):
             raise ConfigError(f"{name}: upstreamModel and apiKey must be strings")
-        models.append(ModelConfig(model_name, base_url.rstrip("/"), upstream, key))
+        min_role, guests = entry.get("minRole"), entry.get("guests", False)
+        if not (min_role is None or isinstance(min_role, str)) or not isinstance(guests, bool):
+            raise ConfigError(f"{name}: minRole must be a role name and guests true or false")
+        models.append(
+            ModelConfig(model_name, base_url.rstrip("/"), upstream, key, min_role, guests)
+        )
     return models
 
 

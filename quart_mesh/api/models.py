@@ -51,6 +51,87 @@ class NewModel(Body):
     upstream_model: str | None = None
     #: the upstream's key (stored encrypted, never shown)
     api_key: str | None = None
+    #: the lowest role that may use it (default: ``model_min_role``, ``agent``)
+    min_role: str | None = None
+    #: whether guests may use it (default: no)
+    guests: bool | None = None
+
+
+class ModelAccess(Body):
+    """Who may use a model; a field left out keeps its value."""
+
+    #: the lowest role that may use it (a built-in or custom role)
+    min_role: str | None = None
+    #: whether guests (anonymous visitors, role ``spectator``) may use it
+    guests: bool | None = None
+
+
+class BudgetChange(Body):
+    """A budget: a whole number from 0 (no limit); ``null`` or left out
+    inherits (a participant's from its role, a role's from the settings)."""
+
+    requests_per_minute: int | None = None
+    tokens_per_day: int | None = None
+
+
+class StoredBudget(Shape):
+    """A budget as stored (``null``: inherited)."""
+
+    scope: Literal["role", "participant"]
+    #: the role's name or the participant's id
+    subject: str
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+class BudgetFigures(Shape):
+    """A budget as it applies (0: no limit)."""
+
+    requests_per_minute: int
+    tokens_per_day: int
+
+
+class StoredFigures(Shape):
+    """A budget as stored (``null``: inherited)."""
+
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+class RoleBudget(Shape):
+    role: str
+    priority: int
+    #: ``null``: the settings' default
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+class ParticipantBudget(Shape):
+    """One participant's use of models today against its budget."""
+
+    participant_id: str
+    name: str
+    role: str
+    #: requests and tokens today (UTC)
+    requests: int
+    tokens: int
+    #: the budget that applies (its own, else its role's, else the default)
+    budget: BudgetFigures
+    #: its own budget as stored
+    own: StoredFigures
+
+
+class Budgets(Shape):
+    """Model budgets and today's use against them."""
+
+    #: the start of today (UTC), when daily budgets renewed
+    day: Timestamp
+    #: the settings' budget (``MESH_MODEL_REQUESTS_PER_MINUTE``, ``MESH_MODEL_TOKENS_PER_DAY``)
+    defaults: BudgetFigures
+    #: every role below the owner
+    roles: list[RoleBudget]
+    #: who used a model today, or has a budget of its own
+    participants: list[ParticipantBudget]
 
 
 class ModelView(Shape):
@@ -64,6 +145,8 @@ class ModelView(Shape):
     base_url: str | msgspec.UnsetType = msgspec.UNSET
     upstream_model: str | msgspec.UnsetType | None = msgspec.UNSET
     has_api_key: bool | msgspec.UnsetType = msgspec.UNSET
+    min_role: str | msgspec.UnsetType = msgspec.UNSET
+    guests: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ManagedModel(Shape):
@@ -76,6 +159,10 @@ class ManagedModel(Shape):
     base_url: str
     upstream_model: str | None
     has_api_key: bool
+    #: the lowest role that may use it
+    min_role: str
+    #: whether guests may use it
+    guests: bool
 
 
 class DeletedModel(Ok):
@@ -169,8 +256,64 @@ async def add_model(data: NewModel) -> tuple[Any, int]:
         base_url=data.base_url,
         upstream_model=data.upstream_model,
         api_key=data.api_key,
+        min_role=data.min_role,
+        guests=data.guests,
     )
     return reply(model.to_json(admin=True), 201)
+
+
+@bp.patch("/api/models/<name>")
+@accepts(ModelAccess)
+@answers(ManagedModel)
+async def change_model_access(name: str, data: ModelAccess) -> tuple[Any, int]:
+    """Change who may use a model (configured or added); errors as every endpoint."""
+    actor = await caller()
+    model = await node().model_proxy.set_access(
+        actor, name, min_role=data.min_role, guests=data.guests
+    )
+    return reply(model.to_json(admin=True))
+
+
+@bp.get("/api/models/budgets")
+@answers(Budgets)
+async def budgets() -> tuple[Any, int]:
+    """The budgets per role and participant, and today's use against them."""
+    actor = await caller()
+    return reply(await node().model_proxy.budgets(actor))
+
+
+@bp.put("/api/models/budgets/roles/<role>")
+@accepts(BudgetChange)
+@answers(StoredBudget)
+async def set_role_budget(role: str, data: BudgetChange) -> tuple[Any, int]:
+    """Set a role's model budget (for roles below one's own)."""
+    actor = await caller()
+    return reply(
+        await node().model_proxy.set_budget(
+            actor,
+            "role",
+            role,
+            requests_per_minute=data.requests_per_minute,
+            tokens_per_day=data.tokens_per_day,
+        )
+    )
+
+
+@bp.put("/api/models/budgets/participants/<participant_id>")
+@accepts(BudgetChange)
+@answers(StoredBudget)
+async def set_participant_budget(participant_id: str, data: BudgetChange) -> tuple[Any, int]:
+    """Set one participant's model budget (for participants below one's own rank)."""
+    actor = await caller()
+    return reply(
+        await node().model_proxy.set_budget(
+            actor,
+            "participant",
+            participant_id,
+            requests_per_minute=data.requests_per_minute,
+            tokens_per_day=data.tokens_per_day,
+        )
+    )
 
 
 @bp.delete("/api/models/<name>")
