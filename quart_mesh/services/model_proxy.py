@@ -732,7 +732,9 @@ class ModelProxy:
                 lambda conn: limits_repo.take(
                     conn,
                     _MINUTE_RULE,
-                    actor.participant_id,
+                    # a budget changed starts afresh (the old one's count
+                    # would hold a raised budget back)
+                    f"{actor.participant_id} {budget.requests_per_minute}",
                     now=int(time.time() * 1000),
                     interval=interval,
                     tolerance=tolerance,
