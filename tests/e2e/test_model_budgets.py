@@ -54,7 +54,8 @@ def openai_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert response.status_code == status, response.text
     error = dict(response.json()["error"])
     assert error["code"] == code, error
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     return error
 
 
@@ -132,7 +133,8 @@ async def test_guests_and_spectators_are_kept_out_unless_the_owner_lets_them_in(
     # still capped: the finding's body is refused, and nothing reaches the upstream
     r = await ask(mesh, guest, model="paid", n=128, max_tokens=100_000)
     error = openai_error(r, 400, "integer_above_max_value")
-    assert error["param"] == "n" and error["type"] == "invalid_request_error"
+    assert error["param"] == "n"
+    assert error["type"] == "invalid_request_error"
     assert len(completions(upstream)) == before + 2
 
     # a configured model: raised to moderators, members are kept out (stored, so it
@@ -388,7 +390,8 @@ async def test_tokens_a_day_answer_429_insufficient_quota_streams_included(
     )
     assert r.status_code == 200
     mine = (await today()).get(bob.participant_id)
-    assert mine is not None and mine["own"] == {"requestsPerMinute": None, "tokensPerDay": None}
+    assert mine is not None
+    assert mine["own"] == {"requestsPerMinute": None, "tokensPerDay": None}
     assert mine["budget"]["tokensPerDay"] == 200_000
 
 
