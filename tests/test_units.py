@@ -206,6 +206,45 @@ def test_models_from_the_environment(tmp_path: Path) -> None:
             Settings.from_env({"MESH_MODELS": bad})
 
 
+def test_model_access_and_budget_settings_from_env() -> None:
+    """Who may use a model and the default budgets (decision 0053)."""
+    settings = Settings.from_env(
+        {
+            "MESH_MODELS": '[{"name": "open", "baseUrl": "http://h:1/v1",'
+            ' "minRole": "spectator", "guests": true}, {"name": "m", "baseUrl": "http://h:1/v1"}]',
+            "MESH_MODEL_MIN_ROLE": "member",
+            "MESH_MODEL_MAX_N": "1",
+            "MESH_MODEL_MAX_TOKENS": "512",
+            "MESH_MODEL_REQUESTS_PER_MINUTE": "0",
+            "MESH_MODEL_TOKENS_PER_DAY": "5000",
+        }
+    )
+    assert [(m.name, m.min_role, m.guests) for m in settings.models] == [
+        ("open", "spectator", True),
+        ("m", None, False),
+    ]
+    assert (settings.model_min_role, settings.model_max_n, settings.model_max_tokens) == (
+        "member",
+        1,
+        512,
+    )
+    assert (settings.model_requests_per_minute, settings.model_tokens_per_day) == (0, 5000)
+    defaults = Settings()
+    assert (defaults.model_min_role, defaults.model_max_n, defaults.model_max_tokens) == (
+        "agent",
+        4,
+        4096,
+    )
+    for env in (
+        {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "guests": "yes"}]'},
+        {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "minRole": 3}]'},
+        {"MESH_MODEL_MAX_N": "0"},
+        {"MESH_MODEL_TOKENS_PER_DAY": "-5"},
+    ):
+        with pytest.raises(ConfigError):
+            Settings.from_env(env)
+
+
 def test_a_forked_child_draws_other_ids() -> None:
     """Ids take the OS's randomness in blocks: a forked child must not reuse
     the block its parent holds (``quart-mesh serve --workers`` forks)."""
