@@ -547,6 +547,7 @@ class ModelProxy:
             failed = False
             relayed = 0
             held = b""  # an event not yet complete (only while stripping)
+            tail = b""  # a line not yet complete (for usage)
             try:
                 async with receive_channel:
                     async for first in receive_channel:
@@ -560,16 +561,22 @@ class ModelProxy:
                         problem = last if isinstance(last, BaseException) else None
                         data = b"".join(c for c in batch if isinstance(c, bytes))
                         relayed += len(data)
+                        # usage is read from whole lines (a chunk may end mid-line)
+                        scan = tail + data
+                        cut = scan.rfind(b"\n") + 1
+                        if b'"usage"' in scan[:cut]:
+                            usage = _usage_in(scan[:cut]) or usage
+                        tail = scan[cut:][-_MAX_ERROR_BYTES:]
                         if strip_usage:
                             data, held = _strip_usage_chunks(held + data, final=problem is not None)
-                        if b'"usage"' in data:
-                            usage = _usage_in(data) or usage
                         if data:
                             yield data
                         if problem is not None:
                             failed = True
                             yield _stream_error(problem)
                             return
+                    if b'"usage"' in tail:
+                        usage = _usage_in(tail) or usage
                     if held:  # the upstream ended without a last blank line
                         yield held
             finally:

@@ -495,3 +495,42 @@ async def test_a_deleted_bots_token_spends_nothing(mesh: Mesh, upstream: Upstrea
     assert len(completions(upstream)) == sent
     listed = (await mesh.http.get("/api/models/budgets", headers=owner.headers)).json()
     assert all(p["participantId"] != asker.participant_id for p in listed["participants"])
+
+
+async def test_an_answer_without_usage_counts_an_estimate(mesh: Mesh, upstream: Upstream) -> None:
+    owner = await mesh.setup()
+    bob = await mesh.register("bob")
+    r = await mesh.http.post(
+        "/api/models",
+        json={
+            "name": "quiet",
+            "baseUrl": f"http://127.0.0.1:{upstream.port}/v1",
+            "upstreamModel": "quiet-model",
+        },
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+
+    async def tokens() -> int:
+        listed = (await mesh.http.get("/api/models/budgets", headers=owner.headers)).json()
+        mine = [p for p in listed["participants"] if p["participantId"] == bob.participant_id]
+        return int(mine[0]["tokens"]) if mine else 0
+
+    words = "word " * 100
+    r = await ask(mesh, bob, model="quiet", messages=[{"role": "user", "content": words}])
+    assert r.status_code == 200
+    assert "usage" not in r.json()
+    # the request's and the answer's bytes over four: at least the text's
+    # characters over four, both ways (500 characters each)
+    plain = await tokens()
+    assert plain >= 2 * 500 // 4
+    r = await ask(
+        mesh, bob, model="quiet", stream=True, messages=[{"role": "user", "content": words}]
+    )
+    assert r.status_code == 200
+    assert b'"usage"' not in r.content
+
+    async def streamed_counted() -> bool:
+        return await tokens() >= plain + 2 * 500 // 4
+
+    await wait_for(streamed_counted)
