@@ -180,6 +180,7 @@ async def test_budgets_show_use_against_them_and_are_edited_in_the_console(
     upstream_url = f"http://127.0.0.1:{upstream.port}/v1"
     node: Served = await serve_node(models=(ModelConfig("echo", upstream_url, "echo-model"),))
     owner, bob, _ = await two_people(node)
+    await node.mesh.register("carol")
     http = node.mesh.http
 
     async def ask_as_bob() -> int:
@@ -243,6 +244,21 @@ async def test_budgets_show_use_against_them_and_are_edited_in_the_console(
             assert call(refusal_to_bob) == (404, "model_not_found")
             alice.button("Refresh usage").click()
             expect(bob_row).to_contain_text("24 of 1,000")
+            # someone who has not used a model yet gets a budget of their own
+            form = page.get_by_role("form", name="A participant's own budget")
+            form.get_by_label("Participant").select_option(label="carol (member)")
+            form.get_by_label("Requests a minute").fill("5")
+            form.get_by_role("button", name="Set budget").click()
+            expect(
+                page.get_by_role("status").filter(has_text="Saved the budget of carol")
+            ).to_be_visible()
+            carol_row = today.get_by_role("row").filter(has_text="carol")
+            expect(
+                carol_row.get_by_role("spinbutton", name="Requests a minute for carol")
+            ).to_have_value("5")
+            expect(carol_row).to_contain_text("0 of 10")
+            page.get_by_role("heading", name="Today against budgets").scroll_into_view_if_needed()
+            shot(page, "console-model-budgets")
             assert violations(alice, "#panel-body") == []
             alice.assert_clean(console=False)
 

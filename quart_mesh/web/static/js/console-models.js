@@ -280,8 +280,59 @@ export class ModelsSection {
       this.budgetBox,
       h("h3", { id: "console-today-heading", text: "Today against budgets" }),
       this.todayBox,
+      this.participantForm(),
       this.budgetStatus,
       this.budgetError,
+    );
+  }
+
+  /** A budget for someone not listed yet (who has not used a model today). */
+  participantForm() {
+    this.whoSelect = h("select", { name: "participant" });
+    this.whoRpm = h("input", { type: "number", min: "0", step: "1", name: "requestsPerMinute" });
+    this.whoTpd = h("input", { type: "number", min: "0", step: "1", name: "tokensPerDay" });
+    const submit = h("button", { type: "submit", text: "Set budget" });
+    const read = (input) => (input.value.trim() === "" ? null : Number(input.value));
+    return h(
+      "form",
+      {
+        class: "console-form",
+        "aria-labelledby": "console-who-heading",
+        on: {
+          submit: async (e) => {
+            e.preventDefault();
+            const id = this.whoSelect.value;
+            if (!id) return;
+            const done = await guarded(submit, this.budgetError, () =>
+              this.app.api.put(`/api/models/budgets/participants/${seg(id)}`, {
+                requestsPerMinute: read(this.whoRpm),
+                tokensPerDay: read(this.whoTpd),
+              }),
+            );
+            if (done === undefined) return;
+            this.whoRpm.value = "";
+            this.whoTpd.value = "";
+            this.budgetStatus.textContent = `Saved the budget of ${this.subjectName(done)}.`;
+            await this.loadBudgets();
+          },
+        },
+      },
+      h("h3", { id: "console-who-heading", text: "A participant's own budget" }),
+      field("Participant", this.whoSelect),
+      field("Requests a minute", this.whoRpm, "Empty: the role's. 0: no limit."),
+      field("Tokens a day", this.whoTpd, "Empty: the role's. 0: no limit."),
+      h("div", { class: "row" }, submit),
+    );
+  }
+
+  fillParticipants() {
+    const people = [...this.app.store.participants.values()]
+      .filter((p) => p.role !== "owner")
+      .sort((a, b) => a.name.localeCompare(b.name));
+    const kept = this.whoSelect.value;
+    fill(
+      this.whoSelect,
+      people.map((p) => h("option", { value: p.participantId, text: `${p.name} (${p.role})`, selected: p.participantId === kept })),
     );
   }
 
@@ -351,6 +402,7 @@ export class ModelsSection {
       wide(table("Budgets per role", ["Role", "Requests a minute", "Tokens a day", "Actions"], roleRows)),
     );
     for (const p of participants) this.names.set(p.participantId, p.name);
+    this.fillParticipants();
     if (!participants.length) {
       fill(this.todayBox, h("p", { class: "hint", text: "Nobody has used a model today." }));
       return;
@@ -370,7 +422,7 @@ export class ModelsSection {
           h(
             "div",
             {},
-            h("span", { class: "console-b-num", text: used }),
+            h("div", { class: "console-b-num", text: used }),
             h("meter", {
               min: "0",
               max: String(limit),
