@@ -16,7 +16,7 @@ import openai
 import pytest
 import trio
 
-from quart_mesh import Settings
+from quart_mesh import Settings, create_app, serve
 from quart_mesh.config import ModelConfig
 from tests.helpers import Mesh, User, assert_error, wait_for
 from tests.upstream import Upstream
@@ -121,9 +121,15 @@ async def test_guests_and_spectators_are_kept_out_unless_the_owner_lets_them_in(
         404,
         "model_not_found",
     )
+    # spectators in, guests still out: the guests switch is its own
     r = await mesh.http.patch(
-        "/api/models/paid", json={"minRole": "spectator", "guests": True}, headers=owner.headers
+        "/api/models/paid", json={"minRole": "spectator"}, headers=owner.headers
     )
+    assert r.status_code == 200, r.text
+    assert (r.json()["minRole"], r.json()["guests"]) == ("spectator", False)
+    assert (await ask(mesh, watcher, model="paid")).status_code == 200
+    openai_error(await ask(mesh, guest, model="paid"), 404, "model_not_found")
+    r = await mesh.http.patch("/api/models/paid", json={"guests": True}, headers=owner.headers)
     assert r.status_code == 200, r.text
     assert (r.json()["minRole"], r.json()["guests"]) == ("spectator", True)
     before = len(completions(upstream))
@@ -534,3 +540,53 @@ async def test_an_answer_without_usage_counts_an_estimate(mesh: Mesh, upstream: 
         return await tokens() >= plain + 2 * 500 // 4
 
     await wait_for(streamed_counted)
+
+
+async def test_who_may_use_a_model_and_budgets_survive_a_restart(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    url = f"http://127.0.0.1:{upstream.port}/v1"
+    settings = Settings(
+        data_dir=tmp_path / "node", models=(ModelConfig("configured", url, "echo-model"),)
+    )
+
+    async def served(nursery: trio.Nursery) -> str:
+        app = create_app(settings)
+        base: str = await nursery.start(
+            lambda task_status: serve(app, port=0, task_status=task_status)
+        )
+        return base
+
+    async with trio.open_nursery() as nursery:
+        base = await served(nursery)
+        async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            bob = await mesh.register("bob")
+            r = await http.patch(
+                "/api/models/configured",
+                json={"minRole": "spectator", "guests": True},
+                headers=owner.headers,
+            )
+            assert r.status_code == 200, r.text
+            r = await http.put(
+                "/api/models/budgets/roles/member",
+                json={"requestsPerMinute": 1},
+                headers=owner.headers,
+            )
+            assert r.status_code == 200
+            assert (await ask(mesh, bob, model="configured")).status_code == 200
+        nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        base = await served(nursery)
+        async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+            mesh = Mesh(http)
+            models = (await http.get("/api/models", headers=owner.headers)).json()
+            assert [(m["minRole"], m["guests"]) for m in models] == [("spectator", True)]
+            # the minute's count is in the store too: bob's one request is spent
+            openai_error(await ask(mesh, bob, model="configured"), 429, "rate_limit_exceeded")
+            listed = (await http.get("/api/models/budgets", headers=owner.headers)).json()
+            member = next(r for r in listed["roles"] if r["role"] == "member")
+            assert member["requestsPerMinute"] == 1
+        nursery.cancel_scope.cancel()
