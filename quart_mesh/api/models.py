@@ -121,6 +121,17 @@ class ParticipantBudget(Shape):
     own: StoredFigures
 
 
+class OwnBudget(Shape):
+    """The caller's model budget (0: no limit) and its use today (UTC)."""
+
+    requests_per_minute: int
+    tokens_per_day: int
+    requests_today: int
+    tokens_today: int
+    #: when the day's tokens renew (00:00 UTC)
+    renews_at: Timestamp
+
+
 class Budgets(Shape):
     """Model budgets and today's use against them."""
 
@@ -272,6 +283,14 @@ async def change_model_access(name: str, data: ModelAccess) -> tuple[Any, int]:
         actor, name, min_role=data.min_role, guests=data.guests
     )
     return reply(model.to_json(admin=True))
+
+
+@bp.get("/api/models/budget")
+@answers(OwnBudget)
+async def own_budget() -> tuple[Any, int]:
+    """The caller's model budget and what it spent today."""
+    actor = await caller()
+    return reply(await node().model_proxy.own_budget(actor))
 
 
 @bp.get("/api/models/budgets")

@@ -757,6 +757,22 @@ class ModelProxy:
                     str(max(1, math.ceil(wait_ms / 1000))),
                 )
 
+    async def own_budget(self, actor: Actor) -> dict[str, Any]:
+        """*actor*'s budget and what it spent today (anyone who may use models)."""
+        authorize(actor, "models.use")
+        day = now_ms() // _DAY_MS
+        requests, tokens = await self._db.read(
+            lambda conn: repo.list_daily(conn, day, actor.participant_id).get(
+                actor.participant_id, (0, 0)
+            )
+        )
+        return {
+            **self.budget_of(actor).to_json(),
+            "requestsToday": requests,
+            "tokensToday": tokens,
+            "renewsAt": iso((day + 1) * _DAY_MS),
+        }
+
     async def budgets(self, actor: Actor) -> dict[str, Any]:
         """The budgets and today's use against them (admin and above)."""
         authorize(actor, "models.usage")

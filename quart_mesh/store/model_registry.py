@@ -217,7 +217,12 @@ def daily_tokens(conn: Connection, participant_id: str, day: int) -> int:
     return int(found or 0)
 
 
-def list_daily(conn: Connection, day: int) -> dict[str, tuple[int, int]]:
-    """participant id -> (requests, tokens) on *day*."""
-    rows = conn.execute(sa.select(model_usage_daily).where(model_usage_daily.c.day == day))
+def list_daily(
+    conn: Connection, day: int, participant_id: str | None = None
+) -> dict[str, tuple[int, int]]:
+    """participant id -> (requests, tokens) on *day* (of one participant, if given)."""
+    query = sa.select(model_usage_daily).where(model_usage_daily.c.day == day)
+    if participant_id is not None:
+        query = query.where(model_usage_daily.c.participant_id == participant_id)
+    rows = conn.execute(query)
     return {r.participant_id: (int(r.requests), int(r.tokens)) for r in rows}

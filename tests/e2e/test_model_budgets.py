@@ -353,6 +353,11 @@ async def test_tokens_a_day_answer_429_insufficient_quota_streams_included(
     assert (await ask(mesh, bob, model="configured")).status_code == 200
     mine = (await today())[bob.participant_id]
     assert (mine["requests"], mine["tokens"]) == (2, 17)
+    own = (await mesh.http.get("/api/models/budget", headers=bob.headers)).json()
+    assert own["tokensToday"] == 17
+    assert own["requestsToday"] == 2
+    assert (own["tokensPerDay"], own["requestsPerMinute"]) == (20, 60)
+    assert own["renewsAt"].endswith("T00:00:00.000Z")
     assert mine["budget"]["tokensPerDay"] == 20
     assert mine["own"] == {"requestsPerMinute": None, "tokensPerDay": 20}
     # under budget still: one more goes (OpenAI counts after the fact too), 25 of 20
