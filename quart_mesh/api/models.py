@@ -225,14 +225,29 @@ class OpenAIModelList(Shape, rename=None):
 
 class ChatRequest(msgspec.Struct):
     """OpenAI's chat-completions request: ``model`` is a model of this node's
-    registry; every other field (``temperature``, ``tools``, ...) is passed on
-    to the upstream as it is."""
+    registry that the caller's role may use. ``messages`` are checked as
+    OpenAI checks them, and ``n``, ``max_tokens`` and ``max_completion_tokens``
+    against this node's caps, before anything is forwarded (400
+    ``invalid_request_error`` naming the ``param``); over the caller's budget
+    the answer is 429 ``rate_limit_exceeded`` or ``insufficient_quota``. Every
+    other field (``temperature``, ``tools``, ...) is passed on to the upstream
+    as it is."""
 
     model: str
-    #: each message an object (``{role, content}``...), at least one
+    #: at least one message, checked as OpenAI checks them before anything is
+    #: forwarded: an object with ``role`` (system, developer, user, assistant,
+    #: tool, function) and ``content`` (a string or a list of parts), ...
     messages: list[dict[str, Any]]
     #: answer as server-sent events (``text/event-stream``)
     stream: bool = False
+    #: choices to generate: at most this node's ``model_max_n`` (4)
+    n: int | None = None
+    #: at most this node's ``model_max_tokens`` (4096)
+    max_tokens: int | None = None
+    #: at most this node's ``model_max_tokens`` (4096)
+    max_completion_tokens: int | None = None
+    #: ``{"include_usage": true}``: a last chunk with the stream's usage
+    stream_options: dict[str, Any] | None = None
 
 
 class ChatCompletion(Shape, rename=None):
