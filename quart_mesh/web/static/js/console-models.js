@@ -40,6 +40,7 @@ export class ModelsSection {
   /** Left: a key typed but not sent does not stay in the page. */
   hide() {
     if (this.addKey) this.addKey.value = "";
+    this.body = null;
   }
 
   render(body) {
@@ -88,9 +89,6 @@ export class ModelsSection {
     this.loadUsage(false);
   }
 
-  hide() {
-    this.body = null;
-  }
 
   // the list ------------------------------------------------------------------
 
