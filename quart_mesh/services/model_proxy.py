@@ -430,7 +430,10 @@ class ModelProxy:
             self._rate.participant("models", actor)
         except RateLimited as error:
             wait = str(max(1, math.ceil(error.retry_after)))
-            raise OpenAIError(429, error.message, "rate_limit_error", error.code, wait) from None
+            # as a request over the minute's budget: one answer for "too many"
+            raise OpenAIError(
+                429, error.message, "rate_limit_exceeded", "rate_limit_exceeded", wait
+            ) from None
         model = self.get(body.get("model"))
         if not model.usable_by(actor):
             # as OpenAI answers a model one's key may not use: nothing tells
