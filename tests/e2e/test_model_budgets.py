@@ -384,6 +384,13 @@ async def test_tokens_a_day_answer_429_insufficient_quota_streams_included(
         await ask(mesh, bob, model="configured", stream=True), 429, "insufficient_quota"
     )
     assert "quota" in error["message"]
+    # the node's own use of the proxy on bob's behalf is held to the same budget
+    r = await mesh.http.post(
+        "/api/apps/generate",
+        json={"prompt": "a counter", "model": "configured"},
+        headers=bob.headers,
+    )
+    assert_error(r, 429, "insufficient_quota")
     assert len(completions(upstream)) == sent
     # raised over REST: it takes effect at once
     r = await mesh.http.put(
