@@ -24,6 +24,7 @@ from .errors import ConfigError
 __all__ = [
     "RATE_RULES",
     "Limits",
+    "ModelBudget",
     "ModelConfig",
     "Rate",
     "RateLimits",
@@ -31,6 +32,7 @@ __all__ = [
     "parse_log_format",
     "parse_models",
     "parse_rate",
+    "parse_role_budgets",
 ]
 
 
@@ -46,6 +48,15 @@ class ModelConfig:
     min_role: str | None = None
     #: whether guests may use it (``guests``; default: no)
     guests: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelBudget:
+    """A role's model budget from the settings (``MESH_MODEL_ROLE_BUDGETS``):
+    ``None`` takes the default, 0 is no limit."""
+
+    requests_per_minute: int | None = None
+    tokens_per_day: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -351,6 +362,11 @@ class Settings:
     #: Default model budget: tokens per UTC day per participant (from the
     #: upstreams' ``usage``), unless a role's or its own budget says otherwise; 0: none.
     model_tokens_per_day: int = 200_000
+    #: Model budgets per role from the settings (``MESH_MODEL_ROLE_BUDGETS``, JSON
+    #: ``{"spectator": {"tokensPerDay": 20000}}``); a budget stored by an admin wins.
+    model_role_budgets: Mapping[str, ModelBudget] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
     rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
     #: Total bytes of uploads one participant below admin may keep (admins and the
@@ -484,6 +500,8 @@ class Settings:
                 values[name] = 0 if v.strip() == "0" else _positive_int(v, "MESH_" + name.upper())
         if v := env.get("MESH_MODEL_MIN_ROLE"):
             values["model_min_role"] = v.strip()
+        if v := env.get("MESH_MODEL_ROLE_BUDGETS"):
+            values["model_role_budgets"] = parse_role_budgets(v, "MESH_MODEL_ROLE_BUDGETS")
         models: list[ModelConfig] = []
         if v := env.get("MESH_MODELS_FILE"):
             try:
@@ -583,6 +601,33 @@ def parse_models(text: str, name: str, env: Mapping[str, str]) -> list[ModelConf
             ModelConfig(model_name, base_url.rstrip("/"), upstream, key, min_role, guests)
         )
     return models
+
+
+def parse_role_budgets(text: str, name: str) -> Mapping[str, ModelBudget]:
+    """Role budgets from JSON: ``{"<role>": {"requestsPerMinute"?: n,
+    "tokensPerDay"?: n}}``, each figure a whole number from 0 (no limit).
+
+    Raises:
+        ConfigError: not such an object.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"{name} must be a JSON object: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f'{name} must be a JSON object such as {{"spectator": {{...}}}}')
+    budgets: dict[str, ModelBudget] = {}
+    for role, entry in data.items():
+        if not isinstance(entry, dict) or set(entry) - {"requestsPerMinute", "tokensPerDay"}:
+            raise ConfigError(f"{name}: {role} needs an object of requestsPerMinute, tokensPerDay")
+        figures = [entry.get("requestsPerMinute"), entry.get("tokensPerDay")]
+        for figure in figures:
+            if figure is not None and (
+                not isinstance(figure, int) or isinstance(figure, bool) or figure < 0
+            ):
+                raise ConfigError(f"{name}: {role}'s figures must be whole numbers from 0")
+        budgets[role] = ModelBudget(figures[0], figures[1])
+    return MappingProxyType(budgets)
 
 
 def _bool(value: str, name: str) -> bool:

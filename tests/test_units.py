@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import quart_mesh
-from quart_mesh.config import Limits, Settings
+from quart_mesh.config import Limits, ModelBudget, Settings
 from quart_mesh.errors import BadRequest, ConfigError
 from quart_mesh.ids import is_ulid, new_id
 from quart_mesh.records import iso
@@ -235,7 +235,19 @@ def test_model_access_and_budget_settings_from_env() -> None:
         4,
         4096,
     )
+    budgets = Settings.from_env(
+        {"MESH_MODEL_ROLE_BUDGETS": '{"spectator": {"tokensPerDay": 2000}, "agent": {}}'}
+    ).model_role_budgets
+    assert dict(budgets) == {
+        "spectator": ModelBudget(None, 2000),
+        "agent": ModelBudget(None, None),
+    }
+    assert dict(defaults.model_role_budgets) == {}
     for env in (
+        {"MESH_MODEL_ROLE_BUDGETS": "[]"},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": {"tokensPerDay": -1}}'},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": {"tokens": 5}}'},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": 5}'},
         {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "guests": "yes"}]'},
         {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "minRole": 3}]'},
         {"MESH_MODEL_MAX_N": "0"},

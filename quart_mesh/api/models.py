@@ -101,9 +101,11 @@ class StoredFigures(Shape):
 class RoleBudget(Shape):
     role: str
     priority: int
-    #: ``null``: the settings' default
+    #: as stored; ``null``: ``inherited``
     requests_per_minute: int | None
     tokens_per_day: int | None
+    #: the settings' budget for the role (``MESH_MODEL_ROLE_BUDGETS``, else the default)
+    inherited: BudgetFigures
 
 
 class ParticipantBudget(Shape):

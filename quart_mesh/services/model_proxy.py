@@ -693,12 +693,15 @@ class ModelProxy:
         return self._resolve(actor.participant_id, actor.role)
 
     def _resolve(self, participant_id: str, role: str) -> Budget:
+        """The budget that applies, figure by figure: the participant's own,
+        the role's as stored, the role's in the settings, the default."""
         own = self._budgets.get(("participant", participant_id))
         of_role = self._budgets.get(("role", role))
         settings = self._settings
+        configured = settings.model_role_budgets.get(role)
 
         def pick(field: str, default: int) -> int:
-            for budget in (own, of_role):
+            for budget in (own, of_role, configured):
                 value = getattr(budget, field) if budget is not None else None
                 if value is not None:
                     return int(value)
@@ -707,6 +710,17 @@ class ModelProxy:
         return Budget(
             pick("requests_per_minute", settings.model_requests_per_minute),
             pick("tokens_per_day", settings.model_tokens_per_day),
+        )
+
+    def _settings_budget(self, role: str) -> Budget:
+        """What a role's budget is when none is stored: from the settings."""
+        settings = self._settings
+        configured = settings.model_role_budgets.get(role)
+        rpm = configured.requests_per_minute if configured else None
+        tpd = configured.tokens_per_day if configured else None
+        return Budget(
+            settings.model_requests_per_minute if rpm is None else rpm,
+            settings.model_tokens_per_day if tpd is None else tpd,
         )
 
     async def _spend(self, actor: Actor) -> None:
@@ -831,7 +845,13 @@ class ModelProxy:
                 "tokensPerDay": settings.model_tokens_per_day,
             },
             "roles": [
-                {"role": r.name, "priority": r.priority, **stored("role", r.name)} for r in roles
+                {
+                    "role": r.name,
+                    "priority": r.priority,
+                    **stored("role", r.name),
+                    "inherited": self._settings_budget(r.name).to_json(),
+                }
+                for r in roles
             ],
             "participants": usage,
         }

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from quart_mesh import Settings, create_app, serve
-from quart_mesh.config import ModelConfig
+from quart_mesh.config import ModelBudget, ModelConfig
 from tests.helpers import Mesh, User, assert_error, wait_for
 from tests.upstream import Upstream
 
@@ -601,4 +601,40 @@ async def test_who_may_use_a_model_and_budgets_survive_a_restart(
             listed = (await http.get("/api/models/budgets", headers=owner.headers)).json()
             member = next(r for r in listed["roles"] if r["role"] == "member")
             assert member["requestsPerMinute"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_role_budgets_from_the_settings_until_an_admin_stores_one(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    url = f"http://127.0.0.1:{upstream.port}/v1"
+    settings = Settings(
+        data_dir=tmp_path / "node",
+        models=(ModelConfig("configured", url, "echo-model"),),
+        model_role_budgets={"member": ModelBudget(tokens_per_day=10)},
+    )
+    async with trio.open_nursery() as nursery:
+        base: str = await nursery.start(
+            lambda task_status: serve(create_app(settings), port=0, task_status=task_status)
+        )
+        async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            bob = await mesh.register("bob")
+            listed = (await http.get("/api/models/budgets", headers=owner.headers)).json()
+            member = next(r for r in listed["roles"] if r["role"] == "member")
+            assert member["tokensPerDay"] is None
+            assert member["inherited"] == {"requestsPerMinute": 60, "tokensPerDay": 10}
+            agent = next(r for r in listed["roles"] if r["role"] == "agent")
+            assert agent["inherited"] == {"requestsPerMinute": 60, "tokensPerDay": 200_000}
+            for _ in range(2):  # 8 tokens each: the second crosses 10
+                assert (await ask(mesh, bob, model="configured")).status_code == 200
+            openai_error(await ask(mesh, bob, model="configured"), 429, "insufficient_quota")
+            r = await http.put(
+                "/api/models/budgets/roles/member",
+                json={"tokensPerDay": 100},
+                headers=owner.headers,
+            )
+            assert r.status_code == 200
+            assert (await ask(mesh, bob, model="configured")).status_code == 200
         nursery.cancel_scope.cancel()

@@ -386,8 +386,9 @@ export class ModelsSection {
     const { defaults, roles, participants } = this.budgets;
     const number = (n) => (n === 0 ? "no limit" : Number(n).toLocaleString());
     const roleRows = roles.map((role) => {
-      const rpm = this.figure(role.requestsPerMinute, `Requests a minute for ${role.role}`, number(defaults.requestsPerMinute));
-      const tpd = this.figure(role.tokensPerDay, `Tokens a day for ${role.role}`, number(defaults.tokensPerDay));
+      const inherited = role.inherited || defaults;
+      const rpm = this.figure(role.requestsPerMinute, `Requests a minute for ${role.role}`, number(inherited.requestsPerMinute));
+      const tpd = this.figure(role.tokensPerDay, `Tokens a day for ${role.role}`, number(inherited.tokensPerDay));
       return [
         h("bdi", { text: role.role }),
         rpm,
