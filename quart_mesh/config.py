@@ -25,6 +25,7 @@ from .errors import ConfigError
 __all__ = [
     "RATE_RULES",
     "Limits",
+    "ModelBudget",
     "ModelConfig",
     "Rate",
     "RateLimits",
@@ -32,6 +33,7 @@ __all__ = [
     "parse_log_format",
     "parse_models",
     "parse_rate",
+    "parse_role_budgets",
 ]
 
 
@@ -43,6 +45,19 @@ class ModelConfig:
     base_url: str
     upstream_model: str | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
+    #: the lowest role that may use it (``minRole``; default: ``model_min_role``)
+    min_role: str | None = None
+    #: whether guests may use it (``guests``; default: no)
+    guests: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelBudget:
+    """A role's model budget from the settings (``MESH_MODEL_ROLE_BUDGETS``):
+    ``None`` takes the default, 0 is no limit."""
+
+    requests_per_minute: int | None = None
+    tokens_per_day: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -357,6 +372,24 @@ class Settings:
     model_concurrency: int = 8
     #: Largest chat-completions request body accepted by the proxy (bytes).
     max_completion_body_bytes: int = 1024 * 1024
+    #: The lowest role that may use a model whose owner set none (decision 0053):
+    #: ``agent`` lets members, bots and above in, never spectators or guests.
+    model_min_role: str = "agent"
+    #: Largest ``n`` (choices per request) the proxy forwards; more is refused.
+    model_max_n: int = 4
+    #: Largest ``max_tokens``/``max_completion_tokens`` the proxy forwards.
+    model_max_tokens: int = 4096
+    #: Default model budget: requests per minute per participant (below the
+    #: owner), unless its role's or its own budget says otherwise; 0: none.
+    model_requests_per_minute: int = 60
+    #: Default model budget: tokens per UTC day per participant (from the
+    #: upstreams' ``usage``), unless a role's or its own budget says otherwise; 0: none.
+    model_tokens_per_day: int = 200_000
+    #: Model budgets per role from the settings (``MESH_MODEL_ROLE_BUDGETS``, JSON
+    #: ``{"spectator": {"tokensPerDay": 20000}}``); a budget stored by an admin wins.
+    model_role_budgets: Mapping[str, ModelBudget] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     #: Rate limits per participant, login name and client address (``docs/rate-limits.md``).
     rate_limits: RateLimits = dataclasses.field(default_factory=RateLimits)
     #: Reverse proxies (addresses or CIDR networks) whose forwarding header
@@ -510,6 +543,8 @@ class Settings:
             "webhook_max_backlog",
             "model_concurrency",
             "max_completion_body_bytes",
+            "model_max_n",
+            "model_max_tokens",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
@@ -528,6 +563,13 @@ class Settings:
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
+        for name in ("model_requests_per_minute", "model_tokens_per_day"):
+            if (v := env.get("MESH_" + name.upper())) is not None:
+                values[name] = 0 if v.strip() == "0" else _positive_int(v, "MESH_" + name.upper())
+        if v := env.get("MESH_MODEL_MIN_ROLE"):
+            values["model_min_role"] = v.strip()
+        if v := env.get("MESH_MODEL_ROLE_BUDGETS"):
+            values["model_role_budgets"] = parse_role_budgets(v, "MESH_MODEL_ROLE_BUDGETS")
         models: list[ModelConfig] = []
         if v := env.get("MESH_MODELS_FILE"):
             try:
@@ -637,8 +679,40 @@ def parse_models(text: str, name: str, env: Mapping[str, str]) -> list[ModelConf
             key is None or isinstance(key, str)
         ):
             raise ConfigError(f"{name}: upstreamModel and apiKey must be strings")
-        models.append(ModelConfig(model_name, base_url.rstrip("/"), upstream, key))
+        min_role, guests = entry.get("minRole"), entry.get("guests", False)
+        if not (min_role is None or isinstance(min_role, str)) or not isinstance(guests, bool):
+            raise ConfigError(f"{name}: minRole must be a role name and guests true or false")
+        models.append(
+            ModelConfig(model_name, base_url.rstrip("/"), upstream, key, min_role, guests)
+        )
     return models
+
+
+def parse_role_budgets(text: str, name: str) -> Mapping[str, ModelBudget]:
+    """Role budgets from JSON: ``{"<role>": {"requestsPerMinute"?: n,
+    "tokensPerDay"?: n}}``, each figure a whole number from 0 (no limit).
+
+    Raises:
+        ConfigError: not such an object.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"{name} must be a JSON object: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f'{name} must be a JSON object such as {{"spectator": {{...}}}}')
+    budgets: dict[str, ModelBudget] = {}
+    for role, entry in data.items():
+        if not isinstance(entry, dict) or set(entry) - {"requestsPerMinute", "tokensPerDay"}:
+            raise ConfigError(f"{name}: {role} needs an object of requestsPerMinute, tokensPerDay")
+        figures = [entry.get("requestsPerMinute"), entry.get("tokensPerDay")]
+        for figure in figures:
+            if figure is not None and (
+                not isinstance(figure, int) or isinstance(figure, bool) or figure < 0
+            ):
+                raise ConfigError(f"{name}: {role}'s figures must be whole numbers from 0")
+        budgets[role] = ModelBudget(figures[0], figures[1])
+    return MappingProxyType(budgets)
 
 
 def _bool(value: str, name: str) -> bool:

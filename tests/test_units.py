@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import quart_mesh
-from quart_mesh.config import Limits, Settings
+from quart_mesh.config import Limits, ModelBudget, Settings
 from quart_mesh.errors import BadRequest, ConfigError
 from quart_mesh.ids import is_ulid, new_id
 from quart_mesh.records import iso
@@ -204,6 +204,57 @@ def test_models_from_the_environment(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError):
             Settings.from_env({"MESH_MODELS": bad})
+
+
+def test_model_access_and_budget_settings_from_env() -> None:
+    """Who may use a model and the default budgets (decision 0053)."""
+    settings = Settings.from_env(
+        {
+            "MESH_MODELS": '[{"name": "open", "baseUrl": "http://h:1/v1",'
+            ' "minRole": "spectator", "guests": true}, {"name": "m", "baseUrl": "http://h:1/v1"}]',
+            "MESH_MODEL_MIN_ROLE": "member",
+            "MESH_MODEL_MAX_N": "1",
+            "MESH_MODEL_MAX_TOKENS": "512",
+            "MESH_MODEL_REQUESTS_PER_MINUTE": "0",
+            "MESH_MODEL_TOKENS_PER_DAY": "5000",
+        }
+    )
+    assert [(m.name, m.min_role, m.guests) for m in settings.models] == [
+        ("open", "spectator", True),
+        ("m", None, False),
+    ]
+    assert (settings.model_min_role, settings.model_max_n, settings.model_max_tokens) == (
+        "member",
+        1,
+        512,
+    )
+    assert (settings.model_requests_per_minute, settings.model_tokens_per_day) == (0, 5000)
+    defaults = Settings()
+    assert (defaults.model_min_role, defaults.model_max_n, defaults.model_max_tokens) == (
+        "agent",
+        4,
+        4096,
+    )
+    budgets = Settings.from_env(
+        {"MESH_MODEL_ROLE_BUDGETS": '{"spectator": {"tokensPerDay": 2000}, "agent": {}}'}
+    ).model_role_budgets
+    assert dict(budgets) == {
+        "spectator": ModelBudget(None, 2000),
+        "agent": ModelBudget(None, None),
+    }
+    assert dict(defaults.model_role_budgets) == {}
+    for env in (
+        {"MESH_MODEL_ROLE_BUDGETS": "[]"},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": {"tokensPerDay": -1}}'},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": {"tokens": 5}}'},
+        {"MESH_MODEL_ROLE_BUDGETS": '{"agent": 5}'},
+        {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "guests": "yes"}]'},
+        {"MESH_MODELS": '[{"name": "x", "baseUrl": "u", "minRole": 3}]'},
+        {"MESH_MODEL_MAX_N": "0"},
+        {"MESH_MODEL_TOKENS_PER_DAY": "-5"},
+    ):
+        with pytest.raises(ConfigError):
+            Settings.from_env(env)
 
 
 def test_a_forked_child_draws_other_ids() -> None:

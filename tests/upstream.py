@@ -3,7 +3,10 @@
 It plays the upstream the node's model proxy calls. What it does depends on
 the requested ``model``:
 
-- ``echo-model``: answers ``echo: <last message>``; streams it word by word.
+- ``echo-model``: answers ``echo: <last message>``; streams it word by word,
+  and, as OpenAI does, only when asked (``stream_options.include_usage``)
+  ends the stream with a usage-only chunk (``"choices": []``).
+- ``quiet-model``: as ``echo-model`` but never reports ``usage``.
 - ``gated-model``: streams one chunk, then waits for :attr:`Upstream.gate`
   before the rest (so a test can see chunks arrive one at a time, or hang up).
 - ``hang-model``: never answers.
@@ -108,7 +111,10 @@ class Upstream:
         if model == "app-model":
             text = _app_answer(str(body["messages"][-1].get("content", "")))
         if not body.get("stream"):
-            await respond(200, _completion(model, text))
+            answer = _completion(model, text)
+            if model == "quiet-model":
+                del answer["usage"]
+            await respond(200, answer)
             return
         await send(
             h11.Response(
@@ -144,8 +150,11 @@ class Upstream:
             "completion_tokens": len(words),
             "total_tokens": 5 + len(words),
         }
-        final = _chunk(model, "", finish="stop") | {"usage": usage}
-        await send(h11.Data(data=_sse(final) + b"data: [DONE]\n\n"))
+        final = _sse(_chunk(model, "", finish="stop"))
+        options = body.get("stream_options") or {}
+        if options.get("include_usage") and model != "quiet-model":
+            final += _sse(_chunk(model, "") | {"choices": [], "usage": usage})
+        await send(h11.Data(data=final + b"data: [DONE]\n\n"))
         await send(h11.EndOfMessage())
 
 

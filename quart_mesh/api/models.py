@@ -51,6 +51,100 @@ class NewModel(Body):
     upstream_model: str | None = None
     #: the upstream's key (stored encrypted, never shown)
     api_key: str | None = None
+    #: the lowest role that may use it (default: ``model_min_role``, ``agent``)
+    min_role: str | None = None
+    #: whether guests may use it (default: no)
+    guests: bool | None = None
+
+
+class ModelAccess(Body):
+    """Who may use a model; a field left out keeps its value."""
+
+    #: the lowest role that may use it (a built-in or custom role)
+    min_role: str | None = None
+    #: whether guests (anonymous visitors, role ``spectator``) may use it
+    guests: bool | None = None
+
+
+class BudgetChange(Body):
+    """A budget: a whole number from 0 (no limit); ``null`` or left out
+    inherits (a participant's from its role, a role's from the settings)."""
+
+    requests_per_minute: int | None = None
+    tokens_per_day: int | None = None
+
+
+class StoredBudget(Shape):
+    """A budget as stored (``null``: inherited)."""
+
+    scope: Literal["role", "participant"]
+    #: the role's name or the participant's id
+    subject: str
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+class BudgetFigures(Shape):
+    """A budget as it applies (0: no limit)."""
+
+    requests_per_minute: int
+    tokens_per_day: int
+
+
+class StoredFigures(Shape):
+    """A budget as stored (``null``: inherited)."""
+
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+class RoleBudget(Shape):
+    role: str
+    priority: int
+    #: as stored; ``null``: ``inherited``
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+    #: the settings' budget for the role (``MESH_MODEL_ROLE_BUDGETS``, else the default)
+    inherited: BudgetFigures
+
+
+class ParticipantBudget(Shape):
+    """One participant's use of models today against its budget."""
+
+    participant_id: str
+    name: str
+    role: str
+    #: requests and tokens today (UTC)
+    requests: int
+    tokens: int
+    #: the budget that applies (its own, else its role's, else the default)
+    budget: BudgetFigures
+    #: its own budget as stored
+    own: StoredFigures
+
+
+class OwnBudget(Shape):
+    """The caller's model budget (0: no limit) and its use today (UTC)."""
+
+    requests_per_minute: int
+    tokens_per_day: int
+    requests_today: int
+    tokens_today: int
+    #: when the day's tokens renew (00:00 UTC)
+    renews_at: Timestamp
+
+
+class Budgets(Shape):
+    """Model budgets and today's use against them."""
+
+    #: the start of today (UTC), when daily budgets renewed
+    day: Timestamp
+    #: the settings' budget (``MESH_MODEL_REQUESTS_PER_MINUTE``, ``MESH_MODEL_TOKENS_PER_DAY``)
+    defaults: BudgetFigures
+    #: every role below the owner
+    roles: list[RoleBudget]
+    #: who used a model today, or has a budget of its own
+    participants: list[ParticipantBudget]
 
 
 class ModelView(Shape):
@@ -64,6 +158,8 @@ class ModelView(Shape):
     base_url: str | msgspec.UnsetType = msgspec.UNSET
     upstream_model: str | msgspec.UnsetType | None = msgspec.UNSET
     has_api_key: bool | msgspec.UnsetType = msgspec.UNSET
+    min_role: str | msgspec.UnsetType = msgspec.UNSET
+    guests: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ManagedModel(Shape):
@@ -76,6 +172,10 @@ class ManagedModel(Shape):
     base_url: str
     upstream_model: str | None
     has_api_key: bool
+    #: the lowest role that may use it
+    min_role: str
+    #: whether guests may use it
+    guests: bool
 
 
 class DeletedModel(Ok):
@@ -127,14 +227,29 @@ class OpenAIModelList(Shape, rename=None):
 
 class ChatRequest(msgspec.Struct):
     """OpenAI's chat-completions request: ``model`` is a model of this node's
-    registry; every other field (``temperature``, ``tools``, ...) is passed on
-    to the upstream as it is."""
+    registry that the caller's role may use. ``messages`` are checked as
+    OpenAI checks them, and ``n``, ``max_tokens`` and ``max_completion_tokens``
+    against this node's caps, before anything is forwarded (400
+    ``invalid_request_error`` naming the ``param``); over the caller's budget
+    the answer is 429 ``rate_limit_exceeded`` or ``insufficient_quota``. Every
+    other field (``temperature``, ``tools``, ...) is passed on to the upstream
+    as it is."""
 
     model: str
-    #: each message an object (``{role, content}``...), at least one
+    #: at least one message, checked as OpenAI checks them before anything is
+    #: forwarded: an object with ``role`` (system, developer, user, assistant,
+    #: tool, function) and ``content`` (a string or a list of parts), ...
     messages: list[dict[str, Any]]
     #: answer as server-sent events (``text/event-stream``)
     stream: bool = False
+    #: choices to generate: at most this node's ``model_max_n`` (4)
+    n: int | None = None
+    #: at most this node's ``model_max_tokens`` (4096)
+    max_tokens: int | None = None
+    #: at most this node's ``model_max_tokens`` (4096)
+    max_completion_tokens: int | None = None
+    #: ``{"include_usage": true}``: a last chunk with the stream's usage
+    stream_options: dict[str, Any] | None = None
 
 
 class ChatCompletion(Shape, rename=None):
@@ -169,8 +284,72 @@ async def add_model(data: NewModel) -> tuple[Any, int]:
         base_url=data.base_url,
         upstream_model=data.upstream_model,
         api_key=data.api_key,
+        min_role=data.min_role,
+        guests=data.guests,
     )
     return reply(model.to_json(admin=True), 201)
+
+
+@bp.patch("/api/models/<name>")
+@accepts(ModelAccess)
+@answers(ManagedModel)
+async def change_model_access(name: str, data: ModelAccess) -> tuple[Any, int]:
+    """Change who may use a model (configured or added); errors as every endpoint."""
+    actor = await caller()
+    model = await node().model_proxy.set_access(
+        actor, name, min_role=data.min_role, guests=data.guests
+    )
+    return reply(model.to_json(admin=True))
+
+
+@bp.get("/api/models/budget")
+@answers(OwnBudget)
+async def own_budget() -> tuple[Any, int]:
+    """The caller's model budget and what it spent today."""
+    actor = await caller()
+    return reply(await node().model_proxy.own_budget(actor))
+
+
+@bp.get("/api/models/budgets")
+@answers(Budgets)
+async def budgets() -> tuple[Any, int]:
+    """The budgets per role and participant, and today's use against them."""
+    actor = await caller()
+    return reply(await node().model_proxy.budgets(actor))
+
+
+@bp.put("/api/models/budgets/roles/<role>")
+@accepts(BudgetChange)
+@answers(StoredBudget)
+async def set_role_budget(role: str, data: BudgetChange) -> tuple[Any, int]:
+    """Set a role's model budget (for roles below one's own)."""
+    actor = await caller()
+    return reply(
+        await node().model_proxy.set_budget(
+            actor,
+            "role",
+            role,
+            requests_per_minute=data.requests_per_minute,
+            tokens_per_day=data.tokens_per_day,
+        )
+    )
+
+
+@bp.put("/api/models/budgets/participants/<participant_id>")
+@accepts(BudgetChange)
+@answers(StoredBudget)
+async def set_participant_budget(participant_id: str, data: BudgetChange) -> tuple[Any, int]:
+    """Set one participant's model budget (for participants below one's own rank)."""
+    actor = await caller()
+    return reply(
+        await node().model_proxy.set_budget(
+            actor,
+            "participant",
+            participant_id,
+            requests_per_minute=data.requests_per_minute,
+            tokens_per_day=data.tokens_per_day,
+        )
+    )
 
 
 @bp.delete("/api/models/<name>")

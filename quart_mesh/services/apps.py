@@ -459,7 +459,9 @@ def _translate(error: OpenAIError, model: str) -> MeshError:
     if error.status == 429:
         wait = error.retry_after or ""
         retry = float(wait) if wait.isascii() and wait.isdigit() else 1.0
-        return RateLimited(error.message, retry, error.code or "rate_limited")
+        # this endpoint's own codes: a spent day is told apart from a busy minute
+        code = "insufficient_quota" if error.code == "insufficient_quota" else "rate_limited"
+        return RateLimited(error.message, retry, code)
     if error.status == 403:
         return Forbidden(error.message, error.code or "forbidden")
     if error.status == 504:

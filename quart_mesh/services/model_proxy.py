@@ -9,6 +9,12 @@ model's, or one the caller supplies per request in ``X-Upstream-Api-Key``
 relayed chunk by chunk as they arrive; a client that goes away cancels the
 upstream request. Errors use OpenAI's shape so OpenAI clients show them.
 Concurrency to each upstream is bounded; usage is counted per participant.
+
+The owner decides who spends (decision 0053): each model has a lowest role
+that may use it (and whether guests may), and every participant below the
+owner has a budget — requests per minute and tokens per UTC day, from its
+own budget, else its role's, else the settings. A body is checked as OpenAI
+checks it, and against the node's caps, before anything is forwarded.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import logging
 import math
 import os
 import re
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -34,13 +41,17 @@ from sqlalchemy.engine import Connection
 
 from ..config import ModelConfig, Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, RateLimited
+from ..permissions import OWNER
 from ..records import iso, now_ms
 from ..store import Database, outbox
+from ..store import accounts as accounts_repo
+from ..store import limits as limits_repo
 from ..store import model_registry as repo
-from .authz import Actor, authorize, permitted
+from .authz import Actor, authorize, authorize_above, permitted
+from .model_rules import Invalid, check_body
 from .ratelimit import RateLimiter
 
-__all__ = ["Model", "ModelProxy", "OpenAIError", "Stream"]
+__all__ = ["Budget", "Model", "ModelProxy", "OpenAIError", "Stream"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,25 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _MAX_ERROR_BYTES = 64 * 1024
 #: most bytes of a non-streamed upstream answer
 _MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: the rate-counter rule of per-minute model budgets (store/limits.py)
+_MINUTE_RULE = "model_budget"
+#: the largest budget figure accepted
+_MOST = 1 << 40
+_DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A participant's budget as it applies: 0 is no limit."""
+
+    requests_per_minute: int
+    tokens_per_day: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "requestsPerMinute": self.requests_per_minute,
+            "tokensPerDay": self.tokens_per_day,
+        }
 
 
 class OpenAIError(Exception):
@@ -86,6 +116,10 @@ class Model:
     api_key: str | None
     source: str  # config | api
     created_at: int | None = None
+    #: the lowest role that may use it (a stored choice wins over the settings)
+    min_role: str = "agent"
+    #: whether guests may use it
+    guests: bool = False
 
     def to_json(self, admin: bool) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -99,8 +133,21 @@ class Model:
                 "baseUrl": self.base_url,
                 "upstreamModel": self.upstream_model,
                 "hasApiKey": self.api_key is not None,
+                "minRole": self.min_role,
+                "guests": self.guests,
             }
         return data
+
+    def usable_by(self, actor: Actor) -> bool:
+        """Whether *actor*'s role (and kind) may use this model."""
+        if actor.kind == "guest" and not self.guests:
+            return False
+        if actor.policy.role(actor.role) is None:
+            return False
+        lowest = actor.policy.role(self.min_role)
+        # a lowest role that was deleted: only the owner
+        floor = lowest.priority if lowest is not None else OWNER
+        return actor.priority >= floor
 
 
 @dataclass
@@ -126,6 +173,8 @@ class ModelProxy:
         self._db = db
         self._cipher = AESGCM(hashlib.sha256(b"quart-mesh model keys\0" + secret).digest())
         self._models: dict[str, Model] = {}
+        #: (scope, subject) -> the stored budget (decision 0053)
+        self._budgets: dict[tuple[str, str], repo.Budget] = {}
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._client: httpx.AsyncClient | None = None
         self._nursery: trio.Nursery | None = None
@@ -133,16 +182,34 @@ class ModelProxy:
     async def reload(self) -> None:
         """Read the models from the store and the settings (at start, and when
         another process added or removed one)."""
-        stored = await self._db.read(repo.list_models)
+
+        def load(
+            conn: Connection,
+        ) -> tuple[list[repo.StoredModel], list[repo.Access], list[repo.Budget]]:
+            return repo.list_models(conn), repo.list_access(conn), repo.list_budgets(conn)
+
+        stored, access, budgets = await self._db.read(load)
+        default_role = self._settings.model_min_role
         models: dict[str, Model] = {}
         for row in stored:
             key = self._decrypt(row.api_key) if row.api_key else None
             models[row.name] = Model(
-                row.name, row.base_url, row.upstream_model, key, "api", row.created_at
+                row.name,
+                row.base_url,
+                row.upstream_model,
+                key,
+                "api",
+                row.created_at,
+                default_role,
             )
         for config in self._settings.models:
-            models[config.name] = _from_config(config)
+            models[config.name] = _from_config(config, default_role)
+        for choice in access:
+            model = models.get(choice.name)
+            if model is not None:
+                models[choice.name] = _with_access(model, choice)
         self._models = models
+        self._budgets = {(b.scope, b.subject): b for b in budgets}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.reload()
@@ -168,9 +235,14 @@ class ModelProxy:
     # registry ---------------------------------------------------------------
 
     def list_models(self, actor: Actor) -> list[dict[str, Any]]:
+        """The models *actor* may use (every model for those who manage them)."""
         authorize(actor, "models.use")
         admin = permitted(actor, "models.manage")  # where models go: for those who manage them
-        return [m.to_json(admin) for m in sorted(self._models.values(), key=lambda m: m.name)]
+        return [
+            m.to_json(admin)
+            for m in sorted(self._models.values(), key=lambda m: m.name)
+            if admin or m.usable_by(actor)
+        ]
 
     def get(self, name: Any) -> Model:
         """The model a request names.
@@ -213,6 +285,8 @@ class ModelProxy:
         base_url: str,
         upstream_model: str | None,
         api_key: str | None,
+        min_role: str | None = None,
+        guests: bool | None = None,
     ) -> Model:
         """Add a model (admin and above); its key is stored encrypted, never shown.
 
@@ -233,6 +307,8 @@ class ModelProxy:
             raise BadRequest("apiKey must be 1-4096 characters", "invalid_field")
         if name in self._models:
             raise Conflict(f"a model named {name} exists", "model_exists")
+        _check_min_role(actor, min_role)
+        access = repo.Access(name, min_role, guests)
         row = repo.StoredModel(
             name,
             base_url.rstrip("/"),
@@ -245,11 +321,52 @@ class ModelProxy:
         def insert(conn: Connection) -> None:
             if not repo.insert_model(conn, row):
                 raise Conflict(f"a model named {name} exists", "model_exists")
+            repo.delete_access(conn, name)  # a choice left by a removed model of that name
+            if min_role is not None or guests is not None:
+                repo.put_access(conn, access, at=row.created_at)
             outbox.change(conn, "invalidate", "models", name)
 
         await self._db.write(insert)
-        model = Model(name, row.base_url, upstream_model, api_key, "api", row.created_at)
-        self._models[name] = model
+        model = Model(
+            name,
+            row.base_url,
+            upstream_model,
+            api_key,
+            "api",
+            row.created_at,
+            self._settings.model_min_role,
+        )
+        model = self._models[name] = _with_access(model, access)
+        return model
+
+    async def set_access(
+        self, actor: Actor, name: str, *, min_role: str | None, guests: bool | None
+    ) -> Model:
+        """Change who may use a model, configured or added (admin and above);
+        a field left ``None`` keeps its value.
+
+        Raises:
+            Forbidden: not an admin.
+            NotFound: no such model.
+            BadRequest: no such role (``invalid_role``).
+        """
+        authorize(actor, "models.manage")
+        model = self._models.get(name)
+        if model is None:
+            raise NotFound("no such model", "model_not_found")
+        _check_min_role(actor, min_role)
+        access = repo.Access(
+            name,
+            min_role if min_role is not None else model.min_role,
+            guests if guests is not None else model.guests,
+        )
+
+        def put(conn: Connection) -> None:
+            repo.put_access(conn, access, at=now_ms())
+            outbox.change(conn, "invalidate", "models", name)
+
+        await self._db.write(put)
+        model = self._models[name] = _with_access(model, access)
         return model
 
     async def delete_model(self, actor: Actor, name: str) -> None:
@@ -272,6 +389,7 @@ class ModelProxy:
 
         def delete(conn: Connection) -> None:
             repo.delete_model(conn, name)
+            repo.delete_access(conn, name)
             outbox.change(conn, "invalidate", "models", name)
 
         await self._db.write(delete)
@@ -312,23 +430,38 @@ class ModelProxy:
             self._rate.participant("models", actor)
         except RateLimited as error:
             wait = str(max(1, math.ceil(error.retry_after)))
-            raise OpenAIError(429, error.message, "rate_limit_error", error.code, wait) from None
+            # as a request over the minute's budget: one answer for "too many"
+            raise OpenAIError(
+                429, error.message, "rate_limit_exceeded", "rate_limit_exceeded", wait
+            ) from None
         model = self.get(body.get("model"))
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        if not model.usable_by(actor):
+            # as OpenAI answers a model one's key may not use: nothing tells
+            # a caller kept out which models exist
             raise OpenAIError(
-                400, "messages must be a non-empty list", "invalid_request_error", "invalid_value"
+                404,
+                f"The model `{model.name}` does not exist or you do not have access to it.",
+                "invalid_request_error",
+                "model_not_found",
             )
-        if not all(isinstance(m, dict) for m in messages):
+        settings = self._settings
+        try:
+            check_body(body, max_n=settings.model_max_n, max_tokens=settings.model_max_tokens)
+        except Invalid as error:
             raise OpenAIError(
-                400, "each message must be an object", "invalid_request_error", "invalid_value"
-            )
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise OpenAIError(
-                400, "stream must be a boolean", "invalid_request_error", "invalid_value"
-            )
+                400, error.message, "invalid_request_error", error.code, param=error.param
+            ) from None
+        await self._spend(actor)
+        stream = body.get("stream") is True
         upstream_body = {**body, "model": model.upstream_model or model.name}
+        options = body.get("stream_options") or {}
+        # a stream's usage comes only when asked for: ask, and keep the extra
+        # usage-only chunk from a client that did not ask for it
+        strip_usage = stream and options.get("include_usage") is not True
+        if strip_usage:
+            upstream_body["stream_options"] = {**options, "include_usage": True}
+        content = json.dumps(upstream_body).encode()
+        estimate = _estimate(len(content))
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         key = caller_key or model.api_key
         if key:
@@ -336,12 +469,12 @@ class ModelProxy:
         request = self._http().build_request(
             "POST",
             model.base_url + "/chat/completions",
-            content=json.dumps(upstream_body).encode(),
+            content=content,
             headers=headers,
         )
         limiter = self._limiter(model)
         if stream:
-            return await self._stream(actor, model, request, limiter)
+            return await self._stream(actor, model, request, limiter, estimate, strip_usage)
         async with limiter:
             response = await self._send(actor, model, request, stream=False)
             try:
@@ -359,7 +492,7 @@ class ModelProxy:
                 "upstream_error",
             ) from None
         usage = answer.get("usage") if isinstance(answer, dict) else None
-        await self._count(actor, model, usage=usage)
+        await self._count(actor, model, usage=usage, estimate=estimate + _estimate(len(raw)))
         if not isinstance(answer, dict):
             raise OpenAIError(502, "the upstream answer is not an object", "api_error", None)
         return answer
@@ -370,6 +503,8 @@ class ModelProxy:
         model: Model,
         request: httpx.Request,
         limiter: trio.CapacityLimiter,
+        estimate: int,
+        strip_usage: bool,
     ) -> Stream:
         await limiter.acquire_on_behalf_of(request)
         try:
@@ -413,6 +548,9 @@ class ModelProxy:
         async def chunks() -> AsyncIterator[bytes]:
             usage: Any = None
             failed = False
+            relayed = 0
+            held = b""  # an event not yet complete (only while stripping)
+            tail = b""  # a line not yet complete (for usage)
             try:
                 async with receive_channel:
                     async for first in receive_channel:
@@ -425,14 +563,25 @@ class ModelProxy:
                         last = batch[-1]
                         problem = last if isinstance(last, BaseException) else None
                         data = b"".join(c for c in batch if isinstance(c, bytes))
-                        if b'"usage"' in data:
-                            usage = _usage_in(data) or usage
+                        relayed += len(data)
+                        # usage is read from whole lines (a chunk may end mid-line)
+                        scan = tail + data
+                        cut = scan.rfind(b"\n") + 1
+                        if b'"usage"' in scan[:cut]:
+                            usage = _usage_in(scan[:cut]) or usage
+                        tail = scan[cut:][-_MAX_ERROR_BYTES:]
+                        if strip_usage:
+                            data, held = _strip_usage_chunks(held + data, final=problem is not None)
                         if data:
                             yield data
                         if problem is not None:
                             failed = True
                             yield _stream_error(problem)
                             return
+                    if b'"usage"' in tail:
+                        usage = _usage_in(tail) or usage
+                    if held:  # the upstream ended without a last blank line
+                        yield held
             finally:
                 # a client that went away lands here cancelled: stopping the
                 # reader and closing the response closes the upstream connection
@@ -441,13 +590,16 @@ class ModelProxy:
                 with trio.CancelScope(shield=True):
                     await response.aclose()
                 limiter.release_on_behalf_of(request)
-                nursery.start_soon(self._count_quietly, actor, model, usage, failed)
+                spent = 0 if failed else estimate + _estimate(relayed)
+                nursery.start_soon(self._count_quietly, actor, model, usage, failed, spent)
 
         return Stream(chunks(), response.headers.get("content-type", "text/event-stream"))
 
-    async def _count_quietly(self, actor: Actor, model: Model, usage: Any, failed: bool) -> None:
+    async def _count_quietly(
+        self, actor: Actor, model: Model, usage: Any, failed: bool, estimate: int
+    ) -> None:
         try:
-            await self._count(actor, model, usage=usage, error=failed)
+            await self._count(actor, model, usage=usage, error=failed, estimate=estimate)
         except Exception:  # the store is going away: counting is best effort
             log.warning("could not count model usage", exc_info=True)
 
@@ -497,15 +649,28 @@ class ModelProxy:
         raise OpenAIError(response.status_code, message, kind, code, retry_after)
 
     async def _count(
-        self, actor: Actor, model: Model, *, usage: Any = None, error: bool = False
+        self,
+        actor: Actor,
+        model: Model,
+        *,
+        usage: Any = None,
+        error: bool = False,
+        estimate: int = 0,
     ) -> None:
+        """Count one request: its tokens from the upstream's *usage*, else
+        the *estimate* (decision 0053), toward the day's budget too."""
         prompt = completion = 0
-        if isinstance(usage, dict):
+        spent = estimate
+        if isinstance(usage, dict) and any(
+            k in usage for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        ):
             prompt = _int(usage.get("prompt_tokens"))
             completion = _int(usage.get("completion_tokens"))
+            spent = max(prompt + completion, _int(usage.get("total_tokens")))
         at = now_ms()
-        await self._db.write(
-            lambda conn: repo.add_usage(
+
+        def count(conn: Connection) -> None:
+            repo.add_usage(
                 conn,
                 actor.participant_id,
                 model.name,
@@ -514,7 +679,247 @@ class ModelProxy:
                 completion_tokens=completion,
                 at=at,
             )
+            repo.add_daily(conn, actor.participant_id, at // _DAY_MS, tokens=spent)
+
+        await self._db.write(count)
+
+    # budgets ------------------------------------------------------------------
+
+    def budget_of(self, actor: Actor) -> Budget:
+        """*actor*'s budget: its own, else its role's, else the settings (the
+        owner has none)."""
+        if actor.priority >= OWNER:
+            return Budget(0, 0)
+        return self._resolve(actor.participant_id, actor.role)
+
+    def _resolve(self, participant_id: str, role: str) -> Budget:
+        """The budget that applies, figure by figure: the participant's own,
+        the role's as stored, the role's in the settings, the default."""
+        own = self._budgets.get(("participant", participant_id))
+        of_role = self._budgets.get(("role", role))
+        settings = self._settings
+        configured = settings.model_role_budgets.get(role)
+
+        def pick(field: str, default: int) -> int:
+            for budget in (own, of_role, configured):
+                value = getattr(budget, field) if budget is not None else None
+                if value is not None:
+                    return int(value)
+            return default
+
+        return Budget(
+            pick("requests_per_minute", settings.model_requests_per_minute),
+            pick("tokens_per_day", settings.model_tokens_per_day),
         )
+
+    def _settings_budget(self, role: str) -> Budget:
+        """What a role's budget is when none is stored: from the settings."""
+        settings = self._settings
+        configured = settings.model_role_budgets.get(role)
+        rpm = configured.requests_per_minute if configured else None
+        tpd = configured.tokens_per_day if configured else None
+        return Budget(
+            settings.model_requests_per_minute if rpm is None else rpm,
+            settings.model_tokens_per_day if tpd is None else tpd,
+        )
+
+    async def _spend(self, actor: Actor) -> None:
+        """Refuse a request over *actor*'s budget; count it toward the minute.
+
+        Raises:
+            OpenAIError: 429 ``insufficient_quota`` (tokens of the day spent)
+                or ``rate_limit_exceeded`` (requests of the minute), as OpenAI
+                answers them, with ``Retry-After``.
+        """
+        budget = self.budget_of(actor)
+        at = now_ms()
+        if budget.tokens_per_day:
+            day = at // _DAY_MS
+            spent = await self._db.read(
+                lambda conn: repo.daily_tokens(conn, actor.participant_id, day)
+            )
+            if spent >= budget.tokens_per_day:
+                wait = math.ceil(((day + 1) * _DAY_MS - at) / 1000)
+                raise OpenAIError(
+                    429,
+                    f"You exceeded your current quota: {budget.tokens_per_day} model tokens "
+                    "a day on this mesh (it renews at 00:00 UTC; the mesh's admins can "
+                    "raise it).",
+                    "insufficient_quota",
+                    "insufficient_quota",
+                    str(max(1, wait)),
+                )
+        if budget.requests_per_minute:
+            interval = max(1, 60_000 // budget.requests_per_minute)
+            tolerance = interval * (budget.requests_per_minute - 1)
+            wait_ms = await self._db.write(
+                lambda conn: limits_repo.take(
+                    conn,
+                    _MINUTE_RULE,
+                    # a budget changed starts afresh (the old one's count
+                    # would hold a raised budget back)
+                    f"{actor.participant_id} {budget.requests_per_minute}",
+                    now=int(time.time() * 1000),
+                    interval=interval,
+                    tolerance=tolerance,
+                )
+            )
+            if wait_ms:
+                raise OpenAIError(
+                    429,
+                    f"Rate limit reached: {budget.requests_per_minute} model requests a "
+                    f"minute on this mesh. Please try again in {wait_ms / 1000:.1f}s.",
+                    "rate_limit_exceeded",
+                    "rate_limit_exceeded",
+                    str(max(1, math.ceil(wait_ms / 1000))),
+                )
+
+    async def own_budget(self, actor: Actor) -> dict[str, Any]:
+        """*actor*'s budget and what it spent today (anyone who may use models)."""
+        authorize(actor, "models.use")
+        day = now_ms() // _DAY_MS
+        requests, tokens = await self._db.read(
+            lambda conn: repo.list_daily(conn, day, actor.participant_id).get(
+                actor.participant_id, (0, 0)
+            )
+        )
+        return {
+            **self.budget_of(actor).to_json(),
+            "requestsToday": requests,
+            "tokensToday": tokens,
+            "renewsAt": iso((day + 1) * _DAY_MS),
+        }
+
+    async def budgets(self, actor: Actor) -> dict[str, Any]:
+        """The budgets and today's use against them (admin and above)."""
+        authorize(actor, "models.usage")
+        day = now_ms() // _DAY_MS
+
+        def load(
+            conn: Connection,
+        ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[str, str]]]:
+            today = repo.list_daily(conn, day)
+            ids = set(today) | {s for (scope, s) in self._budgets if scope == "participant"}
+            who: dict[str, tuple[str, str]] = {}
+            for pid in sorted(ids):
+                found = accounts_repo.get_participant(conn, pid)
+                if found is not None:
+                    who[pid] = (found.name, found.role)
+            return today, who
+
+        today, who = await self._db.read(load)
+        settings = self._settings
+
+        def stored(scope: str, subject: str) -> dict[str, int | None]:
+            budget = self._budgets.get((scope, subject))
+            return {
+                "requestsPerMinute": budget.requests_per_minute if budget else None,
+                "tokensPerDay": budget.tokens_per_day if budget else None,
+            }
+
+        roles = sorted(
+            (r for r in actor.policy.roles.values() if r.priority < OWNER),
+            key=lambda r: -r.priority,
+        )
+        usage: list[dict[str, Any]] = []
+        for pid, (name, role) in who.items():
+            requests, tokens = today.get(pid, (0, 0))
+            owner = actor.policy.priority(role) >= OWNER
+            budget = Budget(0, 0) if owner else self._resolve(pid, role)
+            usage.append(
+                {
+                    "participantId": pid,
+                    "name": name,
+                    "role": role,
+                    "requests": requests,
+                    "tokens": tokens,
+                    "budget": budget.to_json(),
+                    "own": stored("participant", pid),
+                }
+            )
+        usage.sort(key=lambda u: (-cast("int", u["tokens"]), str(u["name"])))
+        return {
+            "day": iso(day * _DAY_MS),
+            "defaults": {
+                "requestsPerMinute": settings.model_requests_per_minute,
+                "tokensPerDay": settings.model_tokens_per_day,
+            },
+            "roles": [
+                {
+                    "role": r.name,
+                    "priority": r.priority,
+                    **stored("role", r.name),
+                    "inherited": self._settings_budget(r.name).to_json(),
+                }
+                for r in roles
+            ],
+            "participants": usage,
+        }
+
+    async def set_budget(
+        self,
+        actor: Actor,
+        scope: str,
+        subject: str,
+        *,
+        requests_per_minute: int | None,
+        tokens_per_day: int | None,
+    ) -> dict[str, Any]:
+        """Set a role's or a participant's budget (admin and above); ``None``
+        inherits (a participant its role's, a role the settings'), 0 is no limit.
+
+        Raises:
+            Forbidden: not an admin, or a role or participant at or above the
+                actor's rank (``budget_above_own``).
+            NotFound: no such role (``role_not_found``) or participant
+                (``participant_not_found``).
+            BadRequest: a figure that is not a whole number from 0 (``invalid_budget``).
+        """
+        authorize(actor, "models.manage")
+        for label, value in (
+            ("requestsPerMinute", requests_per_minute),
+            ("tokensPerDay", tokens_per_day),
+        ):
+            if value is not None and not 0 <= value <= _MOST:
+                raise BadRequest(
+                    f"{label} must be a whole number from 0 (no limit), or null (inherit)",
+                    "invalid_budget",
+                )
+        if scope == "role":
+            role = actor.policy.role(subject)
+            if role is None:
+                raise NotFound(f"no role named {subject[:64]}", "role_not_found")
+            priority = role.priority
+        else:
+            found = await self._db.read(lambda conn: accounts_repo.get_participant(conn, subject))
+            if found is None:
+                raise NotFound("no such participant", "participant_not_found")
+            priority = actor.policy.priority(found.role)
+        authorize_above(
+            actor,
+            priority,
+            "you may set budgets only for roles and participants below your own rank",
+            "budget_above_own",
+        )
+        budget = repo.Budget(scope, subject, requests_per_minute, tokens_per_day)
+
+        def put(conn: Connection) -> None:
+            repo.put_budget(conn, budget, at=now_ms())
+            outbox.change(conn, "invalidate", "models", f"budget {scope} {subject}")
+
+        await self._db.write(put)
+        budgets = dict(self._budgets)
+        if requests_per_minute is None and tokens_per_day is None:
+            budgets.pop((scope, subject), None)
+        else:
+            budgets[(scope, subject)] = budget
+        self._budgets = budgets
+        return {
+            "scope": scope,
+            "subject": subject,
+            "requestsPerMinute": requests_per_minute,
+            "tokensPerDay": tokens_per_day,
+        }
 
     def _limiter(self, model: Model) -> trio.CapacityLimiter:
         upstream = urlsplit(model.base_url).netloc
@@ -544,8 +949,76 @@ class ModelProxy:
             return None
 
 
-def _from_config(config: ModelConfig) -> Model:
-    return Model(config.name, config.base_url, config.upstream_model, config.api_key, "config")
+def _from_config(config: ModelConfig, default_role: str) -> Model:
+    return Model(
+        config.name,
+        config.base_url,
+        config.upstream_model,
+        config.api_key,
+        "config",
+        None,
+        config.min_role or default_role,
+        config.guests,
+    )
+
+
+def _with_access(model: Model, access: repo.Access) -> Model:
+    """*model* with the stored choice of who may use it (a ``None`` keeps its value)."""
+    return Model(
+        model.name,
+        model.base_url,
+        model.upstream_model,
+        model.api_key,
+        model.source,
+        model.created_at,
+        access.min_role if access.min_role is not None else model.min_role,
+        access.guests if access.guests is not None else model.guests,
+    )
+
+
+def _check_min_role(actor: Actor, min_role: str | None) -> None:
+    if min_role is not None and actor.policy.role(min_role) is None:
+        raise BadRequest(f"minRole: no role named {min_role[:64]}", "invalid_role")
+
+
+def _estimate(size: int) -> int:
+    """A conservative token count for *size* bytes of JSON (decision 0053):
+    a token is about four characters of English, and JSON's quoting only
+    adds bytes, so a byte count over four is rarely below the real count."""
+    return -(-size // 4)
+
+
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def _strip_usage_chunks(data: bytes, *, final: bool) -> tuple[bytes, bytes]:
+    """(events to relay, the incomplete rest): every complete server-sent
+    event of *data* except a usage-only chunk (``"choices": []``), which the
+    proxy asked for and the client did not."""
+    out: list[bytes] = []
+    start = 0
+    for end in _EVENT_END.finditer(data):
+        event = data[start : end.end()]
+        start = end.end()
+        if b'"usage"' in event and _usage_only(event):
+            continue
+        out.append(event)
+    rest = data[start:]
+    if final:
+        out.append(rest)
+        rest = b""
+    return b"".join(out), rest
+
+
+def _usage_only(event: bytes) -> bool:
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                chunk = json.loads(line[5:])
+            except ValueError:
+                return False
+            return isinstance(chunk, dict) and chunk.get("choices") == []
+    return False
 
 
 def _check_base_url(url: str) -> None:

@@ -8,16 +8,26 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .dialect import insert, insert_new
-from .schema import llm_models, model_usage
+from .schema import llm_models, model_access, model_budgets, model_usage, model_usage_daily
 
 __all__ = [
+    "Access",
+    "Budget",
     "StoredModel",
     "UsageRow",
+    "add_daily",
     "add_usage",
+    "daily_tokens",
+    "delete_access",
     "delete_model",
     "insert_model",
+    "list_access",
+    "list_budgets",
+    "list_daily",
     "list_models",
     "list_usage",
+    "put_access",
+    "put_budget",
 ]
 
 
@@ -117,3 +127,102 @@ def list_usage(conn: Connection) -> list[UsageRow]:
         )
         for r in rows
     ]
+
+
+# who may use a model, budgets, tokens per day (decision 0053) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    name: str
+    min_role: str | None
+    guests: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    #: ``role`` or ``participant``
+    scope: str
+    subject: str
+    requests_per_minute: int | None
+    tokens_per_day: int | None
+
+
+def list_access(conn: Connection) -> list[Access]:
+    rows = conn.execute(sa.select(model_access))
+    return [Access(r.name, r.min_role, r.guests) for r in rows]
+
+
+def put_access(conn: Connection, access: Access, *, at: int) -> None:
+    values = {"min_role": access.min_role, "guests": access.guests, "updated_at": at}
+    query = insert(conn, model_access).values(name=access.name, **values)
+    conn.execute(query.on_conflict_do_update(index_elements=["name"], set_=values))
+
+
+def delete_access(conn: Connection, name: str) -> None:
+    conn.execute(model_access.delete().where(model_access.c.name == name))
+
+
+def list_budgets(conn: Connection) -> list[Budget]:
+    rows = conn.execute(
+        sa.select(model_budgets).order_by(model_budgets.c.scope, model_budgets.c.subject)
+    )
+    return [Budget(r.scope, r.subject, r.requests_per_minute, r.tokens_per_day) for r in rows]
+
+
+def put_budget(conn: Connection, budget: Budget, *, at: int) -> None:
+    """Store *budget*; one with neither field set is removed (all inherited)."""
+    where = sa.and_(
+        model_budgets.c.scope == budget.scope, model_budgets.c.subject == budget.subject
+    )
+    if budget.requests_per_minute is None and budget.tokens_per_day is None:
+        conn.execute(model_budgets.delete().where(where))
+        return
+    values = {
+        "requests_per_minute": budget.requests_per_minute,
+        "tokens_per_day": budget.tokens_per_day,
+        "updated_at": at,
+    }
+    query = insert(conn, model_budgets).values(scope=budget.scope, subject=budget.subject, **values)
+    conn.execute(query.on_conflict_do_update(index_elements=["scope", "subject"], set_=values))
+
+
+def add_daily(conn: Connection, participant_id: str, day: int, *, tokens: int) -> None:
+    """Count one request and *tokens* for *day* (the participant's older days go)."""
+    table = model_usage_daily
+    conn.execute(
+        table.delete().where(table.c.participant_id == participant_id, table.c.day < day - 1)
+    )
+    query = insert(conn, model_usage_daily).values(
+        participant_id=participant_id, day=day, requests=1, tokens=tokens
+    )
+    conn.execute(
+        query.on_conflict_do_update(
+            index_elements=["participant_id", "day"],
+            set_={
+                "requests": model_usage_daily.c.requests + 1,
+                "tokens": model_usage_daily.c.tokens + tokens,
+            },
+        )
+    )
+
+
+def daily_tokens(conn: Connection, participant_id: str, day: int) -> int:
+    found = conn.execute(
+        sa.select(model_usage_daily.c.tokens).where(
+            model_usage_daily.c.participant_id == participant_id,
+            model_usage_daily.c.day == day,
+        )
+    ).scalar()
+    return int(found or 0)
+
+
+def list_daily(
+    conn: Connection, day: int, participant_id: str | None = None
+) -> dict[str, tuple[int, int]]:
+    """participant id -> (requests, tokens) on *day* (of one participant, if given)."""
+    query = sa.select(model_usage_daily).where(model_usage_daily.c.day == day)
+    if participant_id is not None:
+        query = query.where(model_usage_daily.c.participant_id == participant_id)
+    rows = conn.execute(query)
+    return {r.participant_id: (int(r.requests), int(r.tokens)) for r in rows}

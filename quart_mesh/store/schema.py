@@ -318,6 +318,47 @@ model_usage = Table(
     Column("updated_at", BigInteger, nullable=False),
 )
 
+#: who may use a model (decision 0053): a stored choice wins over the settings
+model_access = Table(
+    "model_access",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    #: the lowest role that may use the model (by priority)
+    Column("min_role", String(64), nullable=True),
+    #: whether guests (anonymous, role spectator) may use it
+    Column("guests", Boolean, nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+#: model budgets per role or participant (decision 0053); a null field inherits
+model_budgets = Table(
+    "model_budgets",
+    metadata,
+    #: ``role`` or ``participant``
+    Column("scope", String(16), primary_key=True),
+    #: a role name or a participant id
+    Column("subject", String(64), primary_key=True),
+    Column("requests_per_minute", BigInteger, nullable=True),
+    Column("tokens_per_day", BigInteger, nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+#: tokens spent per participant and UTC day (all models), for daily budgets
+model_usage_daily = Table(
+    "model_usage_daily",
+    metadata,
+    Column(
+        "participant_id",
+        String(26),
+        ForeignKey("participants.participant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    #: days since the Unix epoch (UTC)
+    Column("day", Integer, primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+)
+
 #: a participant's DID (did:key, Ed25519) and, if it stored one, its private key
 #: encrypted on the client (opaque to the node)
 identity_keys = Table(

@@ -63,6 +63,8 @@ async def test_registry(base_url: str, mesh: Mesh, upstream: Upstream, tmp_path:
         "baseUrl": url,
         "upstreamModel": "echo-model",
         "hasApiKey": True,
+        "minRole": "agent",
+        "guests": False,
     }
     assert_error(await add_model(mesh, bob, name="mine", baseUrl=url), 403, "forbidden")
     assert_error(await add_model(mesh, owner, name="echo", baseUrl=url), 409, "model_exists")

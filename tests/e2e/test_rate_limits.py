@@ -246,8 +246,8 @@ async def test_model_proxy_requests_per_participant(
     r = await complete(mesh.http, bob, "again")
     # OpenAI's shape, so OpenAI clients back off as they do for OpenAI
     assert r.status_code == 429, r.text
-    assert r.json()["error"]["type"] == "rate_limit_error"
-    assert r.json()["error"]["code"] == "rate_limited"
+    assert r.json()["error"]["type"] == "rate_limit_exceeded"
+    assert r.json()["error"]["code"] == "rate_limit_exceeded"
     assert set(r.json()["error"]) == {"message", "type", "code"}
     wait = int(r.headers["Retry-After"])
     assert 1 <= wait <= 2

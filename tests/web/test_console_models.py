@@ -76,7 +76,9 @@ async def test_add_list_use_and_remove_a_model(
             configured = listed.get_by_role("row").filter(has_text="configured")
             expect(configured).to_contain_text("Node settings")
             expect(configured).to_contain_text("Set in the node's settings")
-            expect(configured.get_by_role("button")).to_have_count(0)
+            # not removable here; who may use it is editable (decision 0053)
+            expect(configured.get_by_role("button", name=re.compile("^Remove"))).to_have_count(0)
+            expect(configured.get_by_role("button")).to_have_count(1)
             expect(page.get_by_text("Nobody has used a model yet.")).to_be_visible()
 
             # a refused add shows the node's reason, and the key is gone anyway
@@ -168,5 +170,96 @@ async def test_add_list_use_and_remove_a_model(
             alice.assert_clean(console=False)
             for person in (phone, member):
                 person.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_budgets_show_use_against_them_and_are_edited_in_the_console(
+    browser_ready: None, serve_node: Any, upstream: Upstream
+) -> None:
+    upstream_url = f"http://127.0.0.1:{upstream.port}/v1"
+    node: Served = await serve_node(models=(ModelConfig("echo", upstream_url, "echo-model"),))
+    owner, bob, _ = await two_people(node)
+    await node.mesh.register("carol")
+    http = node.mesh.http
+
+    async def ask_as_bob() -> int:
+        r = await http.post(
+            "/api/models/v1/chat/completions",
+            json={"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+            headers=bob.headers,
+        )
+        return r.status_code
+
+    async def refusal_to_bob() -> tuple[int, str]:
+        r = await http.post(
+            "/api/models/v1/chat/completions",
+            json={"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+            headers=bob.headers,
+        )
+        return r.status_code, str(r.json()["error"]["code"])
+
+    def scenario() -> None:
+        assert call(ask_as_bob) == 200
+        assert call(ask_as_bob) == 200  # 16 tokens (8 each, tests/upstream.py)
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, owner)
+            open_models(alice)
+            page = alice.page
+            today = page.get_by_role("table", name="Use today against budgets")
+            bob_row = today.get_by_role("row").filter(has_text="bob")
+            expect(bob_row).to_contain_text("16 of 200,000")
+            expect(bob_row.get_by_role("meter", name="Tokens bob used today")).to_have_attribute(
+                "value", "16"
+            )
+            # members get 10 tokens a day: bob is over at once
+            roles = page.get_by_role("table", name="Budgets per role")
+            expect(roles.get_by_role("row").filter(has_text="owner")).to_have_count(0)
+            page.get_by_role("spinbutton", name="Tokens a day for member").fill("10")
+            page.get_by_role("button", name="Save the budget of member").click()
+            expect(
+                page.get_by_role("status").filter(has_text="Saved the budget of member")
+            ).to_be_visible()
+            expect(bob_row).to_contain_text("16 of 10")
+            assert call(refusal_to_bob) == (429, "insufficient_quota")
+            # bob's own budget wins over his role's
+            page.get_by_role("spinbutton", name="Tokens a day for bob").fill("1000")
+            page.get_by_role("button", name="Save the budget of bob").click()
+            expect(
+                page.get_by_role("status").filter(has_text="Saved the budget of bob")
+            ).to_be_visible()
+            expect(bob_row).to_contain_text("16 of 1,000")
+            expect(page.get_by_role("spinbutton", name="Tokens a day for bob")).to_have_value(
+                "1000"
+            )
+            assert call(ask_as_bob) == 200
+            # who may use the model: moderators and above; bob is kept out
+            page.get_by_role("combobox", name="Lowest role that may use echo").select_option(
+                "moderator"
+            )
+            page.get_by_role("button", name="Save who may use echo").click()
+            expect(
+                page.get_by_role("status").filter(has_text="echo: moderator and above")
+            ).to_be_visible()
+            assert call(refusal_to_bob) == (404, "model_not_found")
+            alice.button("Refresh usage").click()
+            expect(bob_row).to_contain_text("24 of 1,000")
+            # someone who has not used a model yet gets a budget of their own
+            form = page.get_by_role("form", name="A participant's own budget")
+            form.get_by_label("Participant").select_option(label="carol (member)")
+            form.get_by_label("Requests a minute").fill("5")
+            form.get_by_role("button", name="Set budget").click()
+            expect(
+                page.get_by_role("status").filter(has_text="Saved the budget of carol")
+            ).to_be_visible()
+            carol_row = today.get_by_role("row").filter(has_text="carol")
+            expect(
+                carol_row.get_by_role("spinbutton", name="Requests a minute for carol")
+            ).to_have_value("5")
+            expect(carol_row).to_contain_text("0 of 10")
+            page.get_by_role("heading", name="Today against budgets").scroll_into_view_if_needed()
+            shot(page, "console-model-budgets")
+            assert violations(alice, "#panel-body") == []
+            alice.assert_clean(console=False)
 
     await in_browser(scenario)

@@ -1,7 +1,10 @@
 // The console's "Models" section (#console/models): the language models the
 // node's proxy offers (GET /api/models), adding one (POST /api/models),
-// removing one (DELETE /api/models/:name) and what each participant used
-// (GET /api/models/usage). docs/models.md.
+// removing one (DELETE /api/models/:name), who may use each one (PATCH
+// /api/models/:name: its lowest role, and whether guests may), the budgets
+// per role and participant and today's use against them (GET/PUT
+// /api/models/budgets...), and what each participant used
+// (GET /api/models/usage). docs/models.md, decision 0053.
 //
 // An upstream's API key is typed into a password field, sent once in the
 // POST body and cleared from the field as soon as the node answers: the
@@ -30,12 +33,14 @@ export class ModelsSection {
     this.body = null;
     this.models = [];
     this.usage = [];
+    this.budgets = null; // GET /api/models/budgets
     this.names = new Map(); // participantId -> name, for the usage table
   }
 
   /** Left: a key typed but not sent does not stay in the page. */
   hide() {
     if (this.addKey) this.addKey.value = "";
+    this.body = null;
   }
 
   render(body) {
@@ -66,6 +71,7 @@ export class ModelsSection {
         this.listError,
       ),
       this.addPart(),
+      this.budgetPart(),
       h(
         "section",
         { "aria-labelledby": "console-usage-heading" },
@@ -79,13 +85,10 @@ export class ModelsSection {
         this.usageError,
       ),
     );
-    this.loadModels();
+    this.loadBudgets().then(() => this.loadModels());
     this.loadUsage(false);
   }
 
-  hide() {
-    this.body = null;
-  }
 
   // the list ------------------------------------------------------------------
 
@@ -112,15 +115,53 @@ export class ModelsSection {
       model.hasApiKey ? "Stored" : "None",
       SOURCES[model.source] || model.source,
       model.createdAt ? longTime(model.createdAt) : "",
+      this.accessCell(model),
       this.removeCell(model),
     ]);
     fill(
       this.listBox,
       wide(table(
         `${this.models.length} ${this.models.length === 1 ? "model" : "models"}`,
-        ["Name", "Base URL", "Upstream model", "API key", "Source", "Added", "Actions"],
+        ["Name", "Base URL", "Upstream model", "API key", "Source", "Added", "Who may use it", "Actions"],
         rows,
       )),
+    );
+  }
+
+  /** The model's lowest role and its guests switch, editable in place. */
+  accessCell(model) {
+    const roles = this.budgets ? this.budgets.roles.map((r) => r.name || r.role) : [];
+    if (model.minRole && !roles.includes(model.minRole)) roles.push(model.minRole);
+    const select = h(
+      "select",
+      { "aria-label": `Lowest role that may use ${model.name}` },
+      roles.map((role) => h("option", { value: role, text: role, selected: role === model.minRole })),
+    );
+    const guests = h("input", { type: "checkbox", checked: !!model.guests });
+    const save = h("button", {
+      type: "button",
+      class: "small",
+      text: "Save",
+      "aria-label": `Save who may use ${model.name}`,
+      on: {
+        click: async (e) => {
+          const done = await guarded(e.currentTarget, this.listError, () =>
+            this.app.api.patch(`/api/models/${seg(model.name)}`, {
+              minRole: select.value,
+              guests: guests.checked,
+            }),
+          );
+          if (done === undefined) return;
+          this.listStatus.textContent = `${model.name}: ${done.minRole} and above${done.guests ? ", and guests" : ""} may use it.`;
+        },
+      },
+    });
+    return h(
+      "div",
+      { class: "row" },
+      select,
+      h("label", {}, guests, ` Guests may use ${model.name}`),
+      save,
     );
   }
 
@@ -219,9 +260,198 @@ export class ModelsSection {
     await this.loadModels();
   }
 
+  // budgets ------------------------------------------------------------------------
+
+  budgetPart() {
+    this.budgetBox = h("div", {}, h("p", { class: "hint", text: "Loading budgets…" }));
+    this.budgetStatus = statusLine();
+    this.budgetError = errorLine();
+    this.todayBox = h("div", {});
+    return h(
+      "section",
+      { "aria-labelledby": "console-budgets-heading" },
+      h("h2", { id: "console-budgets-heading", text: "Budgets" }),
+      h("p", {
+        class: "hint",
+        text: "Requests a minute and tokens a day (UTC) per participant: its own budget, else its role's, else the node's default. Empty inherits; 0 is no limit. The owner has none.",
+      }),
+      this.budgetBox,
+      h("h3", { id: "console-today-heading", text: "Today against budgets" }),
+      this.todayBox,
+      this.participantForm(),
+      this.budgetStatus,
+      this.budgetError,
+    );
+  }
+
+  /** A budget for someone not listed yet (who has not used a model today). */
+  participantForm() {
+    this.whoSelect = h("select", { name: "participant" });
+    this.whoRpm = h("input", { type: "number", min: "0", step: "1", name: "requestsPerMinute" });
+    this.whoTpd = h("input", { type: "number", min: "0", step: "1", name: "tokensPerDay" });
+    const submit = h("button", { type: "submit", text: "Set budget" });
+    const read = (input) => (input.value.trim() === "" ? null : Number(input.value));
+    return h(
+      "form",
+      {
+        class: "console-form",
+        "aria-labelledby": "console-who-heading",
+        on: {
+          submit: async (e) => {
+            e.preventDefault();
+            const id = this.whoSelect.value;
+            if (!id) return;
+            const done = await guarded(submit, this.budgetError, () =>
+              this.app.api.put(`/api/models/budgets/participants/${seg(id)}`, {
+                requestsPerMinute: read(this.whoRpm),
+                tokensPerDay: read(this.whoTpd),
+              }),
+            );
+            if (done === undefined) return;
+            this.whoRpm.value = "";
+            this.whoTpd.value = "";
+            this.budgetStatus.textContent = `Saved the budget of ${this.subjectName(done)}.`;
+            await this.loadBudgets();
+          },
+        },
+      },
+      h("h3", { id: "console-who-heading", text: "A participant's own budget" }),
+      field("Participant", this.whoSelect),
+      field("Requests a minute", this.whoRpm, "Empty: the role's. 0: no limit."),
+      field("Tokens a day", this.whoTpd, "Empty: the role's. 0: no limit."),
+      h("div", { class: "row" }, submit),
+    );
+  }
+
+  fillParticipants() {
+    const people = [...this.app.store.participants.values()]
+      .filter((p) => p.role !== "owner")
+      .sort((a, b) => a.name.localeCompare(b.name));
+    const kept = this.whoSelect.value;
+    fill(
+      this.whoSelect,
+      people.map((p) => h("option", { value: p.participantId, text: `${p.name} (${p.role})`, selected: p.participantId === kept })),
+    );
+  }
+
+  async loadBudgets() {
+    try {
+      this.budgets = await this.app.api.get("/api/models/budgets");
+    } catch (error) {
+      if (this.body) this.budgetError.textContent = reason(error);
+      return;
+    }
+    if (this.body) this.renderBudgets();
+  }
+
+  /** A number field for one budget figure: empty is inherited. */
+  figure(value, label, inherited) {
+    return h("input", {
+      type: "number",
+      min: "0",
+      step: "1",
+      value: value === null || value === undefined ? "" : String(value),
+      placeholder: inherited,
+      "aria-label": label,
+      class: "console-b-num-input",
+    });
+  }
+
+  saveButton(label, path, rpm, tpd) {
+    return h("button", {
+      type: "button",
+      class: "small",
+      text: "Save",
+      "aria-label": label,
+      on: {
+        click: async (e) => {
+          const read = (input) => (input.value.trim() === "" ? null : Number(input.value));
+          const done = await guarded(e.currentTarget, this.budgetError, () =>
+            this.app.api.put(path, { requestsPerMinute: read(rpm), tokensPerDay: read(tpd) }),
+          );
+          if (done === undefined) return;
+          this.budgetStatus.textContent = `Saved the budget of ${this.subjectName(done)}.`;
+          await this.loadBudgets();
+        },
+      },
+    });
+  }
+
+  subjectName(stored) {
+    if (stored.scope === "role") return stored.subject;
+    return this.nameOf(stored.subject);
+  }
+
+  renderBudgets() {
+    const { defaults, roles, participants } = this.budgets;
+    const number = (n) => (n === 0 ? "no limit" : Number(n).toLocaleString());
+    const roleRows = roles.map((role) => {
+      const inherited = role.inherited || defaults;
+      const rpm = this.figure(role.requestsPerMinute, `Requests a minute for ${role.role}`, number(inherited.requestsPerMinute));
+      const tpd = this.figure(role.tokensPerDay, `Tokens a day for ${role.role}`, number(inherited.tokensPerDay));
+      return [
+        h("bdi", { text: role.role }),
+        rpm,
+        tpd,
+        this.saveButton(`Save the budget of ${role.role}`, `/api/models/budgets/roles/${seg(role.role)}`, rpm, tpd),
+      ];
+    });
+    fill(
+      this.budgetBox,
+      wide(table("Budgets per role", ["Role", "Requests a minute", "Tokens a day", "Actions"], roleRows)),
+    );
+    for (const p of participants) this.names.set(p.participantId, p.name);
+    this.fillParticipants();
+    if (!participants.length) {
+      fill(this.todayBox, h("p", { class: "hint", text: "Nobody has used a model today." }));
+      return;
+    }
+    const rows = participants.map((p) => {
+      const rpm = this.figure(p.own.requestsPerMinute, `Requests a minute for ${p.name}`, number(p.budget.requestsPerMinute));
+      const tpd = this.figure(p.own.tokensPerDay, `Tokens a day for ${p.name}`, number(p.budget.tokensPerDay));
+      const limit = p.budget.tokensPerDay;
+      const used = limit ? `${Number(p.tokens).toLocaleString()} of ${Number(limit).toLocaleString()}` : `${Number(p.tokens).toLocaleString()} (no limit)`;
+      const cells = [
+        h("bdi", { text: p.name }),
+        h("bdi", { text: p.role }),
+        h("span", { class: "console-b-num", text: Number(p.requests).toLocaleString() }),
+      ];
+      if (limit) {
+        cells.push(
+          h(
+            "div",
+            {},
+            h("div", { class: "console-b-num", text: used }),
+            h("meter", {
+              min: "0",
+              max: String(limit),
+              value: String(Math.min(p.tokens, limit)),
+              "aria-label": `Tokens ${p.name} used today`,
+            }),
+          ),
+        );
+      } else {
+        cells.push(h("span", { class: "console-b-num", text: used }));
+      }
+      cells.push(rpm, tpd, this.saveButton(`Save the budget of ${p.name}`, `/api/models/budgets/participants/${seg(p.participantId)}`, rpm, tpd));
+      return cells;
+    });
+    fill(
+      this.todayBox,
+      wide(
+        table(
+          "Use today against budgets",
+          ["Participant", "Role", "Requests today", "Tokens today", "Own requests a minute", "Own tokens a day", "Actions"],
+          rows,
+        ),
+      ),
+    );
+  }
+
   // usage --------------------------------------------------------------------------
 
   async loadUsage(fromButton) {
+    if (fromButton) await this.loadBudgets();
     try {
       const usage = await this.app.api.get("/api/models/usage");
       this.usage = usage;
