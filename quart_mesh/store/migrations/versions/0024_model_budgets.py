@@ -1,8 +1,8 @@
 """Who may use each model, model budgets per role and participant, and the
 tokens spent per participant and day (docs/decisions/0053-model-budgets.md).
 
-Revision ID: 0021_model_budgets
-Revises: 0020
+Revision ID: 0024_model_budgets
+Revises: 0023_registry
 Create Date: 2026-11-27
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021_model_budgets"
-down_revision = "0020"
+revision = "0024_model_budgets"
+down_revision = "0023_registry"
 branch_labels = None
 depends_on = None
 
