@@ -492,7 +492,7 @@ async def heartbeat() -> tuple[Any, int]:
     registry = node().registry
     registry.check_enabled()
     did, fields = await _signed()
-    return reply(await registry.receive_heartbeat(did, fields, address=request.remote_addr))
+    return reply(await registry.receive_heartbeat(did, fields, address=client_address()))
 
 
 @bp.get("/api/meshes/public")

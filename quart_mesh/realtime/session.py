@@ -245,7 +245,7 @@ class ProtocolSession:
         services = self.services
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
-        with services.delivery.follow(actor, chat=chat) as feed:
+        with await services.delivery.follow(actor, chat=chat) as feed:
             sub = feed.sub
             self._sub = sub
             sub.token_id = auth.token_id

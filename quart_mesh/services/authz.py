@@ -84,17 +84,23 @@ _OWN_ALLOWED: Final = frozenset(
 #: room presets: name -> description (rules in :meth:`Policy._preset_rule`)
 PRESETS: Final = MappingProxyType(
     {
-        "announcements": "only moderators and above post, edit or delete; others read and react",
+        "announcements": (
+            "only moderators and above post; others read and react,"
+            " and do not edit or delete what they posted"
+        ),
         "humans_only": "bots may not join, post or react (bots in the room are removed)",
-        "read_only": "nobody below admin posts, reacts, edits or deletes",
+        "read_only": (
+            "nobody below admin posts or reacts, nor edits or deletes what they posted"
+            " (moderators still remove others' messages)"
+        ),
         "default": "no preset, and every override of the room cleared",
     }
 )
 _NOT_BY_BOTS_IN_HUMANS_ONLY: Final = frozenset({"rooms.join", "messages.send", "messages.react"})
-#: posting: a rule or preset that stops a participant's posts stops its
-#: edits and deletes of its own messages too (a muted member cannot post by
-#: editing an old one); reactions have their own permission and rules
-_POSTING: Final = frozenset({"messages.send", "messages.edit", "messages.delete"})
+#: what an author does to its own messages: a rule or preset that stops a
+#: participant's posts stops these too (a muted member cannot post by
+#: editing an old message); reactions have their own permission and rules
+_AUTHORING: Final = frozenset({"messages.edit", "messages.delete"})
 
 
 _BUILTIN_ROLE_OBJECTS: Final = {name: Role(name, p) for name, p in BUILTIN_ROLES.items()}
@@ -181,19 +187,23 @@ class Policy:
         and whether a room rule decided (so ownership cannot lift a denial)."""
         role = self.roles.get(actor.role)
         priority = role.priority if role else 0
+        holds = role is not None and role.holds(permission)
         if room_id is not None and priority < ADMIN:
-            if permission in _POSTING and permission != "messages.send":
-                # whoever may not post here may not edit, delete or react either
-                ruled = self._rule(actor, "messages.send", room_id)
-                if ruled is False:
-                    return False, True
+            # an author's edit or delete of its own message is posting: what
+            # stops its posts stops those too; a role that edits and deletes
+            # others' messages (moderation) keeps doing so
+            authoring = permission in _AUTHORING and not holds
+            if authoring and self._rule(actor, "messages.send", room_id) is False:
+                return False, True
             ruled = self._rule(actor, permission, room_id)
             if ruled is not None:
                 return ruled, True
-            denied = _preset_denies(self.presets.get(room_id), actor, priority, permission)
-            if denied:
+            preset = self.presets.get(room_id)
+            if authoring and _preset_denies(preset, actor, priority, "messages.send"):
                 return False, True
-        return (role is not None and role.holds(permission)), False
+            if _preset_denies(preset, actor, priority, permission):
+                return False, True
+        return holds, False
 
     def _rule(self, actor: Actor, permission: str, room_id: str) -> bool | None:
         """What the room's overrides say of *permission* for *actor*: the
@@ -223,11 +233,11 @@ class Policy:
 
 def _preset_denies(preset: str | None, actor: Actor, priority: int, permission: str) -> bool:
     if preset == "announcements":
-        return permission in _POSTING and priority < MODERATOR
+        return permission == "messages.send" and priority < MODERATOR
     if preset == "humans_only":
         return actor.kind == "bot" and permission in _NOT_BY_BOTS_IN_HUMANS_ONLY
     if preset == "read_only":
-        return permission in _POSTING or permission == "messages.react"
+        return permission in ("messages.send", "messages.react")
     return False
 
 

@@ -186,12 +186,20 @@ class Delivery:
         self._broker = broker
         self._accounts = accounts
 
-    def follow(self, actor: Actor, *, capacity: int | None = None, chat: bool = True) -> Feed:
-        """Subscribe *actor* to its events, now, and hand out the feed to
-        read its backlog from: nothing published after this point is
-        missed. Use it in a ``with`` block, right away: the subscription
-        ends with the block."""
-        readable = readable_rooms(actor)
+    async def follow(self, actor: Actor, *, capacity: int | None = None, chat: bool = True) -> Feed:
+        """Subscribe *actor* to its events and hand out the feed to read its
+        backlog from: nothing published after it returns is missed. Use the
+        feed in a ``with`` block, right away: the subscription ends with
+        the block (``with await delivery.follow(actor) as feed:``).
+
+        The rooms it may read are decided for the participant as it is now
+        (its role may have changed since *actor* was resolved), and again
+        by :meth:`refresh` whenever its role or the rules change.
+
+        Cancellation: safe; nothing is subscribed until it returns."""
+        current = await self._accounts.actor_of(actor.participant_id)
+        # deleted meanwhile: it reads nothing (its subscriptions are ending)
+        readable = readable_rooms(current) if current is not None else Readable(False, frozenset())
         sub = self._broker.subscribe(
             actor.participant_id,
             capacity,

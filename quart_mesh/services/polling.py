@@ -95,7 +95,7 @@ class Polling:
         mentions_of = actor.name if mentions_only else None
         # tool-only ``simple`` bots are sent commands only (no chat traffic)
         chat = actor.type != "simple"
-        with self._delivery.follow(actor, capacity=64, chat=chat) as feed:
+        with await self._delivery.follow(actor, capacity=64, chat=chat) as feed:
             feed.sub.token_id = token_id
             if wait_seconds == 0:
                 return await self._take(actor, feed, after, limit, mentions_of)

@@ -428,6 +428,9 @@ class Roles:
         override = Override(new_id(), room_id, target_type, str(target), permission, effect)
 
         def put(conn: Connection) -> Override:
+            # replacing a rule is undoing it: not one set by someone at or above
+            setter = repo.override_setter(conn, room_id, target_type, str(target), permission)
+            self._check_setters(conn, actor, [setter])
             _policy_changed(conn)
             return repo.put_override(conn, override, actor.participant_id, now_ms())
 
@@ -443,6 +446,7 @@ class Roles:
             raise NotFound("no such override in this room", "override_not_found")
 
         def remove(conn: Connection) -> None:
+            self._check_setters(conn, actor, repo.rule_setters(conn, room_id, override_id))
             repo.delete_override(conn, room_id, override_id)
             _policy_changed(conn)
 
@@ -460,13 +464,38 @@ class Roles:
         value = None if preset == "default" else str(preset)
 
         def preset_set(conn: Connection) -> None:
-            repo.set_preset(conn, room_id, value)
+            # a new preset replaces the one there; default also clears every override
+            setters = repo.rule_setters(conn, room_id)
+            self._check_setters(conn, actor, setters if value is None else setters[:1])
+            repo.set_preset(conn, room_id, value, actor.participant_id)
             _policy_changed(conn)
 
         await self._db.write(preset_set, then=lambda _: self._policy.set_preset(room_id, value))
         await self._evict(room_id)
         await self._delivery.refresh()
         return await self.room_rules(actor, room_id)
+
+    def _check_setters(self, conn: Connection, actor: Actor, setters: list[str | None]) -> None:
+        """Refuse to undo a rule someone at or above *actor* set: a room's
+        creator cannot lift the mute an admin put on it (``docs/roles.md``).
+        Its own rules, and rules of participants who are gone, it may.
+
+        Raises:
+            Forbidden: ``rule_set_above``.
+        """
+        for setter in set(setters):
+            if setter is None or setter == actor.participant_id:
+                continue
+            found = accounts_repo.get_participant(conn, setter)
+            if found is None:
+                continue
+            authorize_above(
+                actor,
+                self._policy.priority(found.role),
+                "a rule here was set by someone at or above you: only they or those"
+                " above them change it",
+                "rule_set_above",
+            )
 
     async def _room(self, actor: Actor, room_id: str) -> Any:
         room = (

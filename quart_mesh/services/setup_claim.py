@@ -3,8 +3,8 @@
 A node that is not set up belongs to whoever calls ``POST /api/setup/init``
 first. On a node that listens only on loopback that can only be someone on
 the machine, as before. A node that listens on another address (``--host
-0.0.0.0``, a public address; or ``MESH_SETUP_CODE=always``, e.g. behind a
-reverse proxy on the same host) asks for a setup code: made once, written in
+0.0.0.0``, a public address; or behind a trusted proxy,
+``MESH_TRUSTED_PROXIES``; or ``MESH_SETUP_CODE=always``) asks for a setup code: made once, written in
 the data folder (``setup-code``, mode 0600) so that every worker process of
 the node asks for the same one, and logged by the node when it starts. The
 first setup that gives it owns the node; the file is removed then, and on any
@@ -56,7 +56,9 @@ class SetupClaim:
 
     def __init__(self, settings: Settings) -> None:
         self._path: Path = settings.data_dir / SETUP_CODE_FILE
-        self._always = settings.setup_code == "always"
+        # a node that trusts a proxy is reached from outside through it,
+        # whatever it binds: it asks too
+        self._always = settings.setup_code == "always" or bool(settings.trusted_proxies)
         self._code: str | None = None
         #: where the node listens: ``True`` somewhere else than loopback,
         #: ``False`` loopback only, ``None`` unknown (a stock ASGI server)

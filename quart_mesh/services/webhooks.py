@@ -204,7 +204,7 @@ class Webhooks:
             if actor is None:  # deleted
                 self._scopes.pop(agent_id, None)
                 return
-            with self._delivery.follow(actor, capacity=256) as feed:
+            with await self._delivery.follow(actor, capacity=256) as feed:
                 while True:
                     delivered = await self._drain(agent_id, state, feed)
                     backoff.reset()

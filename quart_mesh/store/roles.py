@@ -19,7 +19,9 @@ __all__ = [
     "list_overrides",
     "list_presets",
     "list_roles",
+    "override_setter",
     "put_override",
+    "rule_setters",
     "set_preset",
     "update_role",
 ]
@@ -108,7 +110,7 @@ def put_override(conn: Connection, override: Override, created_by: str, at: int)
     )
     query = query.on_conflict_do_update(
         index_elements=["room_id", "target_type", "target", "permission"],
-        set_={"effect": override.effect},
+        set_={"effect": override.effect, "created_by": created_by},
     )
     override_id = conn.execute(query.returning(room_overrides.c.override_id)).scalar_one()
     return Override(
@@ -135,8 +137,52 @@ def list_presets(conn: Connection) -> list[tuple[str, str]]:
     return [(r.room_id, r.preset) for r in conn.execute(query)]
 
 
-def set_preset(conn: Connection, room_id: str, preset: str | None) -> None:
-    """Set the room's preset; ``None`` also clears every override of the room."""
-    conn.execute(rooms.update().where(rooms.c.room_id == room_id).values(preset=preset))
+def rule_setters(
+    conn: Connection, room_id: str, override_id: str | None = None
+) -> list[str | None]:
+    """Who set the room's rules: its preset's setter first (the room's
+    creator where none is recorded; nothing without a preset), then each
+    override's (only *override_id*'s, if given)."""
+    setters: list[str | None] = []
+    if override_id is None:
+        row = conn.execute(
+            sa.select(rooms.c.preset, rooms.c.preset_set_by, rooms.c.created_by).where(
+                rooms.c.room_id == room_id
+            )
+        ).first()
+        if row is not None and row.preset is not None:
+            setters.append(row.preset_set_by or row.created_by)
+    query = sa.select(room_overrides.c.created_by).where(room_overrides.c.room_id == room_id)
+    if override_id is not None:
+        query = query.where(room_overrides.c.override_id == override_id)
+    setters.extend(row.created_by for row in conn.execute(query))
+    return setters
+
+
+def override_setter(
+    conn: Connection, room_id: str, target_type: str, target: str, permission: str
+) -> str | None:
+    """Who set the room's rule for (target, permission), if there is one."""
+    found: str | None = conn.execute(
+        sa.select(room_overrides.c.created_by).where(
+            room_overrides.c.room_id == room_id,
+            room_overrides.c.target_type == target_type,
+            room_overrides.c.target == target,
+            room_overrides.c.permission == permission,
+        )
+    ).scalar()
+    return found
+
+
+def set_preset(
+    conn: Connection, room_id: str, preset: str | None, set_by: str | None = None
+) -> None:
+    """Set the room's preset (by *set_by*); ``None`` also clears every
+    override of the room."""
+    conn.execute(
+        rooms.update()
+        .where(rooms.c.room_id == room_id)
+        .values(preset=preset, preset_set_by=None if preset is None else set_by)
+    )
     if preset is None:
         conn.execute(room_overrides.delete().where(room_overrides.c.room_id == room_id))

@@ -98,6 +98,8 @@ rooms = Table(
     Column("created_at", BigInteger, nullable=False),
     # a permission preset (announcements, humans_only, read_only) or NULL
     Column("preset", String(32), nullable=True),
+    # who set the preset (NULL: the room's creator, or before migration 0025)
+    Column("preset_set_by", String(26), nullable=True),
     # the home node's DID of a room shared with this node (federation); NULL otherwise
     Column("origin_did", String(128), nullable=True),
     # an ordinary room name's confusable skeletons (unique, as participants');

@@ -212,3 +212,95 @@ async def test_presets_and_send_denials_stop_edits_and_deletes(mesh: Mesh) -> No
     assert_error(await delete(mesh, carol, room_id, mine[2]), 403, "forbidden")
     contents = [m["content"] for m in await mesh.messages(owner, room_id)]
     assert contents == ["fine now", "old 1", "old 2", "mod's, edited"]
+
+
+async def test_a_creator_cannot_undo_rules_set_above_it(mesh: Mesh) -> None:
+    """A room's creator cannot lift a mute or a read denial the owner put on
+    it, replace the owner's rules, or clear them with a preset; its own
+    rules it changes as before."""
+    owner = await mesh.setup()
+    alice = await mesh.register("alice")
+    room_id = (await mesh.create_room(alice, "alices"))["roomId"]
+    muted = {}
+    for permission in ("messages.send", "rooms.read"):
+        r = await rule(
+            mesh,
+            owner,
+            room_id,
+            targetType="participant",
+            target=alice.participant_id,
+            permission=permission,
+            effect="deny",
+        )
+        assert r.status_code == 201, r.text
+        muted[permission] = r.json()["overrideId"]
+    r = await rule(
+        mesh,
+        owner,
+        room_id,
+        targetType="role",
+        target="agent",
+        permission="rooms.read",
+        effect="deny",
+    )
+    assert r.status_code == 201, r.text
+    assert_error(await mesh.http.get(f"/api/rooms/{room_id}/messages", headers=alice.headers), 403)
+    for override_id in muted.values():
+        r = await mesh.http.request(
+            "DELETE",
+            f"/api/rooms/{room_id}/permissions",
+            json={"overrideId": override_id},
+            headers=alice.headers,
+        )
+        assert_error(r, 403, "rule_set_above")
+    for preset in ("default", "humans_only"):
+        r = await mesh.http.post(
+            f"/api/rooms/{room_id}/permissions/preset",
+            json={"preset": preset},
+            headers=alice.headers,
+        )
+        assert_error(r, 403, "rule_set_above")
+    # nor may she replace the owner's rule for those below her
+    r = await rule(
+        mesh,
+        alice,
+        room_id,
+        targetType="role",
+        target="agent",
+        permission="rooms.read",
+        effect="allow",
+    )
+    assert_error(r, 403, "rule_set_above")
+    assert_error(await mesh.http.get(f"/api/rooms/{room_id}/messages", headers=alice.headers), 403)
+    assert_error(
+        await mesh.http.post(
+            f"/api/rooms/{room_id}/messages", json={"content": "free?"}, headers=alice.headers
+        ),
+        403,
+    )
+    # her own rules she changes and removes
+    r = await rule(
+        mesh,
+        alice,
+        room_id,
+        targetType="role",
+        target="spectator",
+        permission="messages.react",
+        effect="deny",
+    )
+    assert r.status_code == 201, r.text
+    r = await mesh.http.request(
+        "DELETE",
+        f"/api/rooms/{room_id}/permissions",
+        json={"overrideId": r.json()["overrideId"]},
+        headers=alice.headers,
+    )
+    assert r.is_success, r.text
+    # the owner lifts them
+    r = await mesh.http.post(
+        f"/api/rooms/{room_id}/permissions/preset",
+        json={"preset": "default"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    assert (await mesh.http.get(f"/api/rooms/{room_id}/messages", headers=alice.headers)).is_success

@@ -116,6 +116,11 @@ async def _served(settings: Settings, nursery: trio.Nursery, host: str = "127.0.
     return url
 
 
+def _code(settings: Settings) -> str:
+    """The setup code a node behind a trusted proxy asks for (from its data folder)."""
+    return (settings.data_dir / SETUP_CODE_FILE).read_text()
+
+
 def _from(address: str) -> dict[str, str]:
     return {"X-Forwarded-For": address}
 
@@ -156,7 +161,7 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_is_limited(
     with trio.fail_after(60):
         url = await _served(settings, nursery)
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            await Mesh(http).setup()
+            await Mesh(http).setup(setupCode=_code(settings))
             assert (await _register(http, "ann", "203.0.113.5")).status_code == 201
             r = await http.post("/api/auth/guest", headers=_from("203.0.113.5"))
             assert r.status_code == 201, r.text
@@ -195,7 +200,7 @@ async def test_the_access_log_names_the_forwarded_client_of_requests_and_session
     with trio.fail_after(60):
         url = await _served(settings, nursery)
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            owner = await Mesh(http).setup()
+            owner = await Mesh(http).setup(setupCode=_code(settings))
             r = await http.get("/api/setup/status", headers=_from("203.0.113.9"))
             assert r.status_code == 200
             # the node's own WebSocket transport
@@ -228,7 +233,7 @@ async def test_wrong_passwords_from_one_address_slow_the_name_but_never_lock_the
     with trio.fail_after(90):
         url = await _served(settings, nursery)
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            await Mesh(http).setup("olivia")
+            await Mesh(http).setup("olivia", setupCode=_code(settings))
             answers = [await _login(http, "olivia", "wrong" * 4, attacker) for _ in range(3)]
             for r in answers:
                 assert_error(r, 401, "invalid_credentials")
@@ -263,7 +268,7 @@ async def test_user_unlock_forgets_a_names_failed_logins(
     with trio.fail_after(120):
         url = await _served(settings, nursery)
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            await Mesh(http).setup("olivia")
+            await Mesh(http).setup("olivia", setupCode=_code(settings))
             for _ in range(3):
                 await _login(http, "olivia", "wrong" * 4, attacker)
             assert_error(await _login(http, "olivia", PASSWORD, attacker), 429, "rate_limited")
@@ -383,9 +388,9 @@ async def test_under_stock_hypercorn_the_quart_route_and_rest_use_the_forwarded_
 ) -> None:
     """``hypercorn -k trio 'quart_mesh.asgi:create_asgi_app()'`` behind a
     trusted proxy: registrations are limited per forwarded client, the
-    WebSocket session through Quart's route is logged with it, and a request
-    that came in on loopback needs no setup code (the node cannot see the
-    binds: it decides per request, and logs the code at start)."""
+    WebSocket session through Quart's route is logged with it, and the node
+    asks for the setup code it logged (a node that trusts a proxy is reached
+    from outside through it, whatever it binds)."""
     server = Process.hypercorn(tmp_path / "mesh-data")
     server.env = {
         "MESH_TRUSTED_PROXIES": "127.0.0.1",
@@ -396,8 +401,11 @@ async def test_under_stock_hypercorn_the_quart_route_and_rest_use_the_forwarded_
         await server.start(nursery)
         url = await server.url()
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            assert (await http.get("/api/setup/status")).json()["codeRequired"] is False
-            owner = await Mesh(http).setup()
+            assert (await http.get("/api/setup/status")).json()["codeRequired"] is True
+            assert_error(await http.post("/api/setup/init", json=_init()), 403)
+            code = (tmp_path / "mesh-data" / SETUP_CODE_FILE).read_text()
+            assert f"setup code: {code}".encode() in server.output
+            owner = await Mesh(http).setup(setupCode=code)
             assert (await _register(http, "ann", "203.0.113.5")).status_code == 201
             assert (await _register(http, "ben", "203.0.113.5")).status_code == 201
             assert_error(await _register(http, "cat", "203.0.113.5"), 429, "rate_limited")

@@ -71,6 +71,16 @@ CASES = [
     ("member", (), "announcements", "messages.delete", "alice", False),
     ("member", (), "announcements", "messages.react", None, True),
     ("moderator", (), "announcements", "messages.edit", "bob", True),
+    # moderation is not posting: moderators still remove others' messages
+    ("moderator", (), "read_only", "messages.delete", "bob", True),
+    (
+        "moderator",
+        (("participant", "alice", "messages.send", "deny"),),
+        None,
+        "messages.delete",
+        "bob",
+        True,
+    ),
     (
         "member",
         (("participant", "alice", "messages.send", "deny"),),
