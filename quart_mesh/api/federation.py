@@ -34,7 +34,7 @@ from ..errors import BadRequest, Unavailable
 from ..federation.relay import Relay
 from ..federation.service import SignedRequest
 from ..wire import parse_json_object
-from ._common import caller, node, reply, token_sent
+from ._common import caller, client_address, node, reply, token_sent
 from .contract import Body, OneOf, Query, Shape, accepts, answers, public, query, reads_body
 from .objects import Id, Ok, Timestamp
 

@@ -3,8 +3,9 @@
 A node that is not set up belongs to whoever calls ``POST /api/setup/init``
 first. On a node that listens only on loopback that can only be someone on
 the machine, as before. A node that listens on another address (``--host
-0.0.0.0``, a public address; or behind a trusted proxy,
-``MESH_TRUSTED_PROXIES``; or ``MESH_SETUP_CODE=always``) asks for a setup code: made once, written in
+0.0.0.0``, a public address), that trusts a proxy (``MESH_TRUSTED_PROXIES``:
+the internet reaches it through one), or that runs with
+``MESH_SETUP_CODE=always`` asks for a setup code: made once, written in
 the data folder (``setup-code``, mode 0600) so that every worker process of
 the node asks for the same one, and logged by the node when it starts. The
 first setup that gives it owns the node; the file is removed then, and on any
