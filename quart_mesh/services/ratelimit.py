@@ -58,7 +58,7 @@ from ..store import Database
 from ..store import limits as repo
 from .authz import Actor
 
-__all__ = ["RULE_MESSAGES", "SHARED_RULES", "RateLimiter"]
+__all__ = ["RULE_MESSAGES", "SHARED_RULES", "RateLimiter", "address_key"]
 
 #: what a refusal says, per rule
 RULE_MESSAGES: Final = {
@@ -76,7 +76,9 @@ RULE_MESSAGES: Final = {
     "registry_address": "too many meshes checked for your address",
 }
 #: rules counted in the store when several processes may serve the mesh
-SHARED_RULES: Final = frozenset({"login_name", "login_address", "registration_address"})
+SHARED_RULES: Final = frozenset(
+    {"login_name", "login_address", "registration_address", "registry_did", "registry_address"}
+)
 #: login rules kept in the store on every backend (SQLite too), so that
 #: ``quart-mesh user unlock`` clears them for a running node
 LOGIN_RULES: Final = frozenset({"login_name", "login_slowdown"})
@@ -85,6 +87,21 @@ _SWEEP = 2
 #: how often a process deletes the full buckets from the store (seconds)
 _PRUNE_EVERY = 60.0
 _Address = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def address_key(address: str) -> str:
+    """What a per-address rule counts a client address as: an IPv4 address
+    itself, an IPv6 address by its /64 (one subscriber's network: anyone
+    holding one has 2^64 addresses to rotate through)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 class RateLimiter:
@@ -153,7 +170,7 @@ class RateLimiter:
         """
         if address is None or self._is_exempt(address):
             return
-        await self.key(rule, address)
+        await self.key(rule, address_key(address))
 
     async def key(self, rule: str, key: str) -> None:
         """Count one *rule* action for *key* (e.g. a casefolded login name).
@@ -191,7 +208,8 @@ class RateLimiter:
         """
         await self.address("login_address", address)
         name_key = repo.login_name_key(name)
-        await self._login_take("login_name", f"{name_key} {address or '-'}")
+        where = "-" if address is None else address_key(address)
+        await self._login_take("login_name", f"{name_key} {where}")
         rate = self.config.login_slowdown
         if rate is None or not self.config.enabled:
             return 0.0

@@ -466,3 +466,18 @@ async def test_every_worker_asks_for_the_same_setup_code(tmp_path: Path) -> None
                     process.send_signal(signal.SIGTERM)
                 await parent.exited.wait()
     assert process.returncode == 0, parent.log()
+
+
+async def test_ipv6_clients_are_limited_by_their_64(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Behind a trusted proxy, IPv6 clients that rotate through one /64 share
+    its per-address budget; another /64 has its own."""
+    settings = _settings(tmp_path, trusted_proxies=("127.0.0.1",))
+    with trio.fail_after(60):
+        url = await _served(settings, nursery)
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            await Mesh(http).setup(setupCode=_code(settings))
+            assert (await _register(http, "ann", "2001:db8:5:6::1")).status_code == 201
+            assert (await _register(http, "ben", "2001:db8:5:6::2")).status_code == 201
+            r = await _register(http, "cat", "2001:db8:5:6:ffff::3")
+            assert_error(r, 429, "rate_limited")
+            assert (await _register(http, "cat", "2001:db8:5:7::1")).status_code == 201

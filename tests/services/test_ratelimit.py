@@ -125,3 +125,15 @@ async def test_memory_stays_bounded() -> None:
     assert rates.statistics()["trackedKeys"] == 1000
     with pytest.raises(RateLimited):
         await rates.key("login_name", "flood4999")
+
+
+def test_ipv6_clients_are_counted_by_their_64() -> None:
+    """Anyone with an IPv6 /64 holds 2^64 addresses: per-address rules count
+    the network, so rotating through it gives no fresh budget."""
+    from quart_mesh.services.ratelimit import address_key
+
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:ffff::9")
+    assert address_key("2001:db8:1:2::1") != address_key("2001:db8:1:3::1")
+    assert address_key("203.0.113.7") == "203.0.113.7"
+    assert address_key("::ffff:203.0.113.7") == "203.0.113.7"
+    assert address_key("not an address") == "not an address"
