@@ -6,7 +6,7 @@ import math
 from typing import Any, Literal
 
 import msgspec
-from quart import Blueprint
+from quart import Blueprint, request
 
 from ..errors import BadRequest
 from ._common import bearer_token, caller, node, reply
@@ -142,5 +142,6 @@ async def poll(data: PollRequest) -> tuple[Any, int]:
         wait_seconds=timeout or 0.0,
         limit=None if limit is None else int(limit),
         token_id=node().tokens.check(bearer_token()).token_id,
+        address=request.remote_addr,
     )
     return reply(result.to_json())

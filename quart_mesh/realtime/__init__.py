@@ -42,7 +42,7 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
-        await self._run(ws)
+        await self._run(ws, _peer_address(stream))
 
     async def serve_asgi_websocket(self, websocket: AsgiWebSocket) -> None:
         """Run one WebSocket connection of an ASGI server (Quart's ``websocket``,
@@ -57,17 +57,18 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
+        address = getattr(websocket, "remote_addr", None)
         try:
-            await self._run(ws)
+            await self._run(ws, address if isinstance(address, str) else None)
         except Exception:
             log.exception("WebSocket session failed; the server goes on")
 
-    async def _run(self, ws: SessionSocket) -> None:
+    async def _run(self, ws: SessionSocket, address: str | None) -> None:
         code, reason = 1000, ""
         with trio.CancelScope() as scope:
             self._scopes[ws] = scope
             try:
-                await ProtocolSession(self._services, ws).run()
+                await ProtocolSession(self._services, ws, address).run()
             finally:
                 del self._scopes[ws]
         if scope.cancelled_caught:
@@ -85,3 +86,16 @@ class Realtime:
         self._closing = True
         for scope in self._scopes.values():
             scope.cancel()
+
+
+def _peer_address(stream: trio.abc.Stream) -> str | None:
+    """The client's IP address, if *stream* is a socket that knows it."""
+    inner = getattr(stream, "transport_stream", stream)  # under TLS
+    sock = getattr(inner, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return None
+    if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+        return peer[0]
+    return None
