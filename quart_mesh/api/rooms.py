@@ -116,7 +116,11 @@ async def list_rooms(args: RoomsQuery) -> tuple[Any, int] | tuple[Any, int, dict
 @accepts(CreateRoom)
 @answers(RoomView, 201)
 async def create_room(data: CreateRoom) -> tuple[Any, int]:
-    """Create a room; the caller joins it."""
+    """Create a room; the caller joins it.
+
+    Each role may have created so many rooms (``room_quotas``; admin and
+    owner unlimited): beyond, 409 ``too_many_rooms`` (delete one first).
+    """
     actor = await caller()
     room = await node().rooms.create(actor, data.name, data.description or "")
     return reply({**room.to_json(), "joined": True}, 201)

@@ -176,7 +176,7 @@ export class FederationSection {
     const { api } = this.app;
     const [connections, rooms, meshes] = await Promise.allSettled([
       api.get("/api/connections"),
-      api.get("/api/rooms"),
+      api.rooms(),
       api.get("/api/meshes/public"),
     ]);
     if (!this.body) return;

@@ -58,7 +58,7 @@ export class RoomBrowser {
   async refresh() {
     let rooms;
     try {
-      rooms = await this.app.api.get("/api/rooms");
+      rooms = await this.app.api.rooms();
     } catch (error) {
       setError(this.dialog, `The rooms could not be loaded: ${error.message}`);
       return;
