@@ -73,7 +73,9 @@ class Seats:
                 RETRY_AFTER,
                 code,
             )
-        place = None if address is None or self._is_exempt(address) else (kind, address)
+        ip = None if address is None else _ip(address)
+        exempt = ip is not None and any(ip in network for network in self._exempt)
+        place = None if address is None or exempt else (kind, str(ip or address))
         if place is not None and self._addresses[place] >= per_address:
             raise RateLimited(
                 f"{per_address} {what} are open from your address, the most allowed",
@@ -90,14 +92,17 @@ class Seats:
             if place is not None:
                 _give_back(self._addresses, place)
 
-    def _is_exempt(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        return any(ip in network for network in self._exempt)
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """*address* as an IP address (an IPv4-mapped IPv6 address as its IPv4
+    address, so both count as one), or None if it is not one."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def _give_back(counter: collections.Counter[tuple[Kind, str]], key: tuple[Kind, str]) -> None:
