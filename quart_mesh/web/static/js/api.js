@@ -136,12 +136,17 @@ export class Api {
     const rooms = [];
     let cursor = null;
     do {
-      const after = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
-      const page = await this.get(`/api/rooms?limit=${ROOM_PAGE}${after}`);
+      const page = await this.roomPage(cursor);
       rooms.push(...page.rooms);
       cursor = page.nextCursor;
     } while (cursor !== null && rooms.length < most);
     return rooms.slice(0, most);
+  }
+
+  /** One page of rooms by name after `cursor` (null: the first): `{rooms, nextCursor}`. */
+  roomPage(cursor = null) {
+    const after = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
+    return this.get(`/api/rooms?limit=${ROOM_PAGE}${after}`);
   }
 
   /**
