@@ -21,6 +21,7 @@ from trio_websocket import ConnectionClosed
 
 from quart_mesh import Settings
 from quart_mesh.config import DEFAULT_ROOM_QUOTAS, Limits, RateLimits
+from tests.e2e.test_stock_hypercorn import served
 from tests.helpers import Mesh, User, assert_error, connect, open_client, wait_for
 
 
@@ -359,3 +360,35 @@ class TestPerAddress:
             "/api/poll", json={"cursor": head, "timeout": 0.1}, headers=alice.headers
         )
         assert r.status_code == 200, r.text
+
+
+async def test_sessions_are_capped_under_stock_hypercorn(tmp_path: Path) -> None:
+    """Through Quart's ``/ws`` route (``create_asgi_app``) the same seats are
+    held, the address taken from the ASGI scope."""
+    limits = Limits(max_sessions_per_participant=2, max_sessions_per_address=3)
+    rates = RateLimits(exempt_addresses=())
+    with trio.fail_after(60):
+        async with (
+            served(tmp_path, limits=limits, rate_limits=rates) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            mesh = Mesh(http)
+            await mesh.setup()
+            alice = await mesh.register("alice")
+            bob = await mesh.register("bob")
+            async with connect(url, alice) as first, connect(url, alice):
+                error, code, reason = await refused_session(url, alice)
+                assert (error["code"], code, reason) == (
+                    "too_many_sessions",
+                    1008,
+                    "too_many_sessions",
+                )
+                async with connect(url, bob):
+                    error, _, _ = await refused_session(url, bob)
+                    assert "address" in error["message"]
+                await first.ws.aclose()
+
+                async def slot_free() -> bool:
+                    return await accepted(url, alice)
+
+                await wait_for(slot_free)
