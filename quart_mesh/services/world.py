@@ -106,6 +106,7 @@ def _participant_fragment(row: ParticipantRow, position: repo.Position | None) -
     return head, "," + rest[1:]
 
 
+#: the defaults, for a World built without settings (tests, embedding)
 _DEFAULT_LIMITS = Limits()
 
 #: read positions a flush writes as a quick unit at most
