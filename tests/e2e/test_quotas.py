@@ -392,3 +392,11 @@ async def test_sessions_are_capped_under_stock_hypercorn(tmp_path: Path) -> None
                     return await accepted(url, alice)
 
                 await wait_for(slot_free)
+
+            # every session over and its participant offline (written) before
+            # the server is stopped: no unit of work is cut off by the stop
+            async def all_offline() -> bool:
+                r = await http.get("/api/participants", headers=alice.headers)
+                return not any(p["online"] for p in r.json() if p["name"] in ("alice", "bob"))
+
+            await wait_for(all_offline)
