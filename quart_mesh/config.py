@@ -23,6 +23,7 @@ from .client_address import FORWARDED_HEADERS, parse_networks
 from .errors import ConfigError
 
 __all__ = [
+    "DEFAULT_ROOM_QUOTAS",
     "RATE_RULES",
     "Limits",
     "ModelBudget",
@@ -117,6 +118,27 @@ class Limits:
     max_attachments: int = 10
     #: Seconds one upload may take to arrive, and one served file to be sent.
     upload_timeout_seconds: int = 300
+    #: Uploads one participant below admin may keep (``files.unlimited`` is not
+    #: limited); beyond, uploading another is refused (409 ``too_many_uploads``).
+    max_uploads_per_participant: int = 10_000
+    #: Rooms (of the snapshot and ``GET /api/state``) one snapshot carries at
+    #: most: the rooms and DMs the participant is in, and the mesh's default room.
+    max_snapshot_rooms: int = 500
+    #: Default and largest page of ``GET /api/rooms`` (``?limit=``).
+    default_room_page_size: int = 100
+    max_room_page_size: int = 500
+    #: WebSocket sessions one participant may hold open at once (tabs, devices,
+    #: a bot's workers); beyond, ``authenticate`` is answered with an ``error``
+    #: frame ``too_many_sessions`` and close code 1008.
+    max_sessions_per_participant: int = 32
+    #: WebSocket sessions from one client address (not for the rate limits'
+    #: exempt addresses, loopback by default).
+    max_sessions_per_address: int = 256
+    #: Long polls (``POST /api/poll`` with a ``timeout``) one participant may
+    #: have waiting at once; beyond, 429 ``too_many_polls``.
+    max_polls_per_participant: int = 32
+    #: Long polls waiting at once from one client address (not for exempt addresses).
+    max_polls_per_address: int = 256
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -124,6 +146,8 @@ class Limits:
                 raise ConfigError(f"limit {field.name} must be at least 1")
         if self.default_page_size > self.max_page_size:
             raise ConfigError("default_page_size must not exceed max_page_size")
+        if self.default_room_page_size > self.max_room_page_size:
+            raise ConfigError("default_room_page_size must not exceed max_room_page_size")
         if self.max_message_bytes > self.max_body_bytes:
             raise ConfigError("max_message_bytes must not exceed max_body_bytes")
         # the store's columns hold at most this much
@@ -183,6 +207,27 @@ RATE_RULES = (
 DEFAULT_ROLE_MULTIPLIERS: Mapping[str, float] = MappingProxyType(
     {"admin": 10.0, "moderator": 5.0, "super_agent": 5.0, "agent": 2.0}
 )
+
+
+#: rooms each built-in role may have created (admin and owner: no quota)
+DEFAULT_ROOM_QUOTAS: Mapping[str, int] = MappingProxyType(
+    {"moderator": 200, "super_agent": 100, "member": 50, "agent": 10, "spectator": 0}
+)
+
+
+def check_room_quotas(quotas: Mapping[str, Any]) -> None:
+    """Role name -> a whole number from 0 to 1,000,000.
+
+    Raises:
+        ConfigError: a bad entry.
+    """
+    if len(quotas) > 100:
+        raise ConfigError("at most 100 room quotas")
+    for role, quota in quotas.items():
+        if not isinstance(role, str) or not 1 <= len(role) <= 64:
+            raise ConfigError("room quotas must be keyed by role names")
+        if isinstance(quota, bool) or not isinstance(quota, int) or not 0 <= quota <= 1_000_000:
+            raise ConfigError(f"the room quota of {role} must be a whole number from 0 to 1000000")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -405,6 +450,12 @@ class Settings:
     #: address (or, under a stock ASGI server, when the request came in on
     #: one), ``always`` (e.g. behind a reverse proxy on the same host).
     setup_code: str = "auto"
+    #: Rooms a participant may have created and not deleted, per role
+    #: (``MESH_ROOM_QUOTAS``, a JSON object of role -> number, merged over
+    #: these); a role not listed takes the quota of the highest built-in role
+    #: at or below its priority, and admin and owner have none. Beyond, creating
+    #: a room is refused (409 ``too_many_rooms``).
+    room_quotas: Mapping[str, int] = dataclasses.field(default_factory=lambda: DEFAULT_ROOM_QUOTAS)
     #: Total bytes of uploads one participant below admin may keep (admins and the
     #: owner are not limited); 0 turns the quota off.
     upload_quota_bytes: int = 1024 * 1024 * 1024
@@ -455,6 +506,8 @@ class Settings:
     outbound_allow_private: bool = False
 
     def __post_init__(self) -> None:
+        check_room_quotas(self.room_quotas)
+        object.__setattr__(self, "room_quotas", MappingProxyType(dict(self.room_quotas)))
         if not self.ws_ping_interval < self.ws_idle_timeout:
             raise ConfigError("ws_ping_interval must be shorter than ws_idle_timeout")
         check_workers(self.workers, "workers")
@@ -605,6 +658,8 @@ class Settings:
             values["federation_retry_max"] = _positive_float(v, "MESH_FEDERATION_RETRY_MAX")
         if v := env.get("MESH_FEDERATION_BATCH"):
             values["federation_batch"] = _positive_int(v, "MESH_FEDERATION_BATCH")
+        if v := env.get("MESH_ROOM_QUOTAS"):
+            values["room_quotas"] = _room_quotas(v)
         if (v := env.get("MESH_UPLOAD_QUOTA_BYTES")) is not None:
             values["upload_quota_bytes"] = (
                 0 if v.strip() == "0" else _positive_int(v, "MESH_UPLOAD_QUOTA_BYTES")
@@ -713,6 +768,21 @@ def parse_role_budgets(text: str, name: str) -> Mapping[str, ModelBudget]:
                 raise ConfigError(f"{name}: {role}'s figures must be whole numbers from 0")
         budgets[role] = ModelBudget(figures[0], figures[1])
     return MappingProxyType(budgets)
+
+
+def _room_quotas(value: str) -> dict[str, int]:
+    """``MESH_ROOM_QUOTAS``: a JSON object merged over the default quotas."""
+    try:
+        quotas = json.loads(value)
+    except ValueError:
+        quotas = None
+    if not isinstance(quotas, dict):
+        raise ConfigError('MESH_ROOM_QUOTAS must be a JSON object such as {"member": 20}')
+    try:
+        check_room_quotas(quotas)
+    except ConfigError as error:
+        raise ConfigError(f"MESH_ROOM_QUOTAS: {error}") from None
+    return {**DEFAULT_ROOM_QUOTAS, **quotas}
 
 
 def _bool(value: str, name: str) -> bool:

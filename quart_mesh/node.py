@@ -58,6 +58,7 @@ from .services.presence import Presence
 from .services.ratelimit import RateLimiter
 from .services.roles import Roles
 from .services.rooms import Rooms
+from .services.seats import Seats
 from .services.uploads import Uploads
 from .services.vault import Vault
 from .services.webhooks import Webhooks
@@ -116,7 +117,7 @@ class Node:
         #: rate limits, shared by the services (changed at run time by admins)
         self.rate_limits = RateLimiter(settings.rate_limits, db=db)
         shared_rooms = SharedRooms(everywhere=db.backend == "postgresql")
-        self.rooms = Rooms(db, limits, self.broker, self.presence)
+        self.rooms = Rooms(db, limits, self.broker, self.presence, settings.room_quotas)
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
         self.dms = DirectMessages(db, self.broker, self.presence)
         self.accounts = Accounts(
@@ -129,7 +130,9 @@ class Node:
             self.rate_limits,
             self.broker,
         )
-        self.world = World(db, self.broker, self.accounts, self.presence)
+        self.world = World(
+            db, self.broker, self.accounts, self.presence, max_rooms=limits.max_snapshot_rooms
+        )
         #: catch up from a cursor, then follow live (WebSocket, polling, webhooks)
         self.delivery = Delivery(db, self.broker, self.accounts)
         self.roles = Roles(db, self.broker, self.accounts, self.policy, self.delivery)
@@ -140,7 +143,11 @@ class Node:
         self.supervisor = Supervisor(settings, db, self.tokens, self.address, secret)
         self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
         self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
-        self.polling = Polling(settings, self.delivery, self.presence, self.world, self.commands)
+        #: WebSocket sessions and long polls held per participant and address
+        self.seats = Seats(limits, settings.rate_limits)
+        self.polling = Polling(
+            settings, self.delivery, self.presence, self.world, self.commands, self.seats
+        )
         self.model_proxy = ModelProxy(settings, db, secret, self.rate_limits)
         self.apps = Apps(settings, db, self.model_proxy)
         self.relay = Relay(
@@ -176,6 +183,7 @@ class Node:
                 rooms=self.rooms,
                 messages=self.messages,
                 commands=self.commands,
+                seats=self.seats,
             ),
             self.client_addresses,
         )

@@ -7,7 +7,7 @@ from typing import Any
 from quart import Blueprint
 
 from ._common import caller, node, reply
-from .contract import Body, Query, Shape, accepts, answers, query
+from .contract import Body, OneOf, Query, Shape, accepts, answers, query
 from .objects import Id, Message, Ok, ParticipantView, RoomView
 
 bp = Blueprint("rooms", __name__)
@@ -76,20 +76,53 @@ class React(Body):
     emoji: str
 
 
+class RoomsQuery(Query):
+    #: the ``nextCursor`` of the page before (absent: the first page)
+    cursor: str | None = None
+    #: rooms per page (the node caps it)
+    limit: int | None = None
+
+
+class RoomPage(Shape):
+    """A page of rooms by name, and the cursor of the next (null: the last page)."""
+
+    rooms: list[RoomView]
+    next_cursor: str | None
+
+
 @bp.get("/api/rooms")
-@answers(list[RoomView])
-async def list_rooms() -> tuple[Any, int]:
-    """The mesh's rooms, and whether the caller is a member of each."""
+@query(RoomsQuery)
+@answers(OneOf(list[RoomView], RoomPage))
+async def list_rooms(args: RoomsQuery) -> tuple[Any, int] | tuple[Any, int, dict[str, str]]:
+    """The mesh's rooms by name, and whether the caller is a member of each.
+
+    With ``cursor`` or ``limit``: a page, ``{"rooms", "nextCursor"}``.
+    Without: the first ``max_room_page_size`` rooms as a list (as before
+    pages existed), with the next page's cursor in the ``Mesh-Next-Cursor``
+    header when there are more.
+    """
     actor = await caller()
-    rooms = await node().rooms.list_rooms(actor)
-    return reply([{**room.to_json(), "joined": joined} for room, joined in rooms])
+    paged = args.cursor is not None or args.limit is not None
+    limit = args.limit if paged else node().settings.limits.max_room_page_size
+    page = await node().rooms.page_rooms(actor, args.cursor, limit)
+    rooms = [{**room.to_json(), "joined": joined} for room, joined in page.rooms]
+    if paged:
+        return reply({"rooms": rooms, "nextCursor": page.next_cursor})
+    body, status = reply(rooms)
+    if page.next_cursor is None:
+        return body, status
+    return body, status, {"Mesh-Next-Cursor": page.next_cursor}
 
 
 @bp.post("/api/rooms")
 @accepts(CreateRoom)
 @answers(RoomView, 201)
 async def create_room(data: CreateRoom) -> tuple[Any, int]:
-    """Create a room; the caller joins it."""
+    """Create a room; the caller joins it.
+
+    Each role may have created so many rooms (``room_quotas``; admin and
+    owner unlimited): beyond, 409 ``too_many_rooms`` (delete one first).
+    """
     actor = await caller()
     room = await node().rooms.create(actor, data.name, data.description or "")
     return reply({**room.to_json(), "joined": True}, 201)

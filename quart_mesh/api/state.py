@@ -9,7 +9,7 @@ import msgspec
 from quart import Blueprint
 
 from ..errors import BadRequest
-from ._common import bearer_token, caller, node, reply
+from ._common import bearer_token, caller, client_address, node, reply
 from .contract import Body, Shape, accepts, answers
 from .objects import Id, Message, ParticipantView, RoomView, Timestamp
 
@@ -17,7 +17,7 @@ bp = Blueprint("state", __name__)
 
 
 class SnapshotRoom(RoomView):
-    """A room the caller can see: every ordinary room, and the caller's DMs."""
+    """A room the caller is in (an ordinary room or a DM), or the mesh's default room."""
 
     #: only on DMs: the other participant's id
     with_: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="with")
@@ -110,7 +110,9 @@ class PollAnswer(Shape):
 @bp.get("/api/snapshot")
 @answers(Snapshot)
 async def state() -> tuple[Any, int]:
-    """The world as the caller sees it: rooms, participants, positions, the cursor."""
+    """The world as the caller sees it: the rooms it is in (at most
+    ``max_snapshot_rooms``, and the mesh's default room), participants,
+    positions, the cursor. Other rooms: ``GET /api/rooms``, by pages."""
     actor = await caller()
     return reply(await node().world.snapshot(actor))
 
@@ -127,7 +129,12 @@ async def status() -> tuple[Any, int]:
 @accepts(PollRequest)
 @answers(PollAnswer)
 async def poll(data: PollRequest) -> tuple[Any, int]:
-    """Messages and commands since a cursor, waiting up to ``timeout`` seconds for one."""
+    """Messages and commands since a cursor, waiting up to ``timeout`` seconds for one.
+
+    A poll that waits (``timeout`` above 0) holds one of the caller's
+    ``max_polls_per_participant`` (32) seats, and of its address's
+    ``max_polls_per_address``, while it waits: beyond, 429 ``too_many_polls``.
+    """
     actor = await caller()
     timeout = data.timeout
     if timeout is not None and not math.isfinite(timeout):
@@ -142,5 +149,6 @@ async def poll(data: PollRequest) -> tuple[Any, int]:
         wait_seconds=timeout or 0.0,
         limit=None if limit is None else int(limit),
         token_id=node().tokens.check(bearer_token()).token_id,
+        address=client_address(),
     )
     return reply(result.to_json())

@@ -78,7 +78,12 @@ class UploadView(Shape):
 @raw_body("multipart/form-data")
 @answers(UploadView, 201)
 async def upload() -> Any:
-    """Upload a file (a multipart/form-data body with a file field named ``file``)."""
+    """Upload a file (a multipart/form-data body with a file field named ``file``).
+
+    Below admin, a participant keeps at most ``max_uploads_per_participant``
+    files (409 ``too_many_uploads``) of ``upload_quota_bytes`` in all (413
+    ``quota_exceeded``).
+    """
     try:
         upload = await _receive()
     except MeshError as error:

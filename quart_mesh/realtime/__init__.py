@@ -13,7 +13,6 @@ tells every open session the node is going away.
 from __future__ import annotations
 
 import logging
-import socket
 
 import trio
 
@@ -48,16 +47,9 @@ class Realtime:
         if self._closing or not self.accepting:
             await ws.close(GOING_AWAY, "shutting down")
             return
-        peer: str | None = None
-        sock = getattr(stream, "socket", None)
-        if isinstance(sock, trio.socket.SocketType) and sock.family in (
-            socket.AF_INET,
-            socket.AF_INET6,
-        ):
-            peer = str(sock.getpeername()[0])
         header = self._clients.header
         values = [v for name, v in ws.request_headers if name == header]
-        await self._run(ws, self._clients.resolve(peer, values))
+        await self._run(ws, self._clients.resolve(_peer_address(stream), values))
 
     async def serve_asgi_websocket(self, websocket: AsgiWebSocket) -> None:
         """Run one WebSocket connection of an ASGI server (Quart's ``websocket``,
@@ -102,3 +94,16 @@ class Realtime:
         self._closing = True
         for scope in self._scopes.values():
             scope.cancel()
+
+
+def _peer_address(stream: trio.abc.Stream) -> str | None:
+    """The client's IP address, if *stream* is a socket that knows it."""
+    inner = getattr(stream, "transport_stream", stream)  # under TLS
+    sock = getattr(inner, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return None
+    if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+        return peer[0]
+    return None

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..services.messages import Messages
     from ..services.presence import Presence
     from ..services.rooms import Rooms
+    from ..services.seats import Seats
     from ..services.world import World
 
 __all__ = ["FRAME_TYPES", "SETTLE_TIMEOUT", "ProtocolSession", "SessionServices", "SessionSocket"]
@@ -120,6 +121,7 @@ class SessionServices:
     rooms: Rooms
     messages: Messages
     commands: Commands
+    seats: Seats
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +204,18 @@ class ProtocolSession:
         auth = await self._authenticate()
         if auth is None:
             return
+        # the session holds a seat of its participant and address while it lasts
+        with contextlib.ExitStack() as seat:
+            try:
+                seat.enter_context(
+                    self.services.seats.hold("session", auth.actor.participant_id, self.client)
+                )
+            except MeshError as error:  # too_many_sessions: 1008, as other refusals
+                await self._refuse(error.message, error.code)
+                return
+            await self._run_authenticated(auth)
+
+    async def _run_authenticated(self, auth: _Auth) -> None:
         settings = self.services.settings
         # pings and the idle timeout: a silent client ends its session (offline)
         self.ws.keep_alive(settings.ws_ping_interval, settings.ws_idle_timeout)

@@ -10,6 +10,7 @@ poll starts at the caller's read position in each room.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from .authz import Actor, authorize
 from .commands import Commands, command_event
 from .delivery import Delivery, Feed
 from .presence import Presence
+from .seats import Seats
 from .validation import cursor_number
 from .world import World
 
@@ -52,8 +54,10 @@ class Polling:
         presence: Presence,
         world: World,
         commands: Commands,
+        seats: Seats,
     ) -> None:
         self._settings = settings
+        self._seats = seats
         self._delivery = delivery
         self._presence = presence
         self._world = world
@@ -68,15 +72,20 @@ class Polling:
         wait_seconds: float = 0.0,
         limit: int | None = None,
         token_id: str | None = None,
+        address: str | None = None,
     ) -> PollResult:
         """Messages after *cursor* and commands not yet delivered; with
         *wait_seconds*, wait up to that many seconds for one of either to
         arrive. Counts the caller online while waiting. ``simple`` bots are
         sent commands only (no chat traffic). *token_id*: the caller's token,
-        so that signing it out ends a waiting poll.
+        so that signing it out ends a waiting poll. A poll that waits takes
+        one of the caller's (and *address*'s) long-poll seats while it waits
+        (:class:`~quart_mesh.services.seats.Seats`).
 
         Raises:
             BadRequest: a malformed cursor, timeout or limit.
+            RateLimited: the caller or *address* has as many long polls
+                waiting as allowed (``too_many_polls``).
             Unauthorized: the caller was signed out (its token, or
                 everywhere) or deleted while it waited; it takes nothing.
         """
@@ -95,7 +104,13 @@ class Polling:
         mentions_of = actor.name if mentions_only else None
         # tool-only ``simple`` bots are sent commands only (no chat traffic)
         chat = actor.type != "simple"
-        with await self._delivery.follow(actor, capacity=64, chat=chat) as feed:
+        # a poll that waits holds a seat while it waits (taken before anything else)
+        seat: contextlib.AbstractContextManager[None] = (
+            self._seats.hold("poll", actor.participant_id, address)
+            if wait_seconds > 0
+            else contextlib.nullcontext()
+        )
+        with seat, await self._delivery.follow(actor, capacity=64, chat=chat) as feed:
             feed.sub.token_id = token_id
             if wait_seconds == 0:
                 return await self._take(actor, feed, after, limit, mentions_of)

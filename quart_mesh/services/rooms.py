@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from ..broker import Broker
-from ..config import Limits
+from ..config import DEFAULT_ROOM_QUOTAS, Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted
 from ..ids import is_ulid, new_id
+from ..permissions import BUILTIN_ROLES
 from ..records import Participant, Room, now_ms
 from ..store import Database, outbox
 from ..store import accounts as accounts_repo
@@ -20,7 +25,54 @@ from .authz import Actor, RoomRef, authorize, held_permissions, readable_rooms
 from .presence import Presence
 from .validation import check_description, check_room_name, name_refused
 
-__all__ = ["RoomDetails", "Rooms", "require_member", "require_room"]
+__all__ = ["RoomDetails", "RoomPage", "Rooms", "require_member", "require_room", "room_quota"]
+
+
+def room_quota(quotas: Mapping[str, int], role: str, priority: int) -> int | None:
+    """How many rooms a participant of *role* (at *priority*) may have created;
+    None: no quota. A role not in *quotas* takes the quota of the highest
+    built-in role at or below its priority that has one; admin and owner,
+    and roles at or above admin's priority, have none unless listed."""
+    if role in quotas:
+        return quotas[role]
+    if priority >= BUILTIN_ROLES["admin"]:
+        return None
+    for name, level in sorted(BUILTIN_ROLES.items(), key=lambda item: -item[1]):
+        if level <= priority and name in quotas:
+            return quotas[name]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RoomPage:
+    """A page of ``GET /api/rooms``: rooms with whether the caller is in each,
+    and the cursor of the next page (None: this is the last)."""
+
+    rooms: list[tuple[Room, bool]]
+    next_cursor: str | None
+
+
+_CURSOR = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _encode_cursor(name_key: str) -> str:
+    return base64.urlsafe_b64encode(name_key.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    """The name key a room-page cursor stands for.
+
+    Raises:
+        BadRequest: not a cursor this node gave (``invalid_cursor``).
+    """
+    try:
+        if len(cursor) > 400 or _CURSOR.fullmatch(cursor) is None:
+            raise ValueError
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadRequest(
+            "cursor must be a nextCursor of GET /api/rooms", "invalid_cursor"
+        ) from None
 
 
 def require_room(conn: Connection, actor: Actor, room_id: str) -> Room:
@@ -73,9 +125,17 @@ def _me(conn: Connection, actor: Actor) -> Participant:
 
 
 class Rooms:
-    def __init__(self, db: Database, limits: Limits, broker: Broker, presence: Presence) -> None:
+    def __init__(
+        self,
+        db: Database,
+        limits: Limits,
+        broker: Broker,
+        presence: Presence,
+        room_quotas: Mapping[str, int] = DEFAULT_ROOM_QUOTAS,
+    ) -> None:
         self._db = db
         self._limits = limits
+        self._room_quotas = room_quotas
         self._broker = broker
         self._presence = presence
 
@@ -90,19 +150,37 @@ class Rooms:
         outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
         outbox.change(conn, "leave", room_id, participant.participant_id)
 
-    async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
-        """All ordinary rooms (never DMs), each with whether the actor is in it."""
-        authorize(actor, "rooms.read")
+    async def page_rooms(
+        self, actor: Actor, cursor: str | None = None, limit: int | None = None
+    ) -> RoomPage:
+        """A page of the ordinary rooms (never DMs) by name, after *cursor*
+        (the ``next_cursor`` of the page before), each with whether the actor
+        is in it.
 
+        Raises:
+            BadRequest: a bad *cursor* (``invalid_cursor``) or *limit*
+                (``invalid_limit``).
+        """
+        authorize(actor, "rooms.read")
+        limits = self._limits
+        if limit is None:
+            limit = limits.default_room_page_size
+        if not 1 <= limit <= limits.max_room_page_size:
+            raise BadRequest(
+                f"limit must be between 1 and {limits.max_room_page_size}", "invalid_limit"
+            )
+        after = None if cursor is None else _decode_cursor(cursor)
+        # rooms a rule keeps the actor from reading are left out (the page
+        # may then be shorter; the cursor still follows every room read)
         readable = readable_rooms(actor)
 
-        def read(conn: Connection) -> list[tuple[Room, bool]]:
+        def read(conn: Connection) -> RoomPage:
+            rows = repo.page_rooms(conn, after, limit + 1)
             mine = repo.member_room_ids(conn, actor.participant_id)
-            return [
-                (room, room.room_id in mine)
-                for room in repo.list_rooms(conn)
-                if readable(room.room_id)
-            ]
+            more = len(rows) > limit
+            rows = rows[:limit]
+            rooms = [(room, room.room_id in mine) for _, room in rows if readable(room.room_id)]
+            return RoomPage(rooms, _encode_cursor(rows[-1][0]) if more else None)
 
         return await self._db.read(read)
 
@@ -111,19 +189,30 @@ class Rooms:
 
         Raises:
             Conflict: a room with that name exists (``room_name_taken``), or
-                one whose name looks like it (``name_confusable``).
+                one whose name looks like it (``name_confusable``); or the
+                actor has created as many rooms as its role may
+                (``too_many_rooms``, :func:`room_quota`).
         """
         authorize(actor, "rooms.create")
         name = check_room_name(name, self._limits)
         check_description(description, self._limits)
         now = now_ms()
         room = Room(new_id(), "room", name, description, actor.participant_id, now)
+        quota = room_quota(self._room_quotas, actor.role, actor.priority)
 
         def write(conn: Connection) -> Room:
             me = _me(conn, actor)
             found = repo.room_name_conflict(conn, name)
             if found is not None:
                 raise name_refused(found)
+            if quota is not None and repo.count_created(conn, actor.participant_id) >= quota:
+                raise Conflict(
+                    f"you have created {quota} rooms, the most your role ({actor.role}) may: "
+                    "delete one first"
+                    if quota
+                    else f"your role ({actor.role}) may not create rooms",
+                    "too_many_rooms",
+                )
             try:
                 with conn.begin_nested():
                     repo.insert_room(conn, room)

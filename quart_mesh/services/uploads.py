@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection
 
 from ..config import Limits, Settings
 from ..data_folder import replace_durably
-from ..errors import BadRequest, MeshError, NotFound, PayloadTooLarge
+from ..errors import BadRequest, Conflict, MeshError, NotFound, PayloadTooLarge
 from ..ids import is_ulid, new_id
 from ..records import Upload, now_ms
 from ..store import Database
@@ -528,11 +528,27 @@ class Uploads:
         return StoredFile(upload, file, size)
 
     async def _quota_left(self, actor: Actor) -> int | None:
-        """Bytes the actor may still upload; None if not limited."""
-        if not self._quota or permitted(actor, "files.unlimited"):
+        """Bytes the actor may still upload; None if not limited.
+
+        Raises:
+            Conflict: the actor keeps ``max_uploads_per_participant`` uploads
+                (``too_many_uploads``).
+        """
+        if permitted(actor, "files.unlimited"):
             return None
-        used = await self._db.read(lambda conn: repo.bytes_used(conn, actor.participant_id))
-        return max(0, self._quota - used)
+        most = self._limits.max_uploads_per_participant
+
+        def read(conn: Connection) -> tuple[int, int]:
+            pid = actor.participant_id
+            return repo.count_uploads(conn, pid), repo.bytes_used(conn, pid) if self._quota else 0
+
+        count, used = await self._db.read(read)
+        if count >= most:
+            raise Conflict(
+                f"you have uploaded {most} files, the most one participant may keep",
+                "too_many_uploads",
+            )
+        return max(0, self._quota - used) if self._quota else None
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(

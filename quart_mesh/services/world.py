@@ -14,6 +14,7 @@ import trio
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker
+from ..config import Limits
 from ..errors import BadRequest
 from ..events import Event, ParticipantMoved, Relayed, RoomRead
 from ..records import Participant, Room, now_ms
@@ -105,15 +106,26 @@ def _participant_fragment(row: ParticipantRow, position: repo.Position | None) -
     return head, "," + rest[1:]
 
 
+#: the defaults, for a World built without settings (tests, embedding)
+_DEFAULT_LIMITS = Limits()
+
 #: read positions a flush writes as a quick unit at most
 _QUICK_READS = 256
 
 
 class World:
     def __init__(
-        self, db: Database, broker: Broker, accounts: Accounts, presence: Presence | None = None
+        self,
+        db: Database,
+        broker: Broker,
+        accounts: Accounts,
+        presence: Presence | None = None,
+        *,
+        max_rooms: int = _DEFAULT_LIMITS.max_snapshot_rooms,
     ) -> None:
         self._db = db
+        #: rooms one snapshot carries at most (``max_snapshot_rooms``)
+        self._max_rooms = max_rooms
         #: who is online (the accounts' own, unless given)
         self._presence: Presence = presence or accounts._presence
         self._broker = broker
@@ -181,7 +193,8 @@ class World:
             await retrying("saving read positions", self.flush_reads)
 
     async def snapshot(self, actor: Actor) -> dict[str, Any]:
-        """Rooms the actor can see (ordinary rooms and its DMs) and every
+        """The rooms the actor is in (its ordinary rooms, then its DMs, at
+        most ``max_snapshot_rooms``; plus the mesh's default room) and every
         participant with its online flag and position; plus ``cursor``, the
         newest message cursor when the snapshot was taken (the body of
         ``GET /api/state``; :meth:`snapshot_frame` is the same as a frame)."""
@@ -214,21 +227,21 @@ class World:
         if fresh is not None or shared is None or shared.generation != self._generation:
             shared = await self._refreshed(fresh, generation, tick)
         mine = own.member_of
-        # the visibility decision: rooms a rule keeps it from reading are left out
+        # the rooms one is in, bounded (other rooms are paged by GET /api/rooms);
+        # the default room too, so that a newcomer is shown where to start;
+        # and of those only the ones the visibility decision lets it read
+        mesh = self._accounts.mesh
+        default_room = mesh.default_room_id if mesh is not None else None
+        most = self._max_rooms
         readable = readable_rooms(actor)
-        if readable.unrestricted:
-            rooms = [
-                head + ("true}" if room_id in mine else "false}") for room_id, head in shared.rooms
-            ]
-        else:
-            rooms = [
-                head + ("true}" if room_id in mine else "false}")
-                for room_id, head in shared.rooms
-                if readable(room_id)
-            ]
-        for room, other_id in own.dms:
-            if readable(room.room_id):
-                rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
+        rooms = [
+            head + ("true}" if room_id in mine else "false}")
+            for room_id, head in shared.rooms
+            if (room_id in mine or room_id == default_room) and readable(room_id)
+        ][:most]
+        dms = [(room, other) for room, other in own.dms if readable(room.room_id)]
+        for room, other_id in dms[: max(0, most - len(rooms))]:
+            rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
         return "".join(
             (
                 '{"type":"snapshot","rooms":[',

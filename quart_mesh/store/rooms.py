@@ -17,6 +17,7 @@ from .schema import messages, participants, room_members, rooms
 __all__ = [
     "add_member",
     "all_memberships",
+    "count_created",
     "delete_room",
     "dm_key",
     "get_dm_by_key",
@@ -28,6 +29,7 @@ __all__ = [
     "list_members",
     "list_rooms",
     "member_room_ids",
+    "page_rooms",
     "remove_member",
     "room_from_row",
     "room_name_conflict",
@@ -114,6 +116,27 @@ def list_rooms(conn: Connection) -> Sequence[Room]:
         sa.select(rooms, _member_count).where(rooms.c.kind == "room").order_by(rooms.c.name_key)
     )
     return [room_from_row(row) for row in rows]
+
+
+def page_rooms(conn: Connection, after_key: str | None, limit: int) -> list[tuple[str, Room]]:
+    """Up to *limit* ordinary rooms ordered by name (case-insensitive), after
+    the one whose name key is *after_key*; each with its name key (the cursor
+    of the next page). Rooms made or deleted meanwhile do not shift the pages."""
+    query = sa.select(rooms, _member_count).where(rooms.c.kind == "room")
+    if after_key is not None:
+        query = query.where(rooms.c.name_key > after_key)
+    rows = conn.execute(query.order_by(rooms.c.name_key).limit(limit))
+    return [(row.name_key, room_from_row(row)) for row in rows]
+
+
+def count_created(conn: Connection, participant_id: str) -> int:
+    """Ordinary rooms *participant_id* created that still exist."""
+    query = (
+        sa.select(sa.func.count())
+        .select_from(rooms)
+        .where(rooms.c.created_by == participant_id, rooms.c.kind == "room")
+    )
+    return int(conn.execute(query).scalar_one())
 
 
 def member_room_ids(conn: Connection, participant_id: str) -> set[str]:

@@ -75,3 +75,13 @@ def bytes_used(conn: Connection, uploader_id: str) -> int:
         )
     ).scalar_one()
     return int(total)
+
+
+def count_uploads(conn: Connection, uploader_id: str) -> int:
+    """How many uploads the participant keeps."""
+    query = (
+        sa.select(sa.func.count())
+        .select_from(uploads_table)
+        .where(uploads_table.c.uploader_id == uploader_id)
+    )
+    return int(conn.execute(query).scalar_one())

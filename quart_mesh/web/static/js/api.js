@@ -19,6 +19,10 @@ export class ApiError extends Error {
 }
 
 /** Codes of a 401 that mean the token itself is no good any more. */
+/** rooms per page of GET /api/rooms, and the most the client lists */
+const ROOM_PAGE = 100;
+const MAX_ROOMS = 5000;
+
 export const SESSION_ENDED = new Set(["unauthorized", "invalid_token", "token_expired", "token_revoked"]);
 
 export class Api {
@@ -122,6 +126,27 @@ export class Api {
   }
   delete(path) {
     return this.request("DELETE", path);
+  }
+
+  /**
+   * The mesh's rooms by name, page by page (`GET /api/rooms?limit=&cursor=`),
+   * at most `most` of them.
+   */
+  async rooms(most = MAX_ROOMS) {
+    const rooms = [];
+    let cursor = null;
+    do {
+      const page = await this.roomPage(cursor);
+      rooms.push(...page.rooms);
+      cursor = page.nextCursor;
+    } while (cursor !== null && rooms.length < most);
+    return rooms.slice(0, most);
+  }
+
+  /** One page of rooms by name after `cursor` (null: the first): `{rooms, nextCursor}`. */
+  roomPage(cursor = null) {
+    const after = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
+    return this.get(`/api/rooms?limit=${ROOM_PAGE}${after}`);
   }
 
   /**

@@ -167,7 +167,7 @@ export class BotsPanel extends Panel {
 
   async readRooms() {
     const roomsOf = new Map();
-    const rooms = (await this.app.api.get("/api/rooms")).slice(0, MAX_ROOM_READS);
+    const rooms = await this.app.api.rooms(MAX_ROOM_READS);
     const details = await Promise.all(
       rooms.map((room) => this.app.api.get(`/api/rooms/${seg(room.roomId)}`).catch(() => null)),
     );
@@ -467,7 +467,7 @@ export class BotsPanel extends Panel {
     (async () => {
       const [models, rooms, vault] = await Promise.all([
         this.app.api.get("/api/models").catch(() => []),
-        this.app.api.get("/api/rooms").catch(() => []),
+        this.app.api.rooms().catch(() => []),
         this.app.store.can("vault.use") ? this.app.api.get("/api/vault/entries").catch(() => []) : [],
       ]);
       entries = vault.filter((e) => versionOf(e.blob) === "v2");

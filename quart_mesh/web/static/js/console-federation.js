@@ -181,7 +181,7 @@ export class FederationSection {
     const fed = (this.manifest && this.manifest.federation) || {};
     const [connections, rooms, meshes] = await Promise.allSettled([
       api.get("/api/connections"),
-      api.get("/api/rooms"),
+      api.rooms(),
       fed.isRegistry === false ? Promise.resolve(null) : api.get("/api/meshes/public"),
     ]);
     if (!this.body) return;

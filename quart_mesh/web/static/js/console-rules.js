@@ -89,7 +89,7 @@ export class RulesSection {
   async load() {
     try {
       const [rooms, roles, participants] = await Promise.all([
-        this.app.api.get("/api/rooms"),
+        this.app.api.rooms(),
         this.app.api.get("/api/roles"),
         this.app.api.get("/api/participants").catch(() => [...this.app.store.participants.values()]),
       ]);

@@ -202,7 +202,7 @@ export class SettingsSection {
     const keep = select.value;
     let rooms = [];
     try {
-      rooms = await this.app.api.get("/api/rooms");
+      rooms = await this.app.api.rooms();
     } catch {
       rooms = [...this.app.store.rooms.values()];
     }

@@ -49,22 +49,40 @@ export class RoomBrowser {
 
   async open() {
     setError(this.dialog, "");
+    this.pages = 1;
     $("create-room-form").hidden = !this.app.store.can("rooms.create");
     fill($("room-browser-list"), h("li", { class: "hint", text: "Loading rooms…" }));
     this.dialog.showModal();
     await this.refresh();
   }
 
+  /** The first page of rooms again (after a change), as many pages as were shown. */
   async refresh() {
-    let rooms;
+    const pages = Math.max(1, this.pages || 1);
+    this.rooms = [];
+    this.cursor = null;
+    this.pages = 0;
+    for (let i = 0; i < pages; i++) {
+      if (!(await this.more())) return;
+      if (this.cursor === null) break;
+    }
+    this.render(this.rooms);
+  }
+
+  /** The next page of rooms (GET /api/rooms pages by name); false if it failed. */
+  async more() {
+    let page;
     try {
-      rooms = await this.app.api.get("/api/rooms");
+      page = await this.app.api.roomPage(this.cursor);
     } catch (error) {
       setError(this.dialog, `The rooms could not be loaded: ${error.message}`);
-      return;
+      return false;
     }
-    for (const data of rooms) this.app.rememberRoom(data);
-    this.render(rooms);
+    for (const data of page.rooms) this.app.rememberRoom(data);
+    this.rooms.push(...page.rooms);
+    this.cursor = page.nextCursor;
+    this.pages += 1;
+    return true;
   }
 
   render(rooms) {
@@ -139,6 +157,30 @@ export class RoomBrowser {
         h("div", { class: "room-row-actions" }, buttons),
       );
     });
+    if (this.cursor !== null) {
+      items.push(
+        h(
+          "li",
+          { class: "room-row" },
+          h("button", {
+            type: "button",
+            text: "More rooms",
+            on: {
+              click: async () => {
+                setError(this.dialog, "");
+                const shown = this.rooms.length;
+                if (!(await this.more())) return;
+                this.render(this.rooms);
+                // on to the first room of the new page
+                const row = $("room-browser-list").querySelectorAll(".room-row")[shown];
+                const button = row && row.querySelector("button");
+                if (button) button.focus();
+              },
+            },
+          }),
+        ),
+      );
+    }
     fill(
       $("room-browser-list"),
       items.length ? items : h("li", { class: "hint", text: "There are no rooms yet." }),
@@ -192,6 +234,7 @@ export class DmPicker {
 
   async open() {
     setError(this.dialog, "");
+    this.pages = 1;
     $("dm-search").value = "";
     this.dialog.showModal();
     $("dm-search").focus();

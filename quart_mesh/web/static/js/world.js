@@ -154,6 +154,15 @@ export class WorldPanel extends Panel {
     this.renderList();
     this.describeMine();
     this.relayout();
+    // the snapshot carries the rooms you are in; the map shows the others too
+    this.app.api
+      .rooms()
+      .then((rooms) => {
+        if (!this.shown) return;
+        for (const data of rooms) this.app.rememberRoom(data);
+        this.invalidate(true, true);
+      })
+      .catch(() => {});
   }
 
   hide() {

@@ -1,0 +1,111 @@
+"""Seats: how many WebSocket sessions and waiting long polls one participant,
+and one client address, may hold at once.
+
+Each open session (once authenticated) and each waiting long poll takes a
+seat for as long as it lasts, counted per participant and per client
+address (``max_sessions_per_*``, ``max_polls_per_*`` in
+:class:`~quart_mesh.config.Limits`). Addresses the rate limits exempt
+(loopback by default: a reverse proxy on the same host) are not counted
+per address. Counts are kept in this process: with several processes on
+PostgreSQL each process allows the limits on its own
+(``docs/decisions/0054-quotas-and-bounded-documents.md``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+from typing import Literal
+
+from ..config import Limits, RateLimits
+from ..errors import RateLimited
+
+__all__ = ["Seats"]
+
+Kind = Literal["session", "poll"]
+
+#: seconds a refused client is told to wait before trying again
+RETRY_AFTER = 5.0
+
+
+class Seats:
+    """Counts of open WebSocket sessions and waiting long polls (this process)."""
+
+    def __init__(self, limits: Limits, rate_limits: RateLimits) -> None:
+        self._limits = limits
+        self._exempt = tuple(
+            ipaddress.ip_network(a, strict=False) for a in rate_limits.exempt_addresses
+        )
+        #: (kind, participant id) -> seats held
+        self._participants: collections.Counter[tuple[Kind, str]] = collections.Counter()
+        #: (kind, address) -> seats held
+        self._addresses: collections.Counter[tuple[Kind, str]] = collections.Counter()
+
+    def held(self, kind: Kind, participant_id: str) -> int:
+        """Seats of *kind* *participant_id* holds now."""
+        return self._participants[kind, participant_id]
+
+    @contextlib.contextmanager
+    def hold(self, kind: Kind, participant_id: str, address: str | None) -> Iterator[None]:
+        """Take a seat of *kind* for *participant_id* from *address* for the
+        life of the ``with`` block (given back however it ends, cancellation
+        included).
+
+        Raises:
+            RateLimited: the participant (``too_many_sessions`` /
+                ``too_many_polls``) or the address holds as many as allowed.
+        """
+        limits = self._limits
+        if kind == "session":
+            per_participant = limits.max_sessions_per_participant
+            per_address = limits.max_sessions_per_address
+            what, code = "WebSocket sessions", "too_many_sessions"
+        else:
+            per_participant = limits.max_polls_per_participant
+            per_address = limits.max_polls_per_address
+            what, code = "long polls", "too_many_polls"
+        mine = (kind, participant_id)
+        if self._participants[mine] >= per_participant:
+            raise RateLimited(
+                f"you have {per_participant} {what} open, the most allowed: close one first",
+                RETRY_AFTER,
+                code,
+            )
+        ip = None if address is None else _ip(address)
+        exempt = ip is not None and any(ip in network for network in self._exempt)
+        place = None if address is None or exempt else (kind, str(ip or address))
+        if place is not None and self._addresses[place] >= per_address:
+            raise RateLimited(
+                f"{per_address} {what} are open from your address, the most allowed",
+                RETRY_AFTER,
+                code,
+            )
+        self._participants[mine] += 1
+        if place is not None:
+            self._addresses[place] += 1
+        try:
+            yield
+        finally:
+            _give_back(self._participants, mine)
+            if place is not None:
+                _give_back(self._addresses, place)
+
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """*address* as an IP address (an IPv4-mapped IPv6 address as its IPv4
+    address, so both count as one), or None if it is not one."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _give_back(counter: collections.Counter[tuple[Kind, str]], key: tuple[Kind, str]) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
