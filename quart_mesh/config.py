@@ -424,6 +424,10 @@ class Settings:
     model_max_n: int = 4
     #: Largest ``max_tokens``/``max_completion_tokens`` the proxy forwards.
     model_max_tokens: int = 4096
+    #: Model requests one participant (below the owner) may have running at
+    #: once, streams included; more answer 429 ``rate_limit_exceeded``, so
+    #: that nobody holds every upstream slot (``model_concurrency``) alone.
+    model_max_concurrent: int = 4
     #: Default model budget: requests per minute per participant (below the
     #: owner), unless its role's or its own budget says otherwise; 0: none.
     model_requests_per_minute: int = 60
@@ -598,6 +602,7 @@ class Settings:
             "max_completion_body_bytes",
             "model_max_n",
             "model_max_tokens",
+            "model_max_concurrent",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())

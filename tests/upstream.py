@@ -10,6 +10,7 @@ the requested ``model``:
 - ``gated-model``: streams one chunk, then waits for :attr:`Upstream.gate`
   before the rest (so a test can see chunks arrive one at a time, or hang up).
 - ``hang-model``: never answers.
+- ``stall-model``: starts its answer, then never finishes it.
 - ``bad-request-model``: 400 in OpenAI's error shape.
 - ``broken-model``: 500.
 - ``coder-model``: answers with an HTML page in a fenced block.
@@ -86,6 +87,11 @@ class Upstream:
             return
         model = body.get("model") if isinstance(body, dict) else None
         if model == "hang-model":
+            await trio.sleep_forever()
+        if model == "stall-model":  # the head and two bytes of its body, then nothing
+            head = [("Content-Type", "application/json"), ("Content-Length", "100")]
+            await send(h11.Response(status_code=200, headers=head))
+            await send(h11.Data(data=b'{"'))
             await trio.sleep_forever()
         if model == "bad-request-model":
             error = {"message": "temperature is too hot", "type": "invalid_request_error"}

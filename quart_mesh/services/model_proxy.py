@@ -28,7 +28,7 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, cast
@@ -176,6 +176,8 @@ class ModelProxy:
         #: (scope, subject) -> the stored budget (decision 0053)
         self._budgets: dict[tuple[str, str], repo.Budget] = {}
         self._limiters: dict[str, trio.CapacityLimiter] = {}
+        #: participant id -> its model requests running (``model_max_concurrent``)
+        self._running: dict[str, int] = {}
         self._client: httpx.AsyncClient | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -452,6 +454,59 @@ class ModelProxy:
                 400, error.message, "invalid_request_error", error.code, param=error.param
             ) from None
         await self._spend(actor)
+        held = self._hold(actor)
+        try:
+            return await self._forward(actor, model, body, caller_key, held)
+        except BaseException:
+            held()
+            raise
+
+    def _hold(self, actor: Actor) -> Callable[[], None]:
+        """Count a request of *actor* running; the function that ends it
+        (once). The owner is not counted.
+
+        Raises:
+            OpenAIError: 429 ``rate_limit_exceeded``, *actor* has
+                ``model_max_concurrent`` requests running already.
+        """
+        participant_id = actor.participant_id
+        if actor.role == "owner":
+            return lambda: None
+        running = self._running.get(participant_id, 0)
+        if running >= self._settings.model_max_concurrent:
+            raise OpenAIError(
+                429,
+                f"you have {running} model requests running: wait for one to end",
+                "rate_limit_exceeded",
+                "rate_limit_exceeded",
+                "1",
+            )
+        self._running[participant_id] = running + 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            left = self._running.get(participant_id, 1) - 1
+            if left > 0:
+                self._running[participant_id] = left
+            else:
+                self._running.pop(participant_id, None)
+
+        return release
+
+    async def _forward(
+        self,
+        actor: Actor,
+        model: Model,
+        body: dict[str, Any],
+        caller_key: str | None,
+        held: Callable[[], None],
+    ) -> dict[str, Any] | Stream:
+        """:meth:`complete` once the request is allowed: send it upstream.
+        *held* ends the request's count (by the stream's end, for a stream)."""
         stream = body.get("stream") is True
         upstream_body = {**body, "model": model.upstream_model or model.name}
         options = body.get("stream_options") or {}
@@ -474,11 +529,39 @@ class ModelProxy:
         )
         limiter = self._limiter(model)
         if stream:
-            return await self._stream(actor, model, request, limiter, estimate, strip_usage)
-        async with limiter:
+            return await self._stream(actor, model, request, limiter, estimate, strip_usage, held)
+        try:
+            return await self._answer(actor, model, request, limiter, estimate)
+        finally:
+            held()
+
+    async def _answer(
+        self,
+        actor: Actor,
+        model: Model,
+        request: httpx.Request,
+        limiter: trio.CapacityLimiter,
+        estimate: int,
+    ) -> dict[str, Any]:
+        """A non-streamed request: the upstream's JSON answer, counted."""
+        async with self._slot(limiter, request):
             response = await self._send(actor, model, request, stream=False)
             try:
                 raw = await _read(response, _MAX_ANSWER_BYTES)
+            except (httpx.TimeoutException, trio.TooSlowError):
+                # the upstream stalled in its answer: it may have spent tokens
+                await self._count(actor, model, error=True, estimate=estimate)
+                raise OpenAIError(
+                    504, "the upstream stopped answering", "api_error", "upstream_timeout"
+                ) from None
+            except httpx.HTTPError:
+                await self._count(actor, model, error=True, estimate=estimate)
+                raise OpenAIError(
+                    502, "the upstream broke off its answer", "api_error", "upstream_error"
+                ) from None
+            except OpenAIError:
+                await self._count(actor, model, error=True, estimate=estimate)
+                raise
             finally:
                 await response.aclose()
         try:
@@ -505,8 +588,9 @@ class ModelProxy:
         limiter: trio.CapacityLimiter,
         estimate: int,
         strip_usage: bool,
+        held: Callable[[], None],
     ) -> Stream:
-        await limiter.acquire_on_behalf_of(request)
+        await self._acquire(limiter, request)
         try:
             response = await self._send(actor, model, request, stream=True)
         except BaseException:
@@ -525,6 +609,33 @@ class ModelProxy:
         # bottleneck (bench/bench_proxy.py).
         send_channel, receive_channel = trio.open_memory_channel[bytes | BaseException](256)
         reader = trio.CancelScope()
+        #: the relay began: from then on its ``finally`` ends the stream
+        relaying = trio.Event()
+        ended = False
+
+        async def end(usage: Any, failed: bool, relayed: int) -> None:
+            """Free what the stream holds and count it, once: from the relay's
+            end, or from the watchdog when the relay never began (the client
+            went away before the body was sent: the generator never ran, and
+            a generator's ``finally`` runs only if it started)."""
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            held()
+            reader.cancel()
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+            limiter.release_on_behalf_of(request)
+            # what was relayed was spent, even if the stream failed afterwards
+            spent = estimate + _estimate(relayed) if relayed or not failed else 0
+            nursery.start_soon(self._count_quietly, actor, model, usage, failed, spent)
+
+        async def watchdog() -> None:
+            with trio.move_on_after(self._settings.model_timeout):
+                await relaying.wait()
+                return
+            await end(None, True, 0)
 
         async def read_upstream() -> None:
             with reader:
@@ -544,8 +655,10 @@ class ModelProxy:
                             await send_channel.send(exc)
 
         nursery.start_soon(read_upstream)
+        nursery.start_soon(watchdog)
 
         async def chunks() -> AsyncIterator[bytes]:
+            relaying.set()
             usage: Any = None
             failed = False
             relayed = 0
@@ -586,14 +699,34 @@ class ModelProxy:
                 # a client that went away lands here cancelled: stopping the
                 # reader and closing the response closes the upstream connection
                 # (which cancels the upstream request)
-                reader.cancel()
                 with trio.CancelScope(shield=True):
-                    await response.aclose()
-                limiter.release_on_behalf_of(request)
-                spent = 0 if failed else estimate + _estimate(relayed)
-                nursery.start_soon(self._count_quietly, actor, model, usage, failed, spent)
+                    await end(usage, failed, relayed)
 
         return Stream(chunks(), response.headers.get("content-type", "text/event-stream"))
+
+    async def _acquire(self, limiter: trio.CapacityLimiter, request: httpx.Request) -> None:
+        """A slot of the model's upstream for *request*, waiting at most
+        ``model_timeout``.
+
+        Raises:
+            OpenAIError: 503 ``overloaded``, every slot stayed busy.
+        """
+        with trio.move_on_after(self._settings.model_timeout):
+            await limiter.acquire_on_behalf_of(request)
+            return
+        raise OpenAIError(
+            503, "the model is busy: try again shortly", "api_error", "overloaded", "1"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _slot(
+        self, limiter: trio.CapacityLimiter, request: httpx.Request
+    ) -> AsyncIterator[None]:
+        await self._acquire(limiter, request)
+        try:
+            yield
+        finally:
+            limiter.release_on_behalf_of(request)
 
     async def _count_quietly(
         self, actor: Actor, model: Model, usage: Any, failed: bool, estimate: int

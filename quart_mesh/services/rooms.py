@@ -68,7 +68,11 @@ def _decode_cursor(cursor: str) -> str:
     try:
         if len(cursor) > 400 or _CURSOR.fullmatch(cursor) is None:
             raise ValueError
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        # a name key never holds control characters (and PostgreSQL takes no NUL)
+        if not key or any(ord(c) < 32 or ord(c) == 127 for c in key):
+            raise ValueError
+        return key
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise BadRequest(
             "cursor must be a nextCursor of GET /api/rooms", "invalid_cursor"

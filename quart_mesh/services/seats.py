@@ -21,6 +21,7 @@ from typing import Literal
 
 from ..config import Limits, RateLimits
 from ..errors import RateLimited
+from .ratelimit import address_key
 
 __all__ = ["Seats"]
 
@@ -75,7 +76,8 @@ class Seats:
             )
         ip = None if address is None else _ip(address)
         exempt = ip is not None and any(ip in network for network in self._exempt)
-        place = None if address is None or exempt else (kind, str(ip or address))
+        # counted as the rate limits count it (an IPv6 client by its /64)
+        place = None if address is None or exempt else (kind, address_key(address))
         if place is not None and self._addresses[place] >= per_address:
             raise RateLimited(
                 f"{per_address} {what} are open from your address, the most allowed",

@@ -234,11 +234,15 @@ class World:
         default_room = mesh.default_room_id if mesh is not None else None
         most = self._max_rooms
         readable = readable_rooms(actor)
-        rooms = [
-            head + ("true}" if room_id in mine else "false}")
+        chosen = [
+            (room_id, head)
             for room_id, head in shared.rooms
             if (room_id in mine or room_id == default_room) and readable(room_id)
-        ][:most]
+        ]
+        if len(chosen) > most:  # cut: the default room is kept, first
+            chosen.sort(key=lambda pair: pair[0] != default_room)
+            chosen = chosen[:most]
+        rooms = [head + ("true}" if room_id in mine else "false}") for room_id, head in chosen]
         dms = [(room, other) for room, other in own.dms if readable(room.room_id)]
         for room, other_id in dms[: max(0, most - len(rooms))]:
             rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))

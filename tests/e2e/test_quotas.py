@@ -201,6 +201,8 @@ class TestRoomPages:
             ({"limit": "many"}, "invalid_query"),
             ({"cursor": "%%%"}, "invalid_cursor"),
             ({"cursor": "x" * 500}, "invalid_cursor"),
+            ({"cursor": "AA"}, "invalid_cursor"),  # a NUL: PostgreSQL takes none
+            ({"cursor": "Cg"}, "invalid_cursor"),  # a newline: in no name key
         ):
             r = await mesh.http.get("/api/rooms", params=params, headers=owner.headers)
             assert_error(r, 400, code)
