@@ -154,6 +154,23 @@ class Rooms:
         outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
         outbox.change(conn, "leave", room_id, participant.participant_id)
 
+    async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
+        """All ordinary rooms the actor may read (never DMs), each with
+        whether the actor is in it: for a program embedding the node
+        (``docs/embedding.md``); clients page with :meth:`page_rooms`."""
+        authorize(actor, "rooms.read")
+        readable = readable_rooms(actor)
+
+        def read(conn: Connection) -> list[tuple[Room, bool]]:
+            mine = repo.member_room_ids(conn, actor.participant_id)
+            return [
+                (room, room.room_id in mine)
+                for room in repo.list_rooms(conn)
+                if readable(room.room_id)
+            ]
+
+        return await self._db.read(read)
+
     async def page_rooms(
         self, actor: Actor, cursor: str | None = None, limit: int | None = None
     ) -> RoomPage:
