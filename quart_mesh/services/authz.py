@@ -182,24 +182,32 @@ class Policy:
         found = self.roles.get(role)
         return found.priority if found else 0
 
-    def decide(self, actor: Actor, permission: str, room_id: str | None) -> tuple[bool, bool]:
+    def decide(
+        self, actor: Actor, permission: str, room_id: str | None, owner_id: str | None = None
+    ) -> tuple[bool, bool]:
         """(allowed, explicit): whether the room's rules or the role allow it,
-        and whether a room rule decided (so ownership cannot lift a denial)."""
+        and whether a room rule decided (so ownership cannot lift a denial).
+        *owner_id*: whose thing it is (a message's author)."""
         role = self.roles.get(actor.role)
         priority = role.priority if role else 0
         holds = role is not None and role.holds(permission)
         if room_id is not None and priority < ADMIN:
             # an author's edit or delete of its own message is posting: what
-            # stops its posts stops those too; a role that edits and deletes
-            # others' messages (moderation) keeps doing so
-            authoring = permission in _AUTHORING and not holds
-            if authoring and self._rule(actor, "messages.send", room_id) is False:
+            # stops its posts (a rule, else a preset) stops those too, whatever
+            # its role holds; editing and deleting others' (moderation) is not
+            authoring = permission in _AUTHORING and owner_id == actor.participant_id
+            send_rule = self._rule(actor, "messages.send", room_id) if authoring else None
+            if send_rule is False:
                 return False, True
             ruled = self._rule(actor, permission, room_id)
             if ruled is not None:
                 return ruled, True
             preset = self.presets.get(room_id)
-            if authoring and _preset_denies(preset, actor, priority, "messages.send"):
+            if (
+                authoring
+                and send_rule is None
+                and _preset_denies(preset, actor, priority, "messages.send")
+            ):
                 return False, True
             if _preset_denies(preset, actor, priority, permission):
                 return False, True
@@ -290,14 +298,14 @@ def authorize(
     """
     if permission not in PERMISSIONS:
         raise KeyError(permission)
+    if room is not None and owner_id is None:
+        owner_id = room.owner_id
     allowed, explicit = actor.policy.decide(
-        actor, permission, room.room_id if room is not None else None
+        actor, permission, room.room_id if room is not None else None, owner_id
     )
     if allowed:
         return
     if not explicit:
-        if room is not None and owner_id is None:
-            owner_id = room.owner_id
         if permission in _OWN_ALLOWED and owner_id is not None and owner_id == actor.participant_id:
             return
         if permission == "messages.send" and actor.kind == "guest" and actor.guests_can_send:

@@ -81,6 +81,10 @@ class Budget:
         }
 
 
+#: a plain (not streamed) answer may take this many ``model_timeout`` in all
+_ANSWER_TIMEOUTS = 10
+
+
 class OpenAIError(Exception):
     """An error in OpenAI's shape: ``{"error": {"message", "type", "code"}}``,
     plus ``param`` when one request parameter is at fault."""
@@ -453,9 +457,9 @@ class ModelProxy:
             raise OpenAIError(
                 400, error.message, "invalid_request_error", error.code, param=error.param
             ) from None
-        await self._spend(actor)
-        held = self._hold(actor)
+        held = self._hold(actor)  # refused at once, before the minute's budget is spent
         try:
+            await self._spend(actor)
             return await self._forward(actor, model, body, caller_key, held)
         except BaseException:
             held()
@@ -470,7 +474,7 @@ class ModelProxy:
                 ``model_max_concurrent`` requests running already.
         """
         participant_id = actor.participant_id
-        if actor.role == "owner":
+        if actor.priority >= OWNER:  # as budgets: the owner is not limited
             return lambda: None
         running = self._running.get(participant_id, 0)
         if running >= self._settings.model_max_concurrent:
@@ -547,7 +551,11 @@ class ModelProxy:
         async with self._slot(limiter, request):
             response = await self._send(actor, model, request, stream=False)
             try:
-                raw = await _read(response, _MAX_ANSWER_BYTES)
+                # one deadline for the whole answer (httpx's is per read: a
+                # trickle would hold the slot for ever), long enough for a
+                # slow model's longest answer
+                with trio.fail_after(self._settings.model_timeout * _ANSWER_TIMEOUTS):
+                    raw = await _read(response, _MAX_ANSWER_BYTES)
             except (httpx.TimeoutException, trio.TooSlowError):
                 # the upstream stalled in its answer: it may have spent tokens
                 await self._count(actor, model, error=True, estimate=estimate)
@@ -624,12 +632,14 @@ class ModelProxy:
             ended = True
             held()
             reader.cancel()
-            with trio.CancelScope(shield=True):
-                await response.aclose()
-            limiter.release_on_behalf_of(request)
-            # what was relayed was spent, even if the stream failed afterwards
-            spent = estimate + _estimate(relayed) if relayed or not failed else 0
-            nursery.start_soon(self._count_quietly, actor, model, usage, failed, spent)
+            try:
+                with trio.CancelScope(shield=True):
+                    await response.aclose()
+            finally:  # the slot and the count, whatever closing did
+                limiter.release_on_behalf_of(request)
+                # what was relayed was spent, even if the stream failed afterwards
+                spent = estimate + _estimate(relayed) if relayed or not failed else 0
+                nursery.start_soon(self._count_quietly, actor, model, usage, failed, spent)
 
         async def watchdog() -> None:
             with trio.move_on_after(self._settings.model_timeout):

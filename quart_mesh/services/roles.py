@@ -446,7 +446,7 @@ class Roles:
             raise NotFound("no such override in this room", "override_not_found")
 
         def remove(conn: Connection) -> None:
-            self._check_setters(conn, actor, repo.rule_setters(conn, room_id, override_id))
+            self._check_setters(conn, actor, repo.rule_setters(conn, room_id, override_id)[1])
             repo.delete_override(conn, room_id, override_id)
             _policy_changed(conn)
 
@@ -465,8 +465,8 @@ class Roles:
 
         def preset_set(conn: Connection) -> None:
             # a new preset replaces the one there; default also clears every override
-            setters = repo.rule_setters(conn, room_id)
-            self._check_setters(conn, actor, setters if value is None else setters[:1])
+            preset, overrides = repo.rule_setters(conn, room_id)
+            self._check_setters(conn, actor, preset + overrides if value is None else preset)
             repo.set_preset(conn, room_id, value, actor.participant_id)
             _policy_changed(conn)
 

@@ -139,11 +139,11 @@ def list_presets(conn: Connection) -> list[tuple[str, str]]:
 
 def rule_setters(
     conn: Connection, room_id: str, override_id: str | None = None
-) -> list[str | None]:
-    """Who set the room's rules: its preset's setter first (the room's
-    creator where none is recorded; nothing without a preset), then each
-    override's (only *override_id*'s, if given)."""
-    setters: list[str | None] = []
+) -> tuple[list[str | None], list[str | None]]:
+    """Who set the room's rules: (its preset's setter, the room's creator
+    where none is recorded, as a list of none or one; each override's
+    setter, only *override_id*'s if given)."""
+    preset: list[str | None] = []
     if override_id is None:
         row = conn.execute(
             sa.select(rooms.c.preset, rooms.c.preset_set_by, rooms.c.created_by).where(
@@ -151,12 +151,11 @@ def rule_setters(
             )
         ).first()
         if row is not None and row.preset is not None:
-            setters.append(row.preset_set_by or row.created_by)
+            preset.append(row.preset_set_by or row.created_by)
     query = sa.select(room_overrides.c.created_by).where(room_overrides.c.room_id == room_id)
     if override_id is not None:
         query = query.where(room_overrides.c.override_id == override_id)
-    setters.extend(row.created_by for row in conn.execute(query))
-    return setters
+    return preset, [row.created_by for row in conn.execute(query)]
 
 
 def override_setter(

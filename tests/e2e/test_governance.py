@@ -253,13 +253,32 @@ async def test_a_creator_cannot_undo_rules_set_above_it(mesh: Mesh) -> None:
             headers=alice.headers,
         )
         assert_error(r, 403, "rule_set_above")
-    for preset in ("default", "humans_only"):
-        r = await mesh.http.post(
-            f"/api/rooms/{room_id}/permissions/preset",
-            json={"preset": preset},
-            headers=alice.headers,
-        )
-        assert_error(r, 403, "rule_set_above")
+    # clearing them is undoing them; a preset of her own beside them is not
+    r = await mesh.http.post(
+        f"/api/rooms/{room_id}/permissions/preset",
+        json={"preset": "default"},
+        headers=alice.headers,
+    )
+    assert_error(r, 403, "rule_set_above")
+    r = await mesh.http.post(
+        f"/api/rooms/{room_id}/permissions/preset",
+        json={"preset": "humans_only"},
+        headers=alice.headers,
+    )
+    assert r.status_code == 200, r.text
+    # but a preset the owner set she may not replace
+    r = await mesh.http.post(
+        f"/api/rooms/{room_id}/permissions/preset",
+        json={"preset": "read_only"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    r = await mesh.http.post(
+        f"/api/rooms/{room_id}/permissions/preset",
+        json={"preset": "announcements"},
+        headers=alice.headers,
+    )
+    assert_error(r, 403, "rule_set_above")
     # nor may she replace the owner's rule for those below her
     r = await rule(
         mesh,

@@ -71,6 +71,25 @@ CASES = [
     ("member", (), "announcements", "messages.delete", "alice", False),
     ("member", (), "announcements", "messages.react", None, True),
     ("moderator", (), "announcements", "messages.edit", "bob", True),
+    # a moderator's own message is posting too
+    ("moderator", (), "read_only", "messages.edit", "alice", False),
+    (
+        "moderator",
+        (("participant", "alice", "messages.send", "deny"),),
+        None,
+        "messages.edit",
+        "alice",
+        False,
+    ),
+    # an explicit allow to post lets one edit one's posts, preset or not
+    (
+        "member",
+        (("participant", "alice", "messages.send", "allow"),),
+        "read_only",
+        "messages.edit",
+        "alice",
+        True,
+    ),
     # moderation is not posting: moderators still remove others' messages
     ("moderator", (), "read_only", "messages.delete", "bob", True),
     (
