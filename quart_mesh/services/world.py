@@ -239,8 +239,8 @@ class World:
             for room_id, head in shared.rooms
             if (room_id in mine or room_id == default_room) and readable(room_id)
         ]
-        if len(chosen) > most:  # cut: the default room is kept, first
-            chosen.sort(key=lambda pair: pair[0] != default_room)
+        if len(chosen) > most:  # cut: the rooms one is in first, the default room first of them
+            chosen.sort(key=lambda pair: (pair[0] not in mine, pair[0] != default_room))
             chosen = chosen[:most]
         rooms = [head + ("true}" if room_id in mine else "false}") for room_id, head in chosen]
         dms = [(room, other) for room, other in own.dms if readable(room.room_id)]

@@ -88,7 +88,15 @@ def test_an_existing_database_is_upgraded_to_64_bit_cursors(cluster: stores.Clus
             )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0015")
-            room_id = rows.room(conn)
+            # a room as 0015 stores it (the store's insert writes today's columns)
+            room_id = new_id()
+            conn.execute(
+                sa.text(
+                    "INSERT INTO rooms (room_id, kind, name, name_key, description, created_at)"
+                    " VALUES (:id, 'room', :name, :name, '', 0)"
+                ),
+                {"id": room_id, "name": f"r{room_id[-8:].lower()}"},
+            )
             before = rows.send(conn, room_id)
             assert _type(conn, "messages", "seq") == "integer"
     finally:
