@@ -24,7 +24,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["FORWARDED_HEADERS", "ClientAddresses", "is_loopback", "parse_networks"]
+__all__ = ["FORWARDED_HEADERS", "ClientAddresses", "ip_of", "is_loopback", "parse_networks"]
 
 #: the forwarding headers the node can read (lowercase)
 FORWARDED_HEADERS: Final = ("x-forwarded-for", "forwarded")
@@ -44,7 +44,7 @@ def parse_networks(values: Iterable[str]) -> tuple[_Network, ...]:
     return tuple(ipaddress.ip_network(v.strip(), strict=False) for v in values)
 
 
-def _address(text: str) -> _Address | None:
+def ip_of(text: str) -> _Address | None:
     """An IP address, IPv4-mapped IPv6 unmapped; ``None`` if *text* is not one."""
     try:
         ip = ipaddress.ip_address(text)
@@ -60,7 +60,7 @@ def is_loopback(host: str) -> bool:
     host = host.strip().strip("[]")
     if host.lower() == "localhost":
         return True
-    ip = _address(host)
+    ip = ip_of(host)
     return ip is not None and ip.is_loopback
 
 
@@ -72,11 +72,11 @@ def _hop(text: str) -> _Address | None:
         inside, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
             return None
-        return _address(inside)
+        return ip_of(inside)
     if text.count(":") == 1:  # IPv4 with a port
         host, _, port = text.partition(":")
-        return _address(host) if port.isdigit() else None
-    return _address(text)
+        return ip_of(host) if port.isdigit() else None
+    return ip_of(text)
 
 
 def _x_forwarded_for(values: Iterable[str]) -> list[str]:
@@ -134,7 +134,7 @@ class ClientAddresses:
         """
         if peer is None:
             return None
-        client = _address(peer)
+        client = ip_of(peer)
         if client is None:
             return peer
         if not self._trusted or not self._is_trusted(client):

@@ -52,6 +52,7 @@ from typing import Final
 import trio
 from sqlalchemy.engine import Connection
 
+from ..client_address import ip_of
 from ..config import RateLimits
 from ..errors import RateLimited
 from ..store import Database
@@ -93,13 +94,10 @@ def address_key(address: str) -> str:
     """What a per-address rule counts a client address as: an IPv4 address
     itself, an IPv6 address by its /64 (one subscriber's network: anyone
     holding one has 2^64 addresses to rotate through)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
+    ip = ip_of(address)  # an IPv4-mapped IPv6 address as its IPv4 address
+    if ip is None:
         return address
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
         return str(ipaddress.IPv6Network((ip, 64), strict=False))
     return str(ip)
 

@@ -19,6 +19,7 @@ import ipaddress
 from collections.abc import Iterator
 from typing import Literal
 
+from ..client_address import ip_of
 from ..config import Limits, RateLimits
 from ..errors import RateLimited
 from .ratelimit import address_key
@@ -74,7 +75,7 @@ class Seats:
                 RETRY_AFTER,
                 code,
             )
-        ip = None if address is None else _ip(address)
+        ip = None if address is None else ip_of(address)
         exempt = ip is not None and any(ip in network for network in self._exempt)
         # counted as the rate limits count it (an IPv6 client by its /64)
         place = None if address is None or exempt else (kind, address_key(address))
@@ -93,18 +94,6 @@ class Seats:
             _give_back(self._participants, mine)
             if place is not None:
                 _give_back(self._addresses, place)
-
-
-def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """*address* as an IP address (an IPv4-mapped IPv6 address as its IPv4
-    address, so both count as one), or None if it is not one."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
 
 
 def _give_back(counter: collections.Counter[tuple[Kind, str]], key: tuple[Kind, str]) -> None:
