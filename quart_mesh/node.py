@@ -144,7 +144,7 @@ class Node:
         self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
         self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
         #: WebSocket sessions and long polls held per participant and address
-        self.seats = Seats(limits, settings.rate_limits)
+        self.seats = Seats(limits, self.rate_limits)
         self.polling = Polling(
             settings, self.delivery, self.presence, self.world, self.commands, self.seats
         )

@@ -166,7 +166,7 @@ class RateLimiter:
             Unavailable, Overloaded: a shared rule, and the store cannot count
                 it (the action is refused, not let through uncounted).
         """
-        if address is None or self._is_exempt(address):
+        if address is None or self.is_exempt(address):
             return
         await self.key(rule, address_key(address))
 
@@ -346,16 +346,13 @@ class RateLimiter:
         while len(memory) > self.config.max_keys:
             memory.popitem(last=False)
 
-    def _is_exempt(self, address: str) -> bool:
+    def is_exempt(self, address: str) -> bool:
+        """Whether *address* is never limited per address (``exempt_addresses``,
+        as configured now: admins may change it at run time)."""
         if not self._exempt:
             return False
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        return any(ip in network for network in self._exempt)
+        ip = ip_of(address)
+        return ip is not None and any(ip in network for network in self._exempt)
 
     def _refuse(self, rule: str, wait: float) -> None:
         self._refused[rule] += 1

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ipaddress
 from collections.abc import Iterator
 from typing import Literal
 
-from ..client_address import ip_of
-from ..config import Limits, RateLimits
+from ..config import Limits
 from ..errors import RateLimited
-from .ratelimit import address_key
+from .ratelimit import RateLimiter, address_key
 
 __all__ = ["Seats"]
 
@@ -35,11 +33,10 @@ RETRY_AFTER = 5.0
 class Seats:
     """Counts of open WebSocket sessions and waiting long polls (this process)."""
 
-    def __init__(self, limits: Limits, rate_limits: RateLimits) -> None:
+    def __init__(self, limits: Limits, rate_limits: RateLimiter) -> None:
         self._limits = limits
-        self._exempt = tuple(
-            ipaddress.ip_network(a, strict=False) for a in rate_limits.exempt_addresses
-        )
+        #: decides which addresses are exempt, as the per-address rate limits do
+        self._rate = rate_limits
         #: (kind, participant id) -> seats held
         self._participants: collections.Counter[tuple[Kind, str]] = collections.Counter()
         #: (kind, address) -> seats held
@@ -75,10 +72,12 @@ class Seats:
                 RETRY_AFTER,
                 code,
             )
-        ip = None if address is None else ip_of(address)
-        exempt = ip is not None and any(ip in network for network in self._exempt)
-        # counted as the rate limits count it (an IPv6 client by its /64)
-        place = None if address is None or exempt else (kind, address_key(address))
+        # exempt and counted as the rate limits do (an IPv6 client by its /64)
+        place = (
+            None
+            if address is None or self._rate.is_exempt(address)
+            else (kind, address_key(address))
+        )
         if place is not None and self._addresses[place] >= per_address:
             raise RateLimited(
                 f"{per_address} {what} are open from your address, the most allowed",

@@ -9,6 +9,7 @@ import pytest
 from quart_mesh.config import DEFAULT_ROOM_QUOTAS, Limits, RateLimits, Settings
 from quart_mesh.errors import ConfigError, RateLimited
 from quart_mesh.permissions import BUILTIN_ROLES
+from quart_mesh.services.ratelimit import RateLimiter
 from quart_mesh.services.rooms import room_quota
 from quart_mesh.services.seats import Seats
 
@@ -79,7 +80,7 @@ def test_seats_are_counted_and_given_back() -> None:
         max_polls_per_participant=1,
         max_polls_per_address=5,
     )
-    seats = Seats(limits, RateLimits(exempt_addresses=("127.0.0.0/8",)))
+    seats = Seats(limits, RateLimiter(RateLimits(exempt_addresses=("127.0.0.0/8",))))
     with seats.hold("session", "a", "10.0.0.1"), seats.hold("session", "a", "10.0.0.1"):
         assert seats.held("session", "a") == 2
         with pytest.raises(RateLimited) as refused, seats.hold("session", "a", "10.0.0.2"):
