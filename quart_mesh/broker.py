@@ -433,14 +433,12 @@ class Broker:
         now on: those *readable* allows (``None``: all). The visibility
         decision is the services' (``authz.readable_rooms``); the broker
         only applies it. Returns the rooms it stopped and started seeing."""
-        before = {
-            r for r in self._rooms_of.get(participant_id, ()) if self._sees(participant_id, r)
-        }
+        rooms = self._rooms_of.get(participant_id, ())
+        before = {r for r in rooms if self._sees(participant_id, r)}
         if readable is None:
             self._readable.pop(participant_id, None)
         else:
             self._readable[participant_id] = readable
-        rooms = self._rooms_of.get(participant_id, ())
         after = {r for r in rooms if self._sees(participant_id, r)}
         subs = self._subs_of.get(participant_id, ())
         for room_id in before - after:
