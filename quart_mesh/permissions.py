@@ -152,8 +152,12 @@ class Role:
             return self.priority >= PERMISSIONS[permission].lowest
         return permission in self.permissions
 
+    def held(self) -> list[str]:
+        """Every permission this role holds, in catalog order."""
+        return [p for p in PERMISSIONS if self.holds(p)]
+
     def to_json(self) -> dict[str, object]:
-        held = [p for p in PERMISSIONS if self.holds(p)]
+        held = self.held()
         return {
             "roleId": self.role_id or self.name,
             "name": self.name,

@@ -60,7 +60,6 @@ __all__ = [
     "authorize_above",
     "authorize_grant",
     "capped_at_tier_4",
-    "held_by",
     "held_permissions",
     "may_read",
     "permitted",
@@ -354,11 +353,6 @@ def authorize_grant(actor: Actor, permissions: Iterable[str]) -> None:
             f"you cannot grant what you do not hold: {', '.join(lacking)}",
             "permission_too_high",
         )
-
-
-def held_by(role: Role) -> list[str]:
-    """Every permission *role* holds, in catalog order."""
-    return [permission for permission in PERMISSIONS if role.holds(permission)]
 
 
 def capped_at_tier_4(actor: Actor) -> Actor:

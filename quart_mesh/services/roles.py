@@ -38,7 +38,6 @@ from .authz import (
     authorize,
     authorize_above,
     authorize_grant,
-    held_by,
 )
 from .delivery import Delivery
 
@@ -343,7 +342,7 @@ class Roles:
         authorize_above(
             actor, role.priority, "you may assign only roles below your own", "role_too_high"
         )
-        authorize_grant(actor, held_by(role))
+        authorize_grant(actor, role.held())
         target = await self._participant(participant_id)
         authorize_above(
             actor,

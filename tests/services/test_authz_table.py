@@ -14,7 +14,6 @@ from quart_mesh.services.authz import (
     Policy,
     RoomRef,
     authorize_grant,
-    held_by,
     may_read,
     permitted,
     readable_rooms,
@@ -151,11 +150,11 @@ def test_the_decision(
 @pytest.mark.parametrize(
     ("role", "grants", "ok"),
     [
-        ("owner", held_by(Role("admin", 900)), True),
-        ("admin", held_by(Role("moderator", 700)), True),
+        ("owner", Role("admin", 900).held(), True),
+        ("admin", Role("moderator", 700).held(), True),
         ("member", ["messages.send", "rooms.read"], True),
         ("member", ["messages.delete"], False),
-        ("blind", held_by(Role("agent", 300)), False),
+        ("blind", Role("agent", 300).held(), False),
         ("blind", ["participants.read"], True),
     ],
 )
