@@ -200,6 +200,7 @@ RATE_RULES = (
     "registration_address",
     "challenge_address",
     "federation_relay",
+    "federation_request_address",
     "registry_did",
     "registry_address",
 )
@@ -244,7 +245,9 @@ class RateLimits:
     verifications) and ``registration_address`` (registrations, guest
     sessions, bot bootstraps) and ``challenge_address`` (DID challenges).
     Per peer node: ``federation_relay`` (events
-    relayed in from a connected node). As a registry: ``registry_did``
+    relayed in from a connected node); per client address:
+    ``federation_request_address`` (signed connection requests from nodes
+    not connected here). As a registry: ``registry_did``
     (heartbeats per node DID) and ``registry_address`` (manifest checks, that
     is new or re-checked listings, per client address). An admin can change
     the rules and multipliers at run time (``PUT /api/admin/mesh/settings``);
@@ -270,6 +273,9 @@ class RateLimits:
     #: is turned away before it costs a store write)
     challenge_address: Rate | None = Rate(30, 60)
     federation_relay: Rate | None = Rate(600, 60, 300)
+    #: signed connection requests one client address may send (checked before
+    #: the request's nonce is stored: strangers cannot fill the nonce store)
+    federation_request_address: Rate | None = Rate(10, 3600)
     #: heartbeats one node (DID) may send a registry: a node beats every 300 s
     registry_did: Rate | None = Rate(10, 60)
     #: manifest checks (a mesh listed anew, at a new URL, or whose check
@@ -473,6 +479,17 @@ class Settings:
     federation_max_nonces: int = 100_000
     #: Most inbound connection requests pending at once (beyond: 429).
     federation_max_pending: int = 100
+    #: Most inbound connection requests pending at once from one client address.
+    federation_max_pending_per_address: int = 3
+    #: Seconds an inbound connection request waits for an admin before it expires.
+    federation_pending_ttl: float = 7 * 24 * 3600.0
+    #: Most outbox events waiting for one peer; beyond, the connection is ended
+    #: (the peer stopped taking the relay) and the admin alerted in the log.
+    federation_max_backlog: int = 100_000
+    #: Oldest a relayed event's ``createdAt`` may be, in seconds before it
+    #: arrives; an older one (or one in the future beyond the skew) is dated
+    #: when it arrived and marked ``timestampReplaced``.
+    federation_max_relay_age: float = 30 * 24 * 3600.0
     #: Seconds to wait for a peer node's answer.
     federation_timeout: float = 10.0
     #: Longest wait, in seconds, between two attempts of a link task to relay
@@ -503,8 +520,8 @@ class Settings:
     registry_manifest_max_bytes: int = 256 * 1024
     #: As a registry: manifest fetches running at once; more wait their turn.
     registry_fetch_concurrency: int = 8
-    #: Outbound calls to URLs that others name (a heartbeat's manifest; later
-    #: federation calls) may reach loopback, private and link-local addresses.
+    #: Outbound calls to URLs that others name (a heartbeat's manifest, every
+    #: call to a peer node) may reach loopback, private and link-local addresses.
     #: Off, such a URL fails as unreachable (an SSRF guard): turn it on only
     #: for a lab or a private network.
     outbound_allow_private: bool = False
@@ -654,6 +671,8 @@ class Settings:
             "federation_max_skew_seconds",
             "federation_max_nonces",
             "federation_max_pending",
+            "federation_max_pending_per_address",
+            "federation_max_backlog",
         ):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_int(v, "MESH_" + name.upper())
@@ -661,6 +680,9 @@ class Settings:
             values["federation_timeout"] = _positive_float(v, "MESH_FEDERATION_TIMEOUT")
         if v := env.get("MESH_FEDERATION_RETRY_MAX"):
             values["federation_retry_max"] = _positive_float(v, "MESH_FEDERATION_RETRY_MAX")
+        for name in ("federation_pending_ttl", "federation_max_relay_age"):
+            if v := env.get("MESH_" + name.upper()):
+                values[name] = _positive_float(v, "MESH_" + name.upper())
         if v := env.get("MESH_FEDERATION_BATCH"):
             values["federation_batch"] = _positive_int(v, "MESH_FEDERATION_BATCH")
         if v := env.get("MESH_ROOM_QUOTAS"):

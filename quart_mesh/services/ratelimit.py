@@ -73,12 +73,20 @@ RULE_MESSAGES: Final = {
     "registration_address": "too many registrations from your address",
     "challenge_address": "too many identity challenges from your address",
     "federation_relay": "this node relays too many events",
+    "federation_request_address": "too many connection requests from your address",
     "registry_did": "this node sends too many heartbeats",
     "registry_address": "too many meshes checked for your address",
 }
 #: rules counted in the store when several processes may serve the mesh
 SHARED_RULES: Final = frozenset(
-    {"login_name", "login_address", "registration_address", "registry_did", "registry_address"}
+    {
+        "login_name",
+        "login_address",
+        "registration_address",
+        "federation_request_address",
+        "registry_did",
+        "registry_address",
+    }
 )
 #: login rules kept in the store on every backend (SQLite too), so that
 #: ``quart-mesh user unlock`` clears them for a running node

@@ -154,6 +154,8 @@ messages = Table(
     Column("origin_did", String(128), nullable=True),
     # the sender's own id for the send (idempotent retries); NULL if none was given
     Column("client_id", String(64), nullable=True),
+    # a relayed message whose claimed time was not sane, dated on arrival instead
+    Column("time_replaced", Boolean, nullable=True),
     Index("ix_messages_room_id_seq", "room_id", "seq"),
     Index("ix_messages_sender_id_client_id", "sender_id", "client_id", unique=True),
     Index("ix_messages_thread_id", "thread_id"),
@@ -495,6 +497,9 @@ connections = Table(
     #: the last of the peer's own outbox positions applied here (relays at or
     #: below it are recognized as already applied)
     Column("relay_applied", BigInteger, nullable=False, server_default="0"),
+    #: the client address an inbound request came from (pending ones are
+    #: limited per address); NULL for outbound rows
+    Column("request_address", String(64), nullable=True),
     Index("ix_connections_status", "status"),
 )
 
@@ -536,7 +541,11 @@ remote_participants = Table(
     Column("node_name", String(200), nullable=False),
     Column("remote_id", String(26), nullable=False),
     Column("remote_name", String(200), nullable=False),
+    #: the DID of the node that first relayed it here: only that node, or its
+    #: home node (``node_did``), speaks as it (decision 0058)
+    Column("introduced_by", String(128), nullable=True),
     UniqueConstraint("node_did", "remote_id"),
+    Index("ix_remote_participants_introduced_by", "introduced_by"),
 )
 
 #: events of shared rooms waiting for the peers' link tasks (written in the
