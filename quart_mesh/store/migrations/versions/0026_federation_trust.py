@@ -27,14 +27,14 @@ depends_on = None
 
 def upgrade() -> None:
     # nullable columns: plain ALTER TABLEs on SQLite too (no table rebuild)
-    op.add_column(
-        "remote_participants", sa.Column("introduced_by", sa.String(128), nullable=True)
-    )
+    op.add_column("remote_participants", sa.Column("introduced_by", sa.String(128), nullable=True))
     op.execute(
         "UPDATE remote_participants SET introduced_by = (SELECT connections.peer_did"
         " FROM connections WHERE connections.connection_id = remote_participants.connection_id)"
     )
-    op.execute("UPDATE remote_participants SET introduced_by = node_did WHERE introduced_by IS NULL")
+    op.execute(
+        "UPDATE remote_participants SET introduced_by = node_did WHERE introduced_by IS NULL"
+    )
     op.create_index(
         "ix_remote_participants_introduced_by", "remote_participants", ["introduced_by"]
     )
