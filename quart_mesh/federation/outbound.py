@@ -38,8 +38,9 @@ from ..services.messages import SharedRooms
 from ..store import Database
 from ..store import connections as connections_repo
 from ..store import relay as repo
-from .http import exchange, post_signed
+from .http import PeerError, exchange, post_signed
 from .inbound import MAX_EVENTS, MAX_RELAY_BYTES, RELAY_PATH
+from .peers import DISCONNECTED_PATH
 from .signing import sign_request
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ _FIRST_RETRY = 0.5
 _IDLE_POLL = 10.0
 #: how often the process running the links reads which connections are accepted
 _RECONCILE_INTERVAL = 2.0
+#: how often it deletes every outbox row no peer waits for (what the pruning
+#: as each peer moves on leaves behind: ended shares and connections), seconds
+_FULL_PRUNE_INTERVAL = 60.0
 
 
 @dataclass(slots=True)
@@ -142,13 +146,18 @@ class Links:
         (``store/leases.py``): one process of the mesh runs it. Reads of
         the connections are retried while the store is unavailable."""
         read = partial(self._db.read, connections_repo.list_connections)
+        prune = partial(self._db.write, repo.prune_outbox)
         rows = await retrying("reading connections", read, logger=log)
+        next_prune = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._start_accepted(rows)
                 task_status.started()
                 while True:
+                    if trio.current_time() >= next_prune:
+                        await retrying("pruning the relay outbox", prune, logger=log)
+                        next_prune = trio.current_time() + _FULL_PRUNE_INTERVAL
                     await trio.sleep(_RECONCILE_INTERVAL)
                     self._start_accepted(await retrying("reading connections", read, logger=log))
         finally:
@@ -249,9 +258,13 @@ class Links:
             if row is None or row.status != "accepted":
                 return
             status.behind = max(0, head - cursor)
+            if status.behind > self._settings.federation_max_backlog and await self._overflowed(
+                row
+            ):
+                return
             if not items:
                 if head > cursor:
-                    await self._db.write(partial(_advance, connection_id, head))
+                    await self._db.write(partial(_advance, connection_id, cursor, head))
                 with trio.move_on_after(_IDLE_POLL):
                     await wakeup.wait()
                 continue
@@ -264,8 +277,47 @@ class Links:
             done = items[sent - 1].seq
             if sent == len(items) < batch:
                 done = max(done, head)  # nothing else was waiting for this peer
-            await self._db.write(partial(_advance, connection_id, done))
+            await self._db.write(partial(_advance, connection_id, cursor, done))
             status.behind = max(0, head - done)
+
+    async def _overflowed(self, row: connections_repo.ConnectionRow) -> bool:
+        """End the connection if more than ``federation_max_backlog`` events
+        wait for its peer (a peer that stopped taking the relay must not make
+        the outbox grow without end): the connection is disconnected here,
+        its shares end and the rows no other peer waits for are deleted, the
+        peer is told if it can be, and an error is logged for the admin.
+        Whether it was ended.
+
+        Raises:
+            Unavailable: the store could not be read or written.
+        """
+        bound = self._settings.federation_max_backlog
+        connection_id = row.connection_id
+        waiting = await self._db.read(lambda c: repo.backlog_of(c, connection_id, bound))
+        if waiting <= bound:
+            return False
+        now = now_ms()
+
+        def end(conn: Connection) -> None:
+            repo.set_connection_status(conn, connection_id, "disconnected", now)
+            repo.prune_outbox(conn)
+
+        await self._db.write(end)
+        log.error(
+            "connection %s with %s (%s) ended: more than %d relayed events waited for the peer"
+            " (MESH_FEDERATION_MAX_BACKLOG); connect again once it is back",
+            connection_id,
+            row.peer_name,
+            row.peer_did,
+            bound,
+        )
+        notice = {"connectionId": connection_id, "did": self._identity.did}
+        try:
+            await self.post_signed(row.peer_url, DISCONNECTED_PATH, notice)
+        except (PeerError, Unavailable) as error:
+            log.info("the peer of connection %s was not told: %s", connection_id, error)
+        self.connection_ended(connection_id)  # this link task ends with it
+        return True
 
     async def _send(self, row: connections_repo.ConnectionRow, items: list[repo.OutboxItem]) -> int:
         """POST the first of *items* (at least one, at most ``_BATCH_BYTES``
@@ -335,10 +387,11 @@ def _pending(
     return row, cursor, items, head
 
 
-def _advance(connection_id: str, cursor: int, conn: Connection) -> None:
-    """The peer has every event up to *cursor*: move on, drop what all peers have."""
+def _advance(connection_id: str, before: int, cursor: int, conn: Connection) -> None:
+    """The peer has every event up to *cursor* (it had those up to *before*):
+    move on, and delete what it passed that no other peer waits for."""
     repo.advance_cursor(conn, connection_id, cursor)
-    repo.prune_outbox(conn)
+    repo.prune_passed(conn, before, cursor)
 
 
 def _fill(body: dict[str, Any], own: dict[str, str]) -> dict[str, Any]:

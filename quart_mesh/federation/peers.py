@@ -15,6 +15,7 @@ from ..store import Database
 from ..store import connections as connections_repo
 
 __all__ = [
+    "DISCONNECTED_PATH",
     "accepted_connection",
     "get_connection",
     "handle_of",
@@ -23,6 +24,8 @@ __all__ = [
 ]
 
 _SLUG = re.compile(r"[^a-z0-9]+")
+#: where a node is told that a connection with it ended (node-to-node)
+DISCONNECTED_PATH = "/api/connections/disconnected"
 
 
 def handle_of(node_name: str) -> str:

@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..errors import (
@@ -36,7 +35,7 @@ from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
 from .http import PeerError, exchange, json_object, peer_client, post_signed
-from .peers import get_connection
+from .peers import DISCONNECTED_PATH, get_connection
 from .relay import Relay
 from .signing import Nonces, verify_request
 
@@ -52,7 +51,6 @@ MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 REQUEST_PATH = "/api/connections/request"
 ACCEPTED_PATH = "/api/connections/accepted"
 DECLINED_PATH = "/api/connections/declined"
-DISCONNECTED_PATH = "/api/connections/disconnected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,12 +315,9 @@ class Federation:
         now = now_ms()
         connection_id = row.connection_id
 
-        def write(conn: Connection) -> None:
-            repo.set_status(conn, connection_id, status, now)
-            if status != "accepted":
-                relay_repo.drop_shares(conn, connection_id)
-
-        await self._db.write(write)
+        await self._db.write(
+            lambda c: relay_repo.set_connection_status(c, connection_id, status, now)
+        )
         if status == "accepted":
             self.relay.links.start_link(connection_id)
         else:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import now_ms
+from . import connections as connections_repo
 from .dialect import hold_sequences
 from .schema import (
     connections,
@@ -33,6 +34,7 @@ __all__ = [
     "add_share",
     "advance_cursor",
     "applied_of",
+    "backlog_of",
     "count_remotes",
     "count_shares",
     "cursor_of",
@@ -47,9 +49,11 @@ __all__ = [
     "outbox_head",
     "participant_ref",
     "prune_outbox",
+    "prune_passed",
     "record",
     "remote_of",
     "remove_share",
+    "set_connection_status",
     "set_remote_connection",
     "share_by_home",
     "shares_of",
@@ -129,6 +133,14 @@ def remove_share(conn: Connection, room_id: str, connection_id: str) -> bool:
 def drop_shares(conn: Connection, connection_id: str) -> None:
     """End every share of a connection."""
     conn.execute(shared_rooms.delete().where(shared_rooms.c.connection_id == connection_id))
+
+
+def set_connection_status(conn: Connection, connection_id: str, status: str, now: int) -> None:
+    """Store a connection's new status; only an accepted one shares rooms, so
+    any other ends its shares (and its outbox rows are no longer needed)."""
+    connections_repo.set_status(conn, connection_id, status, now)
+    if status != "accepted":
+        drop_shares(conn, connection_id)
 
 
 def get_share(conn: Connection, room_id: str, connection_id: str) -> Share | None:
@@ -336,7 +348,15 @@ def outbox_after(
     conn: Connection, connection_id: str, cursor: int, limit: int
 ) -> tuple[list[OutboxItem], int]:
     """Up to *limit* events for the peer of *connection_id* after *cursor*,
-    oldest first, and the outbox head."""
+    oldest first, and the outbox head.
+
+    The head is read first: outbox rows commit in the order of their
+    positions (``hold_sequences``), so every row up to it is visible to the
+    read of the events that follows, even where each statement sees what is
+    committed when it starts. Read after, a row committed between the two
+    reads would be above the events read and not above the head, and a link
+    moving its cursor to the head would skip it."""
+    head = outbox_head(conn)
     o, s = relay_outbox.c, shared_rooms.c
     query = sa.select(o.seq, o.room_id, o.kind, o.body, s.home_room_id).select_from(relay_outbox)
     query = _for_peer(query, connection_id, cursor).order_by(o.seq).limit(limit)
@@ -344,7 +364,7 @@ def outbox_after(
         OutboxItem(r.seq, r.room_id, r.home_room_id, r.kind, json.loads(r.body))
         for r in conn.execute(query)
     ]
-    return items, outbox_head(conn)
+    return items, head
 
 
 def waiting_for(conn: Connection, connection_id: str) -> int:
@@ -363,13 +383,52 @@ def advance_cursor(conn: Connection, connection_id: str, cursor: int) -> None:
     _advance(conn, connections.c.relay_cursor, connection_id, cursor)
 
 
+def _needed() -> Any:
+    """Whether an outbox row still waits for some peer: a share of its room
+    over an accepted connection, made before the row was written, whose peer
+    has not acknowledged it, and that it did not arrive over (a correlated
+    EXISTS, for a WHERE over ``relay_outbox``)."""
+    o, s, c = relay_outbox.c, shared_rooms.c, connections.c
+    return (
+        sa.select(sa.literal(1))
+        .select_from(shared_rooms.join(connections, c.connection_id == s.connection_id))
+        .where(
+            s.room_id == o.room_id,
+            c.status == "accepted",
+            o.seq > s.from_seq,
+            o.seq > c.relay_cursor,
+            sa.or_(o.via_connection.is_(None), o.via_connection != s.connection_id),
+        )
+        .exists()
+    )
+
+
+def prune_passed(conn: Connection, after: int, upto: int) -> int:
+    """Delete the outbox rows in (*after*, *upto*] that no peer waits for
+    any more; how many. Called when a peer's cursor moves from *after* to
+    *upto*: each row is looked at when each of its peers passes it, and the
+    last of them deletes it, so a peer that stops acknowledging keeps only
+    the rows it still needs, never other peers' (decision 0058)."""
+    o = relay_outbox.c
+    query = relay_outbox.delete().where(o.seq > after, o.seq <= upto, ~_needed())
+    return int(conn.execute(query).rowcount or 0)
+
+
 def prune_outbox(conn: Connection) -> int:
-    """Delete events every accepted connection has passed; how many."""
-    c = connections.c
-    low = conn.execute(
-        sa.select(sa.func.min(c.relay_cursor)).where(c.status == "accepted")
-    ).scalar_one()
-    query = relay_outbox.delete()
-    if low is not None:
-        query = query.where(relay_outbox.c.seq <= low)
-    return int(conn.execute(query).rowcount)
+    """Delete every outbox row no peer waits for; how many. What
+    :func:`prune_passed` leaves: rows of shares or connections that ended,
+    and rows two peers passed at the same moment (each transaction saw the
+    other's cursor before it moved)."""
+    return int(conn.execute(relay_outbox.delete().where(~_needed())).rowcount or 0)
+
+
+def backlog_of(conn: Connection, connection_id: str, limit: int) -> int:
+    """How many outbox rows wait for the peer of *connection_id*, counted up
+    to *limit* + 1 (enough to tell that a bound is passed, without counting
+    a long backlog through)."""
+    cursor = cursor_of(conn, connection_id)
+    query = _for_peer(
+        sa.select(relay_outbox.c.seq).select_from(relay_outbox), connection_id, cursor
+    )
+    inner = query.limit(limit + 1).subquery()
+    return int(conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())

@@ -549,7 +549,7 @@ remote_participants = Table(
 )
 
 #: events of shared rooms waiting for the peers' link tasks (written in the
-#: same transaction as the change itself; pruned once every peer has them)
+#: same transaction as the change itself; deleted once every peer that needs one has it)
 relay_outbox = Table(
     "relay_outbox",
     metadata,
