@@ -9,6 +9,11 @@ as the participants of a node this node is itself connected with — that
 node speaks for its own (``not_peer_participant``). A remote participant is
 then bound to the node that introduced it (``remote.py``).
 
+A relayed message keeps its time unless that is outside a sane window:
+older than ``federation_max_relay_age`` or later than now plus
+``federation_max_skew_seconds``, it is dated when it arrived and marked
+(``timestampReplaced``); a little in the future, it is taken as now.
+
 Idempotent twice over: per connection, the highest outbox position applied
 (``relay_applied``) is kept, and events at or below it are answered
 ``duplicate``; a message is also recognized by its id, so one that a store
@@ -37,6 +42,7 @@ from .remote import RemoteParticipants, parse_ref
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    from ..config import Settings
     from ..services.messages import Messages
     from ..services.ratelimit import RateLimiter
 
@@ -58,12 +64,16 @@ class Receiver:
 
     def __init__(
         self,
+        settings: Settings,
         db: Database,
         node_did: str,
         messages: Messages,
         rate_limits: RateLimiter,
         remote: RemoteParticipants,
     ) -> None:
+        #: oldest relayed time kept, and latest, in milliseconds from now
+        self._max_age = int(settings.federation_max_relay_age * 1000)
+        self._max_ahead = settings.federation_max_skew_seconds * 1000
         self._db = db
         self._node_did = node_did
         self._messages = messages
@@ -249,13 +259,16 @@ class Receiver:
             if not isinstance(created, int) or isinstance(created, bool) or created < 0:
                 raise BadRequest("createdAt must be epoch milliseconds", "invalid_event")
             thread = event.get("threadId")
+            now = now_ms()
+            replaced = not now - self._max_age <= created <= now + self._max_ahead
             relayed = Relayed(
                 message_id,
-                min(created, now_ms()),
+                now if replaced else min(created, now),
                 node_did,
                 source,
                 to=await self._remote.local_id(event.get("to")),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
+                time_replaced=replaced,
             )
             return self._messages.submit_relayed(actor, room_id, content, relayed)
         if kind == "edit":

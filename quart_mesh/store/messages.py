@@ -50,6 +50,7 @@ def _message(row: Any, reacts: Sequence[Reaction] = (), attached: Sequence[Uploa
         attachments=tuple(attached),
         origin=row.origin_did,
         client_id=row.client_id,
+        time_replaced=bool(row.time_replaced),
     )
 
 
@@ -113,9 +114,9 @@ _COLUMNS = (
     " origin_did, client_id"
 )
 _insert_message = Statement(
-    f"INSERT INTO messages ({_COLUMNS}) VALUES (:message_id, :room_id, :sender_id,"
-    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
-    " RETURNING seq"
+    f"INSERT INTO messages ({_COLUMNS}, time_replaced) VALUES (:message_id, :room_id,"
+    " :sender_id, :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did,"
+    " :client_id, :time_replaced) RETURNING seq"
 )
 # a plain post in one statement: stored only if the sender is a member of the
 # room and the room is not a DM (a DM's post also unhides it), and nothing if
@@ -142,6 +143,8 @@ def _params(message: Message) -> dict[str, Any]:
         "created_at": message.created_at,
         "origin_did": message.origin,
         "client_id": message.client_id,
+        # NULL unless replaced, as the column was before there was one
+        "time_replaced": True if message.time_replaced else None,
     }
 
 
