@@ -95,7 +95,7 @@ class RemoteParticipants:
             remote = repo.find_remote(conn, home, by["id"])
             if remote is None:
                 return None
-            if remote.introduced_by not in (speaker, home):
+            if speaker not in (remote.introduced_by, home):
                 raise Forbidden(
                     "another node introduced this participant: only it, or the"
                     " participant's home node, speaks as it",
@@ -144,7 +144,7 @@ class RemoteParticipants:
         remembered = self._ids.get(key)
         actor = None
         # a refusal is never taken from memory: the store has the last word
-        if remembered is not None and remembered[1] in (speaker, home):
+        if remembered is not None and speaker in (remembered[1], home):
             actor = await self._accounts.actor_of(remembered[0])  # None if deleted since
         if actor is None:
             found = await self._db.read(known)
