@@ -114,9 +114,16 @@ _COLUMNS = (
     " origin_did, client_id"
 )
 _insert_message = Statement(
+    f"INSERT INTO messages ({_COLUMNS}) VALUES (:message_id, :room_id, :sender_id,"
+    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
+    " RETURNING seq"
+)
+# a relayed message whose claimed time was replaced by its time of arrival
+# (rare: the column is left NULL otherwise)
+_insert_redated = Statement(
     f"INSERT INTO messages ({_COLUMNS}, time_replaced) VALUES (:message_id, :room_id,"
     " :sender_id, :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did,"
-    " :client_id, :time_replaced) RETURNING seq"
+    " :client_id, TRUE) RETURNING seq"
 )
 # a plain post in one statement: stored only if the sender is a member of the
 # room and the room is not a DM (a DM's post also unhides it), and nothing if
@@ -143,8 +150,6 @@ def _params(message: Message) -> dict[str, Any]:
         "created_at": message.created_at,
         "origin_did": message.origin,
         "client_id": message.client_id,
-        # NULL unless replaced, as the column was before there was one
-        "time_replaced": True if message.time_replaced else None,
     }
 
 
@@ -155,7 +160,8 @@ def insert_message(conn: Connection, message: Message) -> Message:
     positions to commit (:func:`.dialect.hold_sequences`), so cursors commit in order.
     """
     hold_sequences(conn)
-    seq = _insert_message.run(conn, _params(message)).fetchone()[0]
+    statement = _insert_redated if message.time_replaced else _insert_message
+    seq = statement.run(conn, _params(message)).fetchone()[0]
     return dataclasses.replace(message, seq=int(seq), reactions=())
 
 

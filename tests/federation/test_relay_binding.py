@@ -3,8 +3,9 @@
 do not reach: its home node may still speak for it after a hub introduced it,
 without taking it over; once this node connects with that home node, the
 hub no longer speaks for its people; and the cap on remote participants
-counts per introducing node. In-process node, real SQLite file; the peers
-are played by their keys."""
+counts per introducing node. Also the store's side of a relayed time
+replaced. In-process node, on either store; the peers are played by their
+keys."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from quart_mesh.ids import new_id
 from quart_mesh.node import Node
 from quart_mesh.records import Room, now_ms
 from quart_mesh.store import connections as connections_repo
+from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import relay as relay_repo
 from quart_mesh.store import rooms as rooms_repo
 
@@ -103,3 +105,30 @@ async def test_a_participant_stays_bound_to_the_node_that_introduced_it(
     assert await relay(receiver, home, 2, person(home_did)) == ("ok", None)
     assert found is not None
     assert found.introduced_by == hub[0]
+
+
+async def test_a_time_out_of_the_window_is_stored_replaced(app: MeshApp, tmp_path: Path) -> None:
+    # the store's side of it (on either store); the window itself is
+    # tested end to end (tests/e2e/test_relay_speakers.py)
+    node = app.node
+    assert node.federation.relay is not None
+    did, connection_id, room = await connected(node, tmp_path, "peer")
+    event = {
+        "seq": 1,
+        "kind": "message",
+        "room": room,
+        "messageId": new_id(),
+        "content": "from 1970",
+        "createdAt": 0,
+        "by": person(did),
+    }
+    start = now_ms()
+    answer = await node.federation.relay.receiver.receive_relay(
+        did, {"connectionId": connection_id, "events": [event]}
+    )
+    assert answer["results"] == [{"seq": 1, "status": "ok"}]
+    stored = await node.db.read(lambda c: messages_repo.get_message(c, event["messageId"]))
+    assert stored is not None
+    assert stored.time_replaced is True
+    assert start <= stored.created_at <= now_ms()
+    assert stored.to_json()["timestampReplaced"] is True
