@@ -189,6 +189,9 @@ class Message:
     origin: str | None = None
     #: the sender's own id for this send (``clientId``): retries find the message
     client_id: str | None = None
+    #: relayed with a time outside the sane window: dated when it arrived
+    #: instead (``timestampReplaced``, ``docs/federation.md``)
+    time_replaced: bool = False
 
     @property
     def cursor(self) -> str:
@@ -214,4 +217,6 @@ class Message:
         if self.client_id is not None:
             # only when the sender gave one: the shape stays as it was for others
             data["clientId"] = self.client_id
+        if self.time_replaced:
+            data["timestampReplaced"] = True  # likewise, only when it was
         return data

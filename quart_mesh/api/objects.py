@@ -109,6 +109,9 @@ class Message(Shape):
     trust_level: TrustLevel
     #: only when the sender gave one
     client_id: str | msgspec.UnsetType = msgspec.UNSET
+    #: only on a relayed message whose claimed time was outside the sane
+    #: window (``timestamp`` is then when it arrived here)
+    timestamp_replaced: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class Session(Shape):

@@ -3,6 +3,17 @@ checked and applied in order, through the ordinary domain services
 (:class:`Messages`), by the remote participant standing for each event's
 author (decision 0029). This node's permissions, room rules and limits hold.
 
+Who may speak (decision 0058): a peer never as this node's participants
+(``own_participant``); in a room this node hosts, only as its own; and never
+as the participants of a node this node is itself connected with — that
+node speaks for its own (``not_peer_participant``). A remote participant is
+then bound to the node that introduced it (``remote.py``).
+
+A relayed message keeps its time unless that is outside a sane window:
+older than ``federation_max_relay_age`` or later than now plus
+``federation_max_skew_seconds``, it is dated when it arrived and marked
+(``timestampReplaced``); a little in the future, it is taken as now.
+
 Idempotent twice over: per connection, the highest outbox position applied
 (``relay_applied``) is kept, and events at or below it are answered
 ``duplicate``; a message is also recognized by its id, so one that a store
@@ -31,6 +42,7 @@ from .remote import RemoteParticipants, parse_ref
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    from ..config import Settings
     from ..services.messages import Messages
     from ..services.ratelimit import RateLimiter
 
@@ -52,12 +64,16 @@ class Receiver:
 
     def __init__(
         self,
+        settings: Settings,
         db: Database,
         node_did: str,
         messages: Messages,
         rate_limits: RateLimiter,
         remote: RemoteParticipants,
     ) -> None:
+        #: oldest relayed time kept, and latest, in milliseconds from now
+        self._max_age = int(settings.federation_max_relay_age * 1000)
+        self._max_ahead = settings.federation_max_skew_seconds * 1000
         self._db = db
         self._node_did = node_did
         self._messages = messages
@@ -94,6 +110,7 @@ class Receiver:
         # event of another kind, so a batch commits in few transactions
         pending: list[tuple[dict[str, Any], Awaitable[Message | None]]] = []
         shares: dict[str, repo.Share | None] = {}
+        connected: dict[str, bool] = {}
         stop: MeshError | None = None
 
         async def settle() -> None:
@@ -136,7 +153,7 @@ class Receiver:
                     try:
                         await self._rate.key("federation_relay", did)
                         outcome = await self._apply(
-                            row, event, shares, RelaySource(connection_id, seq)
+                            row, event, shares, connected, RelaySource(connection_id, seq)
                         )
                     except MeshError as error:
                         if isinstance(error, RateLimited) or error.status >= 500:
@@ -168,6 +185,14 @@ class Receiver:
             raise stop
         return {"ok": True, "results": results}
 
+    async def _connected_with(self, did: str, connected: dict[str, bool]) -> bool:
+        """Whether this node has an accepted connection with the node *did*
+        (asked once per batch: *connected* keeps the answers)."""
+        if did not in connected:
+            found = await self._db.read(lambda c: connections_repo.get_by_did(c, did))
+            connected[did] = found is not None and found.status == "accepted"
+        return connected[did]
+
     async def _missing_message(self, event: dict[str, Any]) -> bool:
         """Whether *event* is a message this node does not have: messages are
         recognized by their id, so one whose position was marked after a
@@ -185,10 +210,13 @@ class Receiver:
         row: connections_repo.ConnectionRow,
         event: object,
         shares: dict[str, repo.Share | None],
+        connected: dict[str, bool],
         source: RelaySource,
     ) -> str | Awaitable[Message | None]:
         """Apply one event: its outcome, or for a message the awaitable of its
-        queued write (see :meth:`receive_relay`)."""
+        queued write (see :meth:`receive_relay`). *shares* and *connected*:
+        what the batch has looked up so far (shares by home room id, whether
+        this node is connected with a DID)."""
         if not isinstance(event, dict):
             raise BadRequest("each event must be an object", "invalid_event")
         kind = event.get("kind")
@@ -213,6 +241,12 @@ class Receiver:
                 "in a room of this node, a peer relays only its own participants",
                 "not_peer_participant",
             )
+        if node_did != row.peer_did and await self._connected_with(node_did, connected):
+            raise Forbidden(
+                "this node is connected with the participant's node: only that node"
+                " speaks for its participants",
+                "not_peer_participant",
+            )
         message_id = event.get("messageId")
         if not isinstance(message_id, str) or not is_ulid(message_id):
             raise BadRequest("messageId must be a ULID", "invalid_event")
@@ -225,13 +259,16 @@ class Receiver:
             if not isinstance(created, int) or isinstance(created, bool) or created < 0:
                 raise BadRequest("createdAt must be epoch milliseconds", "invalid_event")
             thread = event.get("threadId")
+            now = now_ms()
+            replaced = not now - self._max_age <= created <= now + self._max_ahead
             relayed = Relayed(
                 message_id,
-                min(created, now_ms()),
+                now if replaced else min(created, now),
                 node_did,
                 source,
                 to=await self._remote.local_id(event.get("to")),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
+                time_replaced=replaced,
             )
             return self._messages.submit_relayed(actor, room_id, content, relayed)
         if kind == "edit":

@@ -71,7 +71,7 @@ class Relay:
         #: remote participants, as the relayed events' actors
         self.remote = RemoteParticipants(db, identity.did, accounts, broker, rooms)
         #: applies peers' batches
-        self.receiver = Receiver(db, identity.did, messages, rate_limits, self.remote)
+        self.receiver = Receiver(settings, db, identity.did, messages, rate_limits, self.remote)
 
     async def load(self) -> None:
         """Learn which rooms are shared; call before the node takes any write

@@ -8,6 +8,13 @@ arrives: named ``name@<handle>``, with its home kind and type, role
 relayed actions are taken at most as Tier 4, whatever role an admin gives it
 here; what it may do is then decided by ``services.authz.authorize`` in the
 services that apply them, as for any local participant.
+
+It is bound to the node that introduced it (the peer whose relay brought it
+first, ``introduced_by``), for good: only that node, or its home node, may
+speak as it afterwards, in any room — so a third node cannot take over
+another node's people here (decision 0058). The receiver's own checks come
+first (``inbound.py``): a peer speaks only for its own people in rooms this
+node hosts, and never for those of a node this node is connected with.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Conflict, Forbidden
 from ..identity import public_key_from_did
 from ..ids import is_ulid, new_id
 from ..names import normalize
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_REMOTES", "RemoteParticipants", "parse_ref"]
 
-#: most remote participants one connection may bring
+#: most remote participants one node may introduce
 MAX_REMOTES = 10_000
 #: longest part of a remote participant's name before ``@node``
 _MAX_BASE_NAME = 24
@@ -56,7 +63,9 @@ class RemoteParticipants:
         self._accounts = accounts
         self._broker = broker
         self._rooms = rooms
-        #: (home node DID, id there) -> (participant id here, connection)
+        #: (home node DID, id there) -> (participant id here, introducing
+        #: node's DID): safe to keep, even with several processes on one
+        #: store, because the binding never changes
         self._ids: dict[tuple[str, str], tuple[str, str]] = {}
 
     async def actor(
@@ -64,27 +73,44 @@ class RemoteParticipants:
     ) -> Actor:
         """The local participant standing for *by* (a reference checked by
         :func:`parse_ref`, relayed over the connection *row*), created on
-        first sight, as an actor of at most Tier 4, and a member of *room_id*
-        (joined through the ordinary room checks).
+        first sight (introduced by the peer of *row*), as an actor of at
+        most Tier 4, and a member of *room_id* (joined through the ordinary
+        room checks).
+
+        Only the node that introduced a participant, or its home node, speaks
+        as it: the peer of *row* may be either (its home node may always
+        speak for its own, even after a hub introduced them; the binding
+        stays as it was).
 
         Raises:
+            Forbidden: ``not_peer_participant``, the participant was
+                introduced by another node, not the peer's own.
             Conflict: ``too_many_participants``, ``name_taken``.
             MeshError: the room refuses the join (``Rooms.join``).
         """
         node = by["node"]
-        connection_id = row.connection_id
+        home, speaker = node["did"], row.peer_did
 
-        def write(conn: Connection) -> Participant:
-            known = repo.find_remote(conn, node["did"], by["id"])
-            if known is not None:
-                found = accounts_repo.get_participant(conn, known.participant_id)
-                if found is not None:
-                    if known.connection_id != connection_id:
-                        repo.set_remote_connection(conn, known.participant_id, connection_id)
-                    return found
-            if repo.count_remotes(conn, connection_id) >= MAX_REMOTES:
+        def known(conn: Connection) -> tuple[Participant, str] | None:
+            remote = repo.find_remote(conn, home, by["id"])
+            if remote is None:
+                return None
+            if speaker not in (remote.introduced_by, home):
+                raise Forbidden(
+                    "another node introduced this participant: only it, or the"
+                    " participant's home node, speaks as it",
+                    "not_peer_participant",
+                )
+            found = accounts_repo.get_participant(conn, remote.participant_id)
+            return None if found is None else (found, remote.introduced_by)
+
+        def write(conn: Connection) -> tuple[Participant, str]:
+            found = known(conn)  # again, in the unit: another may have made it
+            if found is not None:
+                return found
+            if repo.count_remotes(conn, speaker) >= MAX_REMOTES:
                 raise Conflict(
-                    "this connection has brought as many participants as allowed",
+                    "this node has brought as many participants as allowed",
                     "too_many_participants",
                 )
             # NFKC as local names; one that looks like a name here (another
@@ -99,30 +125,35 @@ class RemoteParticipants:
             else:
                 raise Conflict("no free name for the remote participant", "name_taken")
             participant = Participant(
-                new_id(), name, kind, by["type"], "agent", now_ms(), origin=node["did"]
+                new_id(), name, kind, by["type"], "agent", now_ms(), origin=home
             )
             accounts_repo.insert_participant(conn, participant, None)
             remote = repo.RemoteParticipant(
                 participant.participant_id,
-                connection_id,
-                node["did"],
+                row.connection_id,
+                home,
                 _node_name(conn, row, node),
                 by["id"],
                 by["name"],
+                speaker,
             )
             repo.insert_remote(conn, remote)
-            return participant
+            return participant, speaker
 
-        key = (node["did"], by["id"])
-        known = self._ids.get(key)
+        key = (home, by["id"])
+        remembered = self._ids.get(key)
         actor = None
-        if known is not None and known[1] == connection_id:
-            actor = await self._accounts.actor_of(known[0])  # None if deleted since
+        # a refusal is never taken from memory: the store has the last word
+        if remembered is not None and speaker in (remembered[1], home):
+            actor = await self._accounts.actor_of(remembered[0])  # None if deleted since
         if actor is None:
-            participant = await self._db.write(write)
+            found = await self._db.read(known)
+            if found is None:
+                found = await self._db.write(write)
+            participant, introducer = found
             if len(self._ids) >= _MAX_REMEMBERED:
                 self._ids.clear()
-            self._ids[key] = (participant.participant_id, connection_id)
+            self._ids[key] = (participant.participant_id, introducer)
             actor = self._accounts.actor_for(participant)
         actor = capped_at_tier_4(actor)
         if room_id not in self._broker.rooms_of(actor.participant_id):

@@ -317,6 +317,9 @@ class MessagePosted(_Server, tag="message"):
     trust_level: TrustLevel
     #: only when the sender gave one
     client_id: str | msgspec.UnsetType = msgspec.UNSET
+    #: only on a relayed message whose claimed time was outside the sane
+    #: window (``timestamp`` is then when it arrived here)
+    timestamp_replaced: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class MessageEdited(_Server, tag="message_edited"):

@@ -22,6 +22,10 @@ Then a refusal is still lifted for the actor's own things (a room it created,
 its message, a bot it registered) and for guests' sends when the mesh allows
 them — unless a room override or preset denied it explicitly.
 
+An actor capped at Tier 4 (:func:`capped_at_tier_4`: a federated
+participant's relayed actions) gets nothing from an allow of steps 2 and 3
+that the ``agent`` role does not hold: the next step decides instead.
+
 Tiers are derived from priority: Tier 1 Mesh Architect (owner, 999), Tier 2
 Super Agent/User (>= 600), Tier 3 Elevated (>= 400), Tier 4 Normal (below 400).
 """
@@ -214,22 +218,24 @@ class Policy:
 
     def _rule(self, actor: Actor, permission: str, room_id: str) -> bool | None:
         """What the room's overrides say of *permission* for *actor*: the
-        participant's own rule first, then its role's; None if neither."""
+        participant's own rule first, then its role's; None if neither.
+
+        An actor capped at Tier 4 (:func:`capped_at_tier_4`) gets nothing
+        from an allow beyond what ``agent`` holds: such an allow counts as
+        absent (the next rule, the preset or the role decides), while a
+        deny still holds."""
         rules = self._overrides.get(room_id, ())
-        for override in rules:
-            if (
-                override.permission == permission
-                and override.target_type == "participant"
-                and override.target == actor.participant_id
-            ):
-                return override.effect == "allow"
-        for override in rules:
-            if (
-                override.permission == permission
-                and override.target_type == "role"
-                and override.target == actor.role
-            ):
-                return override.effect == "allow"
+        capped = actor.tier_4 and not self.roles["agent"].holds(permission)
+        for target_type, target in (("participant", actor.participant_id), ("role", actor.role)):
+            for override in rules:
+                if (
+                    override.permission == permission
+                    and override.target_type == target_type
+                    and override.target == target
+                ):
+                    if capped and override.effect == "allow":
+                        break  # beyond Tier 4: as if there were no such rule
+                    return override.effect == "allow"
         return None
 
     def ruled_rooms(self) -> frozenset[str]:
@@ -262,6 +268,10 @@ class Actor:
     role: str
     #: the mesh lets guests post (mesh setting); only matters for guests
     guests_can_send: bool = False
+    #: acting at most as Tier 4 (:func:`capped_at_tier_4`): a federated
+    #: participant's relayed actions; room overrides allow it nothing that
+    #: ``agent`` does not hold
+    tier_4: bool = False
     #: the node's roles and room rules (built-in roles only, if not given)
     policy: Policy = field(default=_DEFAULT_POLICY, compare=False, repr=False)
 
@@ -358,18 +368,22 @@ def authorize_grant(actor: Actor, permissions: Iterable[str]) -> None:
 def capped_at_tier_4(actor: Actor) -> Actor:
     """*actor* with at most the rights of Tier 4: a role above it counts as
     ``agent`` (the highest role of Tier 4), and so does a custom role that
-    holds anything ``agent`` does not, whatever its priority. How a federated
-    participant acts, whatever role it was given here (spec §5.10)."""
+    holds anything ``agent`` does not, whatever its priority; and a room
+    override allows it nothing ``agent`` does not hold (:attr:`Actor.tier_4`;
+    its denials still hold, and its rights on its own messages are as any
+    author's). How a federated participant acts, whatever role or rules it
+    was given here (spec §5.10)."""
+    capped = replace(actor, tier_4=True)
     role = actor.policy.roles.get(actor.role)
     if role is None:  # a role that no longer exists holds nothing
-        return actor
+        return capped
     if tier_of(role.priority) < 4:
-        return replace(actor, role="agent")
+        return replace(capped, role="agent")
     if role.permissions is not None:
         agent = actor.policy.roles["agent"]
         if any(not agent.holds(permission) for permission in role.permissions):
-            return replace(actor, role="agent")
-    return actor
+            return replace(capped, role="agent")
+    return capped
 
 
 def held_permissions(actor: Actor, room: RoomRef | None = None) -> list[str]:

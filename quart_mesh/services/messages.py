@@ -61,6 +61,8 @@ class Relayed:
     #: a participant id here, or ``None``
     to: str | None = None
     thread_id: str | None = None
+    #: its claimed time was outside the sane window: *created_at* is when it arrived
+    time_replaced: bool = False
 
 
 async def _first(stored: Awaitable[tuple[Message, bool]]) -> Message:
@@ -229,6 +231,8 @@ class Messages:
         message = self._check_send(
             actor, room_id, content, (), relayed.message_id, relayed.created_at, relayed.origin
         )
+        if relayed.time_replaced:
+            message = replace(message, time_replaced=True)
         stored = self._db.submit(
             self._storer(actor, message, relayed.to, relayed.thread_id, (), source=relayed.source),
             quick=True,

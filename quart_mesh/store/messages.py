@@ -50,6 +50,7 @@ def _message(row: Any, reacts: Sequence[Reaction] = (), attached: Sequence[Uploa
         attachments=tuple(attached),
         origin=row.origin_did,
         client_id=row.client_id,
+        time_replaced=bool(row.time_replaced),
     )
 
 
@@ -117,6 +118,13 @@ _insert_message = Statement(
     " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
     " RETURNING seq"
 )
+# a relayed message whose claimed time was replaced by its time of arrival
+# (rare: the column is left NULL otherwise)
+_insert_redated = Statement(
+    f"INSERT INTO messages ({_COLUMNS}, time_replaced) VALUES (:message_id, :room_id,"
+    " :sender_id, :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did,"
+    " :client_id, TRUE) RETURNING seq"
+)
 # a plain post in one statement: stored only if the sender is a member of the
 # room and the room is not a DM (a DM's post also unhides it), and nothing if
 # the sender's clientId is taken (a retry) — any of these: no row, and the
@@ -152,7 +160,8 @@ def insert_message(conn: Connection, message: Message) -> Message:
     positions to commit (:func:`.dialect.hold_sequences`), so cursors commit in order.
     """
     hold_sequences(conn)
-    seq = _insert_message.run(conn, _params(message)).fetchone()[0]
+    statement = _insert_redated if message.time_replaced else _insert_message
+    seq = statement.run(conn, _params(message)).fetchone()[0]
     return dataclasses.replace(message, seq=int(seq), reactions=())
 
 

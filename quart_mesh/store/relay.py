@@ -54,7 +54,6 @@ __all__ = [
     "remote_of",
     "remove_share",
     "set_connection_status",
-    "set_remote_connection",
     "share_by_home",
     "shares_of",
     "waiting_for",
@@ -75,11 +74,15 @@ class Share:
 @dataclass(frozen=True, slots=True)
 class RemoteParticipant:
     participant_id: str
+    #: the connection it was first relayed over
     connection_id: str
     node_did: str
     node_name: str
     remote_id: str
     remote_name: str
+    #: the DID of the node that first relayed it here, never changed: only
+    #: that node, or its home node (*node_did*), speaks as it
+    introduced_by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +200,8 @@ def _remote(row: Any) -> RemoteParticipant:
         row.node_name,
         row.remote_id,
         row.remote_name,
+        # migration 0026 filled it for every row; its home node otherwise
+        row.introduced_by or row.node_did,
     )
 
 
@@ -208,16 +213,6 @@ def find_remote(conn: Connection, node_did: str, remote_id: str) -> RemotePartic
     return None if row is None else _remote(row)
 
 
-def set_remote_connection(conn: Connection, participant_id: str, connection_id: str) -> None:
-    """Note the connection a remote participant's events now arrive over."""
-    c = remote_participants.c
-    conn.execute(
-        sa.update(remote_participants)
-        .where(c.participant_id == participant_id)
-        .values(connection_id=connection_id)
-    )
-
-
 def remote_of(conn: Connection, participant_id: str) -> RemoteParticipant | None:
     c = remote_participants.c
     row = conn.execute(
@@ -226,9 +221,10 @@ def remote_of(conn: Connection, participant_id: str) -> RemoteParticipant | None
     return None if row is None else _remote(row)
 
 
-def count_remotes(conn: Connection, connection_id: str) -> int:
+def count_remotes(conn: Connection, introduced_by: str) -> int:
+    """How many remote participants the node *introduced_by* (a DID) brought."""
     c = remote_participants.c
-    query = sa.select(sa.func.count()).where(c.connection_id == connection_id)
+    query = sa.select(sa.func.count()).where(c.introduced_by == introduced_by)
     return int(conn.execute(query).scalar_one())
 
 
@@ -241,6 +237,7 @@ def insert_remote(conn: Connection, remote: RemoteParticipant) -> None:
             node_name=remote.node_name,
             remote_id=remote.remote_id,
             remote_name=remote.remote_name,
+            introduced_by=remote.introduced_by,
         )
     )
 

@@ -535,7 +535,7 @@ remote_participants = Table(
         ForeignKey("participants.participant_id", ondelete="CASCADE"),
         primary_key=True,
     ),
-    #: the connection its events last arrived over
+    #: the connection it was first relayed over
     Column("connection_id", String(26), nullable=False),
     Column("node_did", String(128), nullable=False),
     Column("node_name", String(200), nullable=False),

@@ -14,6 +14,7 @@ from quart_mesh.services.authz import (
     Policy,
     RoomRef,
     authorize_grant,
+    capped_at_tier_4,
     may_read,
     permitted,
     readable_rooms,
@@ -145,6 +146,123 @@ def test_the_decision(
         assert readable(ROOM) is allowed
         assert readable(OTHER) is permitted(who, "rooms.read")
         assert readable.unrestricted is (allowed and permitted(who, "rooms.read"))
+
+
+# a federated participant's relayed actions (capped at Tier 4): a room
+# override allows it nothing the agent role lacks; denials and its rights on
+# its own messages are as for anyone
+# (role here, overrides in ROOM, preset of ROOM, permission, owner, allowed capped, uncapped)
+CAPPED_CASES = [
+    (
+        "agent",
+        (("participant", "alice", "messages.delete", "allow"),),
+        None,
+        "messages.delete",
+        "bob",
+        False,
+        True,
+    ),
+    (
+        "agent",
+        (("role", "agent", "messages.delete", "allow"),),
+        None,
+        "messages.delete",
+        "bob",
+        False,
+        True,
+    ),
+    # a role above Tier 4 counts as agent, and its rules as agent's rules do
+    (
+        "moderator",
+        (("participant", "alice", "messages.edit", "allow"),),
+        None,
+        "messages.edit",
+        "bob",
+        False,
+        True,
+    ),
+    ("moderator", (), None, "messages.delete", "bob", False, True),
+    # its own messages: as any author
+    (
+        "agent",
+        (("participant", "alice", "messages.delete", "allow"),),
+        None,
+        "messages.delete",
+        "alice",
+        True,
+        True,
+    ),
+    (
+        "agent",
+        (("participant", "alice", "messages.delete", "deny"),),
+        None,
+        "messages.delete",
+        "alice",
+        False,
+        False,
+    ),
+    # an allow skipped leaves the next rule to decide (the role's deny)
+    (
+        "agent",
+        (
+            ("participant", "alice", "messages.delete", "allow"),
+            ("role", "agent", "messages.delete", "deny"),
+        ),
+        None,
+        "messages.delete",
+        "alice",
+        False,
+        True,
+    ),
+    # an allow of what agent holds still counts, over a preset too
+    (
+        "spectator",
+        (("participant", "alice", "messages.send", "allow"),),
+        None,
+        "messages.send",
+        None,
+        True,
+        True,
+    ),
+    (
+        "agent",
+        (("participant", "alice", "messages.send", "allow"),),
+        "read_only",
+        "messages.send",
+        None,
+        True,
+        True,
+    ),
+    (
+        "agent",
+        (("participant", "alice", "messages.send", "deny"),),
+        None,
+        "messages.send",
+        None,
+        False,
+        False,
+    ),
+    ("agent", (("role", "agent", "rooms.read", "deny"),), None, "rooms.read", None, False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("role", "overrides", "preset", "permission", "owner", "capped", "uncapped"), CAPPED_CASES
+)
+def test_the_decision_at_tier_4(
+    role: str,
+    overrides: tuple[tuple[str, str, str, str], ...],
+    preset: str | None,
+    permission: str,
+    owner: str | None,
+    capped: bool,
+    uncapped: bool,
+) -> None:
+    p = policy(*overrides, presets={ROOM: preset} if preset else None)
+    who = actor(role, p)
+    room = RoomRef(ROOM, owner_id=owner)
+    assert permitted(who, permission, room) is uncapped
+    assert permitted(capped_at_tier_4(who), permission, room) is capped
 
 
 @pytest.mark.parametrize(
