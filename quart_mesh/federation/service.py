@@ -159,7 +159,7 @@ class Federation:
             "message": message,
             "connectionId": connection_id,
         }
-        await self.post_signed(base, REQUEST_PATH, body)
+        await self.post_signed(base, REQUEST_PATH, body, audience=did)
         now = now_ms()
         row = repo.ConnectionRow(
             connection_id, did, peer_name, base, "outbound", "pending", message, now, now
@@ -189,7 +189,9 @@ class Federation:
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
         notified = True
         try:
-            await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
+            await self.post_signed(
+                row.peer_url, DISCONNECTED_PATH, self._notice(connection_id), audience=row.peer_did
+            )
         except PeerError as error:
             if not force:
                 raise
@@ -208,13 +210,16 @@ class Federation:
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
-        await self.post_signed(row.peer_url, path, self._notice(connection_id))
+        await self.post_signed(
+            row.peer_url, path, self._notice(connection_id), audience=row.peer_did
+        )
         return await self._set(row, status)
 
     # -- node-to-node (inbound) -------------------------------------------
 
     async def authenticate(self, request: SignedRequest) -> str:
-        """The DID that signed *request*.
+        """The DID that signed *request* for this node (the signature's
+        audience is this node's DID).
 
         Raises:
             Forbidden: federation is off here.
@@ -226,6 +231,7 @@ class Federation:
             request.method,
             request.path,
             request.body,
+            audience=self._identity.did,
             nonces=self.nonces,
             max_skew=self._settings.federation_max_skew_seconds,
         )
@@ -343,13 +349,15 @@ class Federation:
             raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
         return json_object(answer, url)
 
-    async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST *body* to the peer at *base*, signed; its JSON answer.
+    async def post_signed(
+        self, base: str, path: str, body: dict[str, Any], *, audience: str
+    ) -> dict[str, Any]:
+        """POST *body* to the peer at *base*, signed for its DID *audience*; its JSON answer.
 
         Raises:
             PeerError: unreachable, refused (non-2xx) or an invalid answer.
         """
-        return await post_signed(self._http(), self._identity, base, path, body)
+        return await post_signed(self._http(), self._identity, base, path, body, audience=audience)
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:

@@ -7,6 +7,11 @@ A signed request carries four headers::
     X-Mesh-Nonce      16-128 characters of [A-Za-z0-9_-], fresh per request
     X-Mesh-Signature  base64url (padding optional) Ed25519 signature of
                       METHOD \\n PATH \\n TIMESTAMP \\n NONCE \\n sha256-hex(body)
+                      \\n AUDIENCE (the receiving node's DID)
+
+The audience line names the node the request is for: the receiver rebuilds
+the string with its own DID, so a request one node signed for another cannot
+be replayed to this one (``bad_signature``).
 
 Building headers and checking signatures does no I/O. Nonces are
 remembered in the store (:class:`Nonces`, ``store/nonces.py``, decision
@@ -65,23 +70,38 @@ _PRUNE_EVERY = 30.0
 _RECOUNT_EVERY = 1.0
 
 
-def canonical_string(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
-    """The bytes a node signs: ``METHOD\\nPATH\\nTIMESTAMP\\nNONCE\\nSHA256-HEX(body)``."""
+def canonical_string(
+    method: str, path: str, timestamp: str, nonce: str, body: bytes, audience: str
+) -> bytes:
+    """The bytes a node signs, six lines:
+    ``METHOD\\nPATH\\nTIMESTAMP\\nNONCE\\nSHA256-HEX(body)\\nAUDIENCE``.
+
+    Args:
+        audience: the DID of the node the request is for (the receiver).
+    """
     digest = hashlib.sha256(body).hexdigest()
-    return f"{method.upper()}\n{path}\n{timestamp}\n{nonce}\n{digest}".encode()
+    return f"{method.upper()}\n{path}\n{timestamp}\n{nonce}\n{digest}\n{audience}".encode()
 
 
 def sign_request(
-    identity: NodeIdentity, method: str, path: str, body: bytes, *, now: float | None = None
+    identity: NodeIdentity,
+    method: str,
+    path: str,
+    body: bytes,
+    *,
+    audience: str,
+    now: float | None = None,
 ) -> dict[str, str]:
     """The four ``X-Mesh-*`` headers for a request from this node.
 
     Args:
         path: the request's path on the receiver, without query string.
+        audience: the receiving node's DID (every other node refuses the
+            request: ``bad_signature``).
     """
     timestamp = str(int(time.time() if now is None else now))
     nonce = secrets.token_urlsafe(24)
-    signature = identity.sign(canonical_string(method, path, timestamp, nonce, body))
+    signature = identity.sign(canonical_string(method, path, timestamp, nonce, body, audience))
     return {
         HEADER_DID: identity.did,
         HEADER_TIMESTAMP: timestamp,
@@ -159,6 +179,7 @@ def check_signature(
     path: str,
     body: bytes,
     *,
+    audience: str,
     max_skew: float,
     now: float,
 ) -> tuple[str, str, int]:
@@ -167,7 +188,11 @@ def check_signature(
 
     Header names are matched in any case. Checks, in order: all headers
     present and well-formed (``unsigned``), timestamp within *max_skew*
-    seconds of *now* (``stale``), signature by the DID's key (``bad_signature``).
+    seconds of *now* (``stale``), signature by the DID's key of the
+    canonical string for *audience* (``bad_signature``).
+
+    Args:
+        audience: this node's DID: a request signed for another node fails.
 
     Raises:
         Unauthorized: with one of the codes above.
@@ -189,8 +214,13 @@ def check_signature(
             f"{HEADER_TIMESTAMP} is more than {max_skew:g} s from this node's clock", "stale"
         )
     raw = _b64url(signature)
-    if raw is None or not verify(did, raw, canonical_string(method, path, timestamp, nonce, body)):
-        raise Unauthorized(f"the signature does not verify for {HEADER_DID}", "bad_signature")
+    signed = canonical_string(method, path, timestamp, nonce, body, audience)
+    if raw is None or not verify(did, raw, signed):
+        raise Unauthorized(
+            f"the signature does not verify for {HEADER_DID}; it must be signed for "
+            f"this node's DID ({audience})",
+            "bad_signature",
+        )
     return did, nonce, int(timestamp)
 
 
@@ -200,11 +230,13 @@ async def verify_request(
     path: str,
     body: bytes,
     *,
+    audience: str,
     nonces: Nonces,
     max_skew: float,
     now: float | None = None,
 ) -> str:
-    """Check a signed request; return the sender's DID.
+    """Check a signed request for the node *audience* (this node's DID);
+    return the sender's DID.
 
     The checks of :func:`check_signature`, then the nonce must not have been
     seen before (``replayed``). The nonce is remembered only once the
@@ -216,7 +248,7 @@ async def verify_request(
     """
     current = time.time() if now is None else now
     did, nonce, timestamp = check_signature(
-        headers, method, path, body, max_skew=max_skew, now=current
+        headers, method, path, body, audience=audience, max_skew=max_skew, now=current
     )
     await nonces.check_and_add(did, nonce, timestamp, current)
     return did

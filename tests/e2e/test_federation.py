@@ -37,13 +37,15 @@ def _signed(
     path: str,
     body: dict[str, Any],
     *,
+    audience: str,
     timestamp: float | None = None,
     nonce: str | None = None,
 ) -> tuple[bytes, dict[str, str]]:
+    """A request signed by hand with *key* (as *did*) for the node *audience*."""
     raw = json.dumps(body).encode()
     ts = str(int(time.time() if timestamp is None else timestamp))
     nonce = nonce or new_id().lower() + "nonce"
-    signature = key.sign(canonical_string("POST", path, ts, nonce, raw))
+    signature = key.sign(canonical_string("POST", path, ts, nonce, raw, audience))
     return raw, {
         "Content-Type": "application/json",
         "X-Mesh-DID": did,
@@ -151,20 +153,21 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             )
             # forged: X-Mesh-DID is A's, the signature another key's
             forger, _ = _key()
-            raw, headers = _signed(forger, did_a, path, notice)
+            raw, headers = _signed(forger, did_a, path, notice, audience=did_b)
             assert_error(await b.post(path, content=raw, headers=headers), 401, "bad_signature")
             # stale
             stranger, stranger_did = _key()
             raw, headers = _signed(
-                stranger, stranger_did, path, notice, timestamp=time.time() - 400
+                stranger, stranger_did, path, notice, audience=did_b, timestamp=time.time() - 400
             )
             assert_error(await b.post(path, content=raw, headers=headers), 401, "stale")
             # replayed: the first one is let through (and refused as not the peer)
-            raw, headers = _signed(stranger, stranger_did, path, notice)
+            raw, headers = _signed(stranger, stranger_did, path, notice, audience=did_b)
             assert_error(await b.post(path, content=raw, headers=headers), 401, "wrong_peer")
             assert_error(await b.post(path, content=raw, headers=headers), 401, "replayed")
             # signed by a stranger for an unknown connection
-            raw, headers = _signed(stranger, stranger_did, path, {"connectionId": new_id()})
+            unknown = {"connectionId": new_id()}
+            raw, headers = _signed(stranger, stranger_did, path, unknown, audience=did_b)
             r = await b.post(path, content=raw, headers=headers)
             assert_error(r, 404, "connection_not_found")
             # none of that changed the connection
@@ -223,7 +226,9 @@ async def test_a_node_with_federation_off_stands_alone(
             # every node-to-node path refuses, signed or not
             key, did = _key()
             for path in ("/api/federation/relay", "/api/federation/rooms"):
-                raw, headers = _signed(key, did, path, {"connectionId": new_id()})
+                raw, headers = _signed(
+                    key, did, path, {"connectionId": new_id()}, audience=manifest["did"]
+                )
                 r = await solo.post(path, content=raw, headers=headers)
                 assert_error(r, 403, "federation_disabled")
             # and everything else works: rooms, messages, history
@@ -244,6 +249,7 @@ async def test_pending_requests_are_capped(tmp_path: Path, nursery: trio.Nursery
         url = await node.start(nursery)
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             owner = await Mesh(http).setup()
+            audience = (await http.get("/.well-known/mesh-manifest.json")).json()["did"]
             statuses = []
             for i in range(3):
                 key, did = _key()
@@ -255,7 +261,7 @@ async def test_pending_requests_are_capped(tmp_path: Path, nursery: trio.Nursery
                     "connectionId": new_id(),
                 }
                 path = "/api/connections/request"
-                raw, headers = _signed(key, did, path, body)
+                raw, headers = _signed(key, did, path, body, audience=audience)
                 r = await http.post(path, content=raw, headers=headers)
                 statuses.append(r.status_code)
             assert statuses == [201, 201, 429]
