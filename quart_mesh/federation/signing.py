@@ -153,8 +153,9 @@ class Nonces:
             self._next_prune = now + (_RECOUNT_EVERY if self._full else _PRUNE_EVERY)
         elif self._full:
             raise Unavailable("too many signed requests; try again later", "busy")
-        # expired: their timestamps are outside the window, whatever the clocks say
-        cutoff = int((now - self._window - _CLOCK_GRACE) * 1000)
+        # expired: their timestamps are outside the window, whatever the clocks
+        # say (expires_at already holds the window and the grace)
+        cutoff = int(now * 1000)
 
         def add(conn: Connection) -> tuple[bool, bool]:
             """(whether too many are live, whether this one was added)"""
