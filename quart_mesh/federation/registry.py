@@ -42,14 +42,13 @@ from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
 from .http import error_code, exchange, peer_client
-from .service import MAX_PEER_NAME_CHARS, _base_url, _is_did
+from .service import HEARTBEAT_PATH, MAX_PEER_NAME_CHARS, _base_url, _is_did
 from .signing import sign_request
 
 __all__ = ["HEARTBEAT_PATH", "Heartbeat", "Registry"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_PATH = "/api/meshes/heartbeat"
 #: where a heartbeat's ``url`` must serve the mesh's manifest (and where a
 #: node reads its registry's DID, to sign its heartbeats for it)
 MANIFEST_PATH = "/.well-known/mesh-manifest.json"
@@ -74,7 +73,8 @@ class Registry:
     within ``registry_fetch_timeout`` and ``registry_manifest_max_bytes``; a
     check that passed is trusted for ``registry_verify_ttl`` seconds per
     (DID, URL), in this process's memory. Heartbeats are rate-limited per DID
-    (``registry_did``) and manifest checks per client address
+    (``registry_did``, counted by ``Federation.authenticate`` before the
+    signed request's nonce is stored) and manifest checks per client address
     (``registry_address``).
     """
 
@@ -107,7 +107,8 @@ class Registry:
         """Record (or, ``status: "withdrawn"``, remove) the mesh of the node *did*.
 
         Args:
-            did: the DID that signed the request (already verified).
+            did: the DID that signed the request (already verified, and
+                counted against ``registry_did``: ``Federation.authenticate``).
             address: the client's address (``None``: not limited per address).
 
         Cancellation: safe; a manifest check cut short is not remembered.
@@ -119,12 +120,11 @@ class Registry:
                 ``invalid_url``, ``manifest_unreachable`` (no manifest could be
                 fetched from ``url``), ``manifest_mismatch`` (what ``url``
                 serves is not a manifest with the signer's DID).
-            RateLimited: too many heartbeats from this DID or manifest checks
-                from this address (``rate_limited``), or the registry is full
-                of live entries (``registry_full``).
+            RateLimited: too many manifest checks from this address
+                (``rate_limited``), or the registry is full of live entries
+                (``registry_full``).
         """
         self.check_enabled()
-        await self._rate.key("registry_did", did)
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
         status = fields.get("status")

@@ -30,7 +30,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from sqlalchemy.engine import Connection
 
@@ -44,6 +44,7 @@ __all__ = [
     "HEADER_NONCE",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
+    "Admit",
     "Nonces",
     "canonical_string",
     "check_signature",
@@ -68,6 +69,11 @@ _CLOCK_GRACE = 60
 _PRUNE_EVERY = 30.0
 #: how often, while too many are live, it counts again (seconds)
 _RECOUNT_EVERY = 1.0
+#: while the store is full, a peer is let through while it holds fewer than
+#: this fraction (1/n) of ``max_entries`` live nonces...
+PEER_SHARE = 10
+#: ...or fewer than this many, whichever is more
+MIN_PEER_SHARE = 100
 
 
 def canonical_string(
@@ -123,55 +129,93 @@ class Nonces:
     grace for clock differences between hosts), after which the timestamp
     check alone refuses it; so nothing is forgotten early, not even by a
     restart, and a request signed before this process started is judged
-    by its timestamp like any other. When about *max_entries* nonces are
-    live, new signed requests are refused (503 ``busy``) rather than
-    forgetting a nonce early, which would let it be replayed. Live nonces
-    are counted now and then, not per request: the bound is approximate.
+    by its timestamp like any other.
+
+    When about *max_entries* nonces are live, the store is *full*: rather
+    than forgetting a nonce early (which would let it be replayed), new
+    signed requests are refused (503 ``busy``) — but only those of signers
+    that are not *peers* (a connection this node's admin accepted or asked
+    for) and of peers that hold their share of the live nonces already
+    (:data:`PEER_SHARE`-th of *max_entries*, at least :data:`MIN_PEER_SHARE`).
+    So a signer that floods the store is refused, and a connected peer that
+    keeps to its share is not. Live nonces are counted now and then (and
+    this process adds those it stores since), not per request: the bound is
+    approximate, and peers may hold their shares beyond it.
     """
 
     def __init__(self, db: Database, window_seconds: float, max_entries: int) -> None:
         self._db = db
         self._window = window_seconds
         self._max = max_entries
+        #: most live nonces a peer may hold while the store is full
+        self.peer_share = max(MIN_PEER_SHARE, max_entries // PEER_SHARE)
         self._next_prune = 0.0
-        self._full = False
+        #: live nonces: as counted at the last prune, plus those this process added since
+        self._live = 0
 
-    async def check_and_add(self, did: str, nonce: str, timestamp: int, now: float) -> None:
+    @property
+    def full(self) -> bool:
+        """Whether about *max_entries* nonces were live when last counted."""
+        return self._live >= self._max
+
+    def expires_at(self, timestamp: int) -> float:
+        """When a nonce signed at *timestamp* may be forgotten (unix seconds):
+        from then on the timestamp check refuses the request, whatever the
+        clocks of the node's hosts say."""
+        return timestamp + self._window + _CLOCK_GRACE
+
+    async def check_and_add(
+        self, did: str, nonce: str, timestamp: int, now: float, *, peer: bool = False
+    ) -> None:
         """Remember (*did*, *nonce*) for a request signed at *timestamp*.
+
+        Args:
+            now: unix seconds.
+            peer: the signer is a peer this node chose (an accepted
+                connection, or one this node asked for): while the store is
+                full it is still let through, within its share.
 
         Cancellation: once handed to the store, the nonce is remembered even
         if the caller is cancelled.
 
         Raises:
             Unauthorized: ``replayed``, it was seen before (by any process).
-            Unavailable: ``busy``, too many nonces are live; or the store
-                cannot be reached.
+            Unavailable: ``busy``, the store is full and this signer is not a
+                peer or holds its share; or the store cannot be reached.
         """
-        expires_at = int((timestamp + self._window + _CLOCK_GRACE) * 1000)
+        expires_at = int(self.expires_at(timestamp) * 1000)
         prune = now >= self._next_prune
         if prune:
-            self._next_prune = now + (_RECOUNT_EVERY if self._full else _PRUNE_EVERY)
-        elif self._full:
+            self._next_prune = now + (_RECOUNT_EVERY if self.full else _PRUNE_EVERY)
+        elif self.full and not peer:
             raise Unavailable("too many signed requests; try again later", "busy")
         # expired: their timestamps are outside the window, whatever the clocks
         # say (expires_at already holds the window and the grace)
         cutoff = int(now * 1000)
+        limit, share, live = self._max, self.peer_share, self._live
 
-        def add(conn: Connection) -> tuple[bool, bool]:
-            """(whether too many are live, whether this one was added)"""
+        def add(conn: Connection) -> tuple[int | None, str]:
+            """(the live nonces if counted now, ``added``, ``replayed`` or ``busy``)"""
+            counted = None
             if prune:
                 repo.prune(conn, cutoff)
-                if repo.count(conn) >= self._max:
-                    return True, False
-            return False, repo.add(conn, did, nonce, expires_at)
+                counted = repo.count(conn)
+            if (live if counted is None else counted) >= limit and (
+                not peer or repo.count_of(conn, did, share) >= share
+            ):
+                return counted, "busy"
+            return counted, "added" if repo.add(conn, did, nonce, expires_at) else "replayed"
 
-        full, added = await self._db.write(add)
-        if prune:
-            self._full = full
-        if full:
+        counted, outcome = await self._db.write(add)
+        if counted is not None:
+            self._live = counted
+            if self.full:
+                self._next_prune = min(self._next_prune, now + _RECOUNT_EVERY)
+        if outcome == "busy":
             raise Unavailable("too many signed requests; try again later", "busy")
-        if not added:
+        if outcome == "replayed":
             raise Unauthorized("this signed request was already received", "replayed")
+        self._live += 1
 
 
 def check_signature(
@@ -225,6 +269,12 @@ def check_signature(
     return did, nonce, int(timestamp)
 
 
+#: decides, once the signature holds, whether the signer may be heard at
+#: all (raising otherwise: the nonce is then not stored) and whether it is
+#: a peer this node chose (:meth:`Nonces.check_and_add`)
+Admit = Callable[[str], Awaitable[bool]]
+
+
 async def verify_request(
     headers: Mapping[str, str],
     method: str,
@@ -234,24 +284,29 @@ async def verify_request(
     audience: str,
     nonces: Nonces,
     max_skew: float,
+    admit: Admit | None = None,
     now: float | None = None,
 ) -> str:
     """Check a signed request for the node *audience* (this node's DID);
     return the sender's DID.
 
-    The checks of :func:`check_signature`, then the nonce must not have been
-    seen before (``replayed``). The nonce is remembered only once the
-    signature holds, so forged requests cannot fill the store.
+    The checks of :func:`check_signature`, then *admit* (with the signing
+    DID), then the nonce must not have been seen before (``replayed``). The
+    nonce is remembered only once the signature holds and *admit* let the
+    signer through, so neither forged requests nor signers refused there
+    can fill the store.
 
     Raises:
         Unauthorized: ``unsigned``, ``stale``, ``bad_signature`` or ``replayed``.
         Unavailable: too many live nonces (``busy``), or the store is down.
+        MeshError: what *admit* raises.
     """
     current = time.time() if now is None else now
     did, nonce, timestamp = check_signature(
         headers, method, path, body, audience=audience, max_skew=max_skew, now=current
     )
-    await nonces.check_and_add(did, nonce, timestamp, current)
+    peer = await admit(did) if admit is not None else False
+    await nonces.check_and_add(did, nonce, timestamp, current, peer=peer)
     return did
 
 

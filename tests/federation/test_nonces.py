@@ -1,6 +1,6 @@
 """The nonce store of signed node-to-node requests (``federation/signing.py``),
 driven with explicit clock values on the suite's store (a fresh database):
-how long a nonce is kept."""
+how long a nonce is kept, and who is refused ``busy`` when too many are live."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quart_mesh.errors import Unauthorized
+from quart_mesh.errors import Unauthorized, Unavailable
 from quart_mesh.federation.signing import Nonces
 from quart_mesh.store import Database
 from quart_mesh.store import nonces as repo
@@ -46,4 +46,33 @@ async def test_a_nonce_is_forgotten_right_after_its_timestamp_leaves_the_window(
     assert await db.read(repo.count) == 1
     # ...and forgotten at the next prune after it, not a window later
     await nonces.check_and_add("did:key:a", "m" * 16, int(gone), gone + 31)
+    assert await db.read(repo.count) == 1
+
+
+async def test_when_full_only_strangers_and_peers_over_their_share_are_refused(
+    db: Database,
+) -> None:
+    nonces = Nonces(db, WINDOW, max_entries=10)
+    share = nonces.peer_share  # a tenth of max_entries, at least 100
+    assert share == 100
+    now, ts = T0, int(T0)
+    for n in range(10):
+        await nonces.check_and_add("did:key:stranger", f"s{n:015d}", ts, now)
+    # full: a stranger is refused at once, whoever it is
+    for did in ("did:key:stranger", "did:key:other"):
+        with pytest.raises(Unavailable, match="too many") as refused:
+            await nonces.check_and_add(did, "x" * 16, ts, now)
+        assert refused.value.code == "busy"
+    # a peer floods: let through up to its share, then refused...
+    for n in range(share):
+        await nonces.check_and_add("did:key:m", f"m{n:015d}", ts, now, peer=True)
+    with pytest.raises(Unavailable, match="too many"):
+        await nonces.check_and_add("did:key:m", "m" * 16, ts, now, peer=True)
+    # ...while another peer, within its share, is not
+    for n in range(5):
+        await nonces.check_and_add("did:key:b", f"b{n:015d}", ts, now, peer=True)
+    assert await db.read(lambda conn: repo.count_of(conn, "did:key:b", 1000)) == 5
+    # once they expire, the store takes anyone again
+    later = ts + WINDOW + 60 + 1
+    await nonces.check_and_add("did:key:stranger", "s" * 16, int(later), later)
     assert await db.read(repo.count) == 1
