@@ -161,7 +161,9 @@ class Node:
             rate_limits=self.rate_limits,
             shared_rooms=shared_rooms,
         )
-        self.federation = Federation(settings, db, identity, self.relay)
+        self.federation = Federation(
+            settings, db, identity, self.relay, rate_limits=self.rate_limits
+        )
         #: this node as a registry of public meshes (``GET /api/meshes/public``)
         self.registry = Registry(settings, db, self.accounts, self.rate_limits)
         self.heartbeat = (

@@ -304,10 +304,13 @@ def _own_url() -> str:
 
 
 async def _signed() -> tuple[str, dict[str, Any]]:
-    """The verified sender DID and JSON body of a node-to-node request."""
+    """The verified sender DID and JSON body of a node-to-node request
+    (``Federation.authenticate`` decides by its path who may send it)."""
     data = await request.get_data(cache=False)
     raw = data.encode() if isinstance(data, str) else data
-    signed = SignedRequest(dict(request.headers), request.method, request.path, raw)
+    signed = SignedRequest(
+        dict(request.headers), request.method, request.path, raw, client_address()
+    )
     did = await node().federation.authenticate(signed)
     return did, (parse_json_object(raw) if raw.strip() else {})
 

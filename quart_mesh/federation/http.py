@@ -104,15 +104,22 @@ class PeerError(BadGateway):
 
 
 async def post_signed(
-    client: httpx.AsyncClient, identity: NodeIdentity, base: str, path: str, body: dict[str, Any]
+    client: httpx.AsyncClient,
+    identity: NodeIdentity,
+    base: str,
+    path: str,
+    body: dict[str, Any],
+    *,
+    audience: str,
 ) -> dict[str, Any]:
-    """POST *body* to the peer at *base*, signed with this node's key; its JSON answer.
+    """POST *body* to the peer at *base*, signed with this node's key for the
+    peer's DID *audience*; its JSON answer.
 
     Raises:
         PeerError: unreachable, too slow, refused (non-2xx) or an invalid answer.
     """
     raw = json.dumps(body, separators=(",", ":")).encode()
-    headers = sign_request(identity, "POST", path, raw)
+    headers = sign_request(identity, "POST", path, raw, audience=audience)
     headers["Content-Type"] = "application/json"
     url = f"{base}{path}"
     try:

@@ -202,8 +202,10 @@ class Links:
             if cid in self.status
         }
 
-    async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST *body* to the peer at *base*, signed; its JSON answer.
+    async def post_signed(
+        self, base: str, path: str, body: dict[str, Any], *, audience: str
+    ) -> dict[str, Any]:
+        """POST *body* to the peer at *base*, signed for its DID *audience*; its JSON answer.
 
         Raises:
             Unavailable: ``federation_unavailable``, :meth:`run` is not running.
@@ -211,7 +213,7 @@ class Links:
         """
         if self._client is None:
             raise Unavailable("federation is not running", "federation_unavailable")
-        return await post_signed(self._client, self._identity, base, path, body)
+        return await post_signed(self._client, self._identity, base, path, body, audience=audience)
 
     def _observe(self, event: Event) -> None:
         if event.room_id is not None and event.room_id in self._shared:
@@ -313,7 +315,7 @@ class Links:
         )
         notice = {"connectionId": connection_id, "did": self._identity.did}
         try:
-            await self.post_signed(row.peer_url, DISCONNECTED_PATH, notice)
+            await self.post_signed(row.peer_url, DISCONNECTED_PATH, notice, audience=row.peer_did)
         except (PeerError, Unavailable) as error:
             log.info("the peer of connection %s was not told: %s", connection_id, error)
         self.connection_ended(connection_id)  # this link task ends with it
@@ -338,7 +340,7 @@ class Links:
             size += len(one) + 1
         head = json.dumps({"connectionId": row.connection_id}, separators=(",", ":")).encode()
         raw = head[:-1] + b',"events":[' + b",".join(encoded) + b"]}"
-        headers = sign_request(self._identity, "POST", RELAY_PATH, raw)
+        headers = sign_request(self._identity, "POST", RELAY_PATH, raw, audience=row.peer_did)
         headers["Content-Type"] = "application/json"
         client = self._client
         if client is None:

@@ -5,7 +5,8 @@ Two sides, both in this module:
 * :class:`Heartbeat` (every node with ``registry_url``): while the mesh is set
   up and public, POSTs a signed ``{name, description, url, did, status: "ok",
   members, bots, version}`` to ``{registry_url}/api/meshes/heartbeat`` every
-  ``heartbeat_interval`` seconds, the first at start. When a listed mesh turns
+  ``heartbeat_interval`` seconds, the first at start, signed for the registry's
+  DID (read from its manifest). When a listed mesh turns
   private it sends one ``status: "withdrawn"``, which removes it. Failures are
   logged and retried at the next interval; they never stop the node.
 * :class:`Registry` (a node whose owner or operator turned it on):
@@ -41,15 +42,15 @@ from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
 from .http import error_code, exchange, peer_client
-from .service import MAX_PEER_NAME_CHARS, _base_url
+from .service import HEARTBEAT_PATH, MAX_PEER_NAME_CHARS, _base_url, _is_did
 from .signing import sign_request
 
 __all__ = ["HEARTBEAT_PATH", "Heartbeat", "Registry"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_PATH = "/api/meshes/heartbeat"
-#: where a heartbeat's ``url`` must serve the mesh's manifest
+#: where a heartbeat's ``url`` must serve the mesh's manifest (and where a
+#: node reads its registry's DID, to sign its heartbeats for it)
 MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 #: longest description and version string a registry keeps
 MAX_DESCRIPTION_CHARS = 2000
@@ -72,7 +73,8 @@ class Registry:
     within ``registry_fetch_timeout`` and ``registry_manifest_max_bytes``; a
     check that passed is trusted for ``registry_verify_ttl`` seconds per
     (DID, URL), in this process's memory. Heartbeats are rate-limited per DID
-    (``registry_did``) and manifest checks per client address
+    (``registry_did``, counted by ``Federation.authenticate`` before the
+    signed request's nonce is stored) and manifest checks per client address
     (``registry_address``).
     """
 
@@ -105,7 +107,8 @@ class Registry:
         """Record (or, ``status: "withdrawn"``, remove) the mesh of the node *did*.
 
         Args:
-            did: the DID that signed the request (already verified).
+            did: the DID that signed the request (already verified, and
+                counted against ``registry_did``: ``Federation.authenticate``).
             address: the client's address (``None``: not limited per address).
 
         Cancellation: safe; a manifest check cut short is not remembered.
@@ -117,12 +120,11 @@ class Registry:
                 ``invalid_url``, ``manifest_unreachable`` (no manifest could be
                 fetched from ``url``), ``manifest_mismatch`` (what ``url``
                 serves is not a manifest with the signer's DID).
-            RateLimited: too many heartbeats from this DID or manifest checks
-                from this address (``rate_limited``), or the registry is full
-                of live entries (``registry_full``).
+            RateLimited: too many manifest checks from this address
+                (``rate_limited``), or the registry is full of live entries
+                (``registry_full``).
         """
         self.check_enabled()
-        await self._rate.key("registry_did", did)
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
         status = fields.get("status")
@@ -261,7 +263,10 @@ class Heartbeat:
     """Announces this mesh to ``settings.registry_url``; runs in the node's nursery.
 
     :meth:`run` owns its HTTP client. It waits until the node's address is
-    known, then beats every ``heartbeat_interval`` seconds; a round that fails
+    known, then beats every ``heartbeat_interval`` seconds. Heartbeats are
+    signed for the registry's DID, read from its manifest
+    (``{registry_url}/.well-known/mesh-manifest.json``) before the first one
+    and kept until the registry refuses one (then read again). A round that fails
     transiently (the registry unreachable, slow or refusing) is retried with
     backoff (``retry.retrying``, at most one interval apart). Cancellation
     ends the loop at once (no final heartbeat: a stopped node drops out of
@@ -289,6 +294,8 @@ class Heartbeat:
         self._address = address
         #: whether the last heartbeat sent listed this mesh (so going private withdraws it)
         self._listed = False
+        #: the registry's DID, from its manifest (``None``: read it before the next beat)
+        self._audience: str | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with peer_client(self._settings.federation_timeout, "quart-mesh-heartbeat") as client:
@@ -308,15 +315,16 @@ class Heartbeat:
         """Send one heartbeat if there is one to send; return its status.
 
         Raises:
-            Transient: the registry cannot be reached, is too slow, or
-                refused the heartbeat.
+            Transient: the registry cannot be reached, is too slow, serves
+                no manifest with a DID, or refused the heartbeat.
             Unavailable: the store cannot be read.
         """
         body = await self._body()
         if body is None:
             return None
+        audience = await self._registry_did(client)
         raw = json.dumps(body, separators=(",", ":")).encode()
-        headers = sign_request(self._identity, "POST", HEARTBEAT_PATH, raw)
+        headers = sign_request(self._identity, "POST", HEARTBEAT_PATH, raw, audience=audience)
         headers["Content-Type"] = "application/json"
         try:
             answer = await exchange(
@@ -325,11 +333,41 @@ class Heartbeat:
         except httpx.HTTPError as error:
             raise Transient(f"cannot reach the registry: {type(error).__name__}") from None
         if not 200 <= answer.status < 300:
+            # its DID may have changed (bad_signature): read its manifest again next time
+            self._audience = None
             # the code says what to fix (manifest_unreachable: the url is not reachable
             # from the registry, e.g. MESH_PUBLIC_URL is not set behind a proxy)
             raise Transient(f"the registry answered {answer.status} {error_code(answer.body)}")
         self._listed = body["status"] == "ok"
         return str(body["status"])
+
+    async def _registry_did(self, client: httpx.AsyncClient) -> str:
+        """The registry's DID, which heartbeats are signed for: read from its
+        manifest once, then kept (:meth:`beat` forgets it when the registry
+        refuses a heartbeat).
+
+        Raises:
+            Transient: the manifest cannot be read, or has no valid ``did``.
+        """
+        if self._audience is not None:
+            return self._audience
+        url = self._registry + MANIFEST_PATH
+        try:
+            answer = await exchange(client, "GET", url, headers={"Accept": "application/json"})
+        except httpx.HTTPError as error:
+            why = type(error).__name__
+            raise Transient(f"cannot read the registry's manifest: {why}") from None
+        if answer.status != 200:
+            raise Transient(f"the registry's manifest answered {answer.status}")
+        try:
+            data = None if answer.truncated else json.loads(answer.body)
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
+            data = None
+        did = data.get("did") if isinstance(data, dict) else None
+        if not isinstance(did, str) or not _is_did(did):
+            raise Transient(f"{url} does not serve a mesh manifest with a did")
+        self._audience = did
+        return did
 
     async def _body(self) -> dict[str, Any] | None:
         mesh = self._accounts.mesh

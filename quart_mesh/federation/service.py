@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..records import iso, now_ms
 from ..services.authz import Actor, authorize
+from ..services.ratelimit import RateLimiter
 from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
@@ -51,6 +53,8 @@ MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 REQUEST_PATH = "/api/connections/request"
 ACCEPTED_PATH = "/api/connections/accepted"
 DECLINED_PATH = "/api/connections/declined"
+#: a node's heartbeat to a registry (``registry.py``), signed like the paths above
+HEARTBEAT_PATH = "/api/meshes/heartbeat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class SignedRequest:
     method: str
     path: str
     body: bytes
+    #: the client's address (``None``: not known; not limited per address)
+    address: str | None = None
 
 
 class Federation:
@@ -68,11 +74,18 @@ class Federation:
     owns the outbound HTTP client)."""
 
     def __init__(
-        self, settings: Settings, db: Database, identity: NodeIdentity, relay: Relay
+        self,
+        settings: Settings,
+        db: Database,
+        identity: NodeIdentity,
+        relay: Relay,
+        *,
+        rate_limits: RateLimiter,
     ) -> None:
         self._settings = settings
         self._db = db
         self._identity = identity
+        self._rate = rate_limits
         self.nonces = Nonces(
             db, settings.federation_max_skew_seconds, settings.federation_max_nonces
         )
@@ -157,7 +170,7 @@ class Federation:
             "message": message,
             "connectionId": connection_id,
         }
-        await self.post_signed(base, REQUEST_PATH, body)
+        await self.post_signed(base, REQUEST_PATH, body, audience=did)
         now = now_ms()
         row = repo.ConnectionRow(
             connection_id, did, peer_name, base, "outbound", "pending", message, now, now
@@ -187,7 +200,9 @@ class Federation:
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
         notified = True
         try:
-            await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
+            await self.post_signed(
+                row.peer_url, DISCONNECTED_PATH, self._notice(connection_id), audience=row.peer_did
+            )
         except PeerError as error:
             if not force:
                 raise
@@ -206,17 +221,29 @@ class Federation:
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
-        await self.post_signed(row.peer_url, path, self._notice(connection_id))
+        await self.post_signed(
+            row.peer_url, path, self._notice(connection_id), audience=row.peer_did
+        )
         return await self._set(row, status)
 
     # -- node-to-node (inbound) -------------------------------------------
 
     async def authenticate(self, request: SignedRequest) -> str:
-        """The DID that signed *request*.
+        """The DID that signed *request* for this node (the signature's
+        audience is this node's DID).
+
+        Once the signature holds, and before its nonce is stored, the signer
+        must be let in (:meth:`_admit`): so a signer that is refused there
+        leaves nothing in the nonce store, and one that floods it is refused
+        itself (``busy``), not the peers this node chose.
 
         Raises:
             Forbidden: federation is off here.
-            Unauthorized: ``unsigned``, ``stale``, ``bad_signature``, ``replayed``.
+            Unauthorized: ``unsigned``, ``stale``, ``bad_signature``,
+                ``unknown_node``, ``replayed``.
+            RateLimited: ``rate_limited`` (``federation_request_address``,
+                ``registry_did``).
+            Unavailable: ``busy`` (:class:`~.signing.Nonces`), or the store is down.
         """
         self._require_enabled()
         return await verify_request(
@@ -224,9 +251,38 @@ class Federation:
             request.method,
             request.path,
             request.body,
+            audience=self._identity.did,
             nonces=self.nonces,
             max_skew=self._settings.federation_max_skew_seconds,
+            admit=partial(self._admit, request),
         )
+
+    async def _admit(self, request: SignedRequest, did: str) -> bool:
+        """Whether the node *did* (its signature holds) is heard on *request*'s
+        path; whether it is a peer this node chose (an accepted connection,
+        or one this node asked for), which the nonce store lets through
+        while it is full.
+
+        A connection request counts against ``federation_request_address``
+        for the client's address, a heartbeat (to a registry) against
+        ``registry_did`` for the signer; on every other path the signer must
+        have a connection here, of any status (notices such as
+        ``disconnected`` concern ended ones too).
+
+        Raises:
+            RateLimited: ``rate_limited``.
+            Unauthorized: ``unknown_node``.
+        """
+        if request.path == REQUEST_PATH:
+            await self._rate.address("federation_request_address", request.address)
+            return False
+        if request.path == HEARTBEAT_PATH:
+            await self._rate.key("registry_did", did)
+            return False
+        row = await self._db.read(lambda c: repo.get_by_did(c, did))
+        if row is None:
+            raise Unauthorized("this node has no connection with the signing node", "unknown_node")
+        return row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
 
     async def receive_request(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
         """A peer asks to connect: record it as an inbound ``pending`` request."""
@@ -338,13 +394,15 @@ class Federation:
             raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
         return json_object(answer, url)
 
-    async def post_signed(self, base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST *body* to the peer at *base*, signed; its JSON answer.
+    async def post_signed(
+        self, base: str, path: str, body: dict[str, Any], *, audience: str
+    ) -> dict[str, Any]:
+        """POST *body* to the peer at *base*, signed for its DID *audience*; its JSON answer.
 
         Raises:
             PeerError: unreachable, refused (non-2xx) or an invalid answer.
         """
-        return await post_signed(self._http(), self._identity, base, path, body)
+        return await post_signed(self._http(), self._identity, base, path, body, audience=audience)
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:

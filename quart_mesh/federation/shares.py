@@ -13,9 +13,8 @@ miss the relay outbox.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -41,8 +40,14 @@ UNSHARE_PATH = "/api/federation/rooms/unshared"
 #: most rooms shared over one connection (both directions together)
 MAX_SHARES = 200
 
-#: a signed POST to a peer (base URL, path, body) returning its JSON answer
-PostSigned = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+class PostSigned(Protocol):
+    """A signed POST to a peer (base URL, path, body), signed for the peer's
+    DID *audience*, returning its JSON answer."""
+
+    async def __call__(
+        self, base: str, path: str, body: dict[str, Any], *, audience: str
+    ) -> dict[str, Any]: ...
 
 
 class Shares:
@@ -100,6 +105,7 @@ class Shares:
                 "connectionId": connection_id,
                 "room": {"id": room.room_id, "name": room.name, "description": room.description},
             },
+            audience=row.peer_did,
         )
 
         def write(conn: Connection) -> repo.Share:
@@ -134,7 +140,7 @@ class Shares:
             raise NotFound("this room is not shared over this connection", "share_not_found")
         if row.status == "accepted":
             body = {"connectionId": connection_id, "roomId": share.home_room_id}
-            await self._post(row.peer_url, UNSHARE_PATH, body)
+            await self._post(row.peer_url, UNSHARE_PATH, body, audience=row.peer_did)
         await self._db.write(lambda c: repo.remove_share(c, room_id, connection_id))
         return {"ok": True, "roomId": room_id, "connectionId": connection_id}
 

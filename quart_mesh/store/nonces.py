@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from .dialect import insert, insert_new
 from .schema import federation_nonces
 
-__all__ = ["add", "count", "prune"]
+__all__ = ["add", "count", "count_of", "prune"]
 
 
 def add(conn: Connection, did: str, nonce: str, expires_at: int) -> bool:
@@ -30,3 +30,16 @@ def prune(conn: Connection, before: int) -> int:
 
 def count(conn: Connection) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(federation_nonces)).scalar_one())
+
+
+def count_of(conn: Connection, did: str, limit: int) -> int:
+    """How many nonces of *did* are kept, counting at most *limit* (the
+    primary key's index is read for *did* only, and no further than that)."""
+    mine = (
+        sa.select(sa.literal(1))
+        .select_from(federation_nonces)
+        .where(federation_nonces.c.did == did)
+        .limit(limit)
+        .subquery()
+    )
+    return int(conn.execute(sa.select(sa.func.count()).select_from(mine)).scalar_one())

@@ -163,11 +163,17 @@ async def test_a_challenge_issued_by_one_process_verifies_on_the_other_once(
 
 
 def signed(
-    key: Ed25519PrivateKey, did: str, path: str, body: dict[str, Any], *, timestamp: float
+    key: Ed25519PrivateKey,
+    did: str,
+    path: str,
+    body: dict[str, Any],
+    *,
+    audience: str,
+    timestamp: float,
 ) -> tuple[bytes, dict[str, str]]:
     raw = json.dumps(body).encode()
     ts, nonce = str(int(timestamp)), new_id().lower() + "nonce"
-    signature = key.sign(canonical_string("POST", path, ts, nonce, raw))
+    signature = key.sign(canonical_string("POST", path, ts, nonce, raw, audience))
     return raw, {
         "Content-Type": "application/json",
         "X-Mesh-DID": did,
@@ -180,22 +186,27 @@ def signed(
 async def test_a_signed_request_replayed_to_the_other_process_is_refused(
     tmp_path: Path,
 ) -> None:
-    path = "/api/connections/disconnected"
+    # a stranger's connection request: the one path a node with no
+    # connection here is heard on (its nonce is kept)
+    path = "/api/connections/request"
     with trio.fail_after(150):
         async with two_processes(tmp_path) as (one, two):
+            audience = (await one.get("/.well-known/mesh-manifest.json")).json()["did"]
             key, did = did_key()
-            notice = {"connectionId": new_id()}
-            raw, headers = signed(key, did, path, notice, timestamp=time.time())
-            # let through (then refused: no such connection here)
+            request = {"did": "did:key:another", "connectionId": new_id()}
+            raw, headers = signed(key, did, path, request, audience=audience, timestamp=time.time())
+            # let through (then refused: the body names another node)
             r = await one.post(path, content=raw, headers=headers)
-            assert_error(r, 404, "connection_not_found")
+            assert_error(r, 400, "invalid_field")
             for http in (two, one):
                 assert_error(await http.post(path, content=raw, headers=headers), 401, "replayed")
             # nonces are durable: a request signed before these processes
             # started is judged by its timestamp alone (within the window)
-            raw, headers = signed(key, did, path, notice, timestamp=time.time() - 120)
-            assert_error(await two.post(path, content=raw, headers=headers), 404)
+            earlier = time.time() - 120
+            raw, headers = signed(key, did, path, request, audience=audience, timestamp=earlier)
+            assert_error(await two.post(path, content=raw, headers=headers), 400)
             assert_error(await one.post(path, content=raw, headers=headers), 401, "replayed")
             # outside the window: stale, as before
-            raw, headers = signed(key, did, path, notice, timestamp=time.time() - 400)
+            stale = time.time() - 400
+            raw, headers = signed(key, did, path, request, audience=audience, timestamp=stale)
             assert_error(await one.post(path, content=raw, headers=headers), 401, "stale")

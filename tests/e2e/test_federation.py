@@ -16,8 +16,8 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from quart_mesh.federation.signing import canonical_string
-from quart_mesh.identity import did_from_public_key
+from quart_mesh.federation.signing import canonical_string, sign_request
+from quart_mesh.identity import did_from_public_key, load_or_create_node_identity
 from quart_mesh.ids import new_id
 from tests.e2e.test_cli_restart import ServerProcess
 from tests.helpers import Mesh, User, assert_error
@@ -37,13 +37,15 @@ def _signed(
     path: str,
     body: dict[str, Any],
     *,
+    audience: str,
     timestamp: float | None = None,
     nonce: str | None = None,
 ) -> tuple[bytes, dict[str, str]]:
+    """A request signed by hand with *key* (as *did*) for the node *audience*."""
     raw = json.dumps(body).encode()
     ts = str(int(time.time() if timestamp is None else timestamp))
     nonce = nonce or new_id().lower() + "nonce"
-    signature = key.sign(canonical_string("POST", path, ts, nonce, raw))
+    signature = key.sign(canonical_string("POST", path, ts, nonce, raw, audience))
     return raw, {
         "Content-Type": "application/json",
         "X-Mesh-DID": did,
@@ -151,30 +153,47 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             )
             # forged: X-Mesh-DID is A's, the signature another key's
             forger, _ = _key()
-            raw, headers = _signed(forger, did_a, path, notice)
+            raw, headers = _signed(forger, did_a, path, notice, audience=did_b)
             assert_error(await b.post(path, content=raw, headers=headers), 401, "bad_signature")
             # stale
             stranger, stranger_did = _key()
             raw, headers = _signed(
-                stranger, stranger_did, path, notice, timestamp=time.time() - 400
+                stranger, stranger_did, path, notice, audience=did_b, timestamp=time.time() - 400
             )
             assert_error(await b.post(path, content=raw, headers=headers), 401, "stale")
-            # replayed: the first one is let through (and refused as not the peer)
-            raw, headers = _signed(stranger, stranger_did, path, notice)
+            # a node with no connection here is not heard on notices (its nonce
+            # is not even kept: the same request again is refused the same way)
+            raw, headers = _signed(stranger, stranger_did, path, notice, audience=did_b)
+            assert_error(await b.post(path, content=raw, headers=headers), 401, "unknown_node")
+            assert_error(await b.post(path, content=raw, headers=headers), 401, "unknown_node")
+            # replayed: a stranger's connection request is let through, the
+            # same bytes again are not
+            body = {"did": stranger_did, "name": "x", "url": "http://127.0.0.1:9"}
+            body["connectionId"] = new_id()
+            request_path = "/api/connections/request"
+            raw, headers = _signed(stranger, stranger_did, request_path, body, audience=did_b)
+            assert (await b.post(request_path, content=raw, headers=headers)).status_code == 201
+            r = await b.post(request_path, content=raw, headers=headers)
+            assert_error(r, 401, "replayed")
+            # known now, the stranger still speaks only for its own connection
+            raw, headers = _signed(stranger, stranger_did, path, notice, audience=did_b)
             assert_error(await b.post(path, content=raw, headers=headers), 401, "wrong_peer")
-            assert_error(await b.post(path, content=raw, headers=headers), 401, "replayed")
-            # signed by a stranger for an unknown connection
-            raw, headers = _signed(stranger, stranger_did, path, {"connectionId": new_id()})
-            r = await b.post(path, content=raw, headers=headers)
+            # A, the peer, about a connection that is not there
+            key_a = load_or_create_node_identity(tmp_path / "a")
+            unknown = json.dumps({"connectionId": new_id(), "did": did_a}).encode()
+            headers = sign_request(key_a, "POST", path, unknown, audience=did_b)
+            r = await b.post(path, content=unknown, headers=headers)
             assert_error(r, 404, "connection_not_found")
             # none of that changed the connection
-            assert [c["status"] for c in await _connections(b, owner_b)] == ["accepted"]
+            listed = {c["did"]: c["status"] for c in await _connections(b, owner_b)}
+            assert listed == {did_a: "accepted", stranger_did: "pending"}
 
             # disconnect: disconnected on both
             r = await a.delete(f"/api/connections/{second['id']}", headers=owner_a.headers)
             assert r.status_code == 200, r.text
             assert [c["status"] for c in await _connections(a, owner_a)] == ["disconnected"]
-            assert [c["status"] for c in await _connections(b, owner_b)] == ["disconnected"]
+            listed = {c["did"]: c["status"] for c in await _connections(b, owner_b)}
+            assert listed == {did_a: "disconnected", stranger_did: "pending"}
 
             # a node that is down: a clean 502, nothing recorded
             before = await _connections(a, owner_a)
@@ -223,7 +242,9 @@ async def test_a_node_with_federation_off_stands_alone(
             # every node-to-node path refuses, signed or not
             key, did = _key()
             for path in ("/api/federation/relay", "/api/federation/rooms"):
-                raw, headers = _signed(key, did, path, {"connectionId": new_id()})
+                raw, headers = _signed(
+                    key, did, path, {"connectionId": new_id()}, audience=manifest["did"]
+                )
                 r = await solo.post(path, content=raw, headers=headers)
                 assert_error(r, 403, "federation_disabled")
             # and everything else works: rooms, messages, history
@@ -244,6 +265,7 @@ async def test_pending_requests_are_capped(tmp_path: Path, nursery: trio.Nursery
         url = await node.start(nursery)
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             owner = await Mesh(http).setup()
+            audience = (await http.get("/.well-known/mesh-manifest.json")).json()["did"]
             statuses = []
             for i in range(3):
                 key, did = _key()
@@ -255,7 +277,7 @@ async def test_pending_requests_are_capped(tmp_path: Path, nursery: trio.Nursery
                     "connectionId": new_id(),
                 }
                 path = "/api/connections/request"
-                raw, headers = _signed(key, did, path, body)
+                raw, headers = _signed(key, did, path, body, audience=audience)
                 r = await http.post(path, content=raw, headers=headers)
                 statuses.append(r.status_code)
             assert statuses == [201, 201, 429]

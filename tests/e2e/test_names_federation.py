@@ -48,7 +48,7 @@ async def test_a_peer_cannot_bring_two_names_that_read_the_same(
         names = ["mallory", "m\u0430llory", "\uff4dallory", "MALLORY"]  # Cyrillic a; fullwidth m
         events = [message(seq, name) for seq, name in enumerate(names, 1)]
         raw = json.dumps({"connectionId": connection_id, "events": events}).encode()
-        headers = sign_request(identity, "POST", "/api/federation/relay", raw)
+        headers = sign_request(identity, "POST", "/api/federation/relay", raw, audience=a.did)
         headers["Content-Type"] = "application/json"
         r: httpx.Response = await a.http.post("/api/federation/relay", content=raw, headers=headers)
         assert r.status_code == 200, r.text

@@ -76,6 +76,7 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
             did_a = manifest_a["did"]
             did_c = (await c.get("/.well-known/mesh-manifest.json")).json()["did"]
             manifest_b = (await b.get("/.well-known/mesh-manifest.json")).json()
+            did_b = manifest_b["did"]
             assert manifest_b["federation"]["isRegistry"] is True
             assert manifest_a["federation"] == {
                 "enabled": True,
@@ -110,9 +111,9 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
             body |= {"description": "", "members": 1, "bots": 0, "version": "x"}
             assert_error(await b.post(PATH, json=body), 401, "unsigned")
             forger, forger_did = _key()
-            raw, headers = _signed(forger, did_a, PATH, body)
+            raw, headers = _signed(forger, did_a, PATH, body, audience=did_b)
             assert_error(await b.post(PATH, content=raw, headers=headers), 401, "bad_signature")
-            raw, headers = _signed(forger, forger_did, PATH, body)
+            raw, headers = _signed(forger, forger_did, PATH, body, audience=did_b)
             assert_error(await b.post(PATH, content=raw, headers=headers), 400, "invalid_field")
             assert (await _listed(b))[did_a]["name"] == "Mesh A"
             # fields are checked
@@ -124,21 +125,20 @@ async def test_heartbeat_lists_public_meshes(tmp_path: Path, nursery: trio.Nurse
                 ({"name": "n" * 201}, "invalid_field"),
                 ({"status": "maybe"}, "invalid_field"),
             ]:
-                raw, headers = _signed(forger, forger_did, PATH, mine | bad)
+                raw, headers = _signed(forger, forger_did, PATH, mine | bad, audience=did_b)
                 r = await b.post(PATH, content=raw, headers=headers)
                 assert_error(r, 400, code)
             # a fresh key is not listed: its url must serve a manifest with its DID
-            raw, headers = _signed(forger, forger_did, PATH, mine)
+            raw, headers = _signed(forger, forger_did, PATH, mine, audience=did_b)
             r = await b.post(PATH, content=raw, headers=headers)
             assert_error(r, 400, "manifest_unreachable")  # evil.test does not resolve
-            raw, headers = _signed(forger, forger_did, PATH, mine | {"url": url_a})
+            raw, headers = _signed(forger, forger_did, PATH, mine | {"url": url_a}, audience=did_b)
             r = await b.post(PATH, content=raw, headers=headers)
             assert_error(r, 400, "manifest_mismatch")  # A's URL serves A's DID
             assert set(await _listed(b)) == {did_a}
             assert (await _listed(b))[did_a]["url"] == url_a
-            raw, headers = _signed(
-                forger, forger_did, PATH, {"did": forger_did, "status": "withdrawn"}
-            )
+            withdrawn = {"did": forger_did, "status": "withdrawn"}
+            raw, headers = _signed(forger, forger_did, PATH, withdrawn, audience=did_b)
             assert (await b.post(PATH, content=raw, headers=headers)).status_code == 200
             assert forger_did not in await _listed(b)
 

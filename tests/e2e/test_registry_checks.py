@@ -64,16 +64,20 @@ class ManifestHost:
 
 
 class Announcer:
-    """A node's key: signs heartbeats for its DID."""
+    """A node's key: signs heartbeats for its DID, to the registry *app*."""
 
-    def __init__(self) -> None:
+    def __init__(self, app: MeshApp) -> None:
         self.key: Ed25519PrivateKey
         self.key, self.did = _key()
+        self.registry = app.node.identity.did
 
     def heartbeat(self, url: str, **fields: Any) -> tuple[bytes, dict[str, str]]:
         body = {"did": self.did, "status": "ok", "name": "Mesh", "description": "", "url": url}
         body |= {"members": 1, "bots": 0, "version": "1.0"} | fields
-        return _signed(self.key, self.did, PATH, body)
+        return self.signed(body)
+
+    def signed(self, body: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+        return _signed(self.key, self.did, PATH, body, audience=self.registry)
 
 
 Serve = Callable[..., Awaitable[tuple[MeshApp, httpx.AsyncClient]]]
@@ -118,8 +122,8 @@ async def _listed(http: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
 async def test_a_node_is_not_a_registry_unless_its_operator_turns_it_on(
     serve_registry: Serve, nursery: trio.Nursery
 ) -> None:
-    _app, http = await serve_registry()
-    mesh = Announcer()
+    app, http = await serve_registry()
+    mesh = Announcer(app)
     host = ManifestHost(mesh.did)
     url = await host.start(nursery)
     assert_error(await http.get("/api/meshes/public"), 404, "registry_disabled")
@@ -132,7 +136,7 @@ async def test_a_node_is_not_a_registry_unless_its_operator_turns_it_on(
 async def test_only_a_url_serving_the_signers_manifest_is_listed(
     serve_registry: Serve, nursery: trio.Nursery
 ) -> None:
-    _app, http = await serve_registry(
+    app, http = await serve_registry(
         registry_enabled=True,
         outbound_allow_private=True,
         registry_manifest_max_bytes=2048,
@@ -141,7 +145,7 @@ async def test_only_a_url_serving_the_signers_manifest_is_listed(
         # this test sends more heartbeats per DID than a node would
         rate_limits=RateLimits(registry_did=Rate(1000, 60)),
     )
-    mesh, other = Announcer(), Announcer()
+    mesh, other = Announcer(app), Announcer(app)
     host = ManifestHost(None)
     url = await host.start(nursery)
 
@@ -189,7 +193,7 @@ async def test_only_a_url_serving_the_signers_manifest_is_listed(
     assert listed[other.did]["name"] == "Other"
 
     # withdrawn: gone, and the next heartbeat is checked again
-    raw, headers = _signed(other.key, other.did, PATH, {"did": other.did, "status": "withdrawn"})
+    raw, headers = other.signed({"did": other.did, "status": "withdrawn"})
     assert (await http.post(PATH, content=raw, headers=headers)).status_code == 200
     assert await _listed(http) == {}
     fetched = host.fetches
@@ -200,8 +204,8 @@ async def test_only_a_url_serving_the_signers_manifest_is_listed(
 async def test_private_addresses_are_not_fetched_unless_the_operator_allows_them(
     serve_registry: Serve, nursery: trio.Nursery
 ) -> None:
-    _app, http = await serve_registry(registry_enabled=True)
-    mesh = Announcer()
+    app, http = await serve_registry(registry_enabled=True)
+    mesh = Announcer(app)
     host = ManifestHost(mesh.did)
     url = await host.start(nursery)
     port = url.rsplit(":", 1)[1]
@@ -219,10 +223,10 @@ async def test_heartbeats_are_limited_per_did_and_checks_per_address(
     limits = RateLimits(
         registry_did=Rate(3, 60), registry_address=Rate(2, 3600), exempt_addresses=()
     )
-    _app, http = await serve_registry(
+    app, http = await serve_registry(
         registry_enabled=True, outbound_allow_private=True, rate_limits=limits
     )
-    first, second, third = Announcer(), Announcer(), Announcer()
+    first, second, third = Announcer(app), Announcer(app), Announcer(app)
     hosts = [ManifestHost(a.did) for a in (first, second, third)]
     urls = [await h.start(nursery) for h in hosts]
 
@@ -256,7 +260,7 @@ async def test_listings_expire_and_expired_ones_make_room(
         registry_ttl=1.0,
         registry_max_entries=2,
     )
-    meshes = [Announcer() for _ in range(3)]
+    meshes = [Announcer(app) for _ in range(3)]
     urls = []
     for mesh in meshes:
         urls.append(await ManifestHost(mesh.did).start(nursery))
@@ -307,7 +311,7 @@ async def test_the_owner_turns_the_registry_on_and_off(
 ) -> None:
     """The mesh setting ``registryEnabled`` (``mesh.settings``: the owner and
     admins) wins over ``MESH_REGISTRY_ENABLED``; nobody else can switch it."""
-    _app, http = await serve_registry(outbound_allow_private=True)
+    app, http = await serve_registry(outbound_allow_private=True)
     mesh = Mesh(http)
     owner = await mesh.setup()
     bob = await mesh.register("bob")
@@ -315,7 +319,7 @@ async def test_the_owner_turns_the_registry_on_and_off(
     r = await http.post("/api/agents/bootstrap", json={"name": "helper", "type": "simple"})
     assert r.status_code == 201, r.text
     bot_headers = {"Authorization": f"Bearer {r.json()['token']}"}
-    announcer = Announcer()
+    announcer = Announcer(app)
     url = await ManifestHost(announcer.did).start(nursery)
 
     async def switch(headers: dict[str, str], on: Any) -> httpx.Response:

@@ -463,7 +463,7 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
 
         async def relay(events: list[Any], *, connection: str = connection_id) -> httpx.Response:
             raw = json.dumps({"connectionId": connection, "events": events}).encode()
-            headers = sign_request(identity, "POST", "/api/federation/relay", raw)
+            headers = sign_request(identity, "POST", "/api/federation/relay", raw, audience=a.did)
             headers["Content-Type"] = "application/json"
             return await a.http.post("/api/federation/relay", content=raw, headers=headers)
 
@@ -558,12 +558,12 @@ async def test_a_misbehaving_peer_is_held_to_this_nodes_rules(
         assert_error(r, 401, "unsigned")
         raw = json.dumps({"connectionId": connection_id, "events": [message("forged")]}).encode()
         forger = load_or_create_node_identity(tmp_path / "forger")
-        headers = sign_request(forger, "POST", "/api/federation/relay", raw)
+        headers = sign_request(forger, "POST", "/api/federation/relay", raw, audience=a.did)
         headers["X-Mesh-DID"] = b.did  # B's name, another key
         r = await a.http.post("/api/federation/relay", content=raw, headers=headers)
         assert_error(r, 401, "bad_signature")
         raw = json.dumps({"connectionId": connection_id, "events": [message("once")]}).encode()
-        headers = sign_request(identity, "POST", "/api/federation/relay", raw)
+        headers = sign_request(identity, "POST", "/api/federation/relay", raw, audience=a.did)
         headers["Content-Type"] = "application/json"
         r = await a.http.post("/api/federation/relay", content=raw, headers=headers)
         assert [x["status"] for x in r.json()["results"]] == ["ok"]

@@ -46,7 +46,7 @@ async def relay_as(
     key, as its link would); each event's (status, code)."""
     identity = load_or_create_node_identity(sender.data_dir)
     raw = json.dumps({"connectionId": connection_id, "events": events}).encode()
-    headers = sign_request(identity, "POST", "/api/federation/relay", raw)
+    headers = sign_request(identity, "POST", "/api/federation/relay", raw, audience=receiver.did)
     headers["Content-Type"] = "application/json"
     r: httpx.Response = await receiver.http.post(
         "/api/federation/relay", content=raw, headers=headers
