@@ -35,7 +35,7 @@ from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
-from .http import PeerError, exchange, json_object, peer_client, post_signed
+from .http import PeerError, exchange, json_object, peer_client, post_signed, unreachable
 from .peers import get_connection
 from .relay import Relay
 from .signing import Nonces, verify_request
@@ -91,7 +91,9 @@ class Federation:
         cancelled; every process runs this. The link tasks run in
         :meth:`run_links`."""
         async with peer_client(
-            self._settings.federation_timeout, "quart-mesh-federation"
+            self._settings.federation_timeout,
+            "quart-mesh-federation",
+            allow_private=self._settings.outbound_allow_private,
         ) as client:
             self._client = client
             try:
@@ -338,7 +340,7 @@ class Federation:
         try:
             answer = await exchange(self._http(), "GET", url)
         except httpx.HTTPError as error:
-            raise PeerError(f"cannot reach {url}: {type(error).__name__}") from None
+            raise PeerError(f"cannot reach {url}: {unreachable(error)}") from None
         if answer.status != 200:
             raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
         return json_object(answer, url)
