@@ -10,9 +10,10 @@ requester), one row per peer DID.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httpx
 import trio
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 MAX_URL_CHARS = 2048
 MAX_PEER_NAME_CHARS = 200
 MAX_MESSAGE_CHARS = 1000
+#: a segment of a peer URL's path prefix: plain characters only (no escapes)
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 REQUEST_PATH = "/api/connections/request"
 ACCEPTED_PATH = "/api/connections/accepted"
@@ -371,24 +374,44 @@ def to_json(row: repo.ConnectionRow) -> dict[str, Any]:
 
 
 def _base_url(url: str) -> str:
-    """*url* checked as an http(s) base URL, without trailing slash.
+    """*url* checked as a node's base URL, without trailing slash:
+    ``http(s)://host[:port]``, with at most a plain path prefix (``/mesh``: a
+    node its proxy serves under a path says so in its own URL). Nothing that
+    would be sent somewhere other than where the URL seems to point, or sent
+    along: no user or password, no query or fragment, and in the path no dot
+    segments, percent-escapes, empty segments or backslashes (which servers
+    and proxies normalise each their own way).
 
     Raises:
         BadRequest: ``invalid_url``.
     """
     text = url.strip().rstrip("/")
     parts = urlsplit(text)
+    segments = parts.path.split("/")[1:] if parts.path else []
     if (
         len(text) > MAX_URL_CHARS
         or parts.scheme not in ("http", "https")
         or not parts.hostname
-        or parts.query
-        or parts.fragment
-        or any(ch.isspace() for ch in text)
+        or not _has_valid_port(parts)
+        or any(ch in text for ch in "@?#%\\")  # userinfo, query, fragment, escapes
+        or any(ch.isspace() or not ch.isprintable() for ch in text)
+        or not all(_PATH_SEGMENT.fullmatch(seg) and seg.strip(".") for seg in segments)
         or not is_resolvable_url(text)  # a name no resolver takes (labels 1-63)
     ):
-        raise BadRequest("url must be the peer's http(s) base URL", "invalid_url")
+        raise BadRequest(
+            "url must be the node's plain http(s) base URL (no user, query, fragment, "
+            "escapes or dot segments)",
+            "invalid_url",
+        )
     return text
+
+
+def _has_valid_port(parts: SplitResult) -> bool:
+    """Whether the URL's port, if it has one, is a number from 1 to 65535."""
+    try:
+        return parts.port != 0
+    except ValueError:  # not a number, or out of range
+        return False
 
 
 def _is_did(did: str) -> bool:
