@@ -3,8 +3,17 @@
 Every change that involves the peer is made there first and here second: the
 remote call is the step that can fail, so when the peer cannot be reached or
 refuses, nothing is written locally and the caller gets ``502`` (decision
-0027). Both nodes keep the same connection id (a ULID chosen by the
-requester), one row per peer DID.
+0027); only a decline ends a request here whatever the peer does. Both
+nodes keep the same connection id (a ULID chosen by the requester), one row
+per peer DID.
+
+What another node says of itself in a signed request is taken only as far as
+it can be checked. The URL it gives is a plain base URL (:func:`_base_url`),
+and nothing is sent to it until it serves a manifest with the DID that
+signed the request (:meth:`Federation._check_peer_url`): a stranger cannot
+make this node call someone else's URL, or its own network (the client
+reaches only public addresses unless the operator allows private ones). An
+admin can decline a request without the requester's help.
 """
 
 from __future__ import annotations
@@ -173,10 +182,44 @@ class Federation:
         return to_json(row)
 
     async def accept(self, actor: Actor, connection_id: str) -> dict[str, Any]:
-        return await self._answer(actor, connection_id, "accepted", ACCEPTED_PATH)
+        """Accept another node's pending request: once the URL it gave serves
+        its manifest, the peer is told first, then the connection is accepted here.
 
-    async def decline(self, actor: Actor, connection_id: str) -> dict[str, Any]:
-        return await self._answer(actor, connection_id, "declined", DECLINED_PATH)
+        Raises:
+            Forbidden, NotFound, Conflict
+            (``invalid_state``), PeerError (``peer_unreachable``,
+            ``peer_invalid``, ``peer_mismatch``, ``peer_refused``: nothing changed).
+        """
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        row = await self._pending_request(connection_id)
+        await self._check_peer_url(row)
+        await self.post_signed(row.peer_url, ACCEPTED_PATH, self._notice(connection_id))
+        return await self._set(row, "accepted")
+
+    async def decline(
+        self, actor: Actor, connection_id: str, *, notify: bool = True
+    ) -> dict[str, Any]:
+        """Decline another node's pending request. It ends here whatever the
+        peer does; the peer is told when it can be (the URL it gave serves
+        its manifest, and it answered), unless not *notify*: then nothing is
+        sent at all. ``peerNotified`` says whether it was told.
+
+        Raises:
+            Forbidden, NotFound, Conflict (``invalid_state``).
+        """
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        row = await self._pending_request(connection_id)
+        notified = False
+        if notify:
+            try:
+                await self._check_peer_url(row)
+                await self.post_signed(row.peer_url, DECLINED_PATH, self._notice(connection_id))
+                notified = True
+            except PeerError as error:
+                log.info("request %s declined without telling the peer: %s", connection_id, error)
+        return {**await self._set(row, "declined"), "peerNotified": notified}
 
     async def disconnect(
         self, actor: Actor, connection_id: str, *, force: bool = False
@@ -192,8 +235,11 @@ class Federation:
         row = await get_connection(self._db, connection_id)
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
+        request = row.status == "pending" and row.direction == "inbound"
         notified = True
         try:
+            if request:  # the URL it gave is only its word until checked
+                await self._check_peer_url(row)
             await self.post_signed(row.peer_url, DISCONNECTED_PATH, self._notice(connection_id))
         except PeerError as error:
             if not force:
@@ -202,19 +248,38 @@ class Federation:
             notified = False
         return {**await self._set(row, "disconnected"), "peerNotified": notified}
 
-    async def _answer(
-        self, actor: Actor, connection_id: str, status: str, path: str
-    ) -> dict[str, Any]:
-        authorize(actor, "federation.manage")
-        self._require_enabled()
+    async def _pending_request(self, connection_id: str) -> repo.ConnectionRow:
+        """The pending inbound request *connection_id*.
+
+        Raises:
+            NotFound: ``connection_not_found``.
+            Conflict: ``invalid_state``, not a pending request from another node.
+        """
         row = await get_connection(self._db, connection_id)
         if not (row.status == "pending" and row.direction == "inbound"):
             raise Conflict(
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
-        await self.post_signed(row.peer_url, path, self._notice(connection_id))
-        return await self._set(row, status)
+        return row
+
+    async def _check_peer_url(self, row: repo.ConnectionRow) -> None:
+        """Make sure the URL a request gave is the requester's own before
+        anything is sent to it: it must serve a manifest with the DID that
+        signed the request (fetched through the same guarded client).
+
+        Raises:
+            PeerError: ``peer_unreachable`` (no answer, or a private address
+                the operator does not allow), ``peer_invalid`` (no manifest),
+                ``peer_mismatch`` (another node's manifest).
+        """
+        manifest = await self._get_json(f"{row.peer_url}{MANIFEST_PATH}")
+        if manifest.get("did") != row.peer_did:
+            raise PeerError(
+                f"{row.peer_url} is not the node that asked: its manifest does not name "
+                f"{row.peer_did} (nothing was sent to it)",
+                "peer_mismatch",
+            )
 
     # -- node-to-node (inbound) -------------------------------------------
 

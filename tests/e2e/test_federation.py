@@ -123,7 +123,7 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             # decline: declined on both
             r = await b.post(f"/api/connections/{first['id']}/decline", headers=owner_b.headers)
             assert r.status_code == 200, r.text
-            assert r.json()["status"] == "declined"
+            assert (r.json()["status"], r.json()["peerNotified"]) == ("declined", True)
             assert [c["status"] for c in await _connections(a, owner_a)] == ["declined"]
             assert [c["status"] for c in await _connections(b, owner_b)] == ["declined"]
 
