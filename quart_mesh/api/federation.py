@@ -355,7 +355,8 @@ async def request_connection() -> tuple[Any, int]:
     """
     if not token_sent():
         did, fields = await _signed()
-        return reply(await node().federation.receive_request(did, fields), 201)
+        federation = node().federation
+        return reply(await federation.receive_request(did, fields, address=client_address()), 201)
     return await _connect_to()
 
 

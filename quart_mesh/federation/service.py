@@ -12,13 +12,16 @@ it can be checked. The URL it gives is a plain base URL (:func:`_base_url`),
 and nothing is sent to it until it serves a manifest with the DID that
 signed the request (:meth:`Federation._check_peer_url`): a stranger cannot
 make this node call someone else's URL, or its own network (the client
-reaches only public addresses unless the operator allows private ones). An
-admin can decline a request without the requester's help.
+reaches only public addresses unless the operator allows private ones). Its
+pending requests wait ``federation_pending_ttl`` at most (then they are
+deleted), at most ``federation_max_pending_per_address`` from one client
+address, and an admin can decline one without the requester's help.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -129,6 +132,7 @@ class Federation:
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
         rows = await self._db.read(repo.list_connections)
+        rows = [row for row in rows if not self._expired(row)]  # as good as gone
         shared = await self.relay.shares.by_connection()
         links = await self.relay.links.link_states([row.connection_id for row in rows])
         listed = []
@@ -160,7 +164,11 @@ class Federation:
             raise BadRequest("this is this node's own address", "self_connection")
         peer_name = (name if isinstance(name, str) and name else base)[:MAX_PEER_NAME_CHARS]
         existing = await self._db.read(lambda c: repo.get_by_did(c, did))
-        if existing is not None and existing.status in ("pending", "accepted"):
+        if (
+            existing is not None
+            and existing.status in ("pending", "accepted")
+            and not self._expired(existing)
+        ):
             raise Conflict(
                 f"there is already a {existing.status} connection with this node",
                 "connection_exists",
@@ -186,7 +194,7 @@ class Federation:
         its manifest, the peer is told first, then the connection is accepted here.
 
         Raises:
-            Forbidden, NotFound, Conflict
+            Forbidden, NotFound (also an expired request), Conflict
             (``invalid_state``), PeerError (``peer_unreachable``,
             ``peer_invalid``, ``peer_mismatch``, ``peer_refused``: nothing changed).
         """
@@ -206,7 +214,7 @@ class Federation:
         sent at all. ``peerNotified`` says whether it was told.
 
         Raises:
-            Forbidden, NotFound, Conflict (``invalid_state``).
+            Forbidden, NotFound (also an expired request), Conflict (``invalid_state``).
         """
         authorize(actor, "federation.manage")
         self._require_enabled()
@@ -236,6 +244,8 @@ class Federation:
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
         request = row.status == "pending" and row.direction == "inbound"
+        if request:
+            row = await self._pending_request(connection_id)  # not expired
         notified = True
         try:
             if request:  # the URL it gave is only its word until checked
@@ -249,7 +259,8 @@ class Federation:
         return {**await self._set(row, "disconnected"), "peerNotified": notified}
 
     async def _pending_request(self, connection_id: str) -> repo.ConnectionRow:
-        """The pending inbound request *connection_id*.
+        """The pending inbound request *connection_id*, not expired (an
+        expired one is deleted now: it is gone).
 
         Raises:
             NotFound: ``connection_not_found``.
@@ -261,6 +272,10 @@ class Federation:
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
+        if self._expired(row):
+            before = self._pending_since()
+            await self._db.write(lambda c: repo.drop_expired_requests(c, before=before))
+            raise NotFound("this connection request expired unanswered", "connection_not_found")
         return row
 
     async def _check_peer_url(self, row: repo.ConnectionRow) -> None:
@@ -300,8 +315,20 @@ class Federation:
             max_skew=self._settings.federation_max_skew_seconds,
         )
 
-    async def receive_request(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """A peer asks to connect: record it as an inbound ``pending`` request."""
+    async def receive_request(
+        self, did: str, fields: dict[str, Any], *, address: str | None = None
+    ) -> dict[str, Any]:
+        """A peer asks to connect: record it as an inbound ``pending`` request
+        from the client *address* (``api._common.client_address``). Expired
+        requests are deleted first.
+
+        Raises:
+            BadRequest: ``invalid_field``, ``invalid_url``.
+            Conflict: ``connection_exists``.
+            RateLimited: ``federation_max_pending_per_address`` pending from
+                *address* already (``Retry-After``: until the oldest of them
+                expires), or ``federation_max_pending`` in all.
+        """
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
         connection_id = fields.get("connectionId")
@@ -328,10 +355,15 @@ class Federation:
             message,
             now,
             now,
+            address,
         )
         limit = self._settings.federation_max_pending
+        per_address = self._settings.federation_max_pending_per_address
+        ttl = self._ttl_ms()
+        since = now - ttl
 
         def store(conn: Any) -> None:
+            repo.drop_expired_requests(conn, before=since)
             existing = repo.get_by_did(conn, did)
             if existing is not None and existing.status in ("pending", "accepted"):
                 raise Conflict(
@@ -341,7 +373,14 @@ class Federation:
             taken = repo.get_connection(conn, connection_id)
             if taken is not None and taken.peer_did != did:
                 raise Conflict("connectionId is taken", "connection_exists")
-            if repo.count_pending_inbound(conn) >= limit:
+            if address is not None:
+                pending = repo.pending_from(conn, address, since=since)
+                if pending.count >= per_address and pending.oldest is not None:
+                    raise RateLimited(
+                        "too many pending connection requests from your address",
+                        max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
+                    )
+            if repo.count_pending_inbound(conn, since=since) >= limit:
                 raise RateLimited("too many pending connection requests", 60)
             repo.replace_connection(conn, row)
 
@@ -377,6 +416,22 @@ class Federation:
     def _require_enabled(self) -> None:
         if not self.enabled:
             raise Forbidden("federation is turned off on this node", "federation_disabled")
+
+    def _ttl_ms(self) -> int:
+        return int(self._settings.federation_pending_ttl * 1000)
+
+    def _pending_since(self) -> int:
+        """Inbound requests received before this time (epoch ms) have expired."""
+        return now_ms() - self._ttl_ms()
+
+    def _expired(self, row: repo.ConnectionRow) -> bool:
+        """Whether *row* is an inbound request that waited too long for an admin
+        (an expired request is as good as gone: not listed, not answered)."""
+        return (
+            row.status == "pending"
+            and row.direction == "inbound"
+            and row.created_at < self._pending_since()
+        )
 
     def _notice(self, connection_id: str) -> dict[str, Any]:
         return {"connectionId": connection_id, "did": self._identity.did}
