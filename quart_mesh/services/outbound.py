@@ -169,12 +169,12 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
 
     def __init__(self, *, allowed_by: str) -> None:
         super().__init__(trust_env=False)
-        limits = httpx.Limits()  # httpx's defaults, as for any client
-        # the pool httpx builds, with the network backend that checks addresses
+        # the pool httpx builds for a client by default (its limits: 100
+        # connections, 20 kept alive for 5 s), with the backend that checks addresses
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
             network_backend=_PublicOnly(allowed_by),
         )
