@@ -107,7 +107,7 @@ class ListedConnection(Connection):
 
 
 class EndedConnection(Connection):
-    """The ended connection, and whether the peer was told."""
+    """The ended (or declined) connection, and whether the peer was told."""
 
     peer_notified: bool
 
@@ -270,23 +270,28 @@ class Heartbeat(Body):
     version: str | None = None
 
 
-_FORCE = ["true", "false", "1", "0"]
+_FLAG = ["true", "false", "1", "0"]
+
+#: a yes-or-no query parameter (any case; checked by the handler, :func:`_flag`,
+#: so that another value stays ``invalid_field`` as it always was for ``force``)
+Flag = Annotated[
+    str,
+    msgspec.Meta(
+        # documented, not enforced here: the handler answers invalid_field
+        extra_json_schema={"pattern": "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|1|0)$"},
+        description="true or false (any case), 1 or 0",
+    ),
+]
 
 
 class DisconnectQuery(Query):
-    #: end it here even when the peer cannot be told (any case; checked by the
-    #: handler, so that another value stays ``invalid_field`` as it always was)
-    force: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                # documented, not enforced here: the handler answers invalid_field
-                extra_json_schema={"pattern": "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|1|0)$"},
-                description="true or false (any case), 1 or 0",
-            ),
-        ]
-        | None
-    ) = None
+    #: end it here even when the peer cannot be told
+    force: Flag | None = None
+
+
+class DeclineQuery(Query):
+    #: false: decline it here without contacting the requester at all
+    notify: Flag | None = None
 
 
 # -- helpers ------------------------------------------------------------------
@@ -297,6 +302,19 @@ def _relay() -> Relay:
     if relay is None:
         raise Unavailable("the relay is not running", "unavailable")
     return relay
+
+
+def _flag(value: str | None, name: str, default: bool) -> bool:
+    """A :data:`Flag` query parameter's value (*default* when absent).
+
+    Raises:
+        BadRequest: ``invalid_field``, not one of true, false, 1, 0 (any case).
+    """
+    if value is None:
+        return default
+    if value.lower() not in _FLAG:
+        raise BadRequest(f"{name} must be true or false", "invalid_field")
+    return value.lower() in ("true", "1")
 
 
 def _own_url() -> str:
@@ -340,7 +358,8 @@ async def request_connection() -> tuple[Any, int]:
     """
     if not token_sent():
         did, fields = await _signed()
-        return reply(await node().federation.receive_request(did, fields), 201)
+        federation = node().federation
+        return reply(await federation.receive_request(did, fields, address=client_address()), 201)
     return await _connect_to()
 
 
@@ -365,17 +384,22 @@ _connect_to = cast("Callable[[], Awaitable[tuple[Any, int]]]", accepts(ConnectTo
 @bp.post("/api/connections/<connection_id>/accept")
 @answers(Connection)
 async def accept(connection_id: str) -> tuple[Any, int]:
-    """Accept another node's pending request (the peer is told first)."""
+    """Accept another node's pending request (the peer is told first, once
+    the URL it gave serves its manifest: else 502 and nothing changes)."""
     actor = await caller()
     return reply(await node().federation.accept(actor, connection_id))
 
 
 @bp.post("/api/connections/<connection_id>/decline")
-@answers(Connection)
-async def decline(connection_id: str) -> tuple[Any, int]:
-    """Decline another node's pending request (the peer is told first)."""
+@query(DeclineQuery)
+@answers(EndedConnection)
+async def decline(connection_id: str, args: DeclineQuery) -> tuple[Any, int]:
+    """Decline another node's pending request: declined here whatever the
+    peer does (``peerNotified``: whether it was told; ``notify=false``: it is
+    not contacted at all)."""
     actor = await caller()
-    return reply(await node().federation.decline(actor, connection_id))
+    notify = _flag(args.notify, "notify", True)
+    return reply(await node().federation.decline(actor, connection_id, notify=notify))
 
 
 @bp.delete("/api/connections/<connection_id>")
@@ -384,11 +408,8 @@ async def decline(connection_id: str) -> tuple[Any, int]:
 async def disconnect(connection_id: str, args: DisconnectQuery) -> tuple[Any, int]:
     """End a pending or accepted connection (``force``: even if the peer cannot be told)."""
     actor = await caller()
-    force = (args.force or "false").lower()
-    if force not in _FORCE:
-        raise BadRequest("force must be true or false", "invalid_field")
-    result = await node().federation.disconnect(actor, connection_id, force=force in ("true", "1"))
-    return reply(result)
+    force = _flag(args.force, "force", False)
+    return reply(await node().federation.disconnect(actor, connection_id, force=force))
 
 
 @bp.post("/api/connections/<connection_id>/rooms")

@@ -1,7 +1,12 @@
 """Calls to other nodes whose answers are read with a size cap: a peer (or a
 registry) cannot make this node buffer an answer of any size, nor make it
 fail by what it answers (JSON nested too deep to parse is not JSON) or by
-an address that cannot be looked up (a peer that cannot be reached)."""
+an address that cannot be looked up (a peer that cannot be reached).
+
+The client to other nodes reaches only public addresses unless the operator
+allows private ones (``MESH_OUTBOUND_ALLOW_PRIVATE``): a URL a peer claims
+(or an admin was given) cannot make this node call its own network
+(``services/outbound.py``). A refused address is an unreachable peer."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import trio
 
 from ..errors import BadGateway
 from ..identity import NodeIdentity
+from ..services.outbound import PublicOnlyTransport, RefusedAddress
 from .signing import sign_request
 
 __all__ = [
@@ -24,23 +30,37 @@ __all__ = [
     "json_object",
     "peer_client",
     "post_signed",
+    "unreachable",
 ]
 
 #: most bytes of a peer's answer read by default
 DEFAULT_LIMIT = 64 * 1024
 #: seconds an exchange may take in all, when the client sets no timeout
 DEFAULT_DEADLINE = 30.0
+#: what lets a call reach a private address (named when one is refused)
+ALLOW_PRIVATE = "set MESH_OUTBOUND_ALLOW_PRIVATE=true to allow private addresses (labs only)"
 
 
-def peer_client(timeout: float, user_agent: str) -> httpx.AsyncClient:
+def peer_client(timeout: float, user_agent: str, *, allow_private: bool) -> httpx.AsyncClient:
     """The HTTP client for calls to other nodes and registries: a time limit,
-    no redirects followed, no proxy settings taken from the environment."""
+    no redirects followed, no proxy settings taken from the environment, and
+    unless *allow_private*, only public addresses, each connection pinned to
+    the address checked (:class:`~quart_mesh.services.outbound.PublicOnlyTransport`;
+    a private one fails as :class:`~quart_mesh.services.outbound.RefusedAddress`,
+    an ``httpx.ConnectError``)."""
     return httpx.AsyncClient(
         timeout=timeout,
         follow_redirects=False,
         trust_env=False,
         headers={"User-Agent": user_agent},
+        transport=None if allow_private else PublicOnlyTransport(allowed_by=ALLOW_PRIVATE),
     )
+
+
+def unreachable(error: httpx.HTTPError) -> str:
+    """Why a peer could not be reached, as its admin reads it: the kind of
+    failure, or for an address the guard refused, what would allow it."""
+    return str(error) if isinstance(error, RefusedAddress) else type(error).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +145,7 @@ async def post_signed(
     try:
         answer = await exchange(client, "POST", url, content=raw, headers=headers)
     except httpx.HTTPError as error:
-        raise PeerError(f"cannot reach {base}: {type(error).__name__}") from None
+        raise PeerError(f"cannot reach {base}: {unreachable(error)}") from None
     if not 200 <= answer.status < 300:
         code = error_code(answer.body)
         raise PeerError(f"the peer refused ({answer.status} {code})", "peer_refused")

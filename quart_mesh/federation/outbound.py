@@ -38,7 +38,7 @@ from ..services.messages import SharedRooms
 from ..store import Database
 from ..store import connections as connections_repo
 from ..store import relay as repo
-from .http import PeerError, exchange, post_signed
+from .http import PeerError, exchange, post_signed, unreachable
 from .inbound import MAX_EVENTS, MAX_RELAY_BYTES, RELAY_PATH
 from .peers import DISCONNECTED_PATH
 from .signing import sign_request
@@ -355,7 +355,7 @@ class Links:
                 limit=_MAX_ANSWER_BYTES,
             )
         except httpx.HTTPError as error:  # a name that cannot be looked up too (``exchange``)
-            raise Transient(f"cannot reach the peer: {type(error).__name__}") from None
+            raise Transient(f"cannot reach the peer: {unreachable(error)}") from None
         if answer.status == 200:
             for result in _results(answer.body):
                 if result.get("status") == "refused":

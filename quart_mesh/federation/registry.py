@@ -36,12 +36,11 @@ from ..records import iso, now_ms
 from ..retry import Backoff, retrying
 from ..services.accounts import Accounts
 from ..services.admin import is_registry
-from ..services.outbound import pin_public
 from ..services.ratelimit import RateLimiter
 from ..store import Database
 from ..store import admin as admin_repo
 from ..store import registry as repo
-from .http import error_code, exchange, peer_client
+from .http import error_code, exchange, peer_client, unreachable
 from .service import HEARTBEAT_PATH, MAX_PEER_NAME_CHARS, _base_url, _is_did
 from .signing import sign_request
 
@@ -215,40 +214,33 @@ class Registry:
         """
         target = url + MANIFEST_PATH
         deadline = self._settings.registry_fetch_timeout
-        headers = {"Accept": "application/json"}
-        extensions: dict[str, Any] = {}
 
-        def unreachable(why: str) -> BadRequest:
+        def refused(why: str) -> BadRequest:
             return BadRequest(f"cannot fetch {target}: {why}"[:500], "manifest_unreachable")
 
         try:
-            # one deadline for the whole check: resolving, connecting, the answer
+            # one deadline for the whole check: resolving, connecting, the answer;
+            # a private address is refused unless the operator allows them
             with trio.fail_after(deadline):
-                if not self._settings.outbound_allow_private:
-                    target, host, extensions = await pin_public(
-                        target,
-                        allowed_by="a registry fetches only public addresses "
-                        "(unless MESH_OUTBOUND_ALLOW_PRIVATE is set)",
-                    )
-                    headers["Host"] = host
-                async with peer_client(deadline, "quart-mesh-registry") as client:
+                async with peer_client(
+                    deadline,
+                    "quart-mesh-registry",
+                    allow_private=self._settings.outbound_allow_private,
+                ) as client:
                     answer = await exchange(
                         client,
                         "GET",
                         target,
                         limit=self._settings.registry_manifest_max_bytes,
                         deadline=deadline,
-                        headers=headers,
-                        extensions=extensions,
+                        headers={"Accept": "application/json"},
                     )
         except trio.TooSlowError:
-            raise unreachable(f"no answer within {deadline:g} s") from None
-        except Transient as error:
-            raise unreachable(str(error)) from None
+            raise refused(f"no answer within {deadline:g} s") from None
         except httpx.HTTPError as error:
-            raise unreachable(type(error).__name__) from None
+            raise refused(unreachable(error)) from None
         if answer.status != 200:
-            raise unreachable(f"it answered {answer.status}")
+            raise refused(f"it answered {answer.status}")
         if answer.truncated:
             return None
         try:
@@ -298,7 +290,11 @@ class Heartbeat:
         self._audience: str | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with peer_client(self._settings.federation_timeout, "quart-mesh-heartbeat") as client:
+        # the registry is the operator's own choice (MESH_REGISTRY_URL), not a
+        # URL others name: it may be on a private network
+        async with peer_client(
+            self._settings.federation_timeout, "quart-mesh-heartbeat", allow_private=True
+        ) as client:
             task_status.started()
             await self._address.wait()
             interval = self._settings.heartbeat_interval

@@ -3,17 +3,30 @@
 Every change that involves the peer is made there first and here second: the
 remote call is the step that can fail, so when the peer cannot be reached or
 refuses, nothing is written locally and the caller gets ``502`` (decision
-0027). Both nodes keep the same connection id (a ULID chosen by the
-requester), one row per peer DID.
+0027); only a decline ends a request here whatever the peer does. Both
+nodes keep the same connection id (a ULID chosen by the requester), one row
+per peer DID.
+
+What another node says of itself in a signed request is taken only as far as
+it can be checked. The URL it gives is a plain base URL (:func:`_base_url`),
+and nothing is sent to it until it serves a manifest with the DID that
+signed the request (:meth:`Federation._check_peer_url`): a stranger cannot
+make this node call someone else's URL, or its own network (the client
+reaches only public addresses unless the operator allows private ones). Its
+pending requests wait ``federation_pending_ttl`` at most (then they are
+deleted), at most ``federation_max_pending_per_address`` from one client
+address, and an admin can decline one without the requester's help.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httpx
 import trio
@@ -36,7 +49,7 @@ from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
 from ..store import relay as relay_repo
-from .http import PeerError, exchange, json_object, peer_client, post_signed
+from .http import PeerError, exchange, json_object, peer_client, post_signed, unreachable
 from .peers import DISCONNECTED_PATH, get_connection
 from .relay import Relay
 from .signing import Nonces, verify_request
@@ -49,6 +62,8 @@ log = logging.getLogger(__name__)
 MAX_URL_CHARS = 2048
 MAX_PEER_NAME_CHARS = 200
 MAX_MESSAGE_CHARS = 1000
+#: a segment of a peer URL's path prefix: plain characters only (no escapes)
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 MANIFEST_PATH = "/.well-known/mesh-manifest.json"
 REQUEST_PATH = "/api/connections/request"
 ACCEPTED_PATH = "/api/connections/accepted"
@@ -102,7 +117,9 @@ class Federation:
         cancelled; every process runs this. The link tasks run in
         :meth:`run_links`."""
         async with peer_client(
-            self._settings.federation_timeout, "quart-mesh-federation"
+            self._settings.federation_timeout,
+            "quart-mesh-federation",
+            allow_private=self._settings.outbound_allow_private,
         ) as client:
             self._client = client
             try:
@@ -126,6 +143,7 @@ class Federation:
     async def list_connections(self, actor: Actor) -> list[dict[str, Any]]:
         authorize(actor, "federation.manage")
         rows = await self._db.read(repo.list_connections)
+        rows = [row for row in rows if not self._expired(row)]  # as good as gone
         shared = await self.relay.shares.by_connection()
         links = await self.relay.links.link_states([row.connection_id for row in rows])
         listed = []
@@ -157,7 +175,11 @@ class Federation:
             raise BadRequest("this is this node's own address", "self_connection")
         peer_name = (name if isinstance(name, str) and name else base)[:MAX_PEER_NAME_CHARS]
         existing = await self._db.read(lambda c: repo.get_by_did(c, did))
-        if existing is not None and existing.status in ("pending", "accepted"):
+        if (
+            existing is not None
+            and existing.status in ("pending", "accepted")
+            and not self._expired(existing)
+        ):
             raise Conflict(
                 f"there is already a {existing.status} connection with this node",
                 "connection_exists",
@@ -179,10 +201,48 @@ class Federation:
         return to_json(row)
 
     async def accept(self, actor: Actor, connection_id: str) -> dict[str, Any]:
-        return await self._answer(actor, connection_id, "accepted", ACCEPTED_PATH)
+        """Accept another node's pending request: once the URL it gave serves
+        its manifest, the peer is told first, then the connection is accepted here.
 
-    async def decline(self, actor: Actor, connection_id: str) -> dict[str, Any]:
-        return await self._answer(actor, connection_id, "declined", DECLINED_PATH)
+        Raises:
+            Forbidden, NotFound (also an expired request), Conflict
+            (``invalid_state``), PeerError (``peer_unreachable``,
+            ``peer_invalid``, ``peer_mismatch``, ``peer_refused``: nothing changed).
+        """
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        row = await self._pending_request(connection_id)
+        await self._check_peer_url(row)
+        await self.post_signed(
+            row.peer_url, ACCEPTED_PATH, self._notice(connection_id), audience=row.peer_did
+        )
+        return await self._set(row, "accepted")
+
+    async def decline(
+        self, actor: Actor, connection_id: str, *, notify: bool = True
+    ) -> dict[str, Any]:
+        """Decline another node's pending request. It ends here whatever the
+        peer does; the peer is told when it can be (the URL it gave serves
+        its manifest, and it answered), unless not *notify*: then nothing is
+        sent at all. ``peerNotified`` says whether it was told.
+
+        Raises:
+            Forbidden, NotFound (also an expired request), Conflict (``invalid_state``).
+        """
+        authorize(actor, "federation.manage")
+        self._require_enabled()
+        row = await self._pending_request(connection_id)
+        notified = False
+        if notify:
+            try:
+                await self._check_peer_url(row)
+                await self.post_signed(
+                    row.peer_url, DECLINED_PATH, self._notice(connection_id), audience=row.peer_did
+                )
+                notified = True
+            except PeerError as error:
+                log.info("request %s declined without telling the peer: %s", connection_id, error)
+        return {**await self._set(row, "declined"), "peerNotified": notified}
 
     async def disconnect(
         self, actor: Actor, connection_id: str, *, force: bool = False
@@ -198,8 +258,13 @@ class Federation:
         row = await get_connection(self._db, connection_id)
         if row.status not in ("pending", "accepted"):
             raise Conflict(f"this connection is already {row.status}", "invalid_state")
+        request = row.status == "pending" and row.direction == "inbound"
+        if request:
+            row = await self._pending_request(connection_id)  # not expired
         notified = True
         try:
+            if request:  # the URL it gave is only its word until checked
+                await self._check_peer_url(row)
             await self.post_signed(
                 row.peer_url, DISCONNECTED_PATH, self._notice(connection_id), audience=row.peer_did
             )
@@ -210,21 +275,43 @@ class Federation:
             notified = False
         return {**await self._set(row, "disconnected"), "peerNotified": notified}
 
-    async def _answer(
-        self, actor: Actor, connection_id: str, status: str, path: str
-    ) -> dict[str, Any]:
-        authorize(actor, "federation.manage")
-        self._require_enabled()
+    async def _pending_request(self, connection_id: str) -> repo.ConnectionRow:
+        """The pending inbound request *connection_id*, not expired (an
+        expired one is deleted now: it is gone).
+
+        Raises:
+            NotFound: ``connection_not_found``.
+            Conflict: ``invalid_state``, not a pending request from another node.
+        """
         row = await get_connection(self._db, connection_id)
         if not (row.status == "pending" and row.direction == "inbound"):
             raise Conflict(
                 "only a pending request from another node can be accepted or declined",
                 "invalid_state",
             )
-        await self.post_signed(
-            row.peer_url, path, self._notice(connection_id), audience=row.peer_did
-        )
-        return await self._set(row, status)
+        if self._expired(row):
+            before = self._pending_since()
+            await self._db.write(lambda c: repo.drop_expired_requests(c, before=before))
+            raise NotFound("this connection request expired unanswered", "connection_not_found")
+        return row
+
+    async def _check_peer_url(self, row: repo.ConnectionRow) -> None:
+        """Make sure the URL a request gave is the requester's own before
+        anything is sent to it: it must serve a manifest with the DID that
+        signed the request (fetched through the same guarded client).
+
+        Raises:
+            PeerError: ``peer_unreachable`` (no answer, or a private address
+                the operator does not allow), ``peer_invalid`` (no manifest),
+                ``peer_mismatch`` (another node's manifest).
+        """
+        manifest = await self._get_json(f"{row.peer_url}{MANIFEST_PATH}")
+        if manifest.get("did") != row.peer_did:
+            raise PeerError(
+                f"{row.peer_url} is not the node that asked: its manifest does not name "
+                f"{row.peer_did} (nothing was sent to it)",
+                "peer_mismatch",
+            )
 
     # -- node-to-node (inbound) -------------------------------------------
 
@@ -284,8 +371,20 @@ class Federation:
             raise Unauthorized("this node has no connection with the signing node", "unknown_node")
         return row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
 
-    async def receive_request(self, did: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """A peer asks to connect: record it as an inbound ``pending`` request."""
+    async def receive_request(
+        self, did: str, fields: dict[str, Any], *, address: str | None = None
+    ) -> dict[str, Any]:
+        """A peer asks to connect: record it as an inbound ``pending`` request
+        from the client *address* (``api._common.client_address``). Expired
+        requests are deleted first.
+
+        Raises:
+            BadRequest: ``invalid_field``, ``invalid_url``.
+            Conflict: ``connection_exists``.
+            RateLimited: ``federation_max_pending_per_address`` pending from
+                *address* already (``Retry-After``: until the oldest of them
+                expires), or ``federation_max_pending`` in all.
+        """
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
         connection_id = fields.get("connectionId")
@@ -312,10 +411,15 @@ class Federation:
             message,
             now,
             now,
+            address,
         )
         limit = self._settings.federation_max_pending
+        per_address = self._settings.federation_max_pending_per_address
+        ttl = self._ttl_ms()
+        since = now - ttl
 
         def store(conn: Any) -> None:
+            repo.drop_expired_requests(conn, before=since)
             existing = repo.get_by_did(conn, did)
             if existing is not None and existing.status in ("pending", "accepted"):
                 raise Conflict(
@@ -325,7 +429,14 @@ class Federation:
             taken = repo.get_connection(conn, connection_id)
             if taken is not None and taken.peer_did != did:
                 raise Conflict("connectionId is taken", "connection_exists")
-            if repo.count_pending_inbound(conn) >= limit:
+            if address is not None:
+                pending = repo.pending_from(conn, address, since=since)
+                if pending.count >= per_address and pending.oldest is not None:
+                    raise RateLimited(
+                        "too many pending connection requests from your address",
+                        max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
+                    )
+            if repo.count_pending_inbound(conn, since=since) >= limit:
                 raise RateLimited("too many pending connection requests", 60)
             repo.replace_connection(conn, row)
 
@@ -362,6 +473,22 @@ class Federation:
         if not self.enabled:
             raise Forbidden("federation is turned off on this node", "federation_disabled")
 
+    def _ttl_ms(self) -> int:
+        return int(self._settings.federation_pending_ttl * 1000)
+
+    def _pending_since(self) -> int:
+        """Inbound requests received before this time (epoch ms) have expired."""
+        return now_ms() - self._ttl_ms()
+
+    def _expired(self, row: repo.ConnectionRow) -> bool:
+        """Whether *row* is an inbound request that waited too long for an admin
+        (an expired request is as good as gone: not listed, not answered)."""
+        return (
+            row.status == "pending"
+            and row.direction == "inbound"
+            and row.created_at < self._pending_since()
+        )
+
     def _notice(self, connection_id: str) -> dict[str, Any]:
         return {"connectionId": connection_id, "did": self._identity.did}
 
@@ -389,7 +516,7 @@ class Federation:
         try:
             answer = await exchange(self._http(), "GET", url)
         except httpx.HTTPError as error:
-            raise PeerError(f"cannot reach {url}: {type(error).__name__}") from None
+            raise PeerError(f"cannot reach {url}: {unreachable(error)}") from None
         if answer.status != 200:
             raise PeerError(f"{url} answered {answer.status}", "peer_invalid")
         return json_object(answer, url)
@@ -422,24 +549,44 @@ def to_json(row: repo.ConnectionRow) -> dict[str, Any]:
 
 
 def _base_url(url: str) -> str:
-    """*url* checked as an http(s) base URL, without trailing slash.
+    """*url* checked as a node's base URL, without trailing slash:
+    ``http(s)://host[:port]``, with at most a plain path prefix (``/mesh``: a
+    node its proxy serves under a path says so in its own URL). Nothing that
+    would be sent somewhere other than where the URL seems to point, or sent
+    along: no user or password, no query or fragment, and in the path no dot
+    segments, percent-escapes, empty segments or backslashes (which servers
+    and proxies normalise each their own way).
 
     Raises:
         BadRequest: ``invalid_url``.
     """
     text = url.strip().rstrip("/")
     parts = urlsplit(text)
+    segments = parts.path.split("/")[1:] if parts.path else []
     if (
         len(text) > MAX_URL_CHARS
         or parts.scheme not in ("http", "https")
         or not parts.hostname
-        or parts.query
-        or parts.fragment
-        or any(ch.isspace() for ch in text)
+        or not _has_valid_port(parts)
+        or any(ch in text for ch in "@?#%\\")  # userinfo, query, fragment, escapes
+        or any(ch.isspace() or not ch.isprintable() for ch in text)
+        or not all(_PATH_SEGMENT.fullmatch(seg) and seg.strip(".") for seg in segments)
         or not is_resolvable_url(text)  # a name no resolver takes (labels 1-63)
     ):
-        raise BadRequest("url must be the peer's http(s) base URL", "invalid_url")
+        raise BadRequest(
+            "url must be the node's plain http(s) base URL (no user, query, fragment, "
+            "escapes or dot segments)",
+            "invalid_url",
+        )
     return text
+
+
+def _has_valid_port(parts: SplitResult) -> bool:
+    """Whether the URL's port, if it has one, is a number from 1 to 65535."""
+    try:
+        return parts.port != 0
+    except ValueError:  # not a number, or out of range
+        return False
 
 
 def _is_did(did: str) -> bool:

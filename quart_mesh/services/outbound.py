@@ -7,19 +7,44 @@ name once, refuses it if any address it resolves to is not public, and pins
 the connection to the address it checked, so a name that resolves
 differently for the check and for the connection (DNS rebinding) cannot get
 past it. Every outbound call to such a URL goes through it.
+
+:class:`PublicOnlyTransport` applies the same check to every connection an
+``httpx`` client opens (the federation client to peer nodes, a registry's
+manifest fetches): the URL, the ``Host`` header, TLS's name (SNI and the
+certificate check) and the client's pool of connections all keep the name,
+and only the socket is connected to the address that was checked.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpcore
+import httpx
 import trio
 
 from ..errors import Transient
 
-__all__ = ["is_private_address", "pin_public"]
+__all__ = [
+    "PrivateAddress",
+    "PublicOnlyTransport",
+    "RefusedAddress",
+    "is_private_address",
+    "pin_public",
+    "public_addresses",
+]
+
+
+class PrivateAddress(Transient):
+    """A host that is, or resolves to, an address that is not public."""
+
+
+class RefusedAddress(httpx.ConnectError):
+    """What :class:`PublicOnlyTransport` raises for a private address: the
+    peer is unreachable, and the message says what would let it through."""
 
 
 def is_private_address(host: str) -> bool:
@@ -49,17 +74,107 @@ async def pin_public(url: str, *, allowed_by: str) -> tuple[str, str, dict[str, 
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as error:  # UnicodeError: a label IDNA cannot encode
-        raise Transient(f"cannot resolve {host[:300]}: {error}") from None
-    addresses = [str(info[4][0]) for info in infos]
-    if not addresses or any(is_private_address(a) for a in addresses):
-        raise Transient(f"{host[:300]} is a private address; {allowed_by}")
-    address = addresses[0]
+    address = (await public_addresses(host, port, allowed_by=allowed_by))[0]
     literal = f"[{address}]" if ":" in address else address
     netloc = literal if parts.port is None else f"{literal}:{parts.port}"
     pinned = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
     host_header = parts.netloc.rpartition("@")[2]  # as written: [v6]:port stays bracketed
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
     return pinned, host_header, extensions
+
+
+async def public_addresses(host: str, port: int, *, allowed_by: str) -> list[str]:
+    """The addresses *host* resolves to (at least one), if every one is public.
+
+    Args:
+        allowed_by: what lets a private address through (named in the error).
+
+    Cancellation: safe; nothing is left behind.
+
+    Raises:
+        Transient: the name does not resolve.
+        PrivateAddress: it resolves to an address that is not public.
+    """
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as error:  # UnicodeError: a label IDNA cannot encode
+        raise Transient(f"cannot resolve {host[:300]}: {error}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses or any(is_private_address(a) for a in addresses):
+        raise PrivateAddress(f"{host[:300]} is a private address; {allowed_by}")
+    return addresses
+
+
+class _PublicOnly(httpcore.AsyncNetworkBackend):
+    """Connects only to public addresses, each connection to an address it
+    checked (a name is resolved once per connection, never again by the socket)."""
+
+    def __init__(self, allowed_by: str) -> None:
+        self._allowed_by = allowed_by
+        self._backend = httpcore.TrioBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await public_addresses(host, port, allowed_by=self._allowed_by)
+        except PrivateAddress as error:
+            raise RefusedAddress(error.reason) from None
+        except Transient as error:
+            raise httpcore.ConnectError(error.reason) from None
+        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        for address in addresses:
+            try:
+                return await self._backend.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
+                failure = error  # the next address the name has, if any
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise RefusedAddress("unix sockets are not reached by URLs that others name")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class PublicOnlyTransport(httpx.AsyncHTTPTransport):
+    """An ``httpx`` transport that reaches only public addresses: every new
+    connection resolves its host once, is refused (:class:`RefusedAddress`,
+    an ``httpx.ConnectError``) if any address the name has is not public,
+    and connects to an address it checked. The request keeps its name: the
+    ``Host`` header, TLS (SNI, the certificate check) and the pool of
+    connections (a connection made for one name never serves another) go
+    by the name, not the address. No proxy; no settings from the environment.
+
+    Args:
+        allowed_by: what lets a private address through (named in the error).
+    """
+
+    def __init__(self, *, allowed_by: str) -> None:
+        super().__init__(trust_env=False)
+        # the pool httpx builds for a client by default (its limits: 100
+        # connections, 20 kept alive for 5 s), with the backend that checks addresses
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_PublicOnly(allowed_by),
+        )

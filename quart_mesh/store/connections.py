@@ -12,10 +12,13 @@ from .schema import connections
 
 __all__ = [
     "ConnectionRow",
+    "PendingFrom",
     "count_pending_inbound",
+    "drop_expired_requests",
     "get_by_did",
     "get_connection",
     "list_connections",
+    "pending_from",
     "replace_connection",
     "set_status",
 ]
@@ -32,6 +35,18 @@ class ConnectionRow:
     message: str
     created_at: int
     updated_at: int
+    #: the client address an inbound request came from (``None``: outbound, or
+    #: recorded before addresses were)
+    request_address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFrom:
+    """The inbound requests pending from one client address."""
+
+    count: int
+    #: when the oldest of them was received (epoch ms); ``None`` if none
+    oldest: int | None
 
 
 def _row(r: Row[Any]) -> ConnectionRow:
@@ -45,6 +60,7 @@ def _row(r: Row[Any]) -> ConnectionRow:
         r.message,
         r.created_at,
         r.updated_at,
+        r.request_address,
     )
 
 
@@ -65,10 +81,36 @@ def get_by_did(conn: Connection, peer_did: str) -> ConnectionRow | None:
     return None if r is None else _row(r)
 
 
-def count_pending_inbound(conn: Connection) -> int:
+def _pending_inbound(since: int) -> sa.ColumnElement[bool]:
+    """Inbound requests still pending and received at or after *since* (epoch ms)."""
     c = connections.c
-    query = sa.select(sa.func.count()).where(c.status == "pending", c.direction == "inbound")
+    return sa.and_(c.status == "pending", c.direction == "inbound", c.created_at >= since)
+
+
+def count_pending_inbound(conn: Connection, *, since: int = 0) -> int:
+    """Inbound requests pending, received at or after *since* (epoch ms)."""
+    query = sa.select(sa.func.count()).where(_pending_inbound(since))
     return int(conn.execute(query).scalar_one())
+
+
+def pending_from(conn: Connection, address: str, *, since: int) -> PendingFrom:
+    """The inbound requests pending from *address*, received at or after *since*."""
+    c = connections.c
+    query = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(
+        _pending_inbound(since), c.request_address == address
+    )
+    count, oldest = conn.execute(query).one()
+    return PendingFrom(int(count), None if oldest is None else int(oldest))
+
+
+def drop_expired_requests(conn: Connection, *, before: int) -> int:
+    """Delete the inbound requests still pending that were received before
+    *before* (epoch ms): they expired unanswered. How many were deleted."""
+    c = connections.c
+    query = sa.delete(connections).where(
+        c.status == "pending", c.direction == "inbound", c.created_at < before
+    )
+    return int(conn.execute(query).rowcount)
 
 
 def replace_connection(conn: Connection, row: ConnectionRow) -> None:
@@ -85,6 +127,7 @@ def replace_connection(conn: Connection, row: ConnectionRow) -> None:
             message=row.message,
             created_at=row.created_at,
             updated_at=row.updated_at,
+            request_address=row.request_address,
         )
     )
 

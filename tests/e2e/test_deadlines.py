@@ -130,7 +130,11 @@ async def test_a_peer_that_trickles_is_unreachable_within_the_deadline(
     goes on serving."""
     trickler = Trickler()
     await trickler.start(nursery)
-    settings = Settings(data_dir=tmp_path / "mesh-data", federation_timeout=1.0)
+    settings = Settings(
+        data_dir=tmp_path / "mesh-data",
+        federation_timeout=1.0,
+        outbound_allow_private=True,  # the peer is on loopback: a lab
+    )
     url = await _served(settings, nursery)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         owner = await Mesh(http).setup()

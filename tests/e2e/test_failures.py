@@ -160,8 +160,10 @@ async def test_a_bug_in_a_relay_link_stops_the_server(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with trio.open_nursery() as peers, trio.open_nursery() as nursery:
-            _, url_b = await _serve(peers, Settings(data_dir=tmp_path / "b"))
-            app_a, url_a = await _serve(nursery, Settings(data_dir=tmp_path / "a"))
+            # two nodes on loopback: a lab, where private addresses are allowed
+            lab = {"outbound_allow_private": True}
+            _, url_b = await _serve(peers, Settings(data_dir=tmp_path / "b", **lab))
+            app_a, url_a = await _serve(nursery, Settings(data_dir=tmp_path / "a", **lab))
             urls.append(url_a)
             async with (
                 httpx.AsyncClient(base_url=url_a, timeout=10) as a,

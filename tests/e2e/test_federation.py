@@ -24,6 +24,9 @@ from tests.helpers import Mesh, User, assert_error
 
 pytestmark = pytest.mark.timeout(60)
 
+#: nodes on loopback calling each other: a lab, where private addresses are allowed
+LAB = {"MESH_OUTBOUND_ALLOW_PRIVATE": "true"}
+
 
 def _key() -> tuple[Ed25519PrivateKey, str]:
     key = Ed25519PrivateKey.generate()
@@ -63,7 +66,8 @@ async def _connections(http: httpx.AsyncClient, owner: User) -> list[dict[str, A
 
 async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nursery) -> None:
     with trio.fail_after(45):
-        node_a, node_b = ServerProcess(tmp_path / "a"), ServerProcess(tmp_path / "b")
+        node_a = ServerProcess(tmp_path / "a", env=LAB)
+        node_b = ServerProcess(tmp_path / "b", env=LAB)
         url_a = await node_a.start(nursery)
         url_b = await node_b.start(nursery)
         async with (
@@ -121,7 +125,7 @@ async def test_connections_between_two_nodes(tmp_path: Path, nursery: trio.Nurse
             # decline: declined on both
             r = await b.post(f"/api/connections/{first['id']}/decline", headers=owner_b.headers)
             assert r.status_code == 200, r.text
-            assert r.json()["status"] == "declined"
+            assert (r.json()["status"], r.json()["peerNotified"]) == ("declined", True)
             assert [c["status"] for c in await _connections(a, owner_a)] == ["declined"]
             assert [c["status"] for c in await _connections(b, owner_b)] == ["declined"]
 
@@ -211,8 +215,8 @@ async def test_a_node_with_federation_off_stands_alone(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     with trio.fail_after(45):
-        node = ServerProcess(tmp_path / "solo", env={"MESH_FEDERATION_ENABLED": "false"})
-        peer = ServerProcess(tmp_path / "peer")
+        node = ServerProcess(tmp_path / "solo", env={"MESH_FEDERATION_ENABLED": "false", **LAB})
+        peer = ServerProcess(tmp_path / "peer", env=LAB)
         url = await node.start(nursery)
         url_peer = await peer.start(nursery)
         async with (

@@ -215,7 +215,7 @@ async def test_a_stored_webhook_url_that_cannot_be_looked_up_is_retried(
         await node.healthy()
 
 
-# -- federation peers -----------------------------------------------------------
+# -- federation peers (loopback servers: a lab, outbound_allow_private) ---------
 
 
 async def test_a_connection_request_to_a_name_that_cannot_be_looked_up_is_refused(
@@ -247,7 +247,7 @@ async def test_a_peer_answering_deeply_nested_json_is_a_peer_error(
 
     peer = Hostile(answer)
     await peer.start(nursery)
-    async with served(tmp_path) as node:
+    async with served(tmp_path, outbound_allow_private=True) as node:
         r = await node.http.post(
             "/api/connections/request", json={"url": peer.url}, headers=node.owner.headers
         )
@@ -291,7 +291,7 @@ async def test_a_peer_taking_a_batch_with_deeply_nested_results_is_relayed_to(
 ) -> None:
     peer = Hostile(lambda _: _response(200, DEEP))
     await peer.start(nursery)
-    async with served(tmp_path) as node:
+    async with served(tmp_path, outbound_allow_private=True) as node:
         connection_id, _ = await _accepted_link(node, peer.url)
 
         async def relayed() -> bool:

@@ -65,15 +65,16 @@ async def nodes(
     tmp_path: Path, nursery: trio.Nursery, *names: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[list[Node]]:
     """Start one node per name on a fixed loopback port (so that a restarted
-    node keeps its address), each set up with an owner and a mesh name."""
+    node keeps its address), each set up with an owner and a mesh name. The
+    nodes are a lab: their calls to each other on loopback are allowed
+    (``MESH_OUTBOUND_ALLOW_PRIVATE``, unless *env* says otherwise)."""
     started: list[Node] = []
     for name in names:
         port = free_port()
         data_dir = tmp_path / name
         # quick retries: a peer coming back is noticed within a second
-        process = ServerProcess(
-            data_dir, "--port", str(port), env={"MESH_FEDERATION_RETRY_MAX": "1", **(env or {})}
-        )
+        lab = {"MESH_FEDERATION_RETRY_MAX": "1", "MESH_OUTBOUND_ALLOW_PRIVATE": "true"}
+        process = ServerProcess(data_dir, "--port", str(port), env={**lab, **(env or {})})
         # ServerProcess puts --port 0 first; the later --port wins
         url = await process.start(nursery)
         assert url.endswith(f":{port}"), url

@@ -58,7 +58,7 @@ async def test_a_beat_announces_only_a_public_mesh_that_is_set_up(
         heartbeat_interval=3600,  # the node's own loop beats once, at start
     )
     app = create_app(settings)
-    async with app.test_app(), peer_client(5, "test") as http:
+    async with app.test_app(), peer_client(5, "test", allow_private=True) as http:
         heartbeat = app.node.heartbeat
         assert heartbeat is not None
         client = app.test_client()

@@ -1,7 +1,7 @@
-"""The outbound SSRF check (webhooks, a registry's manifest fetches) resolves
-a URL's host once and connects to that address: a name that resolves to a
-public address for the check and to a private one later (DNS rebinding)
-cannot reach the node's network."""
+"""The outbound SSRF check (webhooks, a registry's manifest fetches, the
+client to peer nodes) resolves a URL's host once and connects to that
+address: a name that resolves to a public address for the check and to a
+private one later (DNS rebinding) cannot reach the node's network."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import trio
 
 from quart_mesh.errors import Transient
-from quart_mesh.services.outbound import pin_public
+from quart_mesh.federation.http import peer_client
+from quart_mesh.services.outbound import RefusedAddress, pin_public
 
 
 def _pin_public(url: str) -> Any:
@@ -59,3 +60,13 @@ async def test_literal_public_addresses_are_kept() -> None:
     assert await _pin_public("http://8.8.8.8/h") == ("http://8.8.8.8/h", "8.8.8.8", {})
     url, host, _ = await _pin_public("http://[2001:4860:4860::8888]:8080/h")
     assert (url, host) == ("http://[2001:4860:4860::8888]:8080/h", "[2001:4860:4860::8888]:8080")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:9/x", "http://localhost:9/x", "https://[::1]:9/x", "http://10.1.2.3/x"],
+)
+async def test_the_client_to_peers_refuses_private_addresses_unless_allowed(url: str) -> None:
+    async with peer_client(5, "test", allow_private=False) as client:
+        with pytest.raises(RefusedAddress, match="MESH_OUTBOUND_ALLOW_PRIVATE"):
+            await client.get(url)

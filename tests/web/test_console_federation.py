@@ -49,7 +49,10 @@ async def test_two_nodes_connect_share_talk_and_part_from_their_consoles(
     )
     alice = await a.mesh.setup("alice", meshName="Mesh A")
     # B announces itself to A (A is its registry) twice a second
-    b: Served = await serve_node(registry_url=a.url, heartbeat_interval=0.5)
+    # (and connects to A, on loopback: a lab)
+    b: Served = await serve_node(
+        registry_url=a.url, heartbeat_interval=0.5, outbound_allow_private=True
+    )
     bea = await b.mesh.setup("bea", meshName="Mesh B")
     carl = await b.mesh.register("carl")
     square_a = (await a.mesh.http.get("/api/setup/status")).json()["defaultRoomId"]

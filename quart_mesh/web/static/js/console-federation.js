@@ -376,6 +376,8 @@ export class FederationSection {
     if (done === undefined) return;
     this.connectionsStatus.textContent =
       verb === "accept" ? `Connected with ${c.name}.` : `Declined the request of ${c.name}.`;
+    // a decline ends the request here even when the requester cannot be told
+    if (done && done.peerNotified === false) this.connectionsStatus.textContent += " The other node was not told.";
     await this.refresh();
   }
 
