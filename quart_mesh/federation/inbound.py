@@ -186,11 +186,11 @@ class Receiver:
         return {"ok": True, "results": results}
 
     async def _connected_with(self, did: str, connected: dict[str, bool]) -> bool:
-        """Whether this node has an accepted connection with the node *did*
-        (asked once per batch: *connected* keeps the answers)."""
+        """Whether this node has an accepted or pending connection with the
+        node *did* (asked once per batch: *connected* keeps the answers)."""
         if did not in connected:
             found = await self._db.read(lambda c: connections_repo.get_by_did(c, did))
-            connected[did] = found is not None and found.status == "accepted"
+            connected[did] = found is not None and found.status in ("accepted", "pending")
         return connected[did]
 
     async def _missing_message(self, event: dict[str, Any]) -> bool:
@@ -266,7 +266,7 @@ class Receiver:
                 now if replaced else min(created, now),
                 node_did,
                 source,
-                to=await self._remote.local_id(event.get("to")),
+                to=await self._remote.local_id(event.get("to"), row.peer_did),
                 thread_id=thread if isinstance(thread, str) and is_ulid(thread) else None,
                 time_replaced=replaced,
             )

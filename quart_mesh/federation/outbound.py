@@ -64,6 +64,13 @@ _RECONCILE_INTERVAL = 2.0
 #: how often it deletes every outbox row no peer waits for (what the pruning
 #: as each peer moves on leaves behind: ended shares and connections), seconds
 _FULL_PRUNE_INTERVAL = 60.0
+#: a peer with more than ``federation_max_backlog`` events waiting is ended
+#: once it has taken nothing for this many of the longest retry waits (or
+#: its backlog doubled, whatever it takes)
+_STALL_WAITS = 10
+#: seconds between two counts of a backlog over the bound (each may count
+#: up to twice the bound)
+_BACKLOG_CHECK_INTERVAL = 10.0
 
 
 @dataclass(slots=True)
@@ -78,6 +85,12 @@ class LinkStatus:
     #: outbox positions between the peer's cursor and the outbox's head when
     #: last read: at most this many events wait for the peer (``/metrics``)
     behind: int = 0
+    #: when the link started or the peer last took a batch (``trio.current_time``)
+    progress_at: float = 0.0
+    #: more than ``federation_max_backlog`` events wait for the peer (the
+    #: admin was told in the log), and when that was last counted
+    over_bound: bool = False
+    backlog_checked_at: float = float("-inf")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -225,6 +238,7 @@ class Links:
         unavailable) with backoff; a bug ends the node (``retry``)."""
         status = self.status.setdefault(connection_id, LinkStatus())
         status.running = True
+        status.progress_at = trio.current_time()
         backoff = Backoff(_FIRST_RETRY, self._settings.federation_retry_max)
 
         def failed(error: Exception, _delay: float) -> None:
@@ -261,7 +275,7 @@ class Links:
                 return
             status.behind = max(0, head - cursor)
             if status.behind > self._settings.federation_max_backlog and await self._overflowed(
-                row
+                row, status
             ):
                 return
             if not items:
@@ -275,6 +289,7 @@ class Links:
             status.failures = 0
             status.last_error = None
             status.last_relayed_at = now_ms()
+            status.progress_at = trio.current_time()
             status.relayed += sent
             done = items[sent - 1].seq
             if sent == len(items) < batch:
@@ -282,21 +297,44 @@ class Links:
             await self._db.write(partial(_advance, connection_id, cursor, done))
             status.behind = max(0, head - done)
 
-    async def _overflowed(self, row: connections_repo.ConnectionRow) -> bool:
-        """End the connection if more than ``federation_max_backlog`` events
-        wait for its peer (a peer that stopped taking the relay must not make
-        the outbox grow without end): the connection is disconnected here,
-        its shares end and the rows no other peer waits for are deleted, the
-        peer is told if it can be, and an error is logged for the admin.
-        Whether it was ended.
+    async def _overflowed(self, row: connections_repo.ConnectionRow, status: LinkStatus) -> bool:
+        """With more than ``federation_max_backlog`` events waiting for the
+        peer, tell the admin (an error in the log, once per crossing); end
+        the connection when the peer has also taken nothing for
+        :data:`_STALL_WAITS` of the longest retry waits, or twice the bound
+        wait — a peer that stopped taking the relay, or takes it slower than
+        this node makes it, must not make the outbox grow without end, while
+        one merely behind for a while goes on. Ended: disconnected here, its
+        shares end and the rows no other peer waits for are deleted, the
+        peer is told if it can be. Whether it was ended.
 
         Raises:
             Unavailable: the store could not be read or written.
         """
+        now_t = trio.current_time()
+        if now_t - status.backlog_checked_at < _BACKLOG_CHECK_INTERVAL:
+            return False
+        status.backlog_checked_at = now_t
         bound = self._settings.federation_max_backlog
         connection_id = row.connection_id
-        waiting = await self._db.read(lambda c: repo.backlog_of(c, connection_id, bound))
+        waiting = await self._db.read(lambda c: repo.backlog_of(c, connection_id, 2 * bound))
         if waiting <= bound:
+            status.over_bound = False
+            return False
+        stall = _STALL_WAITS * self._settings.federation_retry_max
+        if not status.over_bound:
+            status.over_bound = True
+            log.error(
+                "connection %s with %s (%s): more than %d relayed events wait for the peer"
+                " (MESH_FEDERATION_MAX_BACKLOG); it is ended if the peer takes nothing for"
+                " %g s or twice as many wait",
+                connection_id,
+                row.peer_name,
+                row.peer_did,
+                bound,
+                stall,
+            )
+        if waiting <= 2 * bound and now_t - status.progress_at < stall:
             return False
         now = now_ms()
 
@@ -306,11 +344,12 @@ class Links:
 
         await self._db.write(end)
         log.error(
-            "connection %s with %s (%s) ended: more than %d relayed events waited for the peer"
-            " (MESH_FEDERATION_MAX_BACKLOG); connect again once it is back",
+            "connection %s with %s (%s) ended: %d relayed events waited for the peer"
+            " (MESH_FEDERATION_MAX_BACKLOG is %d); connect again once it is back",
             connection_id,
             row.peer_name,
             row.peer_did,
+            waiting,
             bound,
         )
         notice = {"connectionId": connection_id, "did": self._identity.did}

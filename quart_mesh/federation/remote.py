@@ -9,12 +9,14 @@ relayed actions are taken at most as Tier 4, whatever role an admin gives it
 here; what it may do is then decided by ``services.authz.authorize`` in the
 services that apply them, as for any local participant.
 
-It is bound to the node that introduced it (the peer whose relay brought it
-first, ``introduced_by``), for good: only that node, or its home node, may
-speak as it afterwards, in any room — so a third node cannot take over
-another node's people here (decision 0058). The receiver's own checks come
-first (``inbound.py``): a peer speaks only for its own people in rooms this
-node hosts, and never for those of a node this node is connected with.
+It belongs to the node that introduced it (the peer whose relay brought it,
+``introduced_by``): only that node speaks as it, in any room, and each
+node's participants are its own — the same person relayed by its home node
+and by a hub, or by two hubs, is as many participants here, so no node can
+speak as, merge with or silence another node's (decision 0058). The
+receiver's own checks come first (``inbound.py``): a peer speaks only for
+its own people in rooms this node hosts, and never for those of a node
+this node is connected with.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from ..errors import BadRequest, Conflict, Forbidden
+from ..errors import BadRequest, Conflict
 from ..identity import public_key_from_did
 from ..ids import is_ulid, new_id
 from ..names import normalize
@@ -63,48 +65,35 @@ class RemoteParticipants:
         self._accounts = accounts
         self._broker = broker
         self._rooms = rooms
-        #: (home node DID, id there) -> (participant id here, introducing
-        #: node's DID): safe to keep, even with several processes on one
-        #: store, because the binding never changes
-        self._ids: dict[tuple[str, str], tuple[str, str]] = {}
+        #: (introducing node's DID, home node DID, id there) -> participant id
+        #: here: safe to keep, even with several processes on one store,
+        #: because what a key names never changes
+        self._ids: dict[tuple[str, str, str], str] = {}
 
     async def actor(
         self, row: connections_repo.ConnectionRow, by: dict[str, Any], room_id: str
     ) -> Actor:
         """The local participant standing for *by* (a reference checked by
-        :func:`parse_ref`, relayed over the connection *row*), created on
-        first sight (introduced by the peer of *row*), as an actor of at
-        most Tier 4, and a member of *room_id* (joined through the ordinary
-        room checks).
-
-        Only the node that introduced a participant, or its home node, speaks
-        as it: the peer of *row* may be either (its home node may always
-        speak for its own, even after a hub introduced them; the binding
-        stays as it was).
+        :func:`parse_ref`) as the peer of the connection *row* relays it:
+        the peer's own, created on first sight (introduced by the peer), as
+        an actor of at most Tier 4, and a member of *room_id* (joined
+        through the ordinary room checks). Another node's relays of the same
+        person stand for another participant.
 
         Raises:
-            Forbidden: ``not_peer_participant``, the participant was
-                introduced by another node, not the peer's own.
             Conflict: ``too_many_participants``, ``name_taken``.
             MeshError: the room refuses the join (``Rooms.join``).
         """
         node = by["node"]
         home, speaker = node["did"], row.peer_did
 
-        def known(conn: Connection) -> tuple[Participant, str] | None:
-            remote = repo.find_remote(conn, home, by["id"])
+        def known(conn: Connection) -> Participant | None:
+            remote = repo.find_remote(conn, speaker, home, by["id"])
             if remote is None:
                 return None
-            if speaker not in (remote.introduced_by, home):
-                raise Forbidden(
-                    "another node introduced this participant: only it, or the"
-                    " participant's home node, speaks as it",
-                    "not_peer_participant",
-                )
-            found = accounts_repo.get_participant(conn, remote.participant_id)
-            return None if found is None else (found, remote.introduced_by)
+            return accounts_repo.get_participant(conn, remote.participant_id)
 
-        def write(conn: Connection) -> tuple[Participant, str]:
+        def write(conn: Connection) -> Participant:
             found = known(conn)  # again, in the unit: another may have made it
             if found is not None:
                 return found
@@ -116,7 +105,8 @@ class RemoteParticipants:
             # NFKC as local names; one that looks like a name here (another
             # of its node's, say) gets the next free number (decision 0056)
             base = _NAME_CHARS.sub("_", normalize(by["name"]))[:_MAX_BASE_NAME] or "someone"
-            suffix = "@" + handle_of(_node_name(conn, row, node))
+            node_name = _node_name(conn, row, node)
+            suffix = "@" + _handle(conn, row, home, node_name)
             kind = by["kind"] if by["kind"] in ("human", "bot", "guest") else "bot"
             for n in range(1, 100):
                 name = base + suffix if n == 1 else f"{base}-{n}{suffix}"
@@ -132,38 +122,43 @@ class RemoteParticipants:
                 participant.participant_id,
                 row.connection_id,
                 home,
-                _node_name(conn, row, node),
+                node_name,
                 by["id"],
                 by["name"],
                 speaker,
             )
             repo.insert_remote(conn, remote)
-            return participant, speaker
+            return participant
 
-        key = (home, by["id"])
+        key = (speaker, home, by["id"])
         remembered = self._ids.get(key)
-        actor = None
-        # a refusal is never taken from memory: the store has the last word
-        if remembered is not None and speaker in (remembered[1], home):
-            actor = await self._accounts.actor_of(remembered[0])  # None if deleted since
-        if actor is None:
-            found = await self._db.read(known)
-            if found is None:
-                found = await self._db.write(write)
-            participant, introducer = found
+        actor = None if remembered is None else await self._accounts.actor_of(remembered)
+        if actor is None:  # not remembered, or deleted since
+            participant = await self._db.read(known)
+            if participant is None:
+                try:
+                    participant = await self._db.write(write)
+                except Conflict as error:
+                    # another process made it, or took the name, at the same
+                    # moment (several processes on PostgreSQL): once more
+                    if error.code != "conflict":
+                        raise
+                    participant = await self._db.write(write)
             if len(self._ids) >= _MAX_REMEMBERED:
                 self._ids.clear()
-            self._ids[key] = (participant.participant_id, introducer)
+            self._ids[key] = participant.participant_id
             actor = self._accounts.actor_for(participant)
         actor = capped_at_tier_4(actor)
         if room_id not in self._broker.rooms_of(actor.participant_id):
             await self._rooms.join(actor, room_id)
         return actor
 
-    async def local_id(self, value: object) -> str | None:
-        """A relayed participant reference (``to``) as a participant id here:
-        this node's own participant, or a remote participant already known
-        (``None`` if it is neither, or not a reference)."""
+    async def local_id(self, value: object, speaker: str) -> str | None:
+        """A relayed participant reference (``to``), in a relay from the node
+        *speaker*, as a participant id here: this node's own participant, or
+        a remote participant already known — as its home node introduced
+        it, else as *speaker* did (``None`` if it is neither, or not a
+        reference)."""
         if value is None:
             return None
         try:
@@ -172,7 +167,9 @@ class RemoteParticipants:
             return None
         if ref["node"]["did"] == self._node_did:
             return str(ref["id"])
-        known = await self._db.read(lambda c: repo.find_remote(c, ref["node"]["did"], ref["id"]))
+        home = ref["node"]["did"]
+        introducers = (home,) if home == speaker else (home, speaker)
+        known = await self._db.read(lambda c: repo.resolve_remote(c, home, ref["id"], introducers))
         return None if known is None else known.participant_id
 
 
@@ -209,6 +206,21 @@ def parse_ref(value: object, field: str) -> dict[str, Any]:
         "type": type_,
         "node": {"did": did, "name": node_name},
     }
+
+
+def _handle(
+    conn: Connection, row: connections_repo.ConnectionRow, home: str, node_name: str
+) -> str:
+    """The ``@handle`` of a participant of the node *home* named *node_name*
+    relayed over *row*: its name slugged — but a third node's name that
+    claims the handle of a node connected here (another DID) is shown as
+    relayed by the peer (``<handle>-via-<peer's handle>``), so a hub cannot
+    make up people who look like a known node's."""
+    handle = handle_of(node_name)
+    if home == row.peer_did or connections_repo.get_by_did(conn, home) is not None:
+        return handle  # a name this node recorded for that node itself
+    taken = {handle_of(other.peer_name) for other in connections_repo.list_connections(conn)}
+    return f"{handle}-via-{handle_of(row.peer_name)}" if handle in taken else handle
 
 
 def _node_name(conn: Connection, row: connections_repo.ConnectionRow, node: dict[str, str]) -> str:

@@ -47,14 +47,37 @@ class RefusedAddress(httpx.ConnectError):
     peer is unreachable, and the message says what would let it through."""
 
 
+#: IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64
+#: (RFC 6052, 8215) and the deprecated IPv4-compatible addresses
+_EMBEDDING = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::/96"),
+)
+
+
 def is_private_address(host: str) -> bool:
     """Whether *host* (an IP address) is loopback, private, link-local or otherwise
-    not a public unicast address."""
+    not a public unicast address — also an IPv6 address that reaches an IPv4
+    address which is (IPv4-mapped, 6to4, Teredo, NAT64, IPv4-compatible), and
+    a site-local one."""
     try:
         address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return False
-    return not address.is_global or address.is_multicast
+    if not address.is_global or address.is_multicast:
+        return True
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:
+            return True
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address.teredo is not None:
+            embedded = address.teredo[1]
+        if embedded is None and any(address in net for net in _EMBEDDING):
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            return not embedded.is_global or embedded.is_multicast
+    return False
 
 
 async def pin_public(url: str, *, allowed_by: str) -> tuple[str, str, dict[str, Any]]:
@@ -128,12 +151,15 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
         except Transient as error:
             raise httpcore.ConnectError(error.reason) from None
         failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        # the time to connect shared among the addresses (one that does not
+        # answer must not use it all: the next may), at least a second each
+        each = None if timeout is None else max(timeout / len(addresses), 1.0)
         for address in addresses:
             try:
                 return await self._backend.connect_tcp(
                     address,
                     port,
-                    timeout=timeout,
+                    timeout=each,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
@@ -168,11 +194,12 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
     """
 
     def __init__(self, *, allowed_by: str) -> None:
-        super().__init__(trust_env=False)
+        context = httpx.create_ssl_context(trust_env=False)
+        super().__init__(verify=context, trust_env=False)
         # the pool httpx builds for a client by default (its limits: 100
         # connections, 20 kept alive for 5 s), with the backend that checks addresses
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=context,
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,

@@ -53,6 +53,7 @@ __all__ = [
     "record",
     "remote_of",
     "remove_share",
+    "resolve_remote",
     "set_connection_status",
     "share_by_home",
     "shares_of",
@@ -205,12 +206,38 @@ def _remote(row: Any) -> RemoteParticipant:
     )
 
 
-def find_remote(conn: Connection, node_did: str, remote_id: str) -> RemoteParticipant | None:
+def find_remote(
+    conn: Connection, introduced_by: str, node_did: str, remote_id: str
+) -> RemoteParticipant | None:
+    """The participant *remote_id* of the node *node_did* as the node
+    *introduced_by* brought it here (each introducer's are its own)."""
     c = remote_participants.c
     row = conn.execute(
-        sa.select(remote_participants).where(c.node_did == node_did, c.remote_id == remote_id)
+        sa.select(remote_participants).where(
+            c.introduced_by == introduced_by, c.node_did == node_did, c.remote_id == remote_id
+        )
     ).first()
     return None if row is None else _remote(row)
+
+
+def resolve_remote(
+    conn: Connection, node_did: str, remote_id: str, introducers: tuple[str, ...]
+) -> RemoteParticipant | None:
+    """The participant *remote_id* of the node *node_did* as the first of
+    *introducers* (DIDs, in order of preference) that brought it here."""
+    c = remote_participants.c
+    rows = conn.execute(
+        sa.select(remote_participants).where(
+            c.node_did == node_did,
+            c.remote_id == remote_id,
+            c.introduced_by.in_(introducers),
+        )
+    ).all()
+    found = {row.introduced_by: row for row in rows}
+    for introducer in introducers:
+        if introducer in found:
+            return _remote(found[introducer])
+    return None
 
 
 def remote_of(conn: Connection, participant_id: str) -> RemoteParticipant | None:

@@ -541,11 +541,11 @@ remote_participants = Table(
     Column("node_name", String(200), nullable=False),
     Column("remote_id", String(26), nullable=False),
     Column("remote_name", String(200), nullable=False),
-    #: the DID of the node that first relayed it here: only that node, or its
-    #: home node (``node_did``), speaks as it (decision 0058)
-    Column("introduced_by", String(128), nullable=True),
-    UniqueConstraint("node_did", "remote_id"),
-    Index("ix_remote_participants_introduced_by", "introduced_by"),
+    #: the DID of the node that relayed it here (its home node, or a hub
+    #: relaying a third node's participant): only that node speaks as it, and
+    #: each node's are its own (decision 0058)
+    Column("introduced_by", String(128), nullable=False),
+    UniqueConstraint("introduced_by", "node_did", "remote_id"),
 )
 
 #: events of shared rooms waiting for the peers' link tasks (written in the

@@ -1,11 +1,12 @@
-"""A remote participant is bound to the node that introduced it (decision
-0058), in the cases the end-to-end tests (``tests/e2e/test_relay_speakers.py``)
-do not reach: its home node may still speak for it after a hub introduced it,
-without taking it over; once this node connects with that home node, the
-hub no longer speaks for its people; and the cap on remote participants
-counts per introducing node. Also the store's side of a relayed time
-replaced. In-process node, on either store; the peers are played by their
-keys."""
+"""Each node's remote participants are its own (decision 0058), in the cases
+the end-to-end tests (``tests/e2e/test_relay_speakers.py``) do not reach: a
+hub that introduced someone before this node connected with that person's
+home node neither merges with the home node's own participant nor silences
+it; once connected, the hub no longer speaks for that node's people, and
+after the connection ends it speaks only as its own introduction; the cap on
+remote participants counts per introducing node. Also the store's side of a
+relayed time replaced. In-process node, on either store; the peers are
+played by their keys."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ async def relay(
     return result["status"], result.get("code")
 
 
-async def test_a_participant_stays_bound_to_the_node_that_introduced_it(
+async def test_each_node_speaks_only_as_the_participants_it_introduced(
     app: MeshApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(remote_module, "MAX_REMOTES", 2)
@@ -89,22 +90,38 @@ async def test_a_participant_stays_bound_to_the_node_that_introduced_it(
         await relay(receiver, hub, 2, xavier),
         await relay(receiver, hub, 3, person(stranger)),
     ] == [("ok", None), ("ok", None), ("refused", "too_many_participants")]
-    found = await node.db.read(lambda c: relay_repo.find_remote(c, home_did, dave["id"]))
 
-    # connected now: dave's own node speaks for him, as the same participant
-    # (still the hub's introduction); the hub no longer speaks for its people
+    def dave_as(introducer: str) -> Any:
+        return node.db.read(lambda c: relay_repo.find_remote(c, introducer, home_did, dave["id"]))
+
+    by_hub = await dave_as(hub[0])
+    assert by_hub is not None
+
+    # connected now: dave's own node speaks for him as its own participant,
+    # not the hub's (nothing the hub said is his); the hub no longer speaks
+    # for that node's people, old or new
     home = await connected(node, tmp_path, "home")
     assert home[0] == home_did
     assert await relay(receiver, home, 1, dave) == ("ok", None)
-    assert await node.db.read(lambda c: relay_repo.find_remote(c, home_did, dave["id"])) == found
+    by_home = await dave_as(home_did)
+    assert by_home is not None
+    assert by_home.participant_id != by_hub.participant_id
+    assert await dave_as(hub[0]) == by_hub
     assert await relay(receiver, hub, 4, dave) == ("refused", "not_peer_participant")
     assert await relay(receiver, hub, 5, person(home_did)) == ("refused", "not_peer_participant")
     # the cap counts what each node introduced: the hub's are as they were
     assert await relay(receiver, hub, 6, person(stranger)) == ("refused", "too_many_participants")
     assert await relay(receiver, hub, 7, xavier) == ("ok", None)
     assert await relay(receiver, home, 2, person(home_did)) == ("ok", None)
-    assert found is not None
-    assert found.introduced_by == hub[0]
+
+    # the connection with dave's node ends: the hub speaks again, but only as
+    # its own introduction, never as the home node's dave
+    await node.db.write(
+        lambda c: relay_repo.set_connection_status(c, home[1], "disconnected", now_ms())
+    )
+    assert await relay(receiver, hub, 8, dave) == ("ok", None)
+    assert await dave_as(hub[0]) == by_hub
+    assert await dave_as(home_did) == by_home
 
 
 async def test_a_time_out_of_the_window_is_stored_replaced(app: MeshApp, tmp_path: Path) -> None:
