@@ -95,6 +95,7 @@ async def test_a_node_speaks_only_for_its_own_people(tmp_path: Path, nursery: tr
         on_a_m = await share(m, to_m, m_room, a)
         await a.mesh.join(a.owner, on_a_m)
         stranger = load_did(tmp_path)  # a node A is not connected with
+        other = load_or_create_node_identity(tmp_path / "other").did  # nor with this one
         xavier = person("xavier", stranger, node="Mesh X")
         results = await relay_as(
             m,
@@ -107,21 +108,26 @@ async def test_a_node_speaks_only_for_its_own_people(tmp_path: Path, nursery: tr
                 message(2, m_room, person("eve", b.did), "eve@mesh-b (not)"),
                 # a person of a node A does not know: M may introduce it
                 message(3, m_room, xavier, "xavier, through M"),
+                # another node that calls itself "Mesh B": not B's handle here
+                message(4, m_room, person("mallory", other, node="Mesh B"), "mallory"),
             ],
         )
         assert results == [
             ("refused", "not_peer_participant"),
             ("refused", "not_peer_participant"),
             ("ok", None),
+            ("ok", None),
         ]
-        # bob is unchanged on A; nobody else of B's was made
+        # bob is unchanged on A; nobody else looks like B's
         assert await a.get(f"/api/participants/{remote_bob}") == before
         names = {p["name"]: p for p in await a.get("/api/participants")}
         assert [n for n in names if n.endswith("@mesh-b")] == ["bob@mesh-b"]
         assert names["xavier@mesh-x"]["origin"] == stranger
+        assert names["mallory@mesh-b-via-mesh-m"]["origin"] == other
         page = await a.mesh.messages(a.owner, on_a_m)
         assert [(x["senderName"], x["content"]) for x in page] == [
-            ("xavier@mesh-x", "xavier, through M")
+            ("xavier@mesh-x", "xavier, through M"),
+            ("mallory@mesh-b-via-mesh-m", "mallory"),
         ]
 
         # B's own relays go on as before, as the same participant
@@ -129,11 +135,17 @@ async def test_a_node_speaks_only_for_its_own_people(tmp_path: Path, nursery: tr
         page = await wait_for_message(a, a.owner, on_a, again["messageId"])
         assert [x["senderId"] for x in page] == [remote_bob, remote_bob]
 
-        # xavier is M's to speak for: B cannot, even in its own room
-        results = await relay_as(b, a, to_b, [message(FORGED, b_room, xavier, "xavier (not)")])
-        assert results == [("refused", "not_peer_participant")]
+        # xavier as M introduced him is M's to speak for: when B relays the
+        # same person in its own room, that is B's introduction, another
+        # participant — B can neither speak as M's nor silence it
+        results = await relay_as(b, a, to_b, [message(FORGED, b_room, xavier, "xavier via B")])
+        assert results == [("ok", None)]
         page = await a.mesh.messages(a.owner, on_a)
-        assert [x["content"] for x in page] == ["bob here", "still bob"]
+        assert [x["content"] for x in page] == ["bob here", "still bob", "xavier via B"]
+        via_b = page[-1]
+        via_m = (await a.mesh.messages(a.owner, on_a_m))[0]
+        assert via_b["senderId"] != via_m["senderId"]
+        assert via_b["senderName"] == "xavier-2@mesh-x"
 
 
 async def test_relayed_actions_stay_at_tier_4_and_in_time(
