@@ -75,7 +75,11 @@ async def test_a_silent_peer_holds_only_its_own_rows_and_is_ended_past_the_bound
         listed = {conn["id"]: conn for conn in await a.connections()}
         assert (listed[to_c]["sharedRooms"], listed[to_c]["relay"]) == ([], None)
         assert listed[to_b]["status"] == "accepted"
-        assert b"MESH_FEDERATION_MAX_BACKLOG" in a.process.output
+
+        async def logged() -> bool:  # stdout is read by a background task: wait for it
+            return b"MESH_FEDERATION_MAX_BACKLOG" in a.process.output
+
+        await wait_for(logged, 10, interval=0.1)
         assert await trio.to_thread.run_sync(outbox_rooms, a) == []
         after = await a.mesh.send(a.owner, chat["roomId"], "still for B")
         await wait_for_message(b, bob, on_b, after["messageId"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpcore
+import httpx
 import pytest
 import trio
 
@@ -47,6 +49,36 @@ async def test_the_checked_address_is_the_one_connected_to() -> None:
             await _pin_public("http://hooks.example/in")
     finally:
         trio.socket.set_custom_hostname_resolver(previous)
+    assert resolver.calls == 2
+
+
+async def test_the_client_to_peers_connects_to_the_address_it_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``PublicOnlyTransport`` (``peer_client(..., allow_private=False)``)."""
+    connects: list[tuple[str, int]] = []
+
+    async def connect_tcp(self: Any, host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        connects.append((host, port))  # where the socket would connect; nothing is opened
+        raise httpcore.ConnectError("no network in this test")
+
+    monkeypatch.setattr(httpcore.TrioBackend, "connect_tcp", connect_tcp)
+    resolver = Rebinding()
+    previous = trio.socket.set_custom_hostname_resolver(resolver)
+    url = "https://peer.example:8443/.well-known/mesh-manifest.json"
+    try:
+        async with peer_client(5, "test", allow_private=False) as client:
+            with pytest.raises(httpx.ConnectError) as failed:
+                await client.get(url)
+            assert not isinstance(failed.value, RefusedAddress)
+            # the address checked, not the name (which would resolve to loopback now)
+            assert connects == [("8.8.8.8", 8443)]
+            # a new connection resolves again and gets loopback: refused, never connected
+            with pytest.raises(RefusedAddress, match="private address"):
+                await client.get(url)
+    finally:
+        trio.socket.set_custom_hostname_resolver(previous)
+    assert connects == [("8.8.8.8", 8443)]
     assert resolver.calls == 2
 
 
