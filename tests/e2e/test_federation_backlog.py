@@ -1,6 +1,8 @@
-"""Issue 28, finding 6: one silent peer delays only its own outbox rows, and
-a peer whose backlog passes ``MESH_FEDERATION_MAX_BACKLOG`` is disconnected
-(three real nodes on loopback; the outbox is read from A's own store)."""
+"""Issue 28, finding 6: one silent peer delays only its own outbox rows; a
+peer whose backlog passes ``MESH_FEDERATION_MAX_BACKLOG`` is reported in the
+log at once, and disconnected once it has also taken nothing for ten of the
+longest retry waits (here 1 s each) — three real nodes on loopback; the
+outbox is read from A's own store."""
 
 from __future__ import annotations
 
@@ -62,8 +64,9 @@ async def test_a_silent_peer_holds_only_its_own_rows_and_is_ended_past_the_bound
 
         await wait_for(only_c_rows_left, 15, interval=0.1)
 
-        # C's backlog passes the bound: A ends the connection with C, its rows
-        # go, and the admin is told in the log; B's connection goes on
+        # C's backlog passes the bound: the admin is told in the log, and as C
+        # takes nothing, A ends the connection with C and its rows go; B's
+        # connection goes on
         for i in range(3, BOUND + 1):
             await a.mesh.send(a.owner, quiet["roomId"], f"for C {i}")
 
@@ -71,13 +74,21 @@ async def test_a_silent_peer_holds_only_its_own_rows_and_is_ended_past_the_bound
             listed = {conn["id"]: conn for conn in await a.connections()}
             return bool(listed[to_c]["status"] == "disconnected")
 
-        await wait_for(c_ended, 20, interval=0.1)
+        async def alerted() -> bool:  # stdout is read by a background task: wait for it
+            return b"relayed events wait for the peer (MESH_FEDERATION_MAX_BACKLOG)" in (
+                a.process.output
+            )
+
+        await wait_for(alerted, 20, interval=0.1)
+        await wait_for(c_ended, 45, interval=0.1)
         listed = {conn["id"]: conn for conn in await a.connections()}
         assert (listed[to_c]["sharedRooms"], listed[to_c]["relay"]) == ([], None)
         assert listed[to_b]["status"] == "accepted"
 
-        async def logged() -> bool:  # stdout is read by a background task: wait for it
-            return b"MESH_FEDERATION_MAX_BACKLOG" in a.process.output
+        async def logged() -> bool:
+            return b"relayed events waited for the peer (MESH_FEDERATION_MAX_BACKLOG" in (
+                a.process.output
+            )
 
         await wait_for(logged, 10, interval=0.1)
         assert await trio.to_thread.run_sync(outbox_rooms, a) == []
