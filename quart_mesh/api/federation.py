@@ -406,7 +406,12 @@ async def decline(connection_id: str, args: DeclineQuery) -> tuple[Any, int]:
 @query(DisconnectQuery)
 @answers(EndedConnection)
 async def disconnect(connection_id: str, args: DisconnectQuery) -> tuple[Any, int]:
-    """End a pending or accepted connection (``force``: even if the peer cannot be told)."""
+    """End a pending or accepted connection (``force``: even if the peer cannot be told).
+
+    The peer is told first; for another node's pending request, only once the
+    URL it gave serves its manifest (``502 peer_mismatch`` otherwise, unless
+    ``force``). An expired request is gone: ``404 connection_not_found``.
+    """
     actor = await caller()
     force = _flag(args.force, "force", False)
     return reply(await node().federation.disconnect(actor, connection_id, force=force))
