@@ -16,6 +16,13 @@ reaches only public addresses unless the operator allows private ones). Its
 pending requests wait ``federation_pending_ttl`` at most (then they are
 deleted), at most ``federation_max_pending_per_address`` from one client
 address, and an admin can decline one without the requester's help.
+
+Who is heard at all is decided before a signed request's nonce is stored
+(:meth:`Federation._admit`): a peer (an accepted connection, or a pending one
+this node asked for) on every path; anyone else only where a stranger has
+business — a connection request, a heartbeat, a notice about its own ended
+or pending connection — within a per-address budget. So nothing a stranger
+sends can fill the nonce store that the peers' requests need.
 """
 
 from __future__ import annotations
@@ -325,10 +332,12 @@ class Federation:
         itself (``busy``), not the peers this node chose.
 
         Raises:
-            Forbidden: federation is off here.
+            Forbidden: ``federation_disabled``, federation is off here;
+                ``not_connected``, a signer known here but not a peer, on a
+                path only peers may call.
             Unauthorized: ``unsigned``, ``stale``, ``bad_signature``,
                 ``unknown_node``, ``replayed``.
-            RateLimited: ``rate_limited`` (``federation_request_address``,
+            RateLimited: ``rate_limited`` (``federation_stranger_address``,
                 ``registry_did``).
             Unavailable: ``busy`` (:class:`~.signing.Nonces`), or the store is down.
         """
@@ -346,30 +355,47 @@ class Federation:
 
     async def _admit(self, request: SignedRequest, did: str) -> bool:
         """Whether the node *did* (its signature holds) is heard on *request*'s
-        path; whether it is a peer this node chose (an accepted connection,
-        or one this node asked for), which the nonce store lets through
-        while it is full.
+        path, decided before its nonce is stored; whether it is a *peer* (an
+        accepted connection, or a pending one this node asked for), which the
+        nonce store lets through while it is full.
 
-        A connection request counts against ``federation_request_address``
-        for the client's address, a heartbeat (to a registry) against
-        ``registry_did`` for the signer; on every other path the signer must
-        have a connection here, of any status (notices such as
-        ``disconnected`` concern ended ones too).
+        A peer is heard on every path. Any other signer is a *stranger*,
+        whatever connection row it has here (its pending request, one
+        declined, ended or expired): it is heard only on the paths a stranger
+        has a reason to call — a connection request, a heartbeat (to a
+        registry), and, with a row here, the notice ``disconnected`` (a
+        requester withdrawing its request, or ending what already ended) —
+        each counted against ``federation_stranger_address`` for the
+        client's address. A heartbeat also counts against ``registry_did``
+        for the signer, peer or not.
 
         Raises:
             RateLimited: ``rate_limited``.
-            Unauthorized: ``unknown_node``.
+            Unauthorized: ``unknown_node``, a stranger with no row here on
+                any other path.
+            Forbidden: ``not_connected``, a stranger with a row here on any
+                other path.
         """
-        if request.path == REQUEST_PATH:
-            await self._rate.address("federation_request_address", request.address)
-            return False
-        if request.path == HEARTBEAT_PATH:
-            await self._rate.key("registry_did", did)
-            return False
         row = await self._db.read(lambda c: repo.get_by_did(c, did))
-        if row is None:
-            raise Unauthorized("this node has no connection with the signing node", "unknown_node")
-        return row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
+        peer = row is not None and (
+            row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
+        )
+        heartbeat = request.path == HEARTBEAT_PATH
+        if not peer:
+            if not (
+                request.path == REQUEST_PATH
+                or heartbeat
+                or (request.path == DISCONNECTED_PATH and row is not None)
+            ):
+                if row is None:
+                    raise Unauthorized(
+                        "this node has no connection with the signing node", "unknown_node"
+                    )
+                raise Forbidden(f"this connection is {row.status}, not accepted", "not_connected")
+            await self._rate.address("federation_stranger_address", request.address)
+        if heartbeat:
+            await self._rate.key("registry_did", did)
+        return peer
 
     async def receive_request(
         self, did: str, fields: dict[str, Any], *, address: str | None = None
