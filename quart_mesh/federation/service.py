@@ -15,7 +15,8 @@ make this node call someone else's URL, or its own network (the client
 reaches only public addresses unless the operator allows private ones). Its
 pending requests wait ``federation_pending_ttl`` at most (then they are
 deleted), at most ``federation_max_pending_per_address`` from one client
-address, and an admin can decline one without the requester's help.
+address (an IPv6 /64), and an admin can decline one without the requester's
+help.
 
 Who is heard at all is decided before a signed request's nonce is stored
 (:meth:`Federation._admit`): a peer (an accepted connection, or a pending one
@@ -38,6 +39,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import trio
 
+from ..client_address import ip_of
 from ..config import Settings
 from ..errors import (
     BadRequest,
@@ -51,7 +53,7 @@ from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..records import iso, now_ms
 from ..services.authz import Actor, authorize
-from ..services.ratelimit import RateLimiter
+from ..services.ratelimit import RateLimiter, address_key
 from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
@@ -77,6 +79,11 @@ ACCEPTED_PATH = "/api/connections/accepted"
 DECLINED_PATH = "/api/connections/declined"
 #: a node's heartbeat to a registry (``registry.py``), signed like the paths above
 HEARTBEAT_PATH = "/api/meshes/heartbeat"
+#: what pending requests from a client whose address is not known (a unix
+#: socket) count as: one address, shared by all of them
+UNKNOWN_ADDRESS = "unknown"
+#: the longest ``connections.request_address``
+_REQUEST_ADDRESS_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +94,9 @@ class SignedRequest:
     method: str
     path: str
     body: bytes
-    #: the client's address (``None``: not known; not limited per address)
+    #: the client's address (``None``: not known, not rate-limited per
+    #: address); pending requests from an address not known or not an IP
+    #: address (a unix socket) all count as one, :data:`UNKNOWN_ADDRESS`
     address: str | None = None
 
 
@@ -401,15 +410,16 @@ class Federation:
         self, did: str, fields: dict[str, Any], *, address: str | None = None
     ) -> dict[str, Any]:
         """A peer asks to connect: record it as an inbound ``pending`` request
-        from the client *address* (``api._common.client_address``). Expired
-        requests are deleted first.
+        from the client *address* (``api._common.client_address``), kept as
+        per-address limits count it (:func:`request_address`: an IPv6
+        address by its /64). Expired requests are deleted first.
 
         Raises:
             BadRequest: ``invalid_field``, ``invalid_url``.
             Conflict: ``connection_exists``.
             RateLimited: ``federation_max_pending_per_address`` pending from
-                *address* already (``Retry-After``: until the oldest of them
-                expires), or ``federation_max_pending`` in all.
+                *address* (or its /64) already (``Retry-After``: until the
+                oldest of them expires), or ``federation_max_pending`` in all.
         """
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
@@ -427,6 +437,7 @@ class Federation:
         if len(message) > MAX_MESSAGE_CHARS:
             raise BadRequest(f"message: at most {MAX_MESSAGE_CHARS} characters", "invalid_field")
         now = now_ms()
+        where = request_address(address)
         row = repo.ConnectionRow(
             connection_id,
             did,
@@ -437,7 +448,7 @@ class Federation:
             message,
             now,
             now,
-            address,
+            where,
         )
         limit = self._settings.federation_max_pending
         per_address = self._settings.federation_max_pending_per_address
@@ -455,13 +466,12 @@ class Federation:
             taken = repo.get_connection(conn, connection_id)
             if taken is not None and taken.peer_did != did:
                 raise Conflict("connectionId is taken", "connection_exists")
-            if address is not None:
-                pending = repo.pending_from(conn, address, since=since)
-                if pending.count >= per_address and pending.oldest is not None:
-                    raise RateLimited(
-                        "too many pending connection requests from your address",
-                        max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
-                    )
+            pending = repo.pending_from(conn, where, since=since)
+            if pending.count >= per_address and pending.oldest is not None:
+                raise RateLimited(
+                    "too many pending connection requests from your address",
+                    max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
+                )
             if repo.count_pending_inbound(conn, since=since) >= limit:
                 raise RateLimited("too many pending connection requests", 60)
             repo.replace_connection(conn, row)
@@ -556,6 +566,17 @@ class Federation:
             PeerError: unreachable, refused (non-2xx) or an invalid answer.
         """
         return await post_signed(self._http(), self._identity, base, path, body, audience=audience)
+
+
+def request_address(address: str | None) -> str:
+    """What a pending request from the client *address* is counted as, per
+    address: :func:`~quart_mesh.services.ratelimit.address_key` (an IPv6
+    address by its /64, whose holder has 2^64 addresses to rotate through),
+    :data:`UNKNOWN_ADDRESS` when it is not known or not an IP address (a
+    unix socket: Quart says ``<local>``), at most as long as the column."""
+    if not address or ip_of(address) is None:
+        return UNKNOWN_ADDRESS
+    return address_key(address)[:_REQUEST_ADDRESS_CHARS]
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:

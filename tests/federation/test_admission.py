@@ -1,7 +1,9 @@
 """Who is heard on the node-to-node paths, decided before a signed request's
-nonce is stored (``Federation._admit``, decision 0058): a table of every kind
-of signer against every path, and the per-address budget of strangers
-(``federation_stranger_address``).
+nonce is stored (``Federation._admit``, decision 0058), and what a stranger's
+requests are counted as: a table of every kind of signer against every path;
+the per-address budget of strangers (``federation_stranger_address``); and
+the per-address cap on pending requests, which counts an IPv6 client by its
+/64.
 
 In-process nodes on either store; the other nodes are played by throwaway
 keys (``tests.e2e.test_federation._signed``), their client addresses set in
@@ -199,3 +201,24 @@ async def test_strangers_are_heard_within_a_budget_per_address(tmp_path: Path) -
         assert (await Signer(app).ask(client="2001:db8:1:3::1"))[0] == 201
         for _ in range(4):
             assert await Signer(app).post(HEARTBEAT, client="127.0.0.1") == (400, "invalid_field")
+
+
+async def test_pending_requests_count_an_ipv6_client_by_its_64(tmp_path: Path) -> None:
+    """Three pending requests per address (the default), an IPv6 address
+    counted as its /64, like every per-address limit; requests whose client
+    address is not known (a unix socket) count as one address."""
+    async with _node(Settings(data_dir=tmp_path / "node")) as app:
+        for host in ("::1", "::2", ":ffff:ffff:ffff:ffff"):
+            assert (await Signer(app).ask(client=f"2001:db8:0:7{host}"))[0] == 201
+        status, code = await Signer(app).ask(client="2001:db8:0:7:abcd::9")
+        assert (status, code) == (429, "rate_limited")
+        # the next /64 is another address
+        assert (await Signer(app).ask(client="2001:db8:0:8::1"))[0] == 201
+        # an address not known: all such requests share one count
+        for _ in range(3):
+            assert (await Signer(app).ask(client=None))[0] == 201
+        assert await Signer(app).ask(client=None) == (429, "rate_limited")
+
+        rows = await app.node.db.read(connections_repo.list_connections)
+        counted = sorted(row.request_address or "" for row in rows)
+        assert counted == ["2001:db8:0:7::/64"] * 3 + ["2001:db8:0:8::/64"] + ["unknown"] * 3

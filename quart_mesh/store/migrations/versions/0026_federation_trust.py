@@ -5,7 +5,8 @@
   node) speaks as it. Filled from the connection its events last arrived
   over (else its home node).
 - ``connections.request_address``: the client address an inbound
-  connection request came from (pending requests are limited per address).
+  connection request came from, as per-address limits count it (an IPv6
+  address by its /64; pending requests are limited per address).
 - ``messages.time_replaced``: a relayed message whose claimed time was
   outside the sane window, dated when it arrived instead.
 
