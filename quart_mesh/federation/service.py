@@ -16,7 +16,7 @@ reaches only public addresses unless the operator allows private ones). Its
 pending requests wait ``federation_pending_ttl`` at most (then they are
 deleted), at most ``federation_max_pending_per_address`` from one client
 address (an IPv6 /64), and an admin can decline one without the requester's
-help.
+help, even with federation off.
 
 Who is heard at all is decided before a signed request's nonce is stored
 (:meth:`Federation._admit`): a peer (an accepted connection, or a pending one
@@ -239,17 +239,18 @@ class Federation:
     ) -> dict[str, Any]:
         """Decline another node's pending request. It ends here whatever the
         peer does; the peer is told when it can be (the URL it gave serves
-        its manifest, and it answered), unless not *notify*: then nothing is
-        sent at all. ``peerNotified`` says whether it was told.
+        its manifest, and it answered), unless not *notify*, or federation is
+        off here: then nothing is sent at all (an admin can clear requests
+        left from before federation was turned off). ``peerNotified`` says
+        whether it was told.
 
         Raises:
             Forbidden, NotFound (also an expired request), Conflict (``invalid_state``).
         """
         authorize(actor, "federation.manage")
-        self._require_enabled()
         row = await self._pending_request(connection_id)
         notified = False
-        if notify:
+        if notify and self.enabled:
             try:
                 await self._check_peer_url(row)
                 await self.post_signed(

@@ -1,9 +1,9 @@
 """Who is heard on the node-to-node paths, decided before a signed request's
 nonce is stored (``Federation._admit``, decision 0058), and what a stranger's
 requests are counted as: a table of every kind of signer against every path;
-the per-address budget of strangers (``federation_stranger_address``); and
-the per-address cap on pending requests, which counts an IPv6 client by its
-/64.
+the per-address budget of strangers (``federation_stranger_address``); the
+per-address cap on pending requests, which counts an IPv6 client by its /64;
+and a decline with federation off, which contacts nobody.
 
 In-process nodes on either store; the other nodes are played by throwaway
 keys (``tests.e2e.test_federation._signed``), their client addresses set in
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from quart.wrappers import Response
 
 from quart_mesh import MeshApp, Settings, create_app
@@ -27,6 +28,8 @@ from quart_mesh.services.ratelimit import RULE_MESSAGES
 from quart_mesh.store import connections as connections_repo
 from quart_mesh.store import nonces as nonces_repo
 from tests.e2e.test_federation import _key, _signed
+from tests.helpers import PASSWORD
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -222,3 +225,38 @@ async def test_pending_requests_count_an_ipv6_client_by_its_64(tmp_path: Path) -
         rows = await app.node.db.read(connections_repo.list_connections)
         counted = sorted(row.request_address or "" for row in rows)
         assert counted == ["2001:db8:0:7::/64"] * 3 + ["2001:db8:0:8::/64"] + ["unknown"] * 3
+
+
+async def test_a_request_is_declined_with_federation_off_without_contacting_anyone(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """A request that arrived while federation was on can be declined after
+    it is turned off; the requester is not contacted (``peerNotified``
+    false), even though its URL would answer."""
+    requester = Receiver()  # the URL the request gives: records anything sent to it
+    url = f"http://127.0.0.1:{await requester.start(nursery)}"
+    data_dir = tmp_path / "node"
+    async with _node(Settings(data_dir=data_dir)) as app:
+        r = await app.test_client().post(
+            "/api/setup/init", json={"name": "owner", "password": PASSWORD, "meshName": "M"}
+        )
+        assert r.status_code == 201
+        token = (await r.get_json())["token"]
+        signer = Signer(app)
+        body = signer.request() | {"url": url}
+        assert (await signer.post(REQUEST, body))[0] == 201
+    off = Settings(data_dir=data_dir, federation_enabled=False, outbound_allow_private=True)
+    async with _node(off) as app:
+        client = app.test_client()
+        owner = {"Authorization": f"Bearer {token}"}
+        path = f"/api/connections/{body['connectionId']}"
+        r = await client.post(f"{path}/accept", headers=owner)
+        assert r.status_code == 403
+        assert (await r.get_json())["code"] == "federation_disabled"
+        r = await client.post(f"{path}/decline", headers=owner)
+        assert r.status_code == 200, await r.get_data()
+        answer = await r.get_json()
+        assert (answer["status"], answer["peerNotified"]) == ("declined", False)
+        r = await client.get("/api/connections", headers=owner)
+        assert [c["status"] for c in await r.get_json()] == ["declined"]
+    assert requester.requests == []
