@@ -200,7 +200,7 @@ RATE_RULES = (
     "registration_address",
     "challenge_address",
     "federation_relay",
-    "federation_request_address",
+    "federation_stranger_address",
     "registry_did",
     "registry_address",
 )
@@ -245,9 +245,10 @@ class RateLimits:
     verifications) and ``registration_address`` (registrations, guest
     sessions, bot bootstraps) and ``challenge_address`` (DID challenges).
     Per peer node: ``federation_relay`` (events
-    relayed in from a connected node); per client address:
-    ``federation_request_address`` (signed connection requests from nodes
-    not connected here). As a registry: ``registry_did``
+    relayed in from a connected node); per client address (not for
+    ``exempt_addresses``): ``federation_stranger_address`` (signed requests
+    from nodes that are not peers here: connection requests, heartbeats to a
+    registry, notices of ended connections). As a registry: ``registry_did``
     (heartbeats per node DID) and ``registry_address`` (manifest checks, that
     is new or re-checked listings, per client address). An admin can change
     the rules and multipliers at run time (``PUT /api/admin/mesh/settings``);
@@ -273,9 +274,11 @@ class RateLimits:
     #: is turned away before it costs a store write)
     challenge_address: Rate | None = Rate(30, 60)
     federation_relay: Rate | None = Rate(600, 60, 300)
-    #: signed connection requests one client address may send (checked before
-    #: the request's nonce is stored: strangers cannot fill the nonce store)
-    federation_request_address: Rate | None = Rate(10, 3600)
+    #: signed requests from nodes that are not peers here (connection
+    #: requests, heartbeats to a registry, notices of ended connections) one
+    #: client address may send; counted before the request's nonce is stored,
+    #: so strangers cannot fill the nonce store
+    federation_stranger_address: Rate | None = Rate(60, 3600)
     #: heartbeats one node (DID) may send a registry: a node beats every 300 s
     registry_did: Rate | None = Rate(10, 60)
     #: manifest checks (a mesh listed anew, at a new URL, or whose check

@@ -107,7 +107,7 @@ class AdminMeshSettings(Shape):
     registry_enabled_source: Literal["admin", "settings"]
     #: by rule: messages, reactions, typing, models, loginName, loginSlowdown,
     #: loginAddress, registrationAddress, challengeAddress, federationRelay,
-    #: federationRequestAddress, registryDid, registryAddress
+    #: federationStrangerAddress, registryDid, registryAddress
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
     role_multipliers: dict[str, float]

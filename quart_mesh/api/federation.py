@@ -395,8 +395,8 @@ async def accept(connection_id: str) -> tuple[Any, int]:
 @answers(EndedConnection)
 async def decline(connection_id: str, args: DeclineQuery) -> tuple[Any, int]:
     """Decline another node's pending request: declined here whatever the
-    peer does (``peerNotified``: whether it was told; ``notify=false``: it is
-    not contacted at all)."""
+    peer does (``peerNotified``: whether it was told; ``notify=false``, or
+    federation off here: it is not contacted at all)."""
     actor = await caller()
     notify = _flag(args.notify, "notify", True)
     return reply(await node().federation.decline(actor, connection_id, notify=notify))

@@ -15,7 +15,15 @@ make this node call someone else's URL, or its own network (the client
 reaches only public addresses unless the operator allows private ones). Its
 pending requests wait ``federation_pending_ttl`` at most (then they are
 deleted), at most ``federation_max_pending_per_address`` from one client
-address, and an admin can decline one without the requester's help.
+address (an IPv6 /64), and an admin can decline one without the requester's
+help, even with federation off.
+
+Who is heard at all is decided before a signed request's nonce is stored
+(:meth:`Federation._admit`): a peer (an accepted connection, or a pending one
+this node asked for) on every path; anyone else only where a stranger has
+business — a connection request, a heartbeat, a notice about its own ended
+or pending connection — within a per-address budget. So nothing a stranger
+sends can fill the nonce store that the peers' requests need.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import trio
 
+from ..client_address import ip_of
 from ..config import Settings
 from ..errors import (
     BadRequest,
@@ -44,7 +53,7 @@ from ..identity import NodeIdentity, public_key_from_did
 from ..ids import is_ulid, new_id
 from ..records import iso, now_ms
 from ..services.authz import Actor, authorize
-from ..services.ratelimit import RateLimiter
+from ..services.ratelimit import RateLimiter, address_key
 from ..services.validation import is_resolvable_url
 from ..store import Database
 from ..store import connections as repo
@@ -70,6 +79,11 @@ ACCEPTED_PATH = "/api/connections/accepted"
 DECLINED_PATH = "/api/connections/declined"
 #: a node's heartbeat to a registry (``registry.py``), signed like the paths above
 HEARTBEAT_PATH = "/api/meshes/heartbeat"
+#: what pending requests from a client whose address is not known (a unix
+#: socket) count as: one address, shared by all of them
+UNKNOWN_ADDRESS = "unknown"
+#: the longest ``connections.request_address``
+_REQUEST_ADDRESS_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +94,9 @@ class SignedRequest:
     method: str
     path: str
     body: bytes
-    #: the client's address (``None``: not known; not limited per address)
+    #: the client's address (``None``: not known, not rate-limited per
+    #: address); pending requests from an address not known or not an IP
+    #: address (a unix socket) all count as one, :data:`UNKNOWN_ADDRESS`
     address: str | None = None
 
 
@@ -223,17 +239,18 @@ class Federation:
     ) -> dict[str, Any]:
         """Decline another node's pending request. It ends here whatever the
         peer does; the peer is told when it can be (the URL it gave serves
-        its manifest, and it answered), unless not *notify*: then nothing is
-        sent at all. ``peerNotified`` says whether it was told.
+        its manifest, and it answered), unless not *notify*, or federation is
+        off here: then nothing is sent at all (an admin can clear requests
+        left from before federation was turned off). ``peerNotified`` says
+        whether it was told.
 
         Raises:
             Forbidden, NotFound (also an expired request), Conflict (``invalid_state``).
         """
         authorize(actor, "federation.manage")
-        self._require_enabled()
         row = await self._pending_request(connection_id)
         notified = False
-        if notify:
+        if notify and self.enabled:
             try:
                 await self._check_peer_url(row)
                 await self.post_signed(
@@ -325,10 +342,12 @@ class Federation:
         itself (``busy``), not the peers this node chose.
 
         Raises:
-            Forbidden: federation is off here.
+            Forbidden: ``federation_disabled``, federation is off here;
+                ``not_connected``, a signer known here but not a peer, on a
+                path only peers may call.
             Unauthorized: ``unsigned``, ``stale``, ``bad_signature``,
                 ``unknown_node``, ``replayed``.
-            RateLimited: ``rate_limited`` (``federation_request_address``,
+            RateLimited: ``rate_limited`` (``federation_stranger_address``,
                 ``registry_did``).
             Unavailable: ``busy`` (:class:`~.signing.Nonces`), or the store is down.
         """
@@ -346,44 +365,62 @@ class Federation:
 
     async def _admit(self, request: SignedRequest, did: str) -> bool:
         """Whether the node *did* (its signature holds) is heard on *request*'s
-        path; whether it is a peer this node chose (an accepted connection,
-        or one this node asked for), which the nonce store lets through
-        while it is full.
+        path, decided before its nonce is stored; whether it is a *peer* (an
+        accepted connection, or a pending one this node asked for), which the
+        nonce store lets through while it is full.
 
-        A connection request counts against ``federation_request_address``
-        for the client's address, a heartbeat (to a registry) against
-        ``registry_did`` for the signer; on every other path the signer must
-        have a connection here, of any status (notices such as
-        ``disconnected`` concern ended ones too).
+        A peer is heard on every path. Any other signer is a *stranger*,
+        whatever connection row it has here (its pending request, one
+        declined, ended or expired): it is heard only on the paths a stranger
+        has a reason to call — a connection request, a heartbeat (to a
+        registry), and, with a row here, the notice ``disconnected`` (a
+        requester withdrawing its request, or ending what already ended) —
+        each counted against ``federation_stranger_address`` for the
+        client's address. A heartbeat also counts against ``registry_did``
+        for the signer, peer or not.
 
         Raises:
             RateLimited: ``rate_limited``.
-            Unauthorized: ``unknown_node``.
+            Unauthorized: ``unknown_node``, a stranger with no row here on
+                any other path.
+            Forbidden: ``not_connected``, a stranger with a row here on any
+                other path.
         """
-        if request.path == REQUEST_PATH:
-            await self._rate.address("federation_request_address", request.address)
-            return False
-        if request.path == HEARTBEAT_PATH:
-            await self._rate.key("registry_did", did)
-            return False
         row = await self._db.read(lambda c: repo.get_by_did(c, did))
-        if row is None:
-            raise Unauthorized("this node has no connection with the signing node", "unknown_node")
-        return row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
+        peer = row is not None and (
+            row.status == "accepted" or (row.status, row.direction) == ("pending", "outbound")
+        )
+        heartbeat = request.path == HEARTBEAT_PATH
+        if not peer:
+            if not (
+                request.path == REQUEST_PATH
+                or heartbeat
+                or (request.path == DISCONNECTED_PATH and row is not None)
+            ):
+                if row is None:
+                    raise Unauthorized(
+                        "this node has no connection with the signing node", "unknown_node"
+                    )
+                raise Forbidden(f"this connection is {row.status}, not accepted", "not_connected")
+            await self._rate.address("federation_stranger_address", request.address)
+        if heartbeat:
+            await self._rate.key("registry_did", did)
+        return peer
 
     async def receive_request(
         self, did: str, fields: dict[str, Any], *, address: str | None = None
     ) -> dict[str, Any]:
         """A peer asks to connect: record it as an inbound ``pending`` request
-        from the client *address* (``api._common.client_address``). Expired
-        requests are deleted first.
+        from the client *address* (``api._common.client_address``), kept as
+        per-address limits count it (:func:`request_address`: an IPv6
+        address by its /64). Expired requests are deleted first.
 
         Raises:
             BadRequest: ``invalid_field``, ``invalid_url``.
             Conflict: ``connection_exists``.
             RateLimited: ``federation_max_pending_per_address`` pending from
-                *address* already (``Retry-After``: until the oldest of them
-                expires), or ``federation_max_pending`` in all.
+                *address* (or its /64) already (``Retry-After``: until the
+                oldest of them expires), or ``federation_max_pending`` in all.
         """
         if fields.get("did") != did:
             raise BadRequest("did must be the signing node's DID", "invalid_field")
@@ -401,6 +438,7 @@ class Federation:
         if len(message) > MAX_MESSAGE_CHARS:
             raise BadRequest(f"message: at most {MAX_MESSAGE_CHARS} characters", "invalid_field")
         now = now_ms()
+        where = request_address(address)
         row = repo.ConnectionRow(
             connection_id,
             did,
@@ -411,7 +449,7 @@ class Federation:
             message,
             now,
             now,
-            address,
+            where,
         )
         limit = self._settings.federation_max_pending
         per_address = self._settings.federation_max_pending_per_address
@@ -429,13 +467,12 @@ class Federation:
             taken = repo.get_connection(conn, connection_id)
             if taken is not None and taken.peer_did != did:
                 raise Conflict("connectionId is taken", "connection_exists")
-            if address is not None:
-                pending = repo.pending_from(conn, address, since=since)
-                if pending.count >= per_address and pending.oldest is not None:
-                    raise RateLimited(
-                        "too many pending connection requests from your address",
-                        max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
-                    )
+            pending = repo.pending_from(conn, where, since=since)
+            if pending.count >= per_address and pending.oldest is not None:
+                raise RateLimited(
+                    "too many pending connection requests from your address",
+                    max(1, math.ceil((pending.oldest + ttl - now) / 1000)),
+                )
             if repo.count_pending_inbound(conn, since=since) >= limit:
                 raise RateLimited("too many pending connection requests", 60)
             repo.replace_connection(conn, row)
@@ -530,6 +567,17 @@ class Federation:
             PeerError: unreachable, refused (non-2xx) or an invalid answer.
         """
         return await post_signed(self._http(), self._identity, base, path, body, audience=audience)
+
+
+def request_address(address: str | None) -> str:
+    """What a pending request from the client *address* is counted as, per
+    address: :func:`~quart_mesh.services.ratelimit.address_key` (an IPv6
+    address by its /64, whose holder has 2^64 addresses to rotate through),
+    :data:`UNKNOWN_ADDRESS` when it is not known or not an IP address (a
+    unix socket: Quart says ``<local>``), at most as long as the column."""
+    if not address or ip_of(address) is None:
+        return UNKNOWN_ADDRESS
+    return address_key(address)[:_REQUEST_ADDRESS_CHARS]
 
 
 def to_json(row: repo.ConnectionRow) -> dict[str, Any]:

@@ -57,7 +57,7 @@ RULE_FIELDS: Final = {
     "registration_address": ("registrationAddress", "client address"),
     "challenge_address": ("challengeAddress", "client address"),
     "federation_relay": ("federationRelay", "peer node"),
-    "federation_request_address": ("federationRequestAddress", "client address"),
+    "federation_stranger_address": ("federationStrangerAddress", "client address"),
     "registry_did": ("registryDid", "node DID"),
     "registry_address": ("registryAddress", "client address"),
 }

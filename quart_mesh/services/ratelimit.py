@@ -73,7 +73,9 @@ RULE_MESSAGES: Final = {
     "registration_address": "too many registrations from your address",
     "challenge_address": "too many identity challenges from your address",
     "federation_relay": "this node relays too many events",
-    "federation_request_address": "too many connection requests from your address",
+    "federation_stranger_address": (
+        "too many signed requests from your address by nodes that are not peers here"
+    ),
     "registry_did": "this node sends too many heartbeats",
     "registry_address": "too many meshes checked for your address",
 }
@@ -83,7 +85,7 @@ SHARED_RULES: Final = frozenset(
         "login_name",
         "login_address",
         "registration_address",
-        "federation_request_address",
+        "federation_stranger_address",
         "registry_did",
         "registry_address",
     }

@@ -35,8 +35,9 @@ class ConnectionRow:
     message: str
     created_at: int
     updated_at: int
-    #: the client address an inbound request came from (``None``: outbound, or
-    #: recorded before addresses were)
+    #: the client address an inbound request came from, as per-address limits
+    #: count it (an IPv6 address by its /64, ``unknown`` when not known;
+    #: ``None``: outbound, or recorded before addresses were)
     request_address: str | None = None
 
 
@@ -94,7 +95,8 @@ def count_pending_inbound(conn: Connection, *, since: int = 0) -> int:
 
 
 def pending_from(conn: Connection, address: str, *, since: int) -> PendingFrom:
-    """The inbound requests pending from *address*, received at or after *since*."""
+    """The inbound requests pending from *address* (a ``request_address``
+    key), received at or after *since*."""
     c = connections.c
     query = sa.select(sa.func.count(), sa.func.min(c.created_at)).where(
         _pending_inbound(since), c.request_address == address

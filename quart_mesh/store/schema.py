@@ -497,8 +497,10 @@ connections = Table(
     #: the last of the peer's own outbox positions applied here (relays at or
     #: below it are recognized as already applied)
     Column("relay_applied", BigInteger, nullable=False, server_default="0"),
-    #: the client address an inbound request came from (pending ones are
-    #: limited per address); NULL for outbound rows
+    #: the client address an inbound request came from, as per-address limits
+    #: count it (``services.ratelimit.address_key``: an IPv6 address by its
+    #: /64; ``unknown`` when not known); pending ones are limited per
+    #: address. NULL for outbound rows
     Column("request_address", String(64), nullable=True),
     Index("ix_connections_status", "status"),
 )

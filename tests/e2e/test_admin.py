@@ -207,7 +207,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "registrationAddress",
         "challengeAddress",
         "federationRelay",
-        "federationRequestAddress",
+        "federationStrangerAddress",
         "registryDid",
         "registryAddress",
     }

@@ -1,9 +1,10 @@
 """Signed requests from nodes this one does not trust (issue 28), between
 real nodes (``python -m quart_mesh serve``, the helpers of ``test_relay.py``):
-a stranger's flood of signed requests cannot stop a connected peer's relay,
-and a request a node signed for another node cannot be replayed here. The
-stranger is a throwaway key (``_signed``); the other node, M, a small real
-server with a DID made here."""
+a stranger's flood of signed requests cannot keep real nodes from
+connecting (nor fill the nonce store they need), and a request a node signed
+for another node cannot be replayed here. The stranger is a throwaway key
+(``_signed``); the other node, M, a small real server with a DID made
+here. Who is heard on which path: ``tests/federation/test_admission.py``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from quart_mesh.identity import load_or_create_node_identity
 from quart_mesh.ids import new_id
@@ -25,7 +27,8 @@ from tests.receiver import Receiver, Request
 pytestmark = pytest.mark.timeout(120)
 
 REQUEST_PATH = "/api/connections/request"
-#: the node-to-node paths only a node with a connection here is heard on
+#: the node-to-node paths a stranger is not heard on (``disconnected``: unless
+#: it has a connection here, within its address's budget)
 PEER_PATHS = (
     "/api/federation/relay",
     "/api/federation/rooms",
@@ -36,62 +39,85 @@ PEER_PATHS = (
 )
 
 
-async def test_a_strangers_flood_does_not_stop_a_peers_relay(
+async def test_a_strangers_flood_does_not_keep_nodes_from_connecting(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    # a small nonce store, and loopback limited per address like any client
-    env = {"MESH_FEDERATION_MAX_NONCES": "20", "MESH_RATE_EXEMPT": "none"}
-    async with nodes(tmp_path, nursery, "a", "b", env=env) as (a, b):
+    """A stranger on its own address (127.0.0.2) floods A with signed
+    requests timed as far ahead as the skew allows (kept longest): refused on
+    the peers' paths, let through within A's budget for strangers on the
+    others, nothing kept beyond it; so a real node's request afterwards is
+    taken (A's nonce store, of 20 here, never fills), and the two connect."""
+    env = {
+        "MESH_FEDERATION_MAX_NONCES": "20",
+        "MESH_RATE_FEDERATION_STRANGER_ADDRESS": "5/1h",
+        "MESH_RATE_EXEMPT": "none",  # loopback limited per address like any client
+    }
+    async with (
+        nodes(tmp_path, nursery, "a", "b", env=env) as (a, b),
+        httpx.AsyncClient(
+            base_url=a.url,
+            timeout=15,
+            transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+        ) as elsewhere,
+    ):
         alice = await a.mesh.register("alice")
         bob = await b.mesh.register("bob")
         room = await a.mesh.create_room(a.owner, "lobby")
         await a.mesh.join(alice, room["roomId"])
-        connection_id = await connect_nodes(a, b)
-        mirror = await share(a, connection_id, room["roomId"], b)
-        await b.mesh.join(bob, mirror)
-        key, did = _key()
-        ahead = time.time() + 299  # as far ahead as the skew allows: kept longest
+        stranger = _key()
+        did = stranger[1]
+        ahead = time.time() + 299
 
-        async def send(path: str, body: dict[str, Any]) -> httpx.Response:
-            raw, headers = _signed(key, did, path, body, audience=a.did, timestamp=ahead)
-            return await a.http.post(path, content=raw, headers=headers)
+        async def send(
+            path: str, body: dict[str, Any], signer: tuple[Ed25519PrivateKey, str] = stranger
+        ) -> httpx.Response:
+            raw, headers = _signed(*signer, path, body, audience=a.did, timestamp=ahead)
+            return await elsewhere.post(path, content=raw, headers=headers)
 
-        # not connected here: not heard on the peers' paths (and nothing is kept)
-        for path in PEER_PATHS * 5:
+        def ask(signer: tuple[Ed25519PrivateKey, str] = stranger) -> dict[str, Any]:
+            url = "http://127.0.0.1:9"
+            return {"did": signer[1], "name": "Stranger", "url": url, "connectionId": new_id()}
+
+        # unknown here: not heard on the peers' paths (and nothing is kept)
+        for path in PEER_PATHS * 3:
             r = await send(path, {"connectionId": new_id(), "did": did})
             assert_error(r, 401, "unknown_node")
-        # connection requests: 10 an hour from one address, then 429
-        answers = []
-        for _ in range(12):
-            body = {"did": did, "name": "Stranger", "url": "http://127.0.0.1:9"}
-            answers.append(await send(REQUEST_PATH, body | {"connectionId": new_id()}))
-        assert answers[0].status_code == 201, answers[0].text
-        for r in answers[1:10]:
-            assert_error(r, 409, "connection_exists")
-        for r in answers[10:]:
-            assert_error(r, 429, "rate_limited")
-            assert float(r.headers["Retry-After"]) > 0
-        # known now (its request is pending), the stranger fills the nonce
-        # store with notices until it is refused itself
+        # one request, declined by A's admin without contacting anyone
+        r = await send(REQUEST_PATH, ask())
+        assert r.status_code == 201, r.text
+        declined = r.json()["connectionId"]
+        r = await a.http.post(
+            f"/api/connections/{declined}/decline?notify=false", headers=a.owner.headers
+        )
+        assert r.status_code == 200, r.text
+        # known now, the stranger is still no peer: not heard on the peers'
+        # paths, and its notices count against its address's budget (5)
+        for path in PEER_PATHS:
+            if path != "/api/connections/disconnected":
+                r = await send(path, {"connectionId": declined, "did": did})
+                assert_error(r, 403, "not_connected")
         statuses = []
-        for _ in range(40):
+        for _ in range(30):
             r = await send("/api/connections/disconnected", {"connectionId": new_id()})
             statuses.append(r.status_code)
-            if r.status_code == 503:
-                break
-        assert statuses[-1] == 503, statuses
-        assert set(statuses[:-1]) == {404}, statuses
-        assert_error(r, 503, "busy")
+        assert statuses == [404] * 4 + [429] * 26, statuses
+        assert_error(r, 429, "rate_limited")
+        assert float(r.headers["Retry-After"]) > 0
+        # the budget is the address's, whoever signs: a fresh key's request too
+        fresh = _key()
+        r = await send(REQUEST_PATH, ask(fresh), signer=fresh)
+        assert_error(r, 429, "rate_limited")
+        assert [(c["did"], c["status"]) for c in await a.connections()] == [(did, "declined")]
 
-        # B, an accepted peer, is still heard: its relay arrives, never refused
+        # a real node's request is taken, not refused busy: it connects and relays
+        connection_id = await connect_nodes(b, a)
+        mirror = await share(a, connection_id, room["roomId"], b)
+        await b.mesh.join(bob, mirror)
         sent = await b.mesh.send(bob, mirror, "still here")
         page = await wait_for_message(a, alice, room["roomId"], sent["messageId"])
         assert page[-1]["content"] == "still here"
-        [link] = await b.connections()
+        [link] = [c for c in await b.connections() if c["id"] == connection_id]
         assert (link["relay"]["failures"], link["relay"]["lastError"]) == (0, None)
-        # ...while the stranger is still refused
-        r = await send("/api/connections/disconnected", {"connectionId": new_id()})
-        assert_error(r, 503, "busy")
 
 
 async def test_a_request_signed_for_another_node_is_refused(

@@ -2,8 +2,10 @@
 
 A node is a registry only when its operator turns it on. A heartbeat is
 listed only when its ``url`` serves a manifest with the signer's DID,
-fetched through the outbound SSRF guard; heartbeats are limited per DID and
-manifest checks per client address; listings expire and make room.
+fetched through the outbound SSRF guard; heartbeats are limited per DID,
+manifest checks per client address, and heartbeats of nodes that are not
+peers per client address before their nonces are stored; listings expire
+and make room.
 
 The meshes that announce themselves are played by fresh Ed25519 keys and
 small real servers (:class:`tests.receiver.Receiver`) serving a manifest
@@ -26,6 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.config import Rate, RateLimits
+from quart_mesh.services.ratelimit import RULE_MESSAGES
+from quart_mesh.store import nonces as nonces_repo
 from quart_mesh.store.schema import registry_entries
 from tests.e2e.test_federation import _key, _signed
 from tests.helpers import Mesh, assert_error, wait_for
@@ -221,7 +225,10 @@ async def test_heartbeats_are_limited_per_did_and_checks_per_address(
     serve_registry: Serve, nursery: trio.Nursery
 ) -> None:
     limits = RateLimits(
-        registry_did=Rate(3, 60), registry_address=Rate(2, 3600), exempt_addresses=()
+        registry_did=Rate(3, 60),
+        registry_address=Rate(2, 3600),
+        federation_stranger_address=Rate(10, 3600),
+        exempt_addresses=(),
     )
     app, http = await serve_registry(
         registry_enabled=True, outbound_allow_private=True, rate_limits=limits
@@ -249,6 +256,22 @@ async def test_heartbeats_are_limited_per_did_and_checks_per_address(
     async with httpx.AsyncClient(base_url=str(http.base_url), transport=transport) as elsewhere:
         assert (await _post(elsewhere, third.heartbeat(urls[2]))).status_code == 200
     assert set(await _listed(http)) == {first.did, second.did, third.did}
+
+    # per address, before anything is stored: every heartbeat of a node that
+    # is not a peer here counts against strangers' budget (10), so fresh DIDs
+    # from one address are cut off before their nonces are kept
+    stored = await app.node.db.read(nonces_repo.count)
+    rules = []
+    for _ in range(8):
+        r = await _post(http, Announcer(app).heartbeat(urls[0]))
+        assert_error(r, 429, "rate_limited")
+        stranger = RULE_MESSAGES["federation_stranger_address"] in r.json()["error"]
+        rules.append("stranger" if stranger else "registry_address")
+    # the six heartbeats above from this address counted, refused ones too
+    assert rules == ["registry_address"] * 4 + ["stranger"] * 4, rules
+    assert await app.node.db.read(nonces_repo.count) == stored + 4
+    # a listed mesh's heartbeat from this address as well: the budget is the address's
+    assert_error(await _post(http, first.heartbeat(urls[0])), 429, "rate_limited")
 
 
 async def test_listings_expire_and_expired_ones_make_room(

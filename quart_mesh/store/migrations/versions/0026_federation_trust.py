@@ -6,7 +6,8 @@
   when this node has a connection with it, else the node whose connection
   its events last came over.
 - ``connections.request_address``: the client address an inbound
-  connection request came from (pending requests are limited per address).
+  connection request came from, as per-address limits count it (an IPv6
+  address by its /64; pending requests are limited per address).
 - ``messages.time_replaced``: a relayed message whose claimed time was
   outside the sane window, dated when it arrived instead.
 

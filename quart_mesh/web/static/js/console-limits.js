@@ -21,7 +21,7 @@ const RULES = {
   registrationAddress: "New accounts and guests from one address",
   challengeAddress: "Identity challenges from one address",
   federationRelay: "Events relayed by one peer node",
-  federationRequestAddress: "Connection requests from one address (other nodes)",
+  federationStrangerAddress: "Signed requests from one address by nodes that are not peers",
   registryDid: "Heartbeats from one node (as a registry)",
   registryAddress: "Meshes checked for one address (as a registry)",
 };
