@@ -73,6 +73,7 @@ class Receiver:
     ) -> None:
         #: oldest relayed time kept, and latest, in milliseconds from now
         self._max_age = int(settings.federation_max_relay_age * 1000)
+        self._pending_ttl = int(settings.federation_pending_ttl * 1000)
         self._max_ahead = settings.federation_max_skew_seconds * 1000
         self._db = db
         self._node_did = node_did
@@ -186,11 +187,19 @@ class Receiver:
         return {"ok": True, "results": results}
 
     async def _connected_with(self, did: str, connected: dict[str, bool]) -> bool:
-        """Whether this node has an accepted or pending connection with the
-        node *did* (asked once per batch: *connected* keeps the answers)."""
+        """Whether this node has an accepted connection with the node *did*,
+        or a pending one (an inbound request only until it expires) — asked
+        once per batch: *connected* keeps the answers."""
         if did not in connected:
             found = await self._db.read(lambda c: connections_repo.get_by_did(c, did))
-            connected[did] = found is not None and found.status in ("accepted", "pending")
+            connected[did] = found is not None and (
+                found.status == "accepted"
+                or (found.status, found.direction) == ("pending", "outbound")
+                or (
+                    (found.status, found.direction) == ("pending", "inbound")
+                    and found.created_at > now_ms() - self._pending_ttl
+                )
+            )
         return connected[did]
 
     async def _missing_message(self, event: dict[str, Any]) -> bool:

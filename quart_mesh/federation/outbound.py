@@ -274,9 +274,9 @@ class Links:
             if row is None or row.status != "accepted":
                 return
             status.behind = max(0, head - cursor)
-            if status.behind > self._settings.federation_max_backlog and await self._overflowed(
-                row, status
-            ):
+            if status.behind <= self._settings.federation_max_backlog:
+                status.over_bound = False  # caught up: a next crossing is told again
+            elif await self._overflowed(row, status):
                 return
             if not items:
                 if head > cursor:

@@ -93,6 +93,9 @@ class RemoteParticipants:
                 return None
             return accounts_repo.get_participant(conn, remote.participant_id)
 
+        mesh = self._accounts.mesh
+        own_name = None if mesh is None else mesh.name
+
         def write(conn: Connection) -> Participant:
             found = known(conn)  # again, in the unit: another may have made it
             if found is not None:
@@ -105,8 +108,8 @@ class RemoteParticipants:
             # NFKC as local names; one that looks like a name here (another
             # of its node's, say) gets the next free number (decision 0056)
             base = _NAME_CHARS.sub("_", normalize(by["name"]))[:_MAX_BASE_NAME] or "someone"
-            node_name = _node_name(conn, row, node)
-            suffix = "@" + _handle(conn, row, home, node_name)
+            node_name = _node_name(row, node)
+            suffix = "@" + _handle(conn, row, home, node_name, own_name)
             kind = by["kind"] if by["kind"] in ("human", "bot", "guest") else "bot"
             for n in range(1, 100):
                 name = base + suffix if n == 1 else f"{base}-{n}{suffix}"
@@ -209,26 +212,36 @@ def parse_ref(value: object, field: str) -> dict[str, Any]:
 
 
 def _handle(
-    conn: Connection, row: connections_repo.ConnectionRow, home: str, node_name: str
+    conn: Connection,
+    row: connections_repo.ConnectionRow,
+    home: str,
+    node_name: str,
+    own_name: str | None,
 ) -> str:
     """The ``@handle`` of a participant of the node *home* named *node_name*
-    relayed over *row*: its name slugged — but a third node's name that
-    claims the handle of a node connected here (another DID) is shown as
-    relayed by the peer (``<handle>-via-<peer's handle>``), so a hub cannot
-    make up people who look like a known node's."""
+    relayed over *row*: the name slugged — but a third node's name that is
+    the handle of a node with a connection here (another DID), or of this
+    node itself, is shown as relayed by the peer (``<handle>-via-<peer's
+    handle>``), so a hub cannot make up people who look like a known
+    node's, nor like this node's own."""
     handle = handle_of(node_name)
-    if home == row.peer_did or connections_repo.get_by_did(conn, home) is not None:
-        return handle  # a name this node recorded for that node itself
-    taken = {handle_of(other.peer_name) for other in connections_repo.list_connections(conn)}
+    if home == row.peer_did:
+        return handle
+    taken = {
+        handle_of(other.peer_name)
+        for other in connections_repo.list_connections(conn)
+        if other.peer_did != home
+    }
+    if own_name:
+        taken.add(handle_of(own_name))
     return f"{handle}-via-{handle_of(row.peer_name)}" if handle in taken else handle
 
 
-def _node_name(conn: Connection, row: connections_repo.ConnectionRow, node: dict[str, str]) -> str:
+def _node_name(row: connections_repo.ConnectionRow, node: dict[str, str]) -> str:
     """The name a node's participants are shown with (``name@<handle>``): the
-    peer's name as recorded for its connection, not what an event claims; for
-    a third node, the name of this node's own connection with it if there is
-    one, else the name the relaying home node gives."""
-    if node["did"] == row.peer_did:
-        return row.peer_name
-    known = connections_repo.get_by_did(conn, node["did"])
-    return known.peer_name if known is not None else node["name"]
+    peer's name as this node recorded it for the connection (when an admin
+    here accepted or asked for it), not what an event claims; for a third
+    node, which this node has no connection with (else the hub may not
+    speak for its people), the name the hub gives, checked by
+    :func:`_handle`."""
+    return row.peer_name if node["did"] == row.peer_did else node["name"]

@@ -81,8 +81,8 @@ class RemoteParticipant:
     node_name: str
     remote_id: str
     remote_name: str
-    #: the DID of the node that first relayed it here, never changed: only
-    #: that node, or its home node (*node_did*), speaks as it
+    #: the DID of the node that relayed it here, never changed: only that
+    #: node speaks as it (each node's introductions are its own)
     introduced_by: str
 
 
@@ -202,7 +202,7 @@ def _remote(row: Any) -> RemoteParticipant:
         row.remote_id,
         row.remote_name,
         # migration 0026 filled it for every row; its home node otherwise
-        row.introduced_by or row.node_did,
+        row.introduced_by,
     )
 
 

@@ -527,7 +527,7 @@ shared_rooms = Table(
 )
 
 #: participants of other nodes, as this node knows them (one local participant
-#: per home node and id on that node)
+#: per introducing node, home node and id on that node)
 remote_participants = Table(
     "remote_participants",
     metadata,

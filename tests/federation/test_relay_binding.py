@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 import quart_mesh.federation.remote as remote_module
@@ -27,6 +28,7 @@ from quart_mesh.store import connections as connections_repo
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import relay as relay_repo
 from quart_mesh.store import rooms as rooms_repo
+from quart_mesh.store.schema import participants
 
 
 async def connected(node: Node, tmp_path: Path, name: str) -> tuple[str, str, str]:
@@ -149,3 +151,52 @@ async def test_a_time_out_of_the_window_is_stored_replaced(app: MeshApp, tmp_pat
     assert stored.time_replaced is True
     assert start <= stored.created_at <= now_ms()
     assert stored.to_json()["timestampReplaced"] is True
+
+
+async def test_a_hub_cannot_make_up_people_who_look_like_a_known_nodes(
+    app: MeshApp, tmp_path: Path
+) -> None:
+    node = app.node
+    assert node.federation.relay is not None
+    receiver = node.federation.relay.receiver
+    hub = await connected(node, tmp_path, "hub")
+    await connected(node, tmp_path, "Mesh B")  # the genuine Mesh B
+    posing, asking, expired = (
+        load_or_create_node_identity(tmp_path / name).did for name in ("x", "y", "z")
+    )
+
+    def rows(conn: Connection) -> None:
+        # x asked to connect as "Mesh B", then withdrew; y asks now; z asked
+        # longer ago than requests wait (expired, not yet deleted)
+        for did, status, created in (
+            (posing, "disconnected", now_ms()),
+            (asking, "pending", now_ms()),
+            (expired, "pending", 0),
+        ):
+            row = connections_repo.ConnectionRow(
+                new_id(), did, "Mesh B", "http://127.0.0.1:9", "inbound", status, "", created, 0
+            )
+            connections_repo.replace_connection(conn, row)
+
+    await node.db.write(rows)
+
+    def claiming(did: str, name: str) -> dict[str, Any]:
+        return {**person(did), "name": name, "node": {"did": did, "name": "Mesh B"}}
+
+    # a node that only claimed the name, through the hub: shown via the hub
+    assert await relay(receiver, hub, 1, claiming(posing, "carol")) == ("ok", None)
+    # a node asking to connect speaks for its people itself, until its request expires
+    assert await relay(receiver, hub, 2, claiming(asking, "yves")) == (
+        "refused",
+        "not_peer_participant",
+    )
+    assert await relay(receiver, hub, 3, claiming(expired, "zoe")) == ("ok", None)
+    names = {
+        p.name for p in await node.db.read(lambda c: _remote_names(c, (posing, asking, expired)))
+    }
+    assert names == {"carol@mesh-b-via-hub", "zoe@mesh-b-via-hub"}
+
+
+def _remote_names(conn: Connection, dids: tuple[str, ...]) -> list[Any]:
+    c = participants.c
+    return list(conn.execute(sa.select(c.name).where(c.origin_did.in_(dids))))

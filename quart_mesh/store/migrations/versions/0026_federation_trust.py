@@ -4,7 +4,7 @@
   the participant here; only that node speaks as it, and each node's are its
   own (unique per introducer, home node and id). Filled with the home node
   when this node has a connection with it, else the node whose connection
-  its events last came over.
+  its events last came over (``unknown`` if that connection was replaced).
 - ``connections.request_address``: the client address an inbound
   connection request came from, as per-address limits count it (an IPv6
   address by its /64; pending requests are limited per address).
@@ -41,8 +41,11 @@ def upgrade() -> None:
         " FROM connections WHERE connections.connection_id = remote_participants.connection_id)"
         " WHERE introduced_by IS NULL"
     )
+    # the connection it came over was replaced since: which node brought it
+    # is not known, so no node speaks as it again (a new relay of the person
+    # makes a new participant) rather than handing a hub's words to its home
     op.execute(
-        "UPDATE remote_participants SET introduced_by = node_did WHERE introduced_by IS NULL"
+        "UPDATE remote_participants SET introduced_by = 'unknown' WHERE introduced_by IS NULL"
     )
     # each introducer's participants are its own: unique per introducer
     with op.batch_alter_table("remote_participants") as batch:
@@ -62,12 +65,17 @@ def downgrade() -> None:
     # attachments) while foreign keys are on
     op.drop_column("messages", "time_replaced")
     op.drop_column("connections", "request_address")
-    # a person several nodes introduced keeps one of its rows (the home node's first)
+    # a person several nodes introduced keeps one of its rows: the home
+    # node's, else the first made; the others stay as participants without
+    # a remote row (their messages stay)
     op.execute(
-        "DELETE FROM remote_participants WHERE introduced_by != node_did AND EXISTS"
-        " (SELECT 1 FROM remote_participants AS other WHERE other.node_did ="
-        " remote_participants.node_did AND other.remote_id = remote_participants.remote_id"
-        " AND other.participant_id != remote_participants.participant_id)"
+        "DELETE FROM remote_participants WHERE EXISTS (SELECT 1 FROM remote_participants"
+        " AS other WHERE other.node_did = remote_participants.node_did"
+        " AND other.remote_id = remote_participants.remote_id"
+        " AND other.participant_id != remote_participants.participant_id"
+        " AND remote_participants.introduced_by != remote_participants.node_did"
+        " AND (other.introduced_by = other.node_did"
+        " OR other.participant_id < remote_participants.participant_id))"
     )
     with op.batch_alter_table("remote_participants") as batch:
         batch.drop_constraint(
