@@ -69,7 +69,7 @@ _FULL_PRUNE_INTERVAL = 60.0
 #: its backlog doubled, whatever it takes)
 _STALL_WAITS = 10
 #: seconds between two counts of a backlog over the bound (each may count
-#: up to twice the bound)
+#: up to twice the bound), at most half the stall
 _BACKLOG_CHECK_INTERVAL = 10.0
 
 
@@ -239,7 +239,8 @@ class Links:
         status = self.status.setdefault(connection_id, LinkStatus())
         status.running = True
         status.progress_at = trio.current_time()
-        backoff = Backoff(_FIRST_RETRY, self._settings.federation_retry_max)
+        cap = self._settings.federation_retry_max
+        backoff = Backoff(min(_FIRST_RETRY, cap), cap)  # a cap below the first wait is every wait
 
         def failed(error: Exception, _delay: float) -> None:
             status.failures += 1
@@ -311,8 +312,9 @@ class Links:
         Raises:
             Unavailable: the store could not be read or written.
         """
+        stall = _STALL_WAITS * self._settings.federation_retry_max
         now_t = trio.current_time()
-        if now_t - status.backlog_checked_at < _BACKLOG_CHECK_INTERVAL:
+        if now_t - status.backlog_checked_at < min(_BACKLOG_CHECK_INTERVAL, stall / 2):
             return False
         status.backlog_checked_at = now_t
         bound = self._settings.federation_max_backlog
@@ -321,7 +323,6 @@ class Links:
         if waiting <= bound:
             status.over_bound = False
             return False
-        stall = _STALL_WAITS * self._settings.federation_retry_max
         if not status.over_bound:
             status.over_bound = True
             log.error(

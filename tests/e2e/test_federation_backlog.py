@@ -1,7 +1,7 @@
 """Issue 28, finding 6: one silent peer delays only its own outbox rows; a
 peer whose backlog passes ``MESH_FEDERATION_MAX_BACKLOG`` is reported in the
 log at once, and disconnected once it has also taken nothing for ten of the
-longest retry waits (here 1 s each) — three real nodes on loopback; the
+longest retry waits (here 0.3 s each) — three real nodes on loopback; the
 outbox is read from A's own store."""
 
 from __future__ import annotations
@@ -38,7 +38,12 @@ def outbox_rooms(node: Node) -> list[str]:
 async def test_a_silent_peer_holds_only_its_own_rows_and_is_ended_past_the_bound(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    env = {"MESH_FEDERATION_MAX_BACKLOG": str(BOUND), "MESH_OUTBOUND_ALLOW_PRIVATE": "true"}
+    # retries at most 0.3 s apart: C is given up on after 3 s of taking nothing
+    env = {
+        "MESH_FEDERATION_MAX_BACKLOG": str(BOUND),
+        "MESH_FEDERATION_RETRY_MAX": "0.3",
+        "MESH_OUTBOUND_ALLOW_PRIVATE": "true",
+    }
     async with nodes(tmp_path, nursery, "a", "b", "c", env=env) as (a, b, c):
         bob = await b.mesh.register("bob")
         to_b, to_c = await connect_nodes(a, b), await connect_nodes(a, c)
