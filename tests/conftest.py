@@ -37,11 +37,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="about SQLite itself (--store postgresql)")
     once = pytest.mark.skip(reason="the web client, the same on every store: run on SQLite")
+    free = pytest.mark.skip(reason="touches no store: run on SQLite")
     for item in items:
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(skip)
         elif item.get_closest_marker("client_only") is not None:
             item.add_marker(once)
+        elif item.get_closest_marker("store_free") is not None:
+            item.add_marker(free)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

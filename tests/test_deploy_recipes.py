@@ -32,7 +32,8 @@ from quart_mesh.api.uploads import upload_body_limit
 from quart_mesh.config import Settings
 from quart_mesh.workers import STOP_MARGIN
 
-pytestmark = pytest.mark.timeout(60)
+# the recipes and documents are the same whatever the store
+pytestmark = [pytest.mark.timeout(60), pytest.mark.store_free]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
