@@ -13,6 +13,9 @@ from quart_mesh.ids import is_ulid, new_id
 from quart_mesh.records import iso
 from quart_mesh.wire import Fields, parse_json_object
 
+# the same whatever the store: run once, on SQLite
+pytestmark = pytest.mark.store_free
+
 
 def test_public_api_exports() -> None:
     assert set(quart_mesh.__all__) == {

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import trio
 
-pytestmark = pytest.mark.timeout(60)
+# the same whatever the store: run once, on SQLite
+pytestmark = [pytest.mark.timeout(60), pytest.mark.store_free]
 
 _SERVE = textwrap.dedent(
     """

@@ -21,7 +21,8 @@ from quart_mesh import Settings, create_app, serve
 from quart_mesh.logs import JsonFormatter
 from tests.helpers import PASSWORD, Mesh, assert_error, connect
 
-pytestmark = pytest.mark.e2e
+# the same whatever the store: run once, on SQLite
+pytestmark = [pytest.mark.e2e, pytest.mark.store_free]
 
 
 class Records(logging.Handler):

@@ -11,6 +11,9 @@ import pytest
 from quart_mesh.errors import BadRequest
 from quart_mesh.federation.service import _base_url
 
+# the same whatever the store: run once, on SQLite
+pytestmark = pytest.mark.store_free
+
 
 @pytest.mark.parametrize(
     ("url", "base"),

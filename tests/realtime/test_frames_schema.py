@@ -27,6 +27,9 @@ from quart_mesh.realtime.frames import (
 from quart_mesh.realtime.session import FRAME_TYPES
 from tests.helpers import Mesh, Socket, User, connect
 
+# the same whatever the store: run once, on SQLite
+pytestmark = pytest.mark.store_free
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "docs" / "websocket-frames.schema.json"
 WEBSOCKET_MD = ROOT / "docs" / "websocket.md"

@@ -9,6 +9,9 @@ import pytest
 
 from quart_mesh.services.outbound import is_private_address
 
+# the same whatever the store: run once, on SQLite
+pytestmark = pytest.mark.store_free
+
 
 @pytest.mark.parametrize(
     ("host", "private"),
