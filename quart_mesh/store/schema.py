@@ -128,6 +128,8 @@ room_members = Table(
     Column("joined_at", BigInteger, nullable=False),
     # a DM the participant removed from its list; cleared by a new message
     Column("hidden", Boolean, nullable=False, default=False),
+    # the member muted the room: unread still counts, only mentions notify
+    Column("muted", Boolean, nullable=True),
     Index("ix_room_members_participant_id", "participant_id"),
 )
 
@@ -160,6 +162,17 @@ messages = Table(
     Index("ix_messages_sender_id_client_id", "sender_id", "client_id", unique=True),
     Index("ix_messages_thread_id", "thread_id"),
     sqlite_autoincrement=True,
+)
+
+# the full-text index's progress (``store/search.py``): one row; messages at
+# or below ``pending_below`` are still to be (re)indexed; ``config``: the
+# PostgreSQL text search configuration the index was built with
+search_index = Table(
+    "search_index",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pending_below", BigInteger, nullable=True),
+    Column("config", String(64), nullable=True),
 )
 
 reactions = Table(

@@ -17,7 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from quart_mesh.errors import Conflict
-from quart_mesh.store import Database
+from quart_mesh.store import Database, search
 from quart_mesh.store.schema import metadata
 
 
@@ -26,7 +26,10 @@ async def test_migrations_build_exactly_the_schema(store_url: str) -> None:
     await db.open()
     try:
         diff = await db.read(
-            lambda conn: compare_metadata(MigrationContext.configure(conn), metadata)
+            lambda conn: compare_metadata(
+                MigrationContext.configure(conn, opts={"include_name": search.in_metadata}),
+                metadata,
+            )
         )
         assert diff == []
     finally:
