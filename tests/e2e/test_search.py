@@ -77,7 +77,9 @@ async def test_the_query_language(
     await mesh.send(bob, room, long)
     [result] = (await _search(http, bob, q="needle"))["results"]
     text = result["snippet"]["text"]
-    assert len(text) <= 202 and text.startswith("…") and text.endswith("…")
+    assert len(text) <= 202
+    assert text.startswith("…")
+    assert text.endswith("…")
     [h] = result["snippet"]["highlights"]
     assert text[h["start"] : h["end"]] == "needle"
 
@@ -234,7 +236,7 @@ async def test_filters(
     assert len(await found(q="status before:2999-01-01T00:00:00Z")) == 5
     assert await found(q="status after:2999-01-01") == set()
 
-    for params, code in [
+    bad: list[tuple[dict[str, Any], str | None]] = [
         ({"q": ""}, "invalid_query"),
         ({}, "invalid_query"),
         ({"q": "-status"}, "invalid_query"),
@@ -251,7 +253,8 @@ async def test_filters(
         ({"q": "status", "limit": 10_000}, "invalid_limit"),
         ({"q": "status", "limit": "many"}, None),
         ({"q": "status", "cursor": "not-a-cursor"}, "invalid_cursor"),
-    ]:
+    ]
+    for params, code in bad:
         r = await http.get("/api/search", params=params, headers=bob.headers)
         assert_error(r, 400, code)
     # negative words narrow filters
@@ -283,7 +286,8 @@ async def test_pages_and_relevance(
     assert by_rank["results"][0]["message"]["content"] == "kiwi kiwi kiwi kiwi"
     rest = await _search(http, bob, q="kiwi", sort="relevance", cursor=by_rank["nextCursor"])
     ranked = [r["message"]["content"] for r in by_rank["results"] + rest["results"]]
-    assert sorted(ranked) == sorted(seen) and rest["nextCursor"] is None
+    assert sorted(ranked) == sorted(seen)
+    assert rest["nextCursor"] is None
     # a newest-first cursor is not a relevance one
     r = await http.get(
         "/api/search", params={"q": "kiwi", "cursor": by_rank["nextCursor"]}, headers=bob.headers
