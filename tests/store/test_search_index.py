@@ -38,7 +38,7 @@ def _migrate(store_url: str, revision: str, *, down: bool = False) -> None:
         engine.dispose()
 
 
-def _found(db: Database, who: str, q: str) -> object:
+async def _found(db: Database, who: str, q: str) -> list[str]:
     query = parse_query(q)
 
     def read(conn: sa.Connection) -> list[str]:
@@ -55,7 +55,7 @@ def _found(db: Database, who: str, q: str) -> object:
         )
         return [m.content for m in messages_repo.messages_by_seq(conn, seqs)]
 
-    return db.read(read)
+    return await db.read(read)
 
 
 async def test_earlier_messages_are_indexed_in_the_background(
@@ -99,7 +99,6 @@ async def test_earlier_messages_are_indexed_in_the_background(
         assert any(s.startswith(f"search: indexed {COUNT + 1} earlier messages in") for s in said)
         assert await db.read(repo.pending_count) == 0
         found = await _found(db, alice, "walnut")
-        assert isinstance(found, list)
         assert len(found) == COUNT - 1
         assert found[0] == f"walnut number {COUNT - 1}"  # newest first
         assert await _found(db, alice, "pecan") == ["a pecan now"]
