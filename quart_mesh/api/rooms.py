@@ -84,6 +84,16 @@ class MuteState(Shape):
     muted: bool
 
 
+class ReadAll(Body):
+    """No fields (an empty body counts as ``{}``)."""
+
+
+class ReadPositions(Shape):
+    """The caller's read position in each of its rooms and DMs after the move."""
+
+    rooms: list[ReadPosition]
+
+
 class Deleted(Ok):
     message_id: Id
 
@@ -243,6 +253,16 @@ async def set_mute(room_id: str, data: SetMute) -> tuple[Any, int]:
     actor = await caller()
     muted = await node().rooms.mute(actor, room_id, data.muted)
     return reply(muted.payload())
+
+
+@bp.post("/api/read-all")
+@accepts(ReadAll)
+@answers(ReadPositions)
+async def read_all(data: ReadAll) -> tuple[Any, int]:
+    """Mark every room and DM the caller is in read, up to its newest message."""
+    actor = await caller()
+    reads = await node().world.mark_all_read(actor)
+    return reply({"rooms": [read.payload() for read in reads]})
 
 
 @bp.get("/api/rooms/<room_id>/messages/<message_id>")

@@ -422,3 +422,42 @@ class World:
             return event
 
         return await self._db.write(write)
+
+    async def mark_all_read(self, actor: Actor) -> list[RoomRead]:
+        """Move the actor's read position in every room and DM it is in and
+        may read to the room's newest message, in one unit of work; tell the
+        actor's own sessions (``room_read``) of each room whose position
+        moved. Returns the position and counts of each of those rooms after
+        the move, ordered by room id (unread 0 unless a message came in
+        meanwhile).
+
+        Cancellation: as :meth:`Database.write` (a unit still queued is
+        withdrawn; one handed to the store commits or rolls back whole). The
+        unit may run again (a batch the store retries): it reads what to move
+        each time it runs.
+        """
+        authorize(actor, "rooms.read")
+        readable = readable_rooms(actor)
+        participant_id = actor.participant_id
+
+        def write(conn: Connection) -> list[RoomRead]:
+            heads = {
+                room_id: positions
+                for room_id, positions in repo.read_heads(conn, participant_id).items()
+                if readable(room_id)
+            }
+            moved = {room_id: head for room_id, (head, read) in heads.items() if head > read}
+            repo.advance_reads(conn, participant_id, moved)
+            summary = repo.unread_summary(conn, participant_id, actor.name)
+            reads = []
+            for room_id in sorted(heads):
+                if room_id not in summary:  # left meanwhile (another process)
+                    continue
+                unread, mentions, last_read = summary[room_id]
+                event = RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
+                if room_id in moved:
+                    outbox.emit_to(conn, participant_id, event)
+                reads.append(event)
+            return reads
+
+        return await self._db.write(write)
