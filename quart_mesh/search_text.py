@@ -104,26 +104,31 @@ def tokens(text: str) -> Iterator[tuple[str, int, int]]:
             yield match.group().lower(), match.start(), match.end()
         return
     token, unspaced = _patterns()
+
+    def folded(word: str, start: int, end: int) -> Iterator[tuple[str, int, int]]:
+        # folding may leave other than a token (NFKD: "⑴" -> "(1)", U+037A -> " "):
+        # its tokens, each spanning the word
+        text = _fold_word(word)
+        if token.fullmatch(text):
+            yield text, start, end
+        else:
+            for part in token.findall(text):
+                yield part, start, end
+
     for match in token.finditer(text):
         word, start = match.group(), match.start()
         if word.isascii() or not unspaced.search(word):
-            folded = _fold_word(word)
-            if folded:
-                yield folded, start, match.end()
+            yield from folded(word, start, match.end())
             continue
         # split: each unspaced character alone, the runs between as words
         at = 0
         for char in unspaced.finditer(word):
             if char.start() > at:
-                folded = _fold_word(word[at : char.start()])
-                if folded:
-                    yield folded, start + at, start + char.start()
-            yield _fold_word(char.group()), start + char.start(), start + char.end()
+                yield from folded(word[at : char.start()], start + at, start + char.start())
+            yield from folded(char.group(), start + char.start(), start + char.end())
             at = char.end()
         if at < len(word):
-            folded = _fold_word(word[at:])
-            if folded:
-                yield folded, start + at, start + len(word)
+            yield from folded(word[at:], start + at, start + len(word))
 
 
 def fold(text: str) -> str:
@@ -199,23 +204,45 @@ def parse_query(text: str) -> Query:
     return Query(tuple(terms), filters)
 
 
+#: how much of a message :func:`highlight` reads, in characters (a match
+#: further in is found by the index, not marked)
+HIGHLIGHT_SCAN = 4000
+
+
+def _matches(found: list[tuple[str, int, int]], i: int, term: Term) -> bool:
+    size = len(term.tokens)
+    if i + size > len(found):
+        return False
+    for k in range(size - 1):
+        if found[i + k][0] != term.tokens[k]:
+            return False
+    last = found[i + size - 1][0]
+    return last.startswith(term.tokens[-1]) if term.prefix else last == term.tokens[-1]
+
+
 def highlight(text: str, terms: tuple[Term, ...]) -> list[tuple[int, int]]:
     """The spans of *text* (code points, end exclusive) that the positive
-    *terms* match, in order, not overlapping."""
-    found = list(tokens(text))
-    spans: list[tuple[int, int]] = []
+    *terms* match, in order, not overlapping (in its first
+    :data:`HIGHLIGHT_SCAN` characters)."""
+    found = list(tokens(text[:HIGHLIGHT_SCAN]))
+    # the terms by their first token, for one pass over the text
+    by_first: dict[str, list[Term]] = {}
+    prefixes: list[Term] = []
     for term in terms:
         if term.negated:
             continue
-        size = len(term.tokens)
-        for i in range(len(found) - size + 1):
-            window = found[i : i + size]
-            if all(a[0] == b for a, b in zip(window[:-1], term.tokens[:-1], strict=True)) and (
-                window[-1][0].startswith(term.tokens[-1])
-                if term.prefix
-                else window[-1][0] == term.tokens[-1]
-            ):
-                spans.append((window[0][1], window[-1][2]))
+        if term.prefix and len(term.tokens) == 1:
+            prefixes.append(term)
+        else:
+            by_first.setdefault(term.tokens[0], []).append(term)
+    spans: list[tuple[int, int]] = []
+    for i, (word, start, end) in enumerate(found):
+        for term in by_first.get(word, ()):
+            if _matches(found, i, term):
+                spans.append((start, found[i + len(term.tokens) - 1][2]))
+        for term in prefixes:
+            if word.startswith(term.tokens[0]):
+                spans.append((start, end))
     spans.sort()
     merged: list[tuple[int, int]] = []
     for start, end in spans:

@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..errors import ConfigError
 from ..search_text import Term, fold
 from .dialect import Statement
 from .schema import messages, search_index
@@ -173,8 +174,10 @@ def _tsquery(terms: Sequence[Term], params: dict[str, Any], name: str, *, any_of
             lexemes = " <-> ".join(f"'{t}'" for t in term.tokens) + ":*"
             prefixes.append(("!" if negate else "") + f"({lexemes})")
         else:
-            words = " ".join(_web_word(t) for t in term.tokens)
-            text = f'"{words}"' if len(term.tokens) > 1 else words
+            # inside quotes "or" is a word already
+            text = (
+                f'"{" ".join(term.tokens)}"' if len(term.tokens) > 1 else _web_word(term.tokens[0])
+            )
             web.append(("-" if negate else "") + text)
     parts = []
     if web:
@@ -298,9 +301,19 @@ def search(
 
 def use_config(conn: Connection, config: str) -> bool:
     """Make *config* the PostgreSQL index's configuration; if it was another,
-    every message is to be indexed again (True). SQLite: nothing."""
+    every message is to be indexed again (True). SQLite: nothing.
+
+    Raises:
+        ConfigError: PostgreSQL has no such configuration.
+    """
     if not _postgresql(conn):
         return False
+    known = sa.text("SELECT oid FROM pg_ts_config WHERE cfgname = :config")
+    if conn.execute(known, {"config": config}).scalar() is None:
+        raise ConfigError(
+            f"MESH_SEARCH_LANGUAGE: PostgreSQL has no text search configuration {config!r}"
+            " (see SELECT cfgname FROM pg_ts_config)"
+        )
     current = conn.execute(sa.select(search_index.c.config).where(search_index.c.id == 1)).scalar()
     if current == config:
         return False

@@ -61,6 +61,15 @@ async def test_the_query_language(
     assert await found("case") == {texts[5]}
     assert await found("x2 strasse") == {texts[5]}
     assert await found("or") == set()  # a word, not an operator
+    await mesh.send(bob, room, "war or peace, x or y")
+    await mesh.send(bob, room, "only peace here")
+    assert await found('"war or peace"') == {"war or peace, x or y"}
+    assert await found('peace -"x or y"') == {"only peace here"}
+    assert await found("-\u037a peace") == {"war or peace, x or y", "only peace here"}
+    await mesh.send(bob, room, "की बात")
+    await mesh.send(bob, room, "हिन्दी भाषा")
+    assert await found("का") == set()  # vowel signs are part of words
+    assert await found("हिन्दी") == {"हिन्दी भाषा"}
     assert await found("nothing-like-this") == set()
 
     # a result: the message as history gives it, the room's name, a snippet
@@ -210,6 +219,7 @@ async def test_filters(
     }
     assert await found(q="status room:blue") == {"status report blue", "status with a file"}
     assert await found(q='status room:"red room"') == await found(q="status", room=red)
+    assert await found(q="status room:nowhere") == set()  # as a room one may not read
     assert await found(q="status", **{"from": "@carol"}) == {
         "status report two @bob",
         "status reply in thread",
@@ -242,7 +252,8 @@ async def test_filters(
         ({"q": "-status"}, "invalid_query"),
         ({"q": "x" * 501}, "invalid_query"),
         ({"q": " ".join(f"w{i}" for i in range(17))}, "invalid_query"),
-        ({"q": "status room:nowhere"}, "invalid_query"),
+        ({"q": "status room:a\x00b"}, "invalid_query"),
+        ({"q": "status", "from": "@a\x00b"}, "invalid_query"),
         ({"q": "status", "from": "@nobody"}, "invalid_query"),
         ({"q": "status before:yesterday"}, "invalid_query"),
         ({"q": "status", "in": "space"}, "invalid_query"),

@@ -12,6 +12,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 
 from quart_mesh.config import Limits
+from quart_mesh.errors import ConfigError
 from quart_mesh.records import now_ms
 from quart_mesh.search_text import parse_query
 from quart_mesh.services import search as search_service
@@ -134,5 +135,22 @@ async def test_a_new_language_indexes_everything_again(store_url: str) -> None:
             lambda conn: conn.execute(sa.text("SELECT config FROM search_index")).scalar()
         )
         assert config == "english"
+    finally:
+        await db.close()
+
+
+async def test_an_unknown_language_stops_the_node_with_a_clear_error(store_url: str) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("the text search configuration is PostgreSQL's (--store postgresql)")
+    db = Database(store_url)
+    await db.open()
+    try:
+        with pytest.raises(ConfigError, match="klingon"):
+            await Search(db, Limits(), language="klingon").run_indexer()
+        # nothing changed: sends still index with the configuration before
+        config = await db.read(
+            lambda conn: conn.execute(sa.text("SELECT config FROM search_index")).scalar()
+        )
+        assert config == "simple"
     finally:
         await db.close()

@@ -40,7 +40,7 @@ def upgrade() -> None:
         # the text is folded in Python (store/search.py): the tokenizer only splits it
         op.execute(
             "CREATE VIRTUAL TABLE message_search USING fts5(body,"
-            " tokenize = 'unicode61 remove_diacritics 2')"
+            " tokenize = \"unicode61 remove_diacritics 0 categories 'L* N* Co M*'\")"
         )
     op.create_table(
         "search_index",
