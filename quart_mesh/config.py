@@ -194,6 +194,7 @@ RATE_RULES = (
     "reactions",
     "typing",
     "models",
+    "search",
     "login_name",
     "login_slowdown",
     "login_address",
@@ -237,7 +238,7 @@ class RateLimits:
 
     Per participant (times its role's multiplier; the owner is not limited):
     ``messages`` (sends and edits), ``reactions``, ``models`` (proxy
-    requests), and ``typing`` (per room, the same for everyone; extra typing
+    requests), ``search``, and ``typing`` (per room, the same for everyone; extra typing
     is dropped silently). Per login name and client address: ``login_name``;
     per login name, failed logins slow its logins down: ``login_slowdown``
     (never refused, so nobody can lock the owner out). Per client address
@@ -261,6 +262,8 @@ class RateLimits:
     reactions: Rate | None = Rate(30, 10)
     typing: Rate | None = Rate(1, 1)
     models: Rate | None = Rate(60, 60)
+    #: searches (``GET /api/search`` and every other way in)
+    search: Rate | None = Rate(30, 10)
     #: login attempts for one name from one client address (refused beyond)
     login_name: Rate | None = Rate(10, 60)
     #: failed logins for one name from anywhere; beyond, every login for the
@@ -513,6 +516,10 @@ class Settings:
     #: /api/meshes/public``) until the owner sets ``registryEnabled`` in the
     #: mesh settings, which then wins; off, both answer 404 ``registry_disabled``.
     registry_enabled: bool = False
+    #: PostgreSQL only: the text search configuration the search index uses
+    #: (``simple``: any language, no stemming; or e.g. ``english``, ``german``).
+    #: A change indexes every message again, in the background.
+    search_language: str = "simple"
     #: As a registry: seconds a successful manifest check of a (DID, URL) is
     #: trusted before the URL's manifest is fetched again.
     registry_verify_ttl: float = 3600.0
@@ -718,6 +725,12 @@ class Settings:
             values["trusted_proxies"] = tuple(p.strip() for p in v.split(",") if p.strip())
         if v := env.get("MESH_FORWARDED_HEADER"):
             values["forwarded_header"] = v.strip().lower()
+        if v := env.get("MESH_SEARCH_LANGUAGE"):
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", v.strip()):
+                raise ConfigError(
+                    f"MESH_SEARCH_LANGUAGE must name a text search configuration, not {v!r}"
+                )
+            values["search_language"] = v.strip()
         if v := env.get("MESH_SETUP_CODE"):
             values["setup_code"] = v.strip().lower()
         return cls(**values)

@@ -58,6 +58,7 @@ from .services.presence import Presence
 from .services.ratelimit import RateLimiter
 from .services.roles import Roles
 from .services.rooms import Rooms
+from .services.search import Search
 from .services.seats import Seats
 from .services.uploads import Uploads
 from .services.vault import Vault
@@ -69,6 +70,7 @@ from .store.leases import (
     BOT_SUPERVISOR,
     FEDERATION_LINKS,
     REGISTRY_HEARTBEAT,
+    SEARCH_INDEXER,
     WEBHOOK_DELIVERY,
     run_elected,
 )
@@ -120,6 +122,7 @@ class Node:
         self.rooms = Rooms(db, limits, self.broker, self.presence, settings.room_quotas)
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
         self.dms = DirectMessages(db, self.broker, self.presence)
+        self.search = Search(db, limits, self.rate_limits, language=settings.search_language)
         self.accounts = Accounts(
             settings,
             db,
@@ -302,6 +305,7 @@ class Node:
                 # through the store on PostgreSQL; here on SQLite)
                 await nursery.start(run_elected, self.db, BOT_SUPERVISOR, self.supervisor.run)
                 await nursery.start(run_elected, self.db, WEBHOOK_DELIVERY, self.webhooks.run)
+                await nursery.start(run_elected, self.db, SEARCH_INDEXER, self.search.run_indexer)
                 await nursery.start(self.model_proxy.run)
                 await nursery.start(self.federation.run)
                 await nursery.start(

@@ -33,6 +33,8 @@ class MessagesQuery(Query):
     before: str | None = None
     #: messages after this cursor
     since: str | None = None
+    #: a message id or cursor: that message with about ``limit``/2 on each side
+    around: str | None = None
     #: at most this many (the node caps it)
     limit: int | None = None
     #: only the replies of this thread
@@ -175,13 +177,15 @@ async def leave_room(room_id: str) -> tuple[Any, int]:
 @query(MessagesQuery)
 @answers(list[Message])
 async def list_messages(room_id: str, args: MessagesQuery) -> tuple[Any, int]:
-    """A page of a room's messages, oldest first (``before`` or ``since`` a cursor)."""
+    """A page of a room's messages, oldest first (``before`` or ``since`` a
+    cursor, or ``around`` a message)."""
     actor = await caller()
     messages = await node().messages.list_messages(
         actor,
         room_id,
         before=args.before,
         since=args.since,
+        around=args.around,
         limit=args.limit,
         thread_id=args.thread_id,
     )

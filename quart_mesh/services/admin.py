@@ -51,6 +51,7 @@ RULE_FIELDS: Final = {
     "reactions": ("reactions", "participant"),
     "typing": ("typing", "participant and room"),
     "models": ("models", "participant"),
+    "search": ("search", "participant"),
     "login_name": ("loginName", "login name and client address"),
     "login_slowdown": ("loginSlowdown", "login name (failed logins slow its logins down)"),
     "login_address": ("loginAddress", "client address"),

@@ -365,12 +365,15 @@ class Messages:
         since: str | None = None,
         limit: int | None = None,
         thread_id: str | None = None,
+        around: str | None = None,
     ) -> list[Message]:
         """A page of messages, oldest first (see ``docs/rest.md``); with
-        *thread_id*, only the replies to that message.
+        *thread_id*, only the replies to that message; with *around* (a
+        message id or cursor), that message and about *limit*/2 on each side.
 
         Raises:
-            BadRequest: a bad ``before``/``since``/``limit``/``threadId``.
+            BadRequest: a bad ``before``/``since``/``around``/``limit``/``threadId``,
+                or ``around`` with ``before`` or ``since``.
         """
         authorize(actor, "rooms.read", RoomRef(room_id))
         if limit is None:
@@ -381,9 +384,14 @@ class Messages:
             )
         if thread_id is not None and not is_ulid(thread_id):
             raise BadRequest("threadId must be a message id", "invalid_query")
+        if around is not None and (before is not None or since is not None):
+            raise BadRequest("around goes without before and since", "invalid_query")
 
         def read(conn: Connection) -> list[Message]:
             require_member(conn, actor, room_id)
+            if around is not None:
+                at = parse_cursor(conn, room_id, around, "around")
+                return repo.messages_around(conn, room_id, at, limit, thread_id=thread_id)
             before_seq = None if before is None else parse_cursor(conn, room_id, before, "before")
             since_seq = None if since is None else parse_cursor(conn, room_id, since, "since")
             return repo.list_messages(

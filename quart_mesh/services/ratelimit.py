@@ -67,6 +67,7 @@ RULE_MESSAGES: Final = {
     "reactions": "you are reacting too fast",
     "typing": "you are sending typing too fast",
     "models": "too many model requests",
+    "search": "you are searching too fast",
     "login_name": "too many login attempts for this name from your address",
     "login_slowdown": "too many failed logins for this name",
     "login_address": "too many login attempts from your address",

@@ -41,6 +41,7 @@ __all__ = [
     "FEDERATION_LINKS",
     "POLL_INTERVAL",
     "REGISTRY_HEARTBEAT",
+    "SEARCH_INDEXER",
     "WEBHOOK_DELIVERY",
     "Role",
     "run_elected",
@@ -68,6 +69,7 @@ BOT_SUPERVISOR = Role("bot supervisor", 0x6D65_7368_0000_0101)
 WEBHOOK_DELIVERY = Role("webhook delivery", 0x6D65_7368_0000_0102)
 FEDERATION_LINKS = Role("federation links", 0x6D65_7368_0000_0103)
 REGISTRY_HEARTBEAT = Role("registry heartbeat", 0x6D65_7368_0000_0104)
+SEARCH_INDEXER = Role("search indexer", 0x6D65_7368_0000_0105)
 
 Component = Callable[..., Awaitable[None]]
 

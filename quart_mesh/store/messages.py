@@ -10,7 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .. import search_text
 from ..records import Message, Reaction, Upload
+from . import search
 from .dialect import Statement, hold_sequences, insert, insert_new
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
 from .uploads import upload_from_row, uploads_table
@@ -26,6 +28,8 @@ __all__ = [
     "insert_message",
     "list_messages",
     "messages_after",
+    "messages_around",
+    "messages_by_seq",
     "post_message",
     "remove_reaction",
     "room_head_seq",
@@ -108,34 +112,61 @@ def add_attachments(conn: Connection, message_id: str, upload_ids: Sequence[str]
         )
 
 
-# The hottest statements of the node: run on the driver directly (dialect.Statement)
+# The hottest statements of the node: run on the driver directly (dialect.Statement).
+# On PostgreSQL each also writes the message's search vector (store/search.py);
+# on SQLite the index is a table of its own, written next.
 _COLUMNS = (
     "message_id, room_id, sender_id, sender_name, content, to_id, thread_id, created_at,"
     " origin_did, client_id"
 )
-_insert_message = Statement(
-    f"INSERT INTO messages ({_COLUMNS}) VALUES (:message_id, :room_id, :sender_id,"
-    " :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did, :client_id)"
-    " RETURNING seq"
+_VALUES = (
+    ":message_id, :room_id, :sender_id, :sender_name, :content, :to_id, :thread_id,"
+    " :created_at, :origin_did, :client_id"
+)
+_VECTOR = f"to_tsvector({search.CONFIG}, :body)"
+
+
+def _by_dialect(sql: str, vector: str) -> tuple[Statement, Statement]:
+    """(the SQLite statement, the PostgreSQL one with the search vector):
+    *sql* with ``{columns}`` and ``{vector}`` to fill in."""
+    return (
+        Statement(sql.format(columns="", vector="")),
+        Statement(sql.format(columns=", search_vector", vector=", " + vector)),
+    )
+
+
+_insert_message = _by_dialect(
+    f"INSERT INTO messages ({_COLUMNS}{{columns}}) VALUES ({_VALUES}{{vector}}) RETURNING seq",
+    _VECTOR,
 )
 # a relayed message whose claimed time was replaced by its time of arrival
 # (rare: the column is left NULL otherwise)
-_insert_redated = Statement(
-    f"INSERT INTO messages ({_COLUMNS}, time_replaced) VALUES (:message_id, :room_id,"
-    " :sender_id, :sender_name, :content, :to_id, :thread_id, :created_at, :origin_did,"
-    " :client_id, TRUE) RETURNING seq"
+_insert_redated = _by_dialect(
+    f"INSERT INTO messages ({_COLUMNS}, time_replaced{{columns}}) VALUES ({_VALUES}, TRUE"
+    "{vector}) RETURNING seq",
+    _VECTOR,
 )
 # a plain post in one statement: stored only if the sender is a member of the
 # room and the room is not a DM (a DM's post also unhides it), and nothing if
 # the sender's clientId is taken (a retry) — any of these: no row, and the
 # caller takes the full path, which says which
-_post_message = Statement(
-    f"INSERT INTO messages ({_COLUMNS}) SELECT :message_id, room_members.room_id,"
+_post_message = _by_dialect(
+    f"INSERT INTO messages ({_COLUMNS}{{columns}}) SELECT :message_id, room_members.room_id,"
     " room_members.participant_id, :sender_name, :content, NULL, NULL, :created_at, NULL,"
-    " :client_id FROM room_members JOIN rooms ON rooms.room_id = room_members.room_id"
+    " :client_id{vector} FROM room_members JOIN rooms ON rooms.room_id = room_members.room_id"
     " WHERE room_members.room_id = :room_id AND room_members.participant_id = :sender_id"
-    " AND rooms.kind <> 'dm' ON CONFLICT DO NOTHING RETURNING seq"
+    " AND rooms.kind <> 'dm' ON CONFLICT DO NOTHING RETURNING seq",
+    _VECTOR,
 )
+
+
+def _run(conn: Connection, statements: tuple[Statement, Statement], message: Message) -> Any:
+    """Run an insert of *message* on the connection's dialect."""
+    params = _params(message)
+    if conn.dialect.name == "postgresql":
+        params["body"] = search_text.fold(message.content)
+        return statements[1].run(conn, params)
+    return statements[0].run(conn, params)
 
 
 def _params(message: Message) -> dict[str, Any]:
@@ -160,9 +191,10 @@ def insert_message(conn: Connection, message: Message) -> Message:
     positions to commit (:func:`.dialect.hold_sequences`), so cursors commit in order.
     """
     hold_sequences(conn)
-    statement = _insert_redated if message.time_replaced else _insert_message
-    seq = statement.run(conn, _params(message)).fetchone()[0]
-    return dataclasses.replace(message, seq=int(seq), reactions=())
+    statements = _insert_redated if message.time_replaced else _insert_message
+    seq = int(_run(conn, statements, message).fetchone()[0])
+    search.index(conn, seq, message.content)
+    return dataclasses.replace(message, seq=seq, reactions=())
 
 
 def post_message(conn: Connection, message: Message) -> Message | None:
@@ -172,9 +204,10 @@ def post_message(conn: Connection, message: Message) -> Message | None:
     written and None is returned (the caller checks in full to say why, or
     to find the message a retried send stored). The common send, cheaply."""
     hold_sequences(conn)
-    row = _post_message.run(conn, _params(message)).fetchone()
+    row = _run(conn, _post_message, message).fetchone()
     if row is None:
         return None
+    search.index(conn, row[0], message.content)
     return dataclasses.replace(message, seq=row[0])
 
 
@@ -183,6 +216,16 @@ def get_message(conn: Connection, message_id: str) -> Message | None:
     if row is None:
         return None
     return _messages(conn, [row])[0]
+
+
+def messages_by_seq(conn: Connection, seqs: Sequence[int]) -> list[Message]:
+    """The messages at these cursors, in the order given (missing ones left out)."""
+    if not seqs:
+        return []
+    rows = {
+        row.seq: row for row in conn.execute(sa.select(messages).where(messages.c.seq.in_(seqs)))
+    }
+    return _messages(conn, [rows[seq] for seq in seqs if seq in rows])
 
 
 def get_message_by_client_id(conn: Connection, sender_id: str, client_id: str) -> Message | None:
@@ -231,6 +274,26 @@ def list_messages(
     else:
         query = query.order_by(messages.c.seq.desc()).limit(limit)
         rows = list(conn.execute(query))[::-1]
+    return _messages(conn, rows)
+
+
+def messages_around(
+    conn: Connection, room_id: str, seq: int, limit: int, *, thread_id: str | None = None
+) -> list[Message]:
+    """*limit* messages of a room around cursor *seq*, oldest first: the
+    message there (if any) and about as many before it as after it (more
+    on one side where the other has too few)."""
+    query = sa.select(messages).where(messages.c.room_id == room_id)
+    if thread_id is not None:
+        query = query.where(messages.c.thread_id == thread_id)
+    older = list(
+        conn.execute(query.where(messages.c.seq < seq).order_by(messages.c.seq.desc()).limit(limit))
+    )
+    newer = list(
+        conn.execute(query.where(messages.c.seq >= seq).order_by(messages.c.seq).limit(limit))
+    )
+    before = min(len(older), max((limit - 1) // 2, limit - len(newer)))
+    rows = older[:before][::-1] + newer[: limit - before]
     return _messages(conn, rows)
 
 
@@ -329,16 +392,26 @@ def messages_after(
 
 
 def update_content(conn: Connection, message_id: str, content: str, at: int) -> None:
-    conn.execute(
+    """Replace a message's content (and what the search index holds for it)."""
+    seq = conn.execute(
         messages.update()
         .where(messages.c.message_id == message_id)
         .values(content=content, edited_at=at)
-    )
+        .returning(messages.c.seq)
+    ).scalar()
+    if seq is not None:
+        search.reindex(conn, seq, content)
 
 
 def delete_message(conn: Connection, message_id: str) -> bool:
     # reactions and attachment links go with it (ON DELETE CASCADE); uploads stay
-    return conn.execute(messages.delete().where(messages.c.message_id == message_id)).rowcount > 0
+    seq = conn.execute(
+        sa.select(messages.c.seq).where(messages.c.message_id == message_id)
+    ).scalar()
+    if seq is None:
+        return False
+    search.unindex(conn, seq)
+    return conn.execute(messages.delete().where(messages.c.seq == seq)).rowcount > 0
 
 
 def add_reaction(

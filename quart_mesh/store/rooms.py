@@ -8,8 +8,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..names import name_skeletons
+from ..names import name_skeletons, normalize
 from ..records import Participant, Room
+from . import search
 from .accounts import participant_from_row
 from .dialect import insert, insert_new
 from .schema import messages, participants, room_members, rooms
@@ -84,6 +85,40 @@ def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None
     )
 
 
+def room_id_named(conn: Connection, name: str) -> str | None:
+    """The id of the room (not a DM) named *name*, case-insensitively."""
+    room_id: str | None = conn.execute(
+        sa.select(rooms.c.room_id).where(
+            rooms.c.name_key == normalize(name).casefold(), rooms.c.kind == "room"
+        )
+    ).scalar()
+    return room_id
+
+
+def room_labels(conn: Connection, room_ids: Sequence[str], participant_id: str) -> dict[str, str]:
+    """Each room's name as *participant_id* sees it: a DM by its other party's
+    name (its own, in a DM with itself)."""
+    labels = {
+        row.room_id: row.name
+        for row in conn.execute(
+            sa.select(rooms.c.room_id, rooms.c.name).where(
+                rooms.c.room_id.in_(room_ids), rooms.c.kind == "room"
+            )
+        )
+    }
+    dms = [room_id for room_id in room_ids if room_id not in labels]
+    if dms:
+        rows = conn.execute(
+            sa.select(room_members.c.room_id, participants.c.participant_id, participants.c.name)
+            .join(participants, participants.c.participant_id == room_members.c.participant_id)
+            .where(room_members.c.room_id.in_(dms))
+        )
+        for row in rows:
+            if row.participant_id != participant_id or row.room_id not in labels:
+                labels[row.room_id] = row.name
+    return labels
+
+
 def room_name_conflict(conn: Connection, name: str) -> tuple[str, str] | None:
     """Why *name* cannot be a new room's: ``("room_name_taken", name)`` (the
     same name, case-insensitively) or ``("name_confusable", other)`` (*other*
@@ -147,6 +182,8 @@ def member_room_ids(conn: Connection, participant_id: str) -> set[str]:
 
 
 def delete_room(conn: Connection, room_id: str) -> bool:
+    """Delete a room; its messages (and all that refers to them) go with it."""
+    search.unindex_room(conn, room_id)
     return conn.execute(rooms.delete().where(rooms.c.room_id == room_id)).rowcount > 0
 
 

@@ -88,6 +88,12 @@ async def message_by_id(w: World) -> set[str]:
     return seen
 
 
+async def search(w: World) -> set[str]:
+    r = await w.mesh.http.get("/api/search", params={"q": "secret"}, headers=w.alice.headers)
+    assert r.status_code == 200, r.text
+    return _texts([result["message"] for result in r.json()["results"]])
+
+
 async def room_details(w: World) -> set[str]:
     r = await w.mesh.http.get(f"/api/rooms/{w.secret}", headers=w.alice.headers)
     if r.status_code == 403:
@@ -202,6 +208,7 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "REST history": (history, ("GET /api/rooms/<room_id>/messages",)),
     "message by id": (message_by_id, ("GET /api/rooms/<room_id>/messages/<message_id>",)),
     "room details": (room_details, ("GET /api/rooms/<room_id>",)),
+    "search": (search, ("GET /api/search",)),
     "room list": (room_list, ("GET /api/rooms",)),
     "short poll": (short_poll, ("POST /api/poll",)),
     "long poll": (long_poll, ("POST /api/poll",)),

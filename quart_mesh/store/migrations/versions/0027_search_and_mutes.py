@@ -35,9 +35,7 @@ def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":
         op.execute("ALTER TABLE messages ADD COLUMN search_vector tsvector")
-        op.execute(
-            "CREATE INDEX ix_messages_search_vector ON messages USING gin (search_vector)"
-        )
+        op.execute("CREATE INDEX ix_messages_search_vector ON messages USING gin (search_vector)")
     else:
         # the text is folded in Python (store/search.py): the tokenizer only splits it
         op.execute(
@@ -51,9 +49,12 @@ def upgrade() -> None:
         sa.Column("config", sa.String(64), nullable=True),
     )
     head = bind.execute(sa.text("SELECT max(seq) FROM messages")).scalar()
+    # PostgreSQL: the language-neutral configuration until the node applies its setting
+    config = "simple" if bind.dialect.name == "postgresql" else None
     op.execute(
-        sa.text("INSERT INTO search_index (id, pending_below, config) VALUES (1, :head, NULL)")
-        .bindparams(head=head)
+        sa.text(
+            "INSERT INTO search_index (id, pending_below, config) VALUES (1, :head, :config)"
+        ).bindparams(head=head, config=config)
     )
     # a nullable column: a plain ALTER TABLE on SQLite too (no table rebuild)
     op.add_column("room_members", sa.Column("muted", sa.Boolean(), nullable=True))
