@@ -30,6 +30,7 @@ __all__ = [
     "Relayed",
     "RoomAccess",
     "RoomDeleted",
+    "RoomMuted",
     "RoomRead",
     "Typing",
     "error_frame",
@@ -187,6 +188,20 @@ class RoomRead(Event):
             "unread": self.unread,
             "mentions": self.mentions,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RoomMuted(Event):
+    """Extension: the participant muted or unmuted a room or DM
+    (``PUT /api/rooms/:roomId/mute``); sent to that participant's own
+    sessions only (:meth:`Broker.send_to`), so its other tabs and devices
+    follow."""
+
+    type: ClassVar[str] = "room_muted"
+    muted: bool = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "muted": self.muted}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ class DmView(Shape):
     created_at: Timestamp
     #: null while it has no message
     last_message_at: Timestamp | None
+    #: the caller muted it
+    muted: bool
 
 
 @bp.get("/api/dms")

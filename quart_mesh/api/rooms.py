@@ -26,6 +26,8 @@ class RoomDetails(RoomView):
 
     members: list[ParticipantView]
     permissions: list[str]
+    #: the caller muted it (false where it is not a member)
+    muted: bool
 
 
 class MessagesQuery(Query):
@@ -68,6 +70,28 @@ class ReadPosition(Shape):
     cursor: str
     unread: int
     mentions: int
+
+
+class SetMute(Body):
+    #: true: mute the room (unread still counts; only mentions notify)
+    muted: bool
+
+
+class MuteState(Shape):
+    """Whether the caller has the room muted now."""
+
+    room_id: Id
+    muted: bool
+
+
+class ReadAll(Body):
+    """No fields (an empty body counts as ``{}``)."""
+
+
+class ReadPositions(Shape):
+    """The caller's read position in each of its rooms and DMs after the move."""
+
+    rooms: list[ReadPosition]
 
 
 class Deleted(Ok):
@@ -142,6 +166,7 @@ async def get_room(room_id: str) -> tuple[Any, int]:
             "joined": details.joined,
             "members": [m.to_json() for m in details.members],
             "permissions": details.permissions,
+            "muted": details.muted,
         }
     )
 
@@ -218,6 +243,26 @@ async def mark_read(room_id: str, data: MarkRead) -> tuple[Any, int]:
     actor = await caller()
     read = await node().world.mark_room_read(actor, room_id, data.cursor)
     return reply(read.payload())
+
+
+@bp.put("/api/rooms/<room_id>/mute")
+@accepts(SetMute)
+@answers(MuteState)
+async def set_mute(room_id: str, data: SetMute) -> tuple[Any, int]:
+    """Mute or unmute a room or DM for the caller (a member, or the DM's party)."""
+    actor = await caller()
+    muted = await node().rooms.mute(actor, room_id, data.muted)
+    return reply(muted.payload())
+
+
+@bp.post("/api/read-all")
+@accepts(ReadAll)
+@answers(ReadPositions)
+async def read_all(data: ReadAll) -> tuple[Any, int]:
+    """Mark every room and DM the caller is in read, up to its newest message."""
+    actor = await caller()
+    reads = await node().world.mark_all_read(actor)
+    return reply({"rooms": [read.payload() for read in reads]})
 
 
 @bp.get("/api/rooms/<room_id>/messages/<message_id>")

@@ -19,6 +19,9 @@ bp = Blueprint("state", __name__)
 class SnapshotRoom(RoomView):
     """A room the caller is in (an ordinary room or a DM), or the mesh's default room."""
 
+    #: the caller muted it (false where it is not a member)
+    muted: bool
+
     #: only on DMs: the other participant's id
     with_: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="with")
 
@@ -63,6 +66,8 @@ class RoomStatus(Shape):
     mentions: int
     #: null: nothing read yet
     last_read_cursor: str | None
+    #: the caller muted it: unread still counts, only mentions should notify
+    muted: bool
 
 
 class Status(Shape):

@@ -238,6 +238,8 @@ class SnapshotRoom(_Shape):
     member_count: int
     origin: str | None
     joined: bool
+    #: the participant muted it (false where it is not a member)
+    muted: bool
     #: only on DMs: the other participant's id
     with_: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="with")
 
@@ -386,6 +388,14 @@ class RoomRead(_Server, tag="room_read"):
     mentions: int
 
 
+class RoomMuted(_Server, tag="room_muted"):
+    """The participant muted or unmuted a room or DM (from any of its
+    sessions or over REST)."""
+
+    room_id: str
+    muted: bool
+
+
 class RoomAccess(_Server, tag="room_access"):
     """Whether this participant may read a room it is in changed (a room
     rule, a preset or its role changed): with ``readable`` false the room's
@@ -445,6 +455,7 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantLeft,
     RoomDeleted,
     RoomRead,
+    RoomMuted,
     RoomAccess,
     Typing,
     Presence,
@@ -465,6 +476,7 @@ ServerFrame = (
     | ParticipantLeft
     | RoomDeleted
     | RoomRead
+    | RoomMuted
     | RoomAccess
     | Typing
     | Presence

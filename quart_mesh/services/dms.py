@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -27,6 +27,8 @@ class Dm:
     room: Room
     other: Participant
     last_message_at: int | None = None
+    #: the caller muted it
+    muted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +36,7 @@ class Dm:
             "participant": self.other.to_json(),
             "createdAt": iso(self.room.created_at),
             "lastMessageAt": iso(self.last_message_at),
+            "muted": self.muted,
         }
 
 
@@ -87,15 +90,26 @@ class DirectMessages:
                         )
             else:
                 repo.set_hidden(conn, room.room_id, actor.participant_id, False)
-            return Dm(room, other), created, me
+            mine = repo.memberships(conn, actor.participant_id, room.room_id)
+            return Dm(room, other, muted=mine.get(room.room_id, False)), created, me
 
         dm, created, _ = await self._db.write(write)
-        return Dm(dm.room, self._presence.mark(dm.other), dm.last_message_at), created
+        return replace(dm, other=self._presence.mark(dm.other)), created
 
     async def list_dms(self, actor: Actor) -> list[Dm]:
         authorize(actor, "rooms.read")
-        rows = await self._db.read(lambda conn: repo.list_dms(conn, actor.participant_id))
-        return [Dm(room, self._presence.mark(other), last) for room, other, last in rows]
+
+        def read(
+            conn: Connection,
+        ) -> tuple[list[tuple[Room, Participant, int | None]], dict[str, bool]]:
+            rows = list(repo.list_dms(conn, actor.participant_id))
+            return rows, repo.memberships(conn, actor.participant_id)
+
+        rows, mine = await self._db.read(read)
+        return [
+            Dm(room, self._presence.mark(other), last, mine.get(room.room_id, False))
+            for room, other, last in rows
+        ]
 
     async def hide(self, actor: Actor, room_id: str) -> None:
         """Remove a DM from the actor's list until a new message arrives."""

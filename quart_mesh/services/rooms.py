@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from ..broker import Broker
 from ..config import DEFAULT_ROOM_QUOTAS, Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
-from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted
+from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted, RoomMuted
 from ..ids import is_ulid, new_id
 from ..permissions import BUILTIN_ROLES
 from ..records import Participant, Room, now_ms
@@ -119,6 +119,8 @@ class RoomDetails:
     joined: bool
     #: what the actor may do in this room (:func:`held_permissions`)
     permissions: list[str]
+    #: the actor muted it (False where it is not a member)
+    muted: bool = False
 
 
 def _me(conn: Connection, actor: Actor) -> Participant:
@@ -257,11 +259,39 @@ class Rooms:
             members = list(repo.list_members(conn, room_id))
             joined = any(m.participant_id == actor.participant_id for m in members)
             held = held_permissions(actor, RoomRef(room.room_id, room.kind))
-            return RoomDetails(room, members, joined, held)
+            muted = repo.memberships(conn, actor.participant_id, room_id).get(room_id, False)
+            return RoomDetails(room, members, joined, held, muted)
 
         details = await self._db.read(read)
         members = [self._presence.mark(m) for m in details.members]
         return replace(details, members=members)
+
+    async def mute(self, actor: Actor, room_id: str, muted: bool) -> RoomMuted:
+        """Mute or unmute a room or DM for the actor, a member (or the DM's
+        party); when that changes anything, tell the actor's own sessions
+        (``room_muted``), so its other tabs and devices follow. Muting
+        changes no count: unread still counts (``docs/decisions/0060``).
+        Leaving the room forgets it (the membership row goes).
+
+        Cancellation: as :meth:`Database.write` (a unit still queued is
+        withdrawn; one handed to the store commits or rolls back whole). The
+        unit may run again (a batch the store retries): it only sets a flag.
+
+        Raises:
+            NotFound: no such room, or a DM the actor is not in.
+            Forbidden: not a member (``not_member``), or the actor may not
+                read the room (``forbidden``).
+        """
+        authorize(actor, "rooms.read", RoomRef(room_id))
+
+        def write(conn: Connection) -> RoomMuted:
+            require_member(conn, actor, room_id)
+            event = RoomMuted(room_id, muted=muted)
+            if repo.set_muted(conn, room_id, actor.participant_id, muted):
+                outbox.emit_to(conn, actor.participant_id, event)
+            return event
+
+        return await self._db.write(write)
 
     async def delete(self, actor: Actor, room_id: str) -> None:
         """Delete a room and its messages: its creator, or admin and above.

@@ -35,12 +35,20 @@ __all__ = ["World"]
 
 #: events that change nothing the snapshot's mesh-wide parts show (besides chat
 #: traffic); presence is applied when the participants are joined (its version)
-_UNCHANGING = frozenset({"presence", "room_read", "command", "typing"})
+_UNCHANGING = frozenset({"presence", "room_read", "room_muted", "command", "typing"})
 
 
 def _dumps(value: Any) -> str:
     """As :func:`~quart_mesh.events.frame_of` serializes."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: the end of a snapshot room's JSON after ``"joined":``, by (joined, muted)
+_OWN_TAIL = {
+    (joined, muted): _dumps({"joined": joined, "muted": muted})[len('{"joined":') :]
+    for joined in (True, False)
+    for muted in (True, False)
+}
 
 
 #: what a participant's fragment is rendered from
@@ -242,10 +250,20 @@ class World:
         if len(chosen) > most:  # cut: the rooms one is in first, the default room first of them
             chosen.sort(key=lambda pair: (pair[0] not in mine, pair[0] != default_room))
             chosen = chosen[:most]
-        rooms = [head + ("true}" if room_id in mine else "false}") for room_id, head in chosen]
+        muted = own.muted
+        rooms = [head + _OWN_TAIL[room_id in mine, room_id in muted] for room_id, head in chosen]
         dms = [(room, other) for room, other in own.dms if readable(room.room_id)]
         for room, other_id in dms[: max(0, most - len(rooms))]:
-            rooms.append(_dumps({**room.to_json(), "joined": True, "with": other_id}))
+            rooms.append(
+                _dumps(
+                    {
+                        **room.to_json(),
+                        "joined": True,
+                        "muted": room.room_id in muted,
+                        "with": other_id,
+                    }
+                )
+            )
         return "".join(
             (
                 '{"type":"snapshot","rooms":[',
@@ -344,6 +362,7 @@ class World:
 
         def read(conn: Connection) -> dict[str, Any]:
             summary = repo.unread_summary(conn, actor.participant_id, actor.name)
+            muted = rooms_repo.memberships(conn, actor.participant_id)
             rooms = []
             for room_id, (unread, mentions, last_read) in summary.items():
                 if not readable(room_id):
@@ -357,6 +376,7 @@ class World:
                         "unread": unread,
                         "mentions": mentions,
                         "lastReadCursor": None if last_read is None else str(last_read),
+                        "muted": muted.get(room_id, False),
                     }
                 )
             rooms.sort(key=lambda r: (-r["mentions"], -r["unread"], r["name"].casefold()))
@@ -400,5 +420,44 @@ class World:
             event = RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
             outbox.emit_to(conn, actor.participant_id, event)
             return event
+
+        return await self._db.write(write)
+
+    async def mark_all_read(self, actor: Actor) -> list[RoomRead]:
+        """Move the actor's read position in every room and DM it is in and
+        may read to the room's newest message, in one unit of work; tell the
+        actor's own sessions (``room_read``) of each room whose position
+        moved. Returns the position and counts of each of those rooms after
+        the move, ordered by room id (unread 0 unless a message came in
+        meanwhile).
+
+        Cancellation: as :meth:`Database.write` (a unit still queued is
+        withdrawn; one handed to the store commits or rolls back whole). The
+        unit may run again (a batch the store retries): it reads what to move
+        each time it runs.
+        """
+        authorize(actor, "rooms.read")
+        readable = readable_rooms(actor)
+        participant_id = actor.participant_id
+
+        def write(conn: Connection) -> list[RoomRead]:
+            heads = {
+                room_id: positions
+                for room_id, positions in repo.read_heads(conn, participant_id).items()
+                if readable(room_id)
+            }
+            moved = {room_id: head for room_id, (head, read) in heads.items() if head > read}
+            repo.advance_reads(conn, participant_id, moved)
+            summary = repo.unread_summary(conn, participant_id, actor.name)
+            reads = []
+            for room_id in sorted(heads):
+                if room_id not in summary:  # left meanwhile (another process)
+                    continue
+                unread, mentions, last_read = summary[room_id]
+                event = RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
+                if room_id in moved:
+                    outbox.emit_to(conn, participant_id, event)
+                reads.append(event)
+            return reads
 
         return await self._db.write(write)

@@ -12,7 +12,7 @@ from ..names import name_skeletons, normalize
 from ..records import Participant, Room
 from . import search
 from .accounts import participant_from_row
-from .dialect import insert, insert_new
+from .dialect import Statement, insert, insert_new
 from .schema import messages, participants, room_members, rooms
 
 __all__ = [
@@ -30,11 +30,13 @@ __all__ = [
     "list_members",
     "list_rooms",
     "member_room_ids",
+    "memberships",
     "page_rooms",
     "remove_member",
     "room_from_row",
     "room_name_conflict",
     "set_hidden",
+    "set_muted",
     "unhide_all",
 ]
 
@@ -179,6 +181,45 @@ def member_room_ids(conn: Connection, participant_id: str) -> set[str]:
         sa.select(room_members.c.room_id).where(room_members.c.participant_id == participant_id)
     )
     return {row.room_id for row in rows}
+
+
+# what the snapshot reads of its actor on every session that opens (on the
+# driver: see dialect.Statement); NULL (memberships before mutes) is unmuted
+_MEMBERSHIPS = Statement(
+    "SELECT room_id, coalesce(muted, false) FROM room_members WHERE participant_id = :me"
+)
+_MEMBERSHIP = Statement(
+    "SELECT room_id, coalesce(muted, false) FROM room_members"
+    " WHERE participant_id = :me AND room_id = :room_id"
+)
+
+
+def memberships(
+    conn: Connection, participant_id: str, room_id: str | None = None
+) -> dict[str, bool]:
+    """The rooms and DMs *participant_id* is in (or only *room_id*, if it is
+    in it), each with whether it muted it: the one place the node reads
+    ``room_members.muted`` for what it shows a participant of itself."""
+    if room_id is None:
+        rows = _MEMBERSHIPS.run(conn, {"me": participant_id})
+    else:
+        rows = _MEMBERSHIP.run(conn, {"me": participant_id, "room_id": room_id})
+    return {row[0]: bool(row[1]) for row in rows}
+
+
+def set_muted(conn: Connection, room_id: str, participant_id: str, muted: bool) -> bool:
+    """Mute or unmute *room_id* for its member *participant_id*; False if
+    that changed nothing (already so, or not a member)."""
+    result = conn.execute(
+        room_members.update()
+        .where(
+            room_members.c.room_id == room_id,
+            room_members.c.participant_id == participant_id,
+            sa.func.coalesce(room_members.c.muted, sa.false()) != muted,
+        )
+        .values(muted=muted)
+    )
+    return result.rowcount > 0
 
 
 def delete_room(conn: Connection, room_id: str) -> bool:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..records import Room
 from .dialect import Statement
-from .rooms import room_from_row
+from .rooms import memberships, room_from_row
 
 __all__ = ["ActorParts", "ParticipantRow", "actor_parts", "fingerprint", "participant_rows"]
 
@@ -72,9 +72,7 @@ def participant_rows(conn: Connection) -> list[ParticipantRow]:
 
 
 # what each snapshot reads for its actor, written once as SQL (the same
-# queries as rooms.member_room_ids and rooms.list_dms)
-# (on the driver: once per session that opens, see dialect.Statement)
-_MEMBER_ROOMS = Statement("SELECT room_id FROM room_members WHERE participant_id = :me")
+# query as rooms.list_dms; its memberships: rooms.memberships)
 _DMS = sa.text(
     "SELECT rooms.room_id, rooms.kind, rooms.name, rooms.description, rooms.created_by,"
     " rooms.created_at, rooms.origin_did,"
@@ -97,6 +95,8 @@ class ActorParts:
 
     #: the rooms and DMs it is a member of
     member_of: set[str]
+    #: those of them it muted
+    muted: set[str]
     #: its DMs that are not hidden, most recently active first, with the other's id
     dms: list[tuple[Room, str]]
 
@@ -107,9 +107,11 @@ def actor_parts(
     """The actor's memberships and its visible DMs. *ordinary*: ids of
     ordinary rooms, if known; an actor in none but those has no DM, and the
     DMs are not looked for."""
-    member_of = {row[0] for row in _MEMBER_ROOMS.run(conn, {"me": participant_id})}
+    mine = memberships(conn, participant_id)
+    member_of = set(mine)
+    muted = {room_id for room_id, on in mine.items() if on}
     if ordinary is not None and member_of <= ordinary:
-        return ActorParts(member_of, [])
+        return ActorParts(member_of, muted, [])
     dms = [
         (
             room_from_row(row),
@@ -117,4 +119,4 @@ def actor_parts(
         )
         for row in conn.execute(_DMS, {"me": participant_id})
     ]
-    return ActorParts(member_of, dms)
+    return ActorParts(member_of, muted, dms)

@@ -16,6 +16,7 @@ __all__ = [
     "Position",
     "advance_reads",
     "list_positions",
+    "read_heads",
     "set_position",
     "unread_summary",
 ]
@@ -85,6 +86,34 @@ _advance_read_sql = Statement(
 
 def _advance_read(conn: Connection, participant_id: str, room_id: str, seq: int) -> None:
     _advance_read_sql.run(conn, {"participant_id": participant_id, "room_id": room_id, "seq": seq})
+
+
+def read_heads(conn: Connection, participant_id: str) -> dict[str, tuple[int, int]]:
+    """Per room and DM of the participant: (the room's newest message cursor,
+    the participant's read position), each 0 when there is none."""
+    head = (
+        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
+        .where(messages.c.room_id == room_members.c.room_id)
+        .correlate(room_members)
+        .scalar_subquery()
+    )
+    query = (
+        sa.select(
+            room_members.c.room_id,
+            head.label("head"),
+            sa.func.coalesce(room_reads.c.last_read_seq, 0).label("last_read"),
+        )
+        .select_from(room_members)
+        .outerjoin(
+            room_reads,
+            sa.and_(
+                room_reads.c.room_id == room_members.c.room_id,
+                room_reads.c.participant_id == participant_id,
+            ),
+        )
+        .where(room_members.c.participant_id == participant_id)
+    )
+    return {row.room_id: (int(row.head), int(row.last_read)) for row in conn.execute(query)}
 
 
 def unread_summary(

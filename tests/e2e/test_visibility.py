@@ -167,6 +167,22 @@ async def mark_read(w: World) -> set[str]:
     return {w.secret}
 
 
+async def mute(w: World) -> set[str]:
+    r = await w.mesh.http.put(
+        f"/api/rooms/{w.secret}/mute", json={"muted": True}, headers=w.alice.headers
+    )
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return {r.json()["roomId"]}
+
+
+async def read_all(w: World) -> set[str]:
+    r = await w.mesh.http.post("/api/read-all", headers=w.alice.headers)
+    assert r.status_code == 200, r.text
+    return {room["roomId"] for room in r.json()["rooms"]}
+
+
 async def ws_snapshot(w: World) -> set[str]:
     async with connect(w.base_url, w.alice) as ws:
         return {room["roomId"] for room in ws.snapshot["rooms"]}  # type: ignore[attr-defined]
@@ -215,6 +231,8 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "status": (status, ("GET /api/status",)),
     "state and snapshot": (state, ("GET /api/state", "GET /api/snapshot")),
     "mark read": (mark_read, ("POST /api/rooms/<room_id>/read",)),
+    "mute": (mute, ("PUT /api/rooms/<room_id>/mute",)),
+    "read all": (read_all, ("POST /api/read-all",)),
     "WebSocket snapshot": (ws_snapshot, ("WS /ws",)),
     "WebSocket resume": (ws_resume, ("WS /ws",)),
     "WebSocket live": (ws_live, ("WS /ws",)),

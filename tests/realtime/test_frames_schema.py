@@ -125,6 +125,7 @@ def test_every_frame_type_is_declared() -> None:
             "serverFrames",
             {"type": "room_read", "roomId": "r", "cursor": "3", "unread": 0, "mentions": 0},
         ),
+        ("serverFrames", {"type": "room_muted", "roomId": "r", "muted": False}),
     ],
 )
 def test_frames_that_fit(side: str, frame: dict[str, Any]) -> None:
@@ -142,6 +143,7 @@ def test_frames_that_fit(side: str, frame: dict[str, Any]) -> None:
         ("serverFrames", {"type": "auth_ok", "participantId": "p", "extra": 1}),
         ("serverFrames", {"type": "error", "message": "m", "code": "c", "frame": None}),
         ("serverFrames", {"type": "message_deleted", "messageId": "m"}),
+        ("serverFrames", {"type": "room_muted", "roomId": "r", "muted": "yes"}),
     ],
 )
 def test_frames_that_do_not(side: str, frame: dict[str, Any]) -> None:
@@ -241,6 +243,11 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             await b.expect("typing", participantId=owner.participant_id)
             await send(b, type="mark_read", roomId=room_id, cursor=first["cursor"])
             await b.expect("room_read", roomId=room_id)
+            r = await mesh.http.put(
+                f"/api/rooms/{room_id}/mute", json={"muted": True}, headers=bob.headers
+            )
+            assert r.status_code == 200, r.text
+            await b.expect("room_muted", roomId=room_id, muted=True)
             await send(a, type="move", roomId=room_id, x=3, y=0, z=-1.5)
             await b.expect("participant_moved", participantId=owner.participant_id)
             await send(b, type="delete_message", messageId=reply["messageId"])
