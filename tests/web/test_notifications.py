@@ -6,8 +6,9 @@ messages, nor while the tab is seen, nor for a muted room unless mentioned.
 A click on one opens the message.
 
 The browser's boundary is replaced by an init script: it records each
-``new Notification(...)`` and each permission request (the permission itself
-is granted through the Playwright context), and says the tab is hidden or
+``new Notification(...)`` and each permission request (the permission is
+"default" until the page asks; the answer is the browser's, granted through
+the Playwright context), and says the tab is hidden or
 visible when the test asks, with a ``visibilitychange`` event, as a browser
 does when one switches tabs."""
 
@@ -39,7 +40,9 @@ BOUNDARY = """
       window.__notes.push(this);
     }
     close() {}
-    static get permission() { return Real.permission; }
+    // "default" (never asked) until the page asks: then the browser's answer
+    // (the test granted it through the context)
+    static get permission() { return window.__asked ? Real.permission : "default"; }
     static requestPermission() { window.__asked += 1; return Real.requestPermission(); }
   }
   window.Notification = Recorded;
@@ -80,7 +83,8 @@ async def test_notifications_when_hidden_for_what_needs_you(
     mine = await node.mesh.send(alice_user, town, "Shall we move the standup?")
     theirs = await node.mesh.send(bob_user, town, "Lunch at noon?")
 
-    async def bob_says(room_id: str, content: str, **extra: Any) -> str:
+    async def bob_says(room_id: str, content: str, thread: str | None = None) -> str:
+        extra = {"threadId": thread} if thread else {}
         return str((await node.mesh.send(bob_user, room_id, content, **extra))["messageId"])
 
     async def mute(user: User, room_id: str, muted: bool) -> None:
@@ -121,10 +125,10 @@ async def test_notifications_when_hidden_for_what_needs_you(
             expect(mention).to_be_visible()
             hidden(alice, True)
             call(bob_says, town, "Just chatting, nothing for alice")
-            call(bob_says, town, "A reply in bob's own thread", threadId=theirs["messageId"])
+            call(bob_says, town, "A reply in bob's own thread", theirs["messageId"])
             call(bob_says, town, "@alice the deploy is done")
             call(bob_says, dm, "Got a minute?")
-            reply = call(bob_says, town, "Tuesday works", threadId=mine["messageId"])
+            reply = call(bob_says, town, "Tuesday works", mine["messageId"])
             alice.page.wait_for_function("() => window.__notes.length >= 3")
             alice.page.wait_for_timeout(300)  # nothing else on its way
             assert notes(alice) == [
@@ -148,7 +152,7 @@ async def test_notifications_when_hidden_for_what_needs_you(
                 "aria-pressed", "true"
             )
             hidden(alice, True)
-            call(bob_says, town, "Or Wednesday?", threadId=mine["messageId"])
+            call(bob_says, town, "Or Wednesday?", mine["messageId"])
             call(bob_says, dm, "Still there?")
             call(bob_says, town, "@alice muted, but you are mentioned")
             alice.page.wait_for_function("() => window.__notes.length >= 4")

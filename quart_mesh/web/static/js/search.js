@@ -66,7 +66,16 @@ export class Search {
       this.open();
       this.schedule();
     });
-    this.input.addEventListener("focus", () => this.open());
+    // Tab passing by does not open the panel; coming back to a search does
+    this.input.addEventListener("focus", () => {
+      if (this.input.value.trim() || this.hasFilters) this.open();
+    });
+    for (const el of [this.form, this.panel]) {
+      el.addEventListener("focusout", (event) => {
+        const next = event.relatedTarget;
+        if (next && !this.form.contains(next) && !this.panel.contains(next)) this.close(false);
+      });
+    }
     this.input.addEventListener("keydown", (event) => {
       if (event.key === "ArrowDown") {
         const first = this.panel.querySelector(".search-hit");
@@ -107,6 +116,7 @@ export class Search {
     event.preventDefault();
     this.input.focus();
     this.input.select();
+    this.open();
   }
 
   /** In the results: Up and Down go from result to result (and back to the
