@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import Person, chromium, in_browser
+from tests.browser import Person, chromium, in_browser, shot
 from tests.helpers import connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
@@ -65,6 +65,7 @@ async def test_own_marker_from_the_start(browser_ready: None, serve_node: Any) -
                 "Press an arrow key on the map, or click in a room, to take a place."
             )
             alice.page.wait_for_function(f"() => ({ACCENT_NEAR})([0, 0]) > 20")
+            shot(alice.page, "world-start")
             # the first arrow key takes the place shown; the next ones move
             the_map.focus()
             the_map.press("ArrowRight")
