@@ -189,6 +189,7 @@ class Node:
                 messages=self.messages,
                 commands=self.commands,
                 seats=self.seats,
+                search=self.search,
             ),
             self.client_addresses,
         )

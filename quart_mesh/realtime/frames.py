@@ -147,6 +147,23 @@ class Move(_Frame, tag="move", kw_only=True):
     z: float
 
 
+class SearchFrame(_Frame, tag="search", kw_only=True):
+    """Search the messages one may read (``GET /api/search`` as a frame),
+    answered with ``search_results`` carrying the frame's ``clientId``."""
+
+    q: str | None = None
+    room: str | None = None
+    sender: str | None = msgspec.field(default=None, name="from")
+    before: str | None = None
+    after: str | None = None
+    within: str | None = msgspec.field(default=None, name="in")
+    has: str | None = None
+    mentions: str | None = None
+    sort: Literal["newest", "relevance"] | None = None
+    cursor: str | None = None
+    limit: int | None = None
+
+
 class CommandResult(_Frame, tag="command_result", kw_only=True):
     """An agent's answer to a ``command`` sent to it."""
 
@@ -171,6 +188,7 @@ CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     MarkRead,
     Move,
     CommandResult,
+    SearchFrame,
 )
 
 ClientFrame = (
@@ -186,6 +204,7 @@ ClientFrame = (
     | MarkRead
     | Move
     | CommandResult
+    | SearchFrame
 )
 
 
@@ -299,8 +318,8 @@ class ErrorFrame(_Server, tag="error"):
     client_id: str | msgspec.UnsetType = msgspec.UNSET
 
 
-class MessagePosted(_Server, tag="message"):
-    """A message of a room or a DM (the REST Message, as a frame)."""
+class Message(_Shape):
+    """A message of a room or a DM (the REST Message)."""
 
     room_id: str
     message_id: str
@@ -322,6 +341,40 @@ class MessagePosted(_Server, tag="message"):
     #: only on a relayed message whose claimed time was outside the sane
     #: window (``timestamp`` is then when it arrived here)
     timestamp_replaced: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class MessagePosted(_Server, Message, tag="message"):
+    """A message of a room or a DM (the REST Message, as a frame)."""
+
+
+class Highlight(_Shape):
+    """A matched range of a snippet, in code points (end exclusive)."""
+
+    start: int
+    end: int
+
+
+class Snippet(_Shape):
+    """An excerpt of a message's content (plain text) and its matched ranges."""
+
+    text: str
+    highlights: list[Highlight]
+
+
+class SearchResult(_Shape):
+    message: Message
+    #: the room's name; a DM's: the other party's name
+    room_name: str
+    snippet: Snippet
+
+
+class SearchResults(_Server, tag="search_results"):
+    """The answer to a ``search`` frame (``GET /api/search``'s body)."""
+
+    results: list[SearchResult]
+    next_cursor: str | None
+    #: the ``clientId`` of the ``search`` frame, when it had one
+    client_id: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class MessageEdited(_Server, tag="message_edited"):
@@ -461,6 +514,7 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     Presence,
     ParticipantMoved,
     CommandIssued,
+    SearchResults,
 )
 
 ServerFrame = (
@@ -482,6 +536,7 @@ ServerFrame = (
     | Presence
     | ParticipantMoved
     | CommandIssued
+    | SearchResults
 )
 
 

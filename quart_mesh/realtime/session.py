@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..services.messages import Messages
     from ..services.presence import Presence
     from ..services.rooms import Rooms
+    from ..services.search import Search
     from ..services.seats import Seats
     from ..services.world import World
 
@@ -122,6 +123,7 @@ class SessionServices:
     messages: Messages
     commands: Commands
     seats: Seats
+    search: Search
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,6 +697,30 @@ class ProtocolSession:
             result=f.data.get("result"),
         )
 
+    async def _search(self, actor: Actor, f: Fields) -> None:
+        limit = f.opt_number("limit")
+        if limit is not None and not limit.is_integer():
+            raise BadRequest("limit must be a whole number", "invalid_limit")
+        page = await self.services.search.search(
+            actor,
+            f.opt_str("q"),
+            room=f.opt_str("room"),
+            sender=f.opt_str("from"),
+            before=f.opt_str("before"),
+            after=f.opt_str("after"),
+            within=f.opt_str("in"),
+            has=f.opt_str("has"),
+            mentions=f.opt_str("mentions"),
+            sort=f.opt_str("sort"),
+            cursor=f.opt_str("cursor"),
+            limit=None if limit is None else int(limit),
+        )
+        payload: dict[str, Any] = {"type": "search_results", **page.to_json()}
+        client_id = f.data.get("clientId")
+        if isinstance(client_id, str) and is_client_id(client_id):
+            payload["clientId"] = client_id
+        self._sub.push(None, frame_of(payload))
+
     async def _move(self, actor: Actor, f: Fields) -> None:
         room_id = f.req_str("roomId")
         x, y, z = f.req_number("x"), f.req_number("y"), f.req_number("z")
@@ -714,6 +740,7 @@ _HANDLERS: dict[str, Callable[[ProtocolSession, Actor, Fields], Awaitable[None]]
     "mark_read": ProtocolSession._mark_read,
     "move": ProtocolSession._move,
     "command_result": ProtocolSession._command_result,
+    "search": ProtocolSession._search,
 }
 
 

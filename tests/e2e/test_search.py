@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import Mesh, User, assert_error
+from tests.helpers import Mesh, User, assert_error, connect
 
 
 @pytest.fixture
@@ -329,3 +329,33 @@ async def test_a_message_opens_in_context(
         403,
         "not_member",
     )
+
+
+async def test_bots_search_over_the_websocket(
+    base_url: str, mesh: Mesh, people: tuple[User, User, User]
+) -> None:
+    _, bob, carol = people
+    room = (await mesh.create_room(bob, "ws"))["roomId"]
+    await mesh.send(bob, room, "the blueprint is ready")
+    async with connect(base_url, bob) as ws, connect(base_url, carol) as other:
+        await ws.send(type="search", q="blueprint", clientId="s-1")
+        answer = await ws.expect("search_results")
+        assert answer["clientId"] == "s-1"
+        assert [r["message"]["content"] for r in answer["results"]] == ["the blueprint is ready"]
+        assert answer["results"][0]["roomName"] == "ws"
+        assert answer["nextCursor"] is None
+        # the same rules as REST: carol is not in the room
+        await other.send(type="search", q="blueprint")
+        assert (await other.expect("search_results"))["results"] == []
+        # a bad search is an error frame; the session goes on
+        await ws.send(type="search", q="", clientId="s-2")
+        error = await ws.expect("error")
+        assert (error["code"], error["frame"], error["clientId"]) == (
+            "invalid_query",
+            "search",
+            "s-2",
+        )
+        await ws.send(type="search", q="blueprint", limit=2.5)
+        assert (await ws.expect("error"))["code"] == "invalid_limit"
+        await ws.send(type="search", q="ready", room=room, sort="relevance")
+        assert len((await ws.expect("search_results"))["results"]) == 1

@@ -104,7 +104,9 @@ def test_the_checked_in_document_is_current() -> None:
 def test_every_frame_type_is_declared() -> None:
     assert FRAME_TYPES | {"authenticate"} == CLIENT_FRAME_TYPES
     events = {cls.type for cls in _subclasses(Event)}
-    assert events | {"auth_ok", "snapshot", "error"} == SERVER_FRAME_TYPES
+    # answers to a frame, not events
+    answers = {"auth_ok", "snapshot", "error", "search_results"}
+    assert events | answers == SERVER_FRAME_TYPES
     # one declaration each, and the document's unions list them all
     assert len(CLIENT_FRAMES) == len(CLIENT_FRAME_TYPES)
     assert len(SERVER_FRAMES) == len(SERVER_FRAME_TYPES)
@@ -250,6 +252,9 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             await b.expect("room_muted", roomId=room_id, muted=True)
             await send(a, type="move", roomId=room_id, x=3, y=0, z=-1.5)
             await b.expect("participant_moved", participantId=owner.participant_id)
+            await send(b, type="search", q="hello", sort="relevance", clientId="s-1")
+            found = await b.expect("search_results", clientId="s-1")
+            assert [r["message"]["messageId"] for r in found["results"]] == [reply["messageId"]]
             await send(b, type="delete_message", messageId=reply["messageId"])
             await a.expect("message_deleted", messageId=reply["messageId"])
             # errors: with the frame's type, its clientId, a retry time
