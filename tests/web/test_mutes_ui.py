@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
 def favicon(person: Person) -> str:
-    href: str = person.page.evaluate("() => document.getElementById('favicon').getAttribute('href')")
+    href: str = person.page.evaluate(
+        "() => document.getElementById('favicon').getAttribute('href')"
+    )
     return href
 
 
@@ -33,7 +35,7 @@ def dm_link(person: Person, name: str) -> Any:
 
 async def test_mute_rooms_and_dms_and_mark_all_read(browser_ready: None, serve_node: Any) -> None:
     node: Served = await serve_node()
-    alice_user, bob_user, town = await two_people(node)
+    alice_user, bob_user, _ = await two_people(node)
     ops = (await node.mesh.create_room(alice_user, "Ops"))["roomId"]
     await node.mesh.join(bob_user, ops)
     r = await node.mesh.http.post(
@@ -63,9 +65,7 @@ async def test_mute_rooms_and_dms_and_mark_all_read(browser_ready: None, serve_n
             expect(alice.page).to_have_title(re.compile(r"^\(1\) #Town Square"))  # the DM
             call(bob_says, ops, "deploy notes")
             call(bob_says, ops, "more deploy notes")
-            expect(alice.room_link("Ops")).to_have_accessible_name(
-                "Ops, muted, 2 unread messages"
-            )
+            expect(alice.room_link("Ops")).to_have_accessible_name("Ops, muted, 2 unread messages")
             expect(alice.page).to_have_title(re.compile(r"^\(1\) #Town Square"))
             # the DM, muted from its header too
             dm_link(alice, "bob").click()

@@ -88,7 +88,9 @@ async def test_notifications_when_hidden_for_what_needs_you(
         return str((await node.mesh.send(bob_user, room_id, content, **extra))["messageId"])
 
     async def mute(user: User, room_id: str, muted: bool) -> None:
-        r = await http.put(f"/api/rooms/{room_id}/mute", json={"muted": muted}, headers=user.headers)
+        r = await http.put(
+            f"/api/rooms/{room_id}/mute", json={"muted": muted}, headers=user.headers
+        )
         assert r.status_code == 200, r.text
 
     def scenario() -> None:
@@ -101,9 +103,7 @@ async def test_notifications_when_hidden_for_what_needs_you(
             expect(alice.heading("#Town Square")).to_be_visible()
             hidden(alice, True)
             call(bob_says, town, "@alice before you turned them on")
-            expect(alice.room_link("Town Square")).to_have_accessible_name(
-                re.compile("1 mention")
-            )
+            expect(alice.room_link("Town Square")).to_have_accessible_name(re.compile("1 mention"))
             hidden(alice, False)
             assert notes(alice) == []
             assert alice.page.evaluate("() => window.__asked") == 0

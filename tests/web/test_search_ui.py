@@ -43,7 +43,9 @@ async def test_search_filters_and_jump_to_message(browser_ready: None, serve_nod
     ops = (await node.mesh.create_room(alice_user, "Ops"))["roomId"]
     await node.mesh.join(bob_user, ops)
     plan = await node.mesh.send(alice_user, ops, "Database backup plan for Friday")
-    await node.mesh.send(bob_user, ops, "I can run the DATABASE restore drill", threadId=plan["messageId"])
+    await node.mesh.send(
+        bob_user, ops, "I can run the DATABASE restore drill", threadId=plan["messageId"]
+    )
     note: dict[str, Any] = {}
     for i in range(130):
         content = OLD_NOTE if i == 20 else HOSTILE if i == 60 else f"filler {i}"
@@ -69,7 +71,9 @@ async def test_search_filters_and_jump_to_message(browser_ready: None, serve_nod
             expect(panel.get_by_role("heading", name="#Town Square", level=3)).to_be_visible()
             expect(panel.get_by_role("heading", name="#Ops", level=3)).to_be_visible()
             expect(hit(alice, "DATABASE restore").locator("mark")).to_have_text("DATABASE")
-            expect(hit(alice, "in a thread")).to_contain_text("I can run the DATABASE restore drill")
+            expect(hit(alice, "in a thread")).to_contain_text(
+                "I can run the DATABASE restore drill"
+            )
             # markup in a message is text in its snippet
             hostile = hit(alice, "onerror")
             expect(hostile).to_contain_text('<img src=x onerror="alert(1)">')

@@ -37,7 +37,8 @@ ACCENT_NEAR = """([x, z]) => {
     Math.round(cx * dpr) - size / 2, Math.round(cy * dpr) - size / 2, size, size).data;
   let n = 0;
   for (let i = 0; i < data.length; i += 4) {
-    if (Math.abs(data[i] - r) < 8 && Math.abs(data[i + 1] - g) < 8 && Math.abs(data[i + 2] - b) < 8) n++;
+    const near = (k, v) => Math.abs(data[i + k] - v) < 8;
+    if (near(0, r) && near(1, g) && near(2, b)) n++;
   }
   return n;
 }"""

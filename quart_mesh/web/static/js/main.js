@@ -10,10 +10,8 @@ import { Composer } from "./composer.js";
 import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
 import { $, bdi, cursorCompare, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
-import { Notifier } from "./notify.js";
-import { VIEWS, loadView, offered } from "./panels.js";
+import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
 import { Timeline } from "./room.js";
-import { Search } from "./search.js";
 import { Sidebar } from "./sidebar.js";
 import { Outbox, Room, Store } from "./state.js";
 
@@ -32,6 +30,11 @@ const SESSION_NOTICES = {
   unauthorized: "Please sign in again.",
   removed: "Your account was removed from this mesh.",
 };
+
+/** Whether a key press happens while typing somewhere. */
+function typing(target) {
+  return Boolean(target && target.closest && target.closest("input, textarea, select, [contenteditable]"));
+}
 
 /** A percent-encoded address part, or the part itself when it is not one. */
 function safeDecode(text) {
@@ -124,6 +127,8 @@ class App {
     this.store.me = me;
     this.auth.hide();
     this.wire();
+    // notifications turned on here earlier: their code is needed at once
+    if (localStorage.getItem(`mesh.notify.${me.participantId}`) === "on") this.loadNotifier().catch(() => {});
     this.outbox.restore(`mesh.outbox.${me.participantId}`);
     $("chat").hidden = false;
     $("me-name").textContent = me.name;
@@ -167,6 +172,7 @@ class App {
     this.currentRoomId = null;
     this.drafts.clear();
     if (this.search) this.search.reset();
+    else $("search-input").value = "";
     this.closeThread();
     this.leavePanel();
     // the views hold what this person saw: the next one starts afresh
@@ -210,8 +216,10 @@ class App {
     this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
     this.roomBrowser = new RoomBrowser(this);
     this.dmPicker = new DmPicker(this);
-    this.search = new Search(this);
-    this.notifier = new Notifier(this);
+    this.search = null; // search.js, fetched when first used
+    this.notifier = null; // notify.js, fetched when wanted
+    this.wireSearch();
+    this.wireSettings();
     $("signout").addEventListener("click", () => this.signOut());
     $("browse-rooms").addEventListener("click", () => this.roomBrowser.open());
     $("welcome-browse").addEventListener("click", () => this.roomBrowser.open());
@@ -252,6 +260,91 @@ class App {
       } else if ($("chat").classList.contains("nav-open")) {
         this.toggleNav(false);
       }
+    });
+  }
+
+  // search and settings (their code is fetched when first used) -------------------
+
+  /** search.js and its styles, once; resolves with the Search. */
+  loadSearch() {
+    if (!this.searchLoad) {
+      this.searchLoad = Promise.all([import("./search.js"), loadStyle("search.css")]).then(([module]) => {
+        this.search = new module.Search(this);
+        return this.search;
+      });
+      this.searchLoad.catch(() => {
+        this.searchLoad = null;
+      });
+    }
+    return this.searchLoad;
+  }
+
+  withSearch(fn) {
+    this.loadSearch().then(fn, (error) => toast(`Search could not be loaded: ${error.message}`));
+  }
+
+  /** The field and its shortcuts: `/` (not while typing) and Ctrl/Cmd+K. */
+  wireSearch() {
+    const input = $("search-input");
+    $("search-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.withSearch((search) => {
+        search.open();
+        search.run(false, true);
+      });
+    });
+    input.addEventListener("input", () =>
+      this.withSearch((search) => {
+        search.open();
+        search.schedule();
+      }),
+    );
+    input.addEventListener("focus", () => {
+      if (this.search) this.search.onFocus();
+      else if (input.value.trim()) this.withSearch((search) => search.onFocus());
+    });
+    document.addEventListener("keydown", (event) => {
+      if (event.defaultPrevented || !this.store.me || document.querySelector("dialog[open]")) return;
+      const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
+      const k = (event.key === "k" || event.key === "K") && (event.ctrlKey || event.metaKey) && !event.altKey;
+      if (!slash && !k) return;
+      event.preventDefault();
+      input.focus();
+      input.select();
+      this.withSearch((search) => search.open());
+    });
+  }
+
+  /** notify.js, once; resolves with the Notifier. */
+  loadNotifier() {
+    if (!this.notifierLoad) {
+      this.notifierLoad = import("./notify.js").then((module) => {
+        this.notifier = new module.Notifier(this);
+        return this.notifier;
+      });
+      this.notifierLoad.catch(() => {
+        this.notifierLoad = null;
+      });
+    }
+    return this.notifierLoad;
+  }
+
+  wireSettings() {
+    const dialog = $("settings-dialog");
+    for (const button of dialog.querySelectorAll("[data-close]")) {
+      button.addEventListener("click", () => dialog.close());
+    }
+    $("open-settings").addEventListener("click", async () => {
+      let notifier;
+      try {
+        notifier = await this.loadNotifier();
+      } catch (error) {
+        toast(`Settings could not be loaded: ${error.message}`);
+        return;
+      }
+      notifier.render();
+      dialog.showModal();
+      $("notify-toggle").focus();
     });
   }
 
@@ -525,7 +618,7 @@ class App {
     if (fresh && !mine) {
       if (this.isVisible(room) && this.timeline.stuck && !room.hasNewer) this.markVisibleRead();
       else store.countUnread(room, message);
-      this.notifier.consider(room, message);
+      if (this.notifier) this.notifier.consider(room, message);
     }
     this.renderCounts();
   }
@@ -1335,7 +1428,7 @@ class App {
   // messages ------------------------------------------------------------------------
 
   send(room, { content, to, threadId, attachments }) {
-    if (threadId) this.notifier.tookPartNow(room.roomId, threadId);
+    if (threadId && this.notifier) this.notifier.tookPartNow(room.roomId, threadId);
     this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
   }
 

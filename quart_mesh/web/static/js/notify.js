@@ -3,7 +3,8 @@
 // the tab is in the background. Off until the person turns them on in their
 // settings (the browser asks for permission only then); the choice is kept
 // per person in localStorage. Muted rooms and conversations never notify,
-// unless the person is mentioned.
+// unless the person is mentioned. Fetched when Settings is first opened, or
+// at sign-in for a person who turned them on (main.js).
 
 import { $ } from "./dom.js";
 
@@ -18,15 +19,6 @@ export class Notifier {
     this.threads = new Map(); // "roomId/threadId" -> Promise<boolean>
     this.toggle = $("notify-toggle");
     this.toggle.addEventListener("change", () => this.changed());
-    const dialog = $("settings-dialog");
-    for (const button of dialog.querySelectorAll("[data-close]")) {
-      button.addEventListener("click", () => dialog.close());
-    }
-    $("open-settings").addEventListener("click", () => {
-      this.render();
-      dialog.showModal();
-      this.toggle.focus();
-    });
   }
 
   get supported() {

@@ -5,6 +5,10 @@
 //
 // Everything the node sends back (snippets, names) is shown as text: the
 // matched ranges are cut out of the snippet's text and wrapped in <mark>.
+//
+// Fetched the first time the person goes to the search: main.js listens to
+// the field and the shortcuts until then, and forwards them (open, schedule,
+// run, onFocus).
 
 import { $, bdi, fill, h, shortTime, longTime } from "./dom.js";
 
@@ -33,11 +37,6 @@ export function highlighted(snippet) {
   return out;
 }
 
-/** Whether the key press happens while typing somewhere. */
-function typing(target) {
-  return Boolean(target && target.closest && target.closest("input, textarea, select, [contenteditable]"));
-}
-
 const TOGGLES = [
   ["inThread", "In threads"],
   ["hasFile", "Has files"],
@@ -57,19 +56,6 @@ export class Search {
     this.filters = { room: "", from: "", after: "", before: "", inThread: false, hasFile: false, mentionsMe: false, sort: "newest" };
     this.hits = [];
 
-    this.form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      this.open();
-      this.run(false, true);
-    });
-    this.input.addEventListener("input", () => {
-      this.open();
-      this.schedule();
-    });
-    // Tab passing by does not open the panel; coming back to a search does
-    this.input.addEventListener("focus", () => {
-      if (this.input.value.trim() || this.hasFilters) this.open();
-    });
     for (const el of [this.form, this.panel]) {
       el.addEventListener("focusout", (event) => {
         const next = event.relatedTarget;
@@ -99,7 +85,6 @@ export class Search {
       this.close(false);
       this.app.openMessage(link.dataset.roomId, link.dataset.messageId);
     });
-    document.addEventListener("keydown", (event) => this.onGlobalKey(event));
     document.addEventListener("pointerdown", (event) => {
       if (this.panel.hidden) return;
       if (this.panel.contains(event.target) || this.form.contains(event.target)) return;
@@ -107,16 +92,10 @@ export class Search {
     });
   }
 
-  /** `/` (not while typing) or Ctrl/Cmd+K: to the search field. */
-  onGlobalKey(event) {
-    if (event.defaultPrevented || $("chat").hidden || document.querySelector("dialog[open]")) return;
-    const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
-    const k = (event.key === "k" || event.key === "K") && (event.ctrlKey || event.metaKey) && !event.altKey;
-    if (!slash && !k) return;
-    event.preventDefault();
-    this.input.focus();
-    this.input.select();
-    this.open();
+  /** The field got the focus: Tab passing by does not open the panel;
+   * coming back to a search does. */
+  onFocus() {
+    if (this.input.value.trim() || this.hasFilters) this.open();
   }
 
   /** In the results: Up and Down go from result to result (and back to the
