@@ -1141,6 +1141,7 @@ class App {
     if (first && room.roomId === this.currentRoomId) this.timeline.status("Loading messages…");
     try {
       const page = await this.api.get(`/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}`);
+      if (room.hasNewer) return; // a jump came meanwhile: it holds the room now
       // the page shows every message of the room in [lower, upper] as it is
       // now: one loaded here but not in it was deleted meanwhile
       const snapshotAt = BigInt(this.snapshotCursor || "0");
