@@ -8,9 +8,9 @@ import { Api } from "./api.js";
 import { AuthScreen } from "./auth.js";
 import { Composer } from "./composer.js";
 import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
-import { $, bdi, fill, h, newClientId, toast } from "./dom.js";
+import { $, bdi, cursorCompare, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
-import { VIEWS, loadView, offered } from "./panels.js";
+import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
 import { Timeline } from "./room.js";
 import { Sidebar } from "./sidebar.js";
 import { Outbox, Room, Store } from "./state.js";
@@ -20,6 +20,8 @@ const PAGE = 50;
 const TYPING_EVERY = 2500;
 const TYPING_SHOWN = 5000;
 const READ_EVERY = 1000;
+/** live messages held for a room shown away from its newest (a jump), at most */
+const HELD_MAX = 1000;
 
 const SESSION_NOTICES = {
   token_expired: "Your session has expired. Please sign in again.",
@@ -28,6 +30,11 @@ const SESSION_NOTICES = {
   unauthorized: "Please sign in again.",
   removed: "Your account was removed from this mesh.",
 };
+
+/** Whether a key press happens while typing somewhere. */
+function typing(target) {
+  return Boolean(target && target.closest && target.closest("input, textarea, select, [contenteditable]"));
+}
 
 /** A percent-encoded address part, or the part itself when it is not one. */
 function safeDecode(text) {
@@ -120,6 +127,8 @@ class App {
     this.store.me = me;
     this.auth.hide();
     this.wire();
+    // notifications turned on here earlier: their code is needed at once
+    if (localStorage.getItem(`mesh.notify.${me.participantId}`) === "on") this.loadNotifier().catch(() => {});
     this.outbox.restore(`mesh.outbox.${me.participantId}`);
     $("chat").hidden = false;
     $("me-name").textContent = me.name;
@@ -162,6 +171,8 @@ class App {
     else this.outbox.detach();
     this.currentRoomId = null;
     this.drafts.clear();
+    if (this.search) this.search.reset();
+    else $("search-input").value = "";
     this.closeThread();
     this.leavePanel();
     // the views hold what this person saw: the next one starts afresh
@@ -205,6 +216,10 @@ class App {
     this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
     this.roomBrowser = new RoomBrowser(this);
     this.dmPicker = new DmPicker(this);
+    this.search = null; // search.js, fetched when first used
+    this.notifier = null; // notify.js, fetched when wanted
+    this.wireSearch();
+    this.wireSettings();
     $("signout").addEventListener("click", () => this.signOut());
     $("browse-rooms").addEventListener("click", () => this.roomBrowser.open());
     $("welcome-browse").addEventListener("click", () => this.roomBrowser.open());
@@ -213,6 +228,8 @@ class App {
     $("close-thread").addEventListener("click", () => this.closeThread(true));
     $("leave-room").addEventListener("click", () => this.leaveRoom(this.currentRoomId));
     $("hide-dm").addEventListener("click", () => this.hideDm(this.currentRoomId));
+    $("mute-room").addEventListener("click", () => this.toggleMute(this.currentRoomId));
+    $("mark-all-read").addEventListener("click", () => this.markAllRead());
     $("join-default").addEventListener("click", () => this.joinOffered());
     $("nav-toggle").addEventListener("click", () => this.toggleNav());
     $("sidebar").addEventListener("click", (event) => {
@@ -243,6 +260,91 @@ class App {
       } else if ($("chat").classList.contains("nav-open")) {
         this.toggleNav(false);
       }
+    });
+  }
+
+  // search and settings (their code is fetched when first used) -------------------
+
+  /** search.js and its styles, once; resolves with the Search. */
+  loadSearch() {
+    if (!this.searchLoad) {
+      this.searchLoad = Promise.all([import("./search.js"), loadStyle("search.css")]).then(([module]) => {
+        this.search = new module.Search(this);
+        return this.search;
+      });
+      this.searchLoad.catch(() => {
+        this.searchLoad = null;
+      });
+    }
+    return this.searchLoad;
+  }
+
+  withSearch(fn) {
+    this.loadSearch().then(fn, (error) => toast(`Search could not be loaded: ${error.message}`));
+  }
+
+  /** The field and its shortcuts: `/` (not while typing) and Ctrl/Cmd+K. */
+  wireSearch() {
+    const input = $("search-input");
+    $("search-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.withSearch((search) => {
+        search.open();
+        search.run(false, true);
+      });
+    });
+    input.addEventListener("input", () =>
+      this.withSearch((search) => {
+        search.open();
+        search.schedule();
+      }),
+    );
+    input.addEventListener("focus", () => {
+      if (this.search) this.search.onFocus();
+      else if (input.value.trim()) this.withSearch((search) => search.onFocus());
+    });
+    document.addEventListener("keydown", (event) => {
+      if (event.defaultPrevented || !this.store.me || document.querySelector("dialog[open]")) return;
+      const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
+      const k = (event.key === "k" || event.key === "K") && (event.ctrlKey || event.metaKey) && !event.altKey;
+      if (!slash && !k) return;
+      event.preventDefault();
+      input.focus();
+      input.select();
+      this.withSearch((search) => search.open());
+    });
+  }
+
+  /** notify.js, once; resolves with the Notifier. */
+  loadNotifier() {
+    if (!this.notifierLoad) {
+      this.notifierLoad = import("./notify.js").then((module) => {
+        this.notifier = new module.Notifier(this);
+        return this.notifier;
+      });
+      this.notifierLoad.catch(() => {
+        this.notifierLoad = null;
+      });
+    }
+    return this.notifierLoad;
+  }
+
+  wireSettings() {
+    const dialog = $("settings-dialog");
+    for (const button of dialog.querySelectorAll("[data-close]")) {
+      button.addEventListener("click", () => dialog.close());
+    }
+    $("open-settings").addEventListener("click", async () => {
+      let notifier;
+      try {
+        notifier = await this.loadNotifier();
+      } catch (error) {
+        toast(`Settings could not be loaded: ${error.message}`);
+        return;
+      }
+      notifier.render();
+      dialog.showModal();
+      $("notify-toggle").focus();
     });
   }
 
@@ -434,6 +536,15 @@ class App {
         if (p) p.position = { roomId: event.roomId, x: event.x, y: event.y, z: event.z };
         return;
       }
+      case "room_muted": {
+        const room = store.rooms.get(event.roomId);
+        if (room) {
+          room.muted = Boolean(event.muted);
+          if (room.roomId === this.currentRoomId) this.renderRoomHeader(room);
+          this.renderCounts();
+        }
+        return;
+      }
       case "room_read": {
         const room = store.rooms.get(event.roomId);
         // a mark older than what the person has seen here counts messages
@@ -505,8 +616,9 @@ class App {
     this.stopTyping(room.roomId, message.senderId);
     const fresh = this.putMessage(room, message);
     if (fresh && !mine) {
-      if (this.isVisible(room) && this.timeline.stuck) this.markVisibleRead();
+      if (this.isVisible(room) && this.timeline.stuck && !room.hasNewer) this.markVisibleRead();
       else store.countUnread(room, message);
+      if (this.notifier) this.notifier.consider(room, message);
     }
     this.renderCounts();
   }
@@ -518,6 +630,19 @@ class App {
     }
     if (!room.loaded && room.roomId !== this.currentRoomId) {
       return !room.messages.has(message.messageId);
+    }
+    if (room.hasNewer) {
+      // shown away from its newest (a jump): kept until the newer pages are in
+      if (room.messages.has(message.messageId)) {
+        room.put(message);
+        if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
+        return false;
+      }
+      const fresh = !room.held.some((m) => m.messageId === message.messageId);
+      room.held = room.held.filter((m) => m.messageId !== message.messageId);
+      room.held.push(message);
+      if (room.held.length > HELD_MAX) room.held.splice(0, room.held.length - HELD_MAX);
+      return fresh;
     }
     const fresh = room.put(message);
     if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
@@ -698,11 +823,11 @@ class App {
     const load = ++this.panelLoads;
     if (view && offered(view, this.store)) return this.openView(view, address[2] ? safeDecode(address[2]) : "", load);
     this.leavePanel();
-    const match = /^#room\/([0-9A-Z]{26})$/.exec(location.hash);
+    const match = /^#room\/([0-9A-Z]{26})(?:\/message\/([^/]+))?$/.exec(location.hash);
     const { store } = this;
     if (match) {
       const room = store.rooms.get(match[1]);
-      if (room && room.joined) return this.openRoom(room);
+      if (room && room.joined) return this.openRoom(room, match[2] ? safeDecode(match[2]) : null);
       if (room && !room.isDm) return this.showWelcome("", room);
       history.replaceState(null, "", location.pathname);
     }
@@ -824,7 +949,9 @@ class App {
     this.sidebar.render();
   }
 
-  openRoom(room) {
+  /** Open *room*; with *target* (a message id), that message in context:
+   * scrolled to and highlighted, with older and newer pages around it. */
+  openRoom(room, target = null) {
     this.leavePanel();
     const changed = this.currentRoomId !== room.roomId;
     if (changed) this.flushReads();
@@ -839,12 +966,124 @@ class App {
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
-    if (!room.loaded) this.loadNewest(room);
+    this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
+    if (target) {
+      if (room.loaded && room.messages.has(target)) this.highlight(target);
+      else this.loadAround(room, target);
+    } else {
+      this.timeline.setTarget(null);
+      if (room.hasNewer) {
+        // shown around an older message: opening the room shows its newest
+        room.forgetMessages();
+        this.timeline.renderAll();
+      }
+      if (!room.loaded) this.loadNewest(room);
+    }
     if (!room.permissions) this.loadRoomDetails(room);
     this.sidebar.render();
     this.renderTitle();
     this.markVisibleRead();
-    if (changed) this.composer.focus();
+    if (changed && !target) this.composer.focus();
+  }
+
+  /** Open a message in its room (a search result, a notification). */
+  openMessage(roomId, messageId) {
+    const hash = `#room/${roomId}/message/${encodeURIComponent(messageId)}`;
+    if (location.hash === hash) this.route();
+    else location.hash = hash;
+  }
+
+  /** Show the loaded message *messageId* of the open room: scrolled to the
+   * middle, marked (aria-current) and focused, so a screen reader reads it. */
+  highlight(messageId) {
+    this.timeline.setTarget(messageId);
+    const el = this.timeline.views.get(messageId);
+    if (!el) return;
+    el.scrollIntoView({ block: "center" });
+    this.timeline.stuck = this.timeline.atBottom();
+    el.focus({ preventScroll: true });
+  }
+
+  /** Load the page around *messageId* (GET ...?around=) in place of what the
+   * room holds, then the newer pages up to the newest as the person scrolls. */
+  async loadAround(room, messageId) {
+    const jump = this.jumps;
+    this.timeline.status("Loading the message…");
+    let page;
+    try {
+      page = await this.api.get(
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?around=${encodeURIComponent(messageId)}&limit=${PAGE}`,
+      );
+      if (!page.some((m) => m.messageId === messageId)) {
+        throw Object.assign(new Error("That message is not in this conversation any more."), { code: "message_not_found" });
+      }
+    } catch (error) {
+      if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
+      this.timeline.status("");
+      toast(
+        error.code === "message_not_found"
+          ? "That message is not in this conversation any more (it may have been deleted)."
+          : `The message could not be loaded: ${error.message}`,
+      );
+      history.replaceState(null, "", `#room/${room.roomId}`);
+      if (!room.loaded) this.loadNewest(room);
+      this.composer.focus();
+      return;
+    }
+    if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
+    room.forgetMessages();
+    for (const m of page) {
+      room.put(m);
+      if (!this.store.participant(m.senderId)) this.ensureParticipant(m.senderId);
+    }
+    room.loaded = true;
+    room.hasOlder = true; // the first page before it says
+    room.hasNewer = true; // the next page says
+    room.held = [];
+    this.timeline.status("");
+    this.timeline.setTarget(messageId);
+    this.timeline.renderAll();
+    this.highlight(messageId);
+    await this.loadNewer(room);
+    if (jump === this.jumps) this.fillViewport();
+  }
+
+  /** The next page after the newest loaded message of a room shown away from
+   * its newest; the last one joins it to the live messages. */
+  async loadNewer(room) {
+    if (!room.hasNewer || room.loadingNewer || !room.loaded) return;
+    room.loadingNewer = true;
+    this.timeline.status("Loading newer messages…");
+    let page;
+    try {
+      page = await this.api.get(
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&since=${room.newestCursor}`,
+      );
+    } catch (error) {
+      if (room.roomId === this.currentRoomId) this.timeline.status(`Newer messages could not be loaded: ${error.message}`);
+      return;
+    } finally {
+      room.loadingNewer = false;
+    }
+    if (!room.hasNewer) return;
+    for (const m of page) room.put(m);
+    if (page.length < PAGE) {
+      room.hasNewer = false;
+      const newest = room.newestCursor;
+      for (const m of room.held) {
+        if (!newest || cursorCompare(m.cursor, newest) > 0 || room.messages.has(m.messageId)) room.put(m);
+      }
+      room.held = [];
+      if (room.newestCursor) this.live.noteCursor(room.newestCursor);
+    }
+    if (room.roomId !== this.currentRoomId) return;
+    this.timeline.status(room.hasOlder ? "" : "This is the beginning of the conversation.");
+    const s = $("timeline");
+    const top = s.scrollTop;
+    this.timeline.renderAll();
+    s.scrollTop = top;
+    this.timeline.stuck = this.timeline.atBottom();
+    this.markVisibleRead();
   }
 
   renderRoomHeader(room) {
@@ -862,6 +1101,13 @@ class App {
         room.description ? h("span", { dir: "auto", text: room.description }) : "",
       );
     }
+    const mute = $("mute-room");
+    mute.hidden = !room.joined;
+    mute.textContent = room.isDm ? "Mute conversation" : "Mute room";
+    mute.setAttribute("aria-pressed", room.muted ? "true" : "false");
+    mute.title = room.muted
+      ? "Muted: unread messages are counted, but you are told only when you are mentioned"
+      : "Count unread messages here, but tell me only when I am mentioned";
     $("leave-room").hidden = room.isDm;
     $("hide-dm").hidden = !room.isDm;
   }
@@ -889,12 +1135,13 @@ class App {
   /** Fetch the newest page of a room and merge it with what is loaded: what
    * the page covers is replaced (edits, deletes and reactions included). */
   async loadNewest(room) {
-    if (room.loadingNewest) return;
+    if (room.loadingNewest || room.hasNewer) return; // (a jump: its newer pages come by scrolling)
     room.loadingNewest = true;
     const first = !room.loaded;
     if (first && room.roomId === this.currentRoomId) this.timeline.status("Loading messages…");
     try {
       const page = await this.api.get(`/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}`);
+      if (room.hasNewer) return; // a jump came meanwhile: it holds the room now
       // the page shows every message of the room in [lower, upper] as it is
       // now: one loaded here but not in it was deleted meanwhile
       const snapshotAt = BigInt(this.snapshotCursor || "0");
@@ -974,7 +1221,7 @@ class App {
    * sent when the second is up, or at once when the person leaves the room). */
   markVisibleRead() {
     const room = this.store.rooms.get(this.currentRoomId);
-    if (!room || !room.joined || !this.isVisible(room) || !this.timeline.stuck) return;
+    if (!room || !room.joined || room.hasNewer || !this.isVisible(room) || !this.timeline.stuck) return;
     const newest = room.newestCursor;
     const pendingCount = room.unread || room.mentions;
     if (!newest || (BigInt(newest) <= BigInt(room.markedRead) && !pendingCount)) return;
@@ -1133,11 +1380,56 @@ class App {
     else if (this.shownView) parts.push(this.shownView.title);
     if (store.status && store.status.meshName) parts.push(store.status.meshName);
     document.title = `${total ? `(${total}) ` : ""}${parts.join(" · ") || "Mesh"}`;
+    const icon = total ? "/web/icon-unread.svg" : "/web/icon.svg";
+    const link = $("favicon");
+    if (link && link.getAttribute("href") !== icon) link.setAttribute("href", icon);
+  }
+
+  // mutes, read-all ------------------------------------------------------------------
+
+  /** Mute or unmute a room or DM (stored on the node: every tab and device
+   * follows, through `room_muted`). */
+  async toggleMute(roomId) {
+    const room = this.store.rooms.get(roomId);
+    if (!room) return;
+    const muted = !room.muted;
+    let answer;
+    try {
+      answer = await this.api.put(`/api/rooms/${encodeURIComponent(roomId)}/mute`, { muted });
+    } catch (error) {
+      toast(`Not changed: ${error.message}`);
+      return;
+    }
+    room.muted = answer && typeof answer.muted === "boolean" ? answer.muted : muted;
+    if (room.roomId === this.currentRoomId) this.renderRoomHeader(room);
+    this.renderCounts();
+  }
+
+  /** Mark every room and DM read at its newest message (`POST /api/read-all`). */
+  async markAllRead() {
+    let answer;
+    try {
+      answer = await this.api.post("/api/read-all", {});
+    } catch (error) {
+      toast(`Not marked read: ${error.message}`);
+      return;
+    }
+    for (const item of (answer && answer.rooms) || []) {
+      const room = this.store.rooms.get(item.roomId);
+      if (!room) continue;
+      room.unread = item.unread || 0;
+      room.mentions = item.mentions || 0;
+      if (item.cursor && cursorCompare(item.cursor, room.markedRead) > 0) room.markedRead = item.cursor;
+      if (item.cursor && cursorCompare(item.cursor, room.seenCursor) > 0) room.seenCursor = item.cursor;
+    }
+    this.renderCounts();
+    toast("Everything is marked read.");
   }
 
   // messages ------------------------------------------------------------------------
 
   send(room, { content, to, threadId, attachments }) {
+    if (threadId && this.notifier) this.notifier.tookPartNow(room.roomId, threadId);
     this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
   }
 

@@ -51,7 +51,8 @@ export async function loadView(view) {
 }
 
 const styles = new Map();
-function loadStyle(file) {
+/** Load a style sheet of /web/css/ (once). */
+export function loadStyle(file) {
   if (!styles.has(file)) {
     styles.set(
       file,

@@ -81,6 +81,7 @@ export class Timeline {
     this.editing = null;
     this.picking = null;
     this.stuck = true; // the view follows the newest message
+    this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
     if (els.jump) {
@@ -108,10 +109,27 @@ export class Timeline {
   show(room, threadId = null) {
     this.room = room;
     this.threadId = threadId;
+    this.target = null;
     this.editing = null;
     this.picking = null;
     this.renderAll();
     this.scrollToBottom();
+  }
+
+  /** Mark the message *messageId* as the one opened (null: none). */
+  setTarget(messageId) {
+    if (this.target === messageId) return;
+    const old = this.target && this.views.get(this.target);
+    if (old) {
+      old.classList.remove("target");
+      old.removeAttribute("aria-current");
+    }
+    this.target = messageId;
+    const el = messageId && this.views.get(messageId);
+    if (el) {
+      el.classList.add("target");
+      el.setAttribute("aria-current", "true");
+    }
   }
 
   atBottom() {
@@ -132,11 +150,17 @@ export class Timeline {
 
   /** Rebuild every message element (a room opened, a page arrived). */
   renderAll() {
+    // the message with the focus keeps it (a page arrived around it)
+    const active = document.activeElement;
+    const focused = active && this.els.list.contains(active) ? active.closest(".msg") : null;
+    const focusedId = focused && focused === active ? focused.dataset.messageId : null;
     this.views.clear();
     const nodes = this.messages().map((m) => this.view(m));
     for (const item of this.pending()) nodes.push(this.pendingView(item));
     this.els.list.replaceChildren(...nodes);
     this.rovingFocus();
+    const twin = focusedId && this.views.get(focusedId);
+    if (twin) twin.focus({ preventScroll: true });
   }
 
   /** Older messages were put in front: keep what the person looks at in place. */
@@ -193,7 +217,10 @@ export class Timeline {
     this.stuck = this.atBottom();
     if (this.els.jump && this.stuck) this.els.jump.hidden = true;
     if (this.els.scroll.scrollTop < NEAR_TOP) this.app.loadOlder(this);
-    if (!this.inThread && this.atBottom()) this.app.markVisibleRead();
+    if (!this.inThread && this.atBottom()) {
+      this.app.markVisibleRead();
+      if (this.room && this.room.hasNewer) this.app.loadNewer(this.room);
+    }
   }
 
   /** Up/Down move between messages; the timeline is one tab stop. */
@@ -227,6 +254,8 @@ export class Timeline {
     if (mine) classes.push("mine");
     if (!mine && store.mentionsMe(message)) classes.push("mentions-me");
     if (message.trustLevel === "federated") classes.push("federated");
+    const target = !this.inThread && message.messageId === this.target;
+    if (target) classes.push("target");
     const head = h(
       "header",
       { class: "msg-head", id: headId },
@@ -240,7 +269,13 @@ export class Timeline {
     );
     const el = h(
       "article",
-      { class: classes.join(" "), tabindex: "-1", "aria-labelledby": headId, dataset: { messageId: message.messageId } },
+      {
+        class: classes.join(" "),
+        tabindex: "-1",
+        "aria-labelledby": headId,
+        "aria-current": target ? "true" : null,
+        dataset: { messageId: message.messageId },
+      },
       head,
       message.threadId && !this.inThread ? this.replyContext(message) : null,
       this.editing === message.messageId ? this.editForm(message) : this.body(message.content),

@@ -8,6 +8,7 @@ const PEOPLE_SHOWN = 100;
 /** "Town Square, 3 unread messages, 1 mention" */
 function roomLinkLabel(label, room) {
   const parts = [label];
+  if (room.muted) parts.push("muted");
   if (room.unread) parts.push(`${room.unread} unread message${room.unread === 1 ? "" : "s"}`);
   if (room.mentions) parts.push(`${room.mentions} mention${room.mentions === 1 ? "" : "s"}`);
   return parts.join(", ");
@@ -17,9 +18,14 @@ function badges(room) {
   return h(
     "span",
     { class: "badges", "aria-hidden": "true" },
+    room.muted ? h("span", { class: "badge muted-mark", title: "muted", text: "muted" }) : null,
     room.mentions ? h("span", { class: "badge mention", text: `@${room.mentions}` }) : null,
     room.unread ? h("span", { class: "badge unread", text: String(room.unread) }) : null,
   );
+}
+
+function navClass(room) {
+  return `nav-item${room.unread ? " unread" : ""}${room.muted ? " muted" : ""}`;
 }
 
 export function participantBadges(participant) {
@@ -66,7 +72,7 @@ export class Sidebar {
           h(
             "a",
             {
-              class: room.unread ? "nav-item unread" : "nav-item",
+              class: navClass(room),
               href: `#room/${room.roomId}`,
               "aria-current": room.roomId === currentRoomId ? "page" : null,
               "aria-label": roomLinkLabel(room.name, room),
@@ -95,7 +101,7 @@ export class Sidebar {
           h(
             "a",
             {
-              class: room.unread ? "nav-item unread" : "nav-item",
+              class: navClass(room),
               href: `#room/${room.roomId}`,
               "aria-current": room.roomId === currentRoomId ? "page" : null,
               "aria-label": roomLinkLabel(`Direct messages with ${label}`, room),

@@ -19,6 +19,12 @@ export class Room {
     this.mentions = 0;
     this.markedRead = "0"; // newest cursor sent as mark_read
     this.seenCursor = "0"; // newest cursor the person has seen here
+    this.muted = false; // the person muted it (stored on the node)
+    // shown around an older message (a jump): newer pages not loaded yet, and
+    // the live messages held until they are
+    this.hasNewer = false;
+    this.loadingNewer = false;
+    this.held = [];
     this.update(data);
   }
 
@@ -28,6 +34,7 @@ export class Room {
     }
     if (data.joined !== undefined) this.joined = data.joined;
     if (data.with !== undefined) this.with = data.with;
+    if (data.muted !== undefined && data.muted !== null) this.muted = Boolean(data.muted);
   }
 
   get isDm() {
@@ -80,6 +87,8 @@ export class Room {
     this.sortedCache = null;
     this.loaded = false;
     this.hasOlder = true;
+    this.hasNewer = false;
+    this.held = [];
   }
 }
 
@@ -201,9 +210,13 @@ export class Store {
     this.statusCursor = status.cursor;
   }
 
+  /** The unread count of the title and the icon: a muted room's messages
+   * count only when they mention the person. */
   totalUnread() {
     let total = 0;
-    for (const room of this.rooms.values()) if (room.joined) total += room.unread;
+    for (const room of this.rooms.values()) {
+      if (room.joined) total += room.muted ? room.mentions : room.unread;
+    }
     return total;
   }
 }

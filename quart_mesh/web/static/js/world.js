@@ -439,7 +439,7 @@ export class WorldPanel extends Panel {
     let meAt = null;
     for (const p of store.participants.values()) {
       const mine = p.participantId === myId;
-      const pos = mine ? this.mine : p.position;
+      const pos = mine ? this.mine || this.unplaced() : p.position;
       if (!pos) continue;
       const at = this.toScreen(pos);
       if (!at) continue;
@@ -485,8 +485,24 @@ export class WorldPanel extends Panel {
       ctx.fillText(p.name, right ? at.x + r + 2 : at.x - r - 2 - width, at.y - 2, room.side / 2);
     }
 
-    // you, on top
-    if (meAt) {
+    // you, on top (where the first move would put you, while you have no place)
+    if (meAt && !this.mine) {
+      const big = r + 3;
+      ctx.beginPath();
+      ctx.arc(meAt.x, meAt.y, big + 3, 0, Math.PI * 2);
+      ctx.fillStyle = colors.bg;
+      ctx.fill();
+      ctx.beginPath();
+      ctx.arc(meAt.x, meAt.y, big, 0, Math.PI * 2);
+      ctx.lineWidth = 2.5;
+      ctx.setLineDash([3, 2]);
+      ctx.strokeStyle = colors.accent;
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.font = `600 12px ${colors.font}`;
+      ctx.fillStyle = colors.fg;
+      ctx.fillText("You (no place yet)", meAt.x + big + 3, meAt.y - 3);
+    } else if (meAt) {
       const big = r + 3;
       ctx.beginPath();
       ctx.arc(meAt.x, meAt.y, big + 3, 0, Math.PI * 2);
@@ -524,6 +540,7 @@ export class WorldPanel extends Panel {
     roomSelect.disabled = joined.length === 0;
     this.selectedRoomId = pick;
     if (pick) roomSelect.value = pick;
+    if (!this.mine) this.describeMine();
   }
 
   /** Bring the text alternative up to date. Rows and tables are kept and
@@ -617,13 +634,24 @@ export class WorldPanel extends Panel {
     return { wrap, title, size, tbody };
   }
 
+  /** Where you are drawn while you have no place: the middle of the room
+   * picked under Room, where the first arrow key puts you (null: no room). */
+  unplaced() {
+    const roomId = this.selectedRoomId;
+    return roomId && this.isJoined(roomId) ? { roomId, x: 0, y: 0, z: 0 } : null;
+  }
+
   /** Say where you are (the status line under the map). */
   describeMine() {
     if (!this.where) return;
     const mine = this.mine;
     const room = mine && this.app.store.rooms.get(mine.roomId);
     if (!mine) {
-      this.where.textContent = "You have no place yet: press an arrow key on the map, or click in a room.";
+      const shown = this.unplaced();
+      const at = shown && this.app.store.rooms.get(shown.roomId);
+      this.where.textContent = at
+        ? `You have no place yet: you are shown in the middle of ${at.name}. Press an arrow key on the map, or click in a room, to take a place.`
+        : "You have no place yet: press an arrow key on the map, or click in a room.";
       return;
     }
     const name = room ? room.name : "a room you cannot see";
