@@ -399,7 +399,10 @@ class Messages:
             )
 
         page = await self._db.read(read)
-        if page and thread_id is None:  # reading advances the caller's read position
+        # reading advances the caller's read position; a thread's page, or a
+        # page around a message one opened, need not hold the newest
+        # messages before it: it does not
+        if page and thread_id is None and around is None:
             newest = page[-1].seq
             await self._db.write(
                 lambda conn: state_repo.advance_reads(conn, actor.participant_id, {room_id: newest})

@@ -201,6 +201,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "reactions",
         "typing",
         "models",
+        "search",
         "loginName",
         "loginSlowdown",
         "loginAddress",

@@ -370,3 +370,24 @@ async def test_bots_search_over_the_websocket(
         assert (await ws.expect("error"))["code"] == "invalid_limit"
         await ws.send(type="search", q="ready", room=room, sort="relevance")
         assert len((await ws.expect("search_results"))["results"]) == 1
+
+
+async def test_a_jump_does_not_read_what_came_after(
+    http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User, User]
+) -> None:
+    _, bob, carol = people
+    room = (await mesh.create_room(bob, "later"))["roomId"]
+    await mesh.join(carol, room)
+    sent = [await mesh.send(bob, room, f"news {i}") for i in range(10)]
+
+    async def unread() -> int:
+        r = await http.get("/api/status", headers=carol.headers)
+        assert r.status_code == 200, r.text
+        [entry] = [e for e in r.json()["rooms"] if e["roomId"] == room]
+        return int(entry["unread"])
+
+    assert await unread() == 10
+    await mesh.messages(carol, room, around=sent[2]["messageId"], limit=3)
+    assert await unread() == 10  # opening an old message reads nothing
+    await mesh.messages(carol, room, since=sent[3]["cursor"], limit=2)
+    assert await unread() == 4  # the pages after it do, as any page

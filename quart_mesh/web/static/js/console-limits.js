@@ -15,6 +15,7 @@ const RULES = {
   reactions: "Adding and removing reactions",
   typing: "Typing signals (extra ones are dropped)",
   models: "Model proxy requests",
+  search: "Searches",
   loginName: "Sign-in attempts for one name from one address",
   loginSlowdown: "Failed sign-ins for one name before its sign-ins slow down",
   loginAddress: "Sign-in attempts from one address",
