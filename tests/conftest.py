@@ -64,11 +64,13 @@ def _store(request: pytest.FixtureRequest) -> Iterator[stores.Cluster | None]:
 @pytest.fixture(autouse=True)
 def _node_store(
     request: pytest.FixtureRequest, _store: stores.Cluster | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[None]:
     """On PostgreSQL, a node with no database URL of its own gets the
     database of its data folder (in-process here; subprocesses through
-    :func:`tests.stores.node_env`)."""
+    :func:`tests.stores.node_env`). The test's databases are dropped once
+    it has ended (set up first, this fixture is torn down last)."""
     if request.config.getoption("--store") != "postgresql":
+        yield
         return
     if _store is None:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
@@ -78,6 +80,10 @@ def _node_store(
         return self.database_url or cluster.url_for(self.data_dir)
 
     monkeypatch.setattr(Settings, "resolved_database_url", property(resolved))
+    try:
+        yield
+    finally:
+        cluster.forget_new()
 
 
 @pytest.fixture

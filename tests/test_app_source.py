@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from quart_mesh.app_source import AppSource, is_document, parse_answer, parse_app_source
 
+pytestmark = pytest.mark.store_free
+
 
 @pytest.mark.parametrize(
     ("answer", "expected"),

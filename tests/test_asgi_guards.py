@@ -16,7 +16,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from quart_mesh.asgi_guards import drain_request_bodies
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
 HTTP: Any = {"type": "http"}
 #: hypercorn's ``max_app_queue_size``

@@ -5,11 +5,14 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
 import trio
 import trio.testing
 
 from quart_mesh.broker import Broker, Subscription
 from quart_mesh.events import Event, MessageDeleted, Presence, RoomDeleted, Typing
+
+pytestmark = pytest.mark.store_free
 
 
 def msg(room: str, n: int = 0) -> MessageDeleted:

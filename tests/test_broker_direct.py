@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -16,6 +17,8 @@ from quart_mesh.broker import Broker, Queued, Subscription
 from quart_mesh.events import Event, MessageDeleted, MessagePosted
 from quart_mesh.realtime.session import ProtocolSession
 from quart_mesh.records import Message
+
+pytestmark = pytest.mark.store_free
 
 
 def msg(n: int) -> MessageDeleted:

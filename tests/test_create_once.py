@@ -7,9 +7,13 @@ import secrets
 import threading
 from pathlib import Path
 
+import pytest
+
 from quart_mesh.data_folder import create_once
 from quart_mesh.identity import load_or_create_node_identity
 from quart_mesh.security import load_or_create_secret
+
+pytestmark = pytest.mark.store_free
 
 
 def _all_at_once(count: int, fn: object) -> list[object]:

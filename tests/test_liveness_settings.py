@@ -7,6 +7,8 @@ import pytest
 from quart_mesh import Settings
 from quart_mesh.errors import ConfigError
 
+pytestmark = pytest.mark.store_free
+
 
 def test_defaults() -> None:
     settings = Settings()

@@ -14,6 +14,8 @@ import pytest
 
 from quart_mesh.names import name_skeleton, name_skeletons, normalize, skeleton
 
+pytestmark = pytest.mark.store_free
+
 CYRILLIC_O = "\u043e"
 CYRILLIC_A = "\u0430"
 GREEK_OMICRON = "\u03bf"

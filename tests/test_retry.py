@@ -11,7 +11,7 @@ from trio.testing import MockClock
 from quart_mesh.errors import Transient, Unavailable
 from quart_mesh.retry import Backoff, retrying
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
 
 class Flaky:

@@ -11,6 +11,8 @@ from quart_mesh import security
 from quart_mesh.errors import Unauthorized
 from quart_mesh.security import Tokens
 
+pytestmark = pytest.mark.store_free
+
 
 def test_a_verified_token_still_expires(monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = Tokens(b"k" * 32)

@@ -14,6 +14,8 @@ import pytest
 from quart_mesh import vault_client
 from quart_mesh.vault_client import VaultError, decrypt, encrypt, version_of
 
+pytestmark = pytest.mark.store_free
+
 SECRET = "sk-test-ünïcode-κλειδί"
 PASSPHRASE = "correct horse ✓ battery"
 LABEL = "openai main ✓"

@@ -14,6 +14,8 @@ from quart_mesh.api.app_page import RUN_CSP, RUN_HEADERS, render_document
 from quart_mesh.services.apps import App
 from quart_mesh.store.apps import Source
 
+pytestmark = pytest.mark.store_free
+
 _FRAME = (
     '<!doctype html>\n<html>\n<head>\n<meta charset="utf-8">\n'
     '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

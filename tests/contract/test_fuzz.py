@@ -10,6 +10,14 @@ must hold no error and no traceback.
 CI runs a bounded number of examples per operation with a fixed seed
 (``MESH_FUZZ_EXAMPLES``, default 8; ``MESH_FUZZ_SEED``, default 1);
 ``nox -s fuzz`` runs long (``MESH_FUZZ_EXAMPLES=100``, ``MESH_FUZZ_SECONDS``).
+
+On PostgreSQL the default is 4 random examples per operation. The coverage
+phase runs in full on both stores: its cases (about two thirds of the run)
+are the boundaries and the invalid values of every parameter (lengths,
+integer bounds, types, NUL and other odd characters), which is where one
+store's column types and errors differ from the other's. The random phase
+draws its values with no regard to those limits; half of SQLite's budget
+still sends ~800 of them there, for ~20% less time.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests import stores
 from tests.helpers import Mesh
 
 pytestmark = pytest.mark.e2e
@@ -69,7 +78,7 @@ def _st() -> list[str]:
 
 
 async def _fuzz(base_url: str, token: str, report: Path) -> subprocess.CompletedProcess[bytes]:
-    examples = os.environ.get("MESH_FUZZ_EXAMPLES", "8")
+    examples = os.environ.get("MESH_FUZZ_EXAMPLES", "8" if stores.backend() == "sqlite" else "4")
     seed = os.environ.get("MESH_FUZZ_SEED", "1")
     command = [
         *_st(),

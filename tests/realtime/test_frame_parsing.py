@@ -5,6 +5,7 @@ invalid UTF-8 payloads."""
 
 from __future__ import annotations
 
+import pytest
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,8 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import RemoteProtocolError
 
 from quart_mesh.realtime.transport import FrameTooLarge, WebSocket
+
+pytestmark = pytest.mark.store_free
 
 LIMIT = 64
 

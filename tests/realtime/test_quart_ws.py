@@ -12,6 +12,8 @@ import trio.testing
 from quart_mesh.realtime.quart_ws import END_OF_STREAM, QuartWebSocket
 from quart_mesh.realtime.transport import ConnectionClosed, encode_text_frame
 
+pytestmark = pytest.mark.store_free
+
 
 class FakeWebSocket:
     """Quart's ``websocket``: what the client sent, queued; sends fail once

@@ -37,6 +37,8 @@ from quart_mesh.realtime.transport import (
     encode_text_frame,
 )
 
+pytestmark = pytest.mark.store_free
+
 HEAD = (
     b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"

@@ -18,6 +18,8 @@ from quart_mesh.services.authz import (
     tier_of,
 )
 
+pytestmark = pytest.mark.store_free
+
 
 def actor(role: str, kind: str = "human", pid: str = "A", guests_can_send: bool = False) -> Actor:
     return Actor(pid, "n", kind, kind, role, guests_can_send=guests_can_send)

@@ -20,6 +20,8 @@ from quart_mesh.services.authz import (
     readable_rooms,
 )
 
+pytestmark = pytest.mark.store_free
+
 ROOM, OTHER = "R1", "R2"
 
 

@@ -14,7 +14,7 @@ from quart_mesh.errors import Forbidden, RateLimited
 from quart_mesh.services.ratelimit import RateLimiter
 from quart_mesh.services.setup_claim import SetupClaim, new_setup_code
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
 
 def limiter() -> RateLimiter:

@@ -17,7 +17,7 @@ from quart_mesh.events import Event
 from quart_mesh.events import Presence as PresenceEvent
 from quart_mesh.services.presence import Presence
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
 
 class Store:

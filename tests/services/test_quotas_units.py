@@ -13,6 +13,8 @@ from quart_mesh.services.ratelimit import RateLimiter
 from quart_mesh.services.rooms import room_quota
 from quart_mesh.services.seats import Seats
 
+pytestmark = pytest.mark.store_free
+
 
 @pytest.mark.parametrize(
     ("role", "priority", "quota"),

@@ -10,6 +10,8 @@ from quart_mesh.errors import RateLimited
 from quart_mesh.services.authz import Actor
 from quart_mesh.services.ratelimit import RateLimiter
 
+pytestmark = pytest.mark.store_free
+
 
 class Clock:
     def __init__(self) -> None:

@@ -13,7 +13,7 @@ from quart_mesh.errors import RateLimited
 from quart_mesh.services.authz import Actor
 from quart_mesh.services.ratelimit import RateLimiter
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
 
 def actor(participant_id: str = "p1") -> Actor:

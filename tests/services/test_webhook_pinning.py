@@ -16,6 +16,8 @@ from quart_mesh.errors import Transient
 from quart_mesh.federation.http import peer_client
 from quart_mesh.services.outbound import RefusedAddress, pin_public
 
+pytestmark = pytest.mark.store_free
+
 
 def _pin_public(url: str) -> Any:
     return pin_public(url, allowed_by="set MESH_OUTBOUND_ALLOW_PRIVATE")

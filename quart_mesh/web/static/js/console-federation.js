@@ -7,7 +7,9 @@
 //
 // The node sends no live event about connections, so the section asks
 // again when it is shown, after each action, and every POLL_MS while it is
-// shown (not while the page is in the background).
+// shown (not while the page is in the background). localStorage
+// "mesh.consolePollMs" sets another period, not under MIN_POLL_MS (the
+// browser tests use it so as not to wait seconds for each poll; docs/web.md).
 
 import { ago, fill, h, longTime, shortDid } from "./dom.js";
 import { confirmAction } from "./dialogs.js";
@@ -21,6 +23,18 @@ const wide = (el) => {
 };
 
 const POLL_MS = 5000;
+const MIN_POLL_MS = 200;
+
+/** The period between polls: POLL_MS, or the one set in localStorage. */
+function pollMs() {
+  let set = NaN;
+  try {
+    set = Number(localStorage.getItem("mesh.consolePollMs"));
+  } catch {
+    // storage refused (a sandbox): the default
+  }
+  return Number.isFinite(set) && set > 0 ? Math.max(MIN_POLL_MS, set) : POLL_MS;
+}
 
 const STATES = {
   pending: { outbound: "Waiting for their answer", inbound: "Asks to connect" },
@@ -128,7 +142,7 @@ export class FederationSection {
     this.refresh();
     this.timer = setInterval(() => {
       if (!document.hidden) this.refresh();
-    }, POLL_MS);
+    }, pollMs());
     document.addEventListener("visibilitychange", this.onVisible);
   }
 
