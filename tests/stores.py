@@ -238,12 +238,15 @@ class Cluster:
     def _spare(self) -> str:
         """A ready copy of the template (waiting for the thread to make one)."""
         worker = self._busy()
+        deadline = time.monotonic() + 60
         while True:
             try:
                 return self._spares.get(timeout=1)
             except queue.Empty:
                 if not worker.is_alive():
                     raise RuntimeError("the thread that copies the template has ended") from None
+                if time.monotonic() > deadline:  # a failing copy: fail the test, not hang
+                    raise RuntimeError("no copy of the template database in 60 s") from None
 
     def _url(self, database: str) -> str:
         return f"postgresql+psycopg://mesh@/{database}?host={self.folder}&port={self.port}"
