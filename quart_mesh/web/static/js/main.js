@@ -701,7 +701,10 @@ class App {
     if (event.type === "participant_joined") {
       if (mine) {
         if (!room) room = await this.fetchRoom(event.roomId);
-        else room.joined = true;
+        else if (!room.joined) {
+          room.joined = true;
+          room.muted = false; // (none kept from before leaving)
+        }
         if (room && room.isDm) room.hidden = false;
       }
       if (room && room.members && !room.members.some((m) => m.participantId === who.participantId)) {
@@ -715,6 +718,7 @@ class App {
       }
       if (mine && !room.isDm) {
         room.joined = false;
+        room.muted = false; // the node forgets a mute on leaving
         room.forgetMessages();
         if (room.roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
         if (room.roomId === this.threadRoomId) this.closeThread();
@@ -888,6 +892,7 @@ class App {
     const data = await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/join`);
     const room = this.rememberRoom(data);
     room.joined = true;
+    room.muted = Boolean(data.muted); // (none kept from before leaving)
     room.permissions = null;
     this.sidebar.render();
     this.go(room.roomId);
@@ -898,6 +903,7 @@ class App {
     if (!room) return;
     await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/leave`);
     room.joined = false;
+    room.muted = false; // the node forgets a mute on leaving
     room.forgetMessages();
     if (roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
     this.sidebar.render();
