@@ -173,6 +173,7 @@ class App {
     this.drafts.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
+    if (this.notifier) this.notifier.forget();
     this.closeThread();
     this.leavePanel();
     // the views hold what this person saw: the next one starts afresh
@@ -293,12 +294,14 @@ class App {
         search.run(false, true);
       });
     });
-    input.addEventListener("input", () =>
+    input.addEventListener("input", () => {
+      // emptied while the search is closed (Escape in the field): nothing to show
+      if (!input.value && (!this.search || this.search.panel.hidden)) return;
       this.withSearch((search) => {
         search.open();
         search.schedule();
-      }),
-    );
+      });
+    });
     input.addEventListener("focus", () => {
       if (this.search) this.search.onFocus();
       else if (input.value.trim()) this.withSearch((search) => search.onFocus());
@@ -306,7 +309,8 @@ class App {
     document.addEventListener("keydown", (event) => {
       if (event.defaultPrevented || !this.store.me || document.querySelector("dialog[open]")) return;
       const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
-      const k = (event.key === "k" || event.key === "K") && (event.ctrlKey || event.metaKey) && !event.altKey;
+      // (event.code: the K key of layouts where it types another letter)
+      const k = (event.key === "k" || event.key === "K" || event.code === "KeyK") && (event.ctrlKey || event.metaKey) && !event.altKey;
       if (!slash && !k) return;
       event.preventDefault();
       input.focus();

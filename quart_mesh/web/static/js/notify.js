@@ -114,7 +114,8 @@ export class Notifier {
     }
     note.addEventListener("click", () => {
       window.focus();
-      location.hash = `#room/${room.roomId}/message/${encodeURIComponent(message.messageId)}`;
+      // (the app's: setting the address it already shows would do nothing)
+      this.app.openMessage(room.roomId, message.messageId);
       note.close();
     });
   }
@@ -159,6 +160,11 @@ export class Notifier {
     } catch {
       return false;
     }
+  }
+
+  /** Forget what was learnt for the person who signs out. */
+  forget() {
+    this.threads.clear();
   }
 
   /** The person wrote in a thread: remember it (no need to ask the node). */

@@ -69,7 +69,7 @@ export class Search {
           event.preventDefault();
           first.focus();
         }
-      } else if (event.key === "Escape") {
+      } else if (event.key === "Escape" && !this.panel.hidden) {
         // (the browser would empty the field: closing is enough)
         event.preventDefault();
         this.close(false);
@@ -95,6 +95,7 @@ export class Search {
   /** The field got the focus: Tab passing by does not open the panel;
    * coming back to a search does. */
   onFocus() {
+    if (this.closing) return; // (closed with the cursor left in the field)
     if (this.input.value.trim() || this.hasFilters) this.open();
   }
 
@@ -129,7 +130,11 @@ export class Search {
     clearTimeout(this.timer);
     if (this.panel.hidden) return;
     this.panel.hidden = true;
-    if (refocus) this.input.focus();
+    if (refocus) {
+      this.closing = true;
+      this.input.focus();
+      this.closing = false;
+    }
   }
 
   /** Forget everything (signing out). */
