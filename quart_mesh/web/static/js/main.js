@@ -834,11 +834,38 @@ class App {
     const match = /^#room\/([0-9A-Z]{26})(?:\/message\/([^/]+))?$/.exec(location.hash);
     const { store } = this;
     if (match) {
+      const target = match[2] ? safeDecode(match[2]) : null;
       const room = store.rooms.get(match[1]);
-      if (room && room.joined) return this.openRoom(room, match[2] ? safeDecode(match[2]) : null);
-      if (room && !room.isDm) return this.showWelcome("", room);
+      if (!room) return this.routeToUnknown(match[1], target, load);
+      if (room.joined) {
+        if (room.isDm && room.hidden) this.unhideDm(room);
+        return this.openRoom(room, target);
+      }
+      if (!room.isDm) return this.showWelcome("", room);
       history.replaceState(null, "", location.pathname);
     }
+    return this.openDefault();
+  }
+
+  /** A link to a room the page does not hold (a hidden DM, a room joined in
+   * another tab): the node says what it is before the link is given up. */
+  async routeToUnknown(roomId, target, load) {
+    const room = await this.fetchRoom(roomId);
+    if (load !== this.panelLoads || !this.store.me) return; // another route came meanwhile
+    if (room && room.joined) {
+      if (room.isDm) this.unhideDm(room);
+      this.openRoom(room, target);
+    } else if (room && !room.isDm) {
+      this.showWelcome("", room);
+    } else {
+      history.replaceState(null, "", location.pathname);
+      this.openDefault();
+    }
+  }
+
+  /** The default room (or the first one joined), else the welcome view. */
+  openDefault() {
+    const { store } = this;
     const joined = store.joinedRooms();
     const preferred = joined.find((r) => r.roomId === store.status.defaultRoomId) || joined[0];
     if (preferred) {
@@ -957,6 +984,16 @@ class App {
     room.hidden = true;
     if (roomId === this.currentRoomId) this.showWelcome(`The conversation with ${this.store.roomLabel(room)} is hidden until someone writes in it.`);
     this.sidebar.render();
+  }
+
+  /** Bring a hidden DM back to the list, here and on the node (as opening it
+   * from People does); best effort. */
+  unhideDm(room) {
+    room.hidden = false;
+    if (room.with && this.store.can("dms.create")) {
+      this.api.post("/api/dms", { participantId: room.with }).catch(() => {});
+    }
+    this.sidebar.renderDms();
   }
 
   /** Open *room*; with *target* (a message id), that message in context:
