@@ -635,21 +635,16 @@ class App {
     if (!room.loaded && room.roomId !== this.currentRoomId) {
       return !room.messages.has(message.messageId);
     }
-    if (room.hasNewer) {
+    let fresh;
+    if (room.hasNewer && !room.messages.has(message.messageId)) {
       // shown away from its newest (a jump): kept until the newer pages are in
-      if (room.messages.has(message.messageId)) {
-        room.put(message);
-        if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
-        return false;
-      }
-      const fresh = !room.held.some((m) => m.messageId === message.messageId);
-      room.held = room.held.filter((m) => m.messageId !== message.messageId);
-      room.held.push(message);
-      if (room.held.length > HELD_MAX) room.held.splice(0, room.held.length - HELD_MAX);
-      return fresh;
+      fresh = !room.held.some((m) => m.messageId === message.messageId);
+      room.hold(message, HELD_MAX);
+    } else {
+      fresh = room.put(message);
+      if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
     }
-    const fresh = room.put(message);
-    if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
+    // the thread panel shows held messages too (Timeline.messages)
     if (
       room.roomId === this.threadRoomId &&
       (message.threadId === this.threadRootId || message.messageId === this.threadRootId)
@@ -663,9 +658,10 @@ class App {
   onMessageChange(event) {
     const room = this.store.rooms.get(event.roomId);
     if (!room) return;
-    const message = room.messages.get(event.messageId);
+    const message = room.find(event.messageId);
     if (event.type === "message_deleted") {
       room.drop(event.messageId);
+      room.held = room.held.filter((m) => m.messageId !== event.messageId);
       if (room.roomId === this.currentRoomId) this.timeline.remove(event.messageId);
       if (room.roomId === this.threadRoomId) {
         this.threadTimeline.remove(event.messageId);
@@ -1003,6 +999,14 @@ class App {
     const changed = this.currentRoomId !== room.roomId;
     if (changed) this.flushReads();
     this.currentRoomId = room.roomId;
+    this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
+    // a message not loaded: its page replaces what the room shows; until it
+    // is in, nothing is shown nor marked read, and live messages are held
+    const away = Boolean(target) && !(room.loaded && room.messages.has(target));
+    if (away) {
+      room.forgetMessages();
+      room.hasNewer = true;
+    }
     $("welcome").hidden = true;
     $("room-view").hidden = false;
     this.renderRoomHeader(room);
@@ -1013,18 +1017,17 @@ class App {
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
-    this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
-    if (target) {
-      if (room.loaded && room.messages.has(target)) this.highlight(target);
-      else this.loadAround(room, target);
+    if (away) {
+      this.timeline.setTarget(null);
+      this.timeline.renderAll();
+      this.loadAround(room, target);
+    } else if (target) {
+      this.highlight(target);
     } else {
       this.timeline.setTarget(null);
-      if (room.hasNewer) {
-        // shown around an older message: opening the room shows its newest
-        room.forgetMessages();
-        this.timeline.renderAll();
-      }
-      if (!room.loaded) this.loadNewest(room);
+      // shown around an older message: opening the room shows its newest
+      if (room.hasNewer) this.showNewest(room);
+      else if (!room.loaded) this.loadNewest(room);
     }
     if (!room.permissions) this.loadRoomDetails(room);
     this.sidebar.render();
@@ -1066,19 +1069,20 @@ class App {
       }
     } catch (error) {
       if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
-      this.timeline.status("");
-      toast(
-        error.code === "message_not_found"
-          ? "That message is not in this conversation any more (it may have been deleted)."
-          : `The message could not be loaded: ${error.message}`,
-      );
+      // deleted, or of another room: the node does not know it as a cursor here
+      const gone =
+        error.code === "message_not_found" || error.status === 404 || (error.status === 400 && error.code === "invalid_cursor");
+      toast(gone ? "This message could not be found; it may have been deleted." : `The message could not be loaded: ${error.message}`);
       history.replaceState(null, "", `#room/${room.roomId}`);
-      if (!room.loaded) this.loadNewest(room);
+      this.showNewest(room);
       this.composer.focus();
       return;
     }
     if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
+    // (live messages that came meanwhile stay held: they are newer)
+    const held = room.held;
     room.forgetMessages();
+    room.held = held;
     for (const m of page) {
       room.put(m);
       if (!this.store.participant(m.senderId)) this.ensureParticipant(m.senderId);
@@ -1086,11 +1090,11 @@ class App {
     room.loaded = true;
     room.hasOlder = true; // the first page before it says
     room.hasNewer = true; // the next page says
-    room.held = [];
     this.timeline.status("");
     this.timeline.setTarget(messageId);
     this.timeline.renderAll();
     this.highlight(messageId);
+    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
     await this.loadNewer(room);
     if (jump === this.jumps) this.fillViewport();
   }
@@ -1101,10 +1105,11 @@ class App {
     if (!room.hasNewer || room.loadingNewer || !room.loaded) return;
     room.loadingNewer = true;
     this.timeline.status("Loading newer messages…");
+    const since = room.newestCursor;
     let page;
     try {
       page = await this.api.get(
-        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&since=${room.newestCursor}`,
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&since=${since}`,
       );
     } catch (error) {
       if (room.roomId === this.currentRoomId) this.timeline.status(`Newer messages could not be loaded: ${error.message}`);
@@ -1112,13 +1117,14 @@ class App {
     } finally {
       room.loadingNewer = false;
     }
-    if (!room.hasNewer) return;
+    if (!room.hasNewer || room.newestCursor !== since) return; // another jump meanwhile
     for (const m of page) room.put(m);
     if (page.length < PAGE) {
       room.hasNewer = false;
       const newest = room.newestCursor;
+      // the page is fresher than what was held up to it (edits, deletes)
       for (const m of room.held) {
-        if (!newest || cursorCompare(m.cursor, newest) > 0 || room.messages.has(m.messageId)) room.put(m);
+        if (!newest || cursorCompare(m.cursor, newest) > 0) room.put(m);
       }
       room.held = [];
       if (room.newestCursor) this.live.noteCursor(room.newestCursor);
@@ -1131,6 +1137,19 @@ class App {
     s.scrollTop = top;
     this.timeline.stuck = this.timeline.atBottom();
     this.markVisibleRead();
+  }
+
+  /** Leave a jump: show the room's newest messages (and follow live ones). */
+  showNewest(room) {
+    this.jumps = (this.jumps || 0) + 1; // an older jump's answer is dropped
+    room.forgetMessages();
+    if (room.roomId === this.currentRoomId) {
+      this.timeline.setTarget(null);
+      this.timeline.renderAll();
+      this.timeline.scrollToBottom();
+    }
+    this.loadNewest(room);
+    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
   }
 
   renderRoomHeader(room) {
@@ -1236,6 +1255,7 @@ class App {
       const page = await this.api.get(
         `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&before=${before}`,
       );
+      if (room.oldestCursor !== before) return; // a jump meanwhile: not next to what is shown
       for (const m of page) room.put(m);
       room.hasOlder = page.length === PAGE;
     } catch (error) {
@@ -1477,6 +1497,11 @@ class App {
 
   send(room, { content, to, threadId, attachments }) {
     if (threadId && this.notifier) this.notifier.tookPartNow(room.roomId, threadId);
+    if (!threadId && room.hasNewer && room.roomId === this.currentRoomId) {
+      // shown away from its newest (a jump): the message goes to the newest, so do we
+      history.replaceState(null, "", `#room/${room.roomId}`);
+      this.showNewest(room);
+    }
     this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
   }
 
@@ -1508,7 +1533,7 @@ class App {
       { content },
     );
     const room = this.store.rooms.get(message.roomId);
-    if (room) room.put(updated);
+    if (room) room.keep(updated, HELD_MAX);
     return updated;
   }
 
@@ -1537,7 +1562,7 @@ class App {
         ? await this.api.post(path, { emoji })
         : await this.api.delete(`${path}/${encodeURIComponent(emoji)}`);
       const room = this.store.rooms.get(message.roomId);
-      if (room && room.messages.has(updated.messageId)) this.putMessage(room, updated);
+      if (room && room.find(updated.messageId)) this.putMessage(room, updated);
     } catch (error) {
       toast(`Reaction not saved: ${error.message}`);
     }
@@ -1579,7 +1604,7 @@ class App {
 
   renderThreadRoot() {
     const room = this.store.rooms.get(this.threadRoomId);
-    const root = room && room.messages.get(this.threadRootId);
+    const root = room && room.find(this.threadRootId);
     const slot = $("thread-root");
     if (root) {
       const view = this.threadTimeline.view(root);
@@ -1598,15 +1623,15 @@ class App {
     const base = `/api/rooms/${encodeURIComponent(room.roomId)}/messages`;
     this.threadTimeline.status("Loading the thread…");
     try {
-      if (!room.messages.has(rootId)) {
+      if (!room.find(rootId)) {
         try {
-          room.put(await this.api.get(`${base}/${encodeURIComponent(rootId)}`));
+          room.keep(await this.api.get(`${base}/${encodeURIComponent(rootId)}`), HELD_MAX);
         } catch (error) {
           if (error.code !== "message_not_found") throw error;
         }
       }
       const replies = await this.api.get(`${base}?threadId=${encodeURIComponent(rootId)}&limit=${PAGE}`);
-      for (const m of replies) room.put(m);
+      for (const m of replies) room.keep(m, HELD_MAX);
       this.threadHasOlder = replies.length === PAGE;
     } catch (error) {
       this.threadTimeline.status(`The thread could not be loaded: ${error.message}`);
@@ -1630,7 +1655,7 @@ class App {
       const page = await this.api.get(
         `/api/rooms/${encodeURIComponent(room.roomId)}/messages?threadId=${encodeURIComponent(this.threadRootId)}&limit=${PAGE}&before=${replies[0].cursor}`,
       );
-      for (const m of page) room.put(m);
+      for (const m of page) room.keep(m, HELD_MAX);
       this.threadHasOlder = page.length === PAGE;
     } catch {
       return;

@@ -125,9 +125,9 @@ export class Notifier {
   tookPart(room, threadId) {
     const key = `${room.roomId}/${threadId}`;
     const me = this.app.store.me.participantId;
-    const root = room.messages.get(threadId);
+    const root = room.find(threadId);
     if (root && root.senderId === me) return Promise.resolve(true);
-    for (const m of room.messages.values()) {
+    for (const m of [...room.messages.values(), ...room.held]) {
       if (m.threadId === threadId && m.senderId === me) return Promise.resolve(true);
     }
     if (this.app.outbox.forRoom(room.roomId, threadId).length) return Promise.resolve(true);
