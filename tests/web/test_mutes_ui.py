@@ -48,6 +48,9 @@ async def test_mute_rooms_and_dms_and_mark_all_read(browser_ready: None, serve_n
     async def bob_says(room_id: str, content: str) -> None:
         await node.mesh.send(bob_user, room_id, content)
 
+    async def join(room_id: str) -> None:
+        await node.mesh.join(alice_user, room_id)
+
     def scenario() -> None:
         with chromium() as browser:
             alice = signed_in(browser, node.url, alice_user)
@@ -110,6 +113,16 @@ async def test_mute_rooms_and_dms_and_mark_all_read(browser_ready: None, serve_n
             alice.open_room("Town Square")
             call(bob_says, ops, "back to normal")
             expect(alice.page).to_have_title(re.compile(r"^\(1\) #Town Square"))
+
+            # leaving forgets a mute (the node's rule): back in, not muted
+            alice.open_room("Ops")
+            alice.button("Mute room").click()
+            expect(other_tab.room_link("Ops")).to_have_accessible_name(re.compile("^Ops, muted"))
+            alice.button("Leave room").click()
+            expect(other_tab.room_link("Ops")).to_have_count(0)
+            call(join, ops)
+            for person in (alice, other_tab):
+                expect(person.room_link("Ops")).to_have_accessible_name(re.compile(r"^Ops(, \d|$)"))
             for person in (alice, other_tab):
                 person.assert_clean()
 

@@ -144,6 +144,10 @@ async def test_notifications_when_hidden_for_what_needs_you(
             expect(alice.timeline.locator('article[aria-current="true"]')).to_contain_text(
                 "Tuesday works"
             )
+            # again, at the address the page shows already: opened again
+            alice.composer.focus()
+            alice.page.evaluate("() => window.__notes[2].dispatchEvent(new Event('click'))")
+            expect(alice.timeline.locator('article[aria-current="true"]')).to_be_focused()
 
             # muted: her thread and the DM stay quiet, a mention still speaks
             call(mute, alice_user, town, True)

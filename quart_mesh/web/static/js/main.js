@@ -173,6 +173,7 @@ class App {
     this.drafts.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
+    if (this.notifier) this.notifier.forget();
     this.closeThread();
     this.leavePanel();
     // the views hold what this person saw: the next one starts afresh
@@ -293,12 +294,14 @@ class App {
         search.run(false, true);
       });
     });
-    input.addEventListener("input", () =>
+    input.addEventListener("input", () => {
+      // emptied while the search is closed (Escape in the field): nothing to show
+      if (!input.value && (!this.search || this.search.panel.hidden)) return;
       this.withSearch((search) => {
         search.open();
         search.schedule();
-      }),
-    );
+      });
+    });
     input.addEventListener("focus", () => {
       if (this.search) this.search.onFocus();
       else if (input.value.trim()) this.withSearch((search) => search.onFocus());
@@ -306,7 +309,8 @@ class App {
     document.addEventListener("keydown", (event) => {
       if (event.defaultPrevented || !this.store.me || document.querySelector("dialog[open]")) return;
       const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
-      const k = (event.key === "k" || event.key === "K") && (event.ctrlKey || event.metaKey) && !event.altKey;
+      // (event.code: the K key of layouts where it types another letter)
+      const k = (event.key === "k" || event.key === "K" || event.code === "KeyK") && (event.ctrlKey || event.metaKey) && !event.altKey;
       if (!slash && !k) return;
       event.preventDefault();
       input.focus();
@@ -631,21 +635,16 @@ class App {
     if (!room.loaded && room.roomId !== this.currentRoomId) {
       return !room.messages.has(message.messageId);
     }
-    if (room.hasNewer) {
+    let fresh;
+    if (room.hasNewer && !room.messages.has(message.messageId)) {
       // shown away from its newest (a jump): kept until the newer pages are in
-      if (room.messages.has(message.messageId)) {
-        room.put(message);
-        if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
-        return false;
-      }
-      const fresh = !room.held.some((m) => m.messageId === message.messageId);
-      room.held = room.held.filter((m) => m.messageId !== message.messageId);
-      room.held.push(message);
-      if (room.held.length > HELD_MAX) room.held.splice(0, room.held.length - HELD_MAX);
-      return fresh;
+      fresh = !room.held.some((m) => m.messageId === message.messageId);
+      room.hold(message, HELD_MAX);
+    } else {
+      fresh = room.put(message);
+      if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
     }
-    const fresh = room.put(message);
-    if (room.roomId === this.currentRoomId) this.timeline.upsert(message);
+    // the thread panel shows held messages too (Timeline.messages)
     if (
       room.roomId === this.threadRoomId &&
       (message.threadId === this.threadRootId || message.messageId === this.threadRootId)
@@ -659,9 +658,10 @@ class App {
   onMessageChange(event) {
     const room = this.store.rooms.get(event.roomId);
     if (!room) return;
-    const message = room.messages.get(event.messageId);
+    const message = room.find(event.messageId);
     if (event.type === "message_deleted") {
       room.drop(event.messageId);
+      room.held = room.held.filter((m) => m.messageId !== event.messageId);
       if (room.roomId === this.currentRoomId) this.timeline.remove(event.messageId);
       if (room.roomId === this.threadRoomId) {
         this.threadTimeline.remove(event.messageId);
@@ -701,7 +701,10 @@ class App {
     if (event.type === "participant_joined") {
       if (mine) {
         if (!room) room = await this.fetchRoom(event.roomId);
-        else room.joined = true;
+        else if (!room.joined) {
+          room.joined = true;
+          room.muted = false; // (none kept from before leaving)
+        }
         if (room && room.isDm) room.hidden = false;
       }
       if (room && room.members && !room.members.some((m) => m.participantId === who.participantId)) {
@@ -715,6 +718,7 @@ class App {
       }
       if (mine && !room.isDm) {
         room.joined = false;
+        room.muted = false; // the node forgets a mute on leaving
         room.forgetMessages();
         if (room.roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
         if (room.roomId === this.threadRoomId) this.closeThread();
@@ -826,11 +830,38 @@ class App {
     const match = /^#room\/([0-9A-Z]{26})(?:\/message\/([^/]+))?$/.exec(location.hash);
     const { store } = this;
     if (match) {
+      const target = match[2] ? safeDecode(match[2]) : null;
       const room = store.rooms.get(match[1]);
-      if (room && room.joined) return this.openRoom(room, match[2] ? safeDecode(match[2]) : null);
-      if (room && !room.isDm) return this.showWelcome("", room);
+      if (!room) return this.routeToUnknown(match[1], target, load);
+      if (room.joined) {
+        if (room.isDm && room.hidden) this.unhideDm(room);
+        return this.openRoom(room, target);
+      }
+      if (!room.isDm) return this.showWelcome("", room);
       history.replaceState(null, "", location.pathname);
     }
+    return this.openDefault();
+  }
+
+  /** A link to a room the page does not hold (a hidden DM, a room joined in
+   * another tab): the node says what it is before the link is given up. */
+  async routeToUnknown(roomId, target, load) {
+    const room = await this.fetchRoom(roomId);
+    if (load !== this.panelLoads || !this.store.me) return; // another route came meanwhile
+    if (room && room.joined) {
+      if (room.isDm) this.unhideDm(room);
+      this.openRoom(room, target);
+    } else if (room && !room.isDm) {
+      this.showWelcome("", room);
+    } else {
+      history.replaceState(null, "", location.pathname);
+      this.openDefault();
+    }
+  }
+
+  /** The default room (or the first one joined), else the welcome view. */
+  openDefault() {
+    const { store } = this;
     const joined = store.joinedRooms();
     const preferred = joined.find((r) => r.roomId === store.status.defaultRoomId) || joined[0];
     if (preferred) {
@@ -888,6 +919,7 @@ class App {
     const data = await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/join`);
     const room = this.rememberRoom(data);
     room.joined = true;
+    room.muted = Boolean(data.muted); // (none kept from before leaving)
     room.permissions = null;
     this.sidebar.render();
     this.go(room.roomId);
@@ -898,6 +930,7 @@ class App {
     if (!room) return;
     await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/leave`);
     room.joined = false;
+    room.muted = false; // the node forgets a mute on leaving
     room.forgetMessages();
     if (roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
     this.sidebar.render();
@@ -949,6 +982,16 @@ class App {
     this.sidebar.render();
   }
 
+  /** Bring a hidden DM back to the list, here and on the node (as opening it
+   * from People does); best effort. */
+  unhideDm(room) {
+    room.hidden = false;
+    if (room.with && this.store.can("dms.create")) {
+      this.api.post("/api/dms", { participantId: room.with }).catch(() => {});
+    }
+    this.sidebar.renderDms();
+  }
+
   /** Open *room*; with *target* (a message id), that message in context:
    * scrolled to and highlighted, with older and newer pages around it. */
   openRoom(room, target = null) {
@@ -956,6 +999,14 @@ class App {
     const changed = this.currentRoomId !== room.roomId;
     if (changed) this.flushReads();
     this.currentRoomId = room.roomId;
+    this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
+    // a message not loaded: its page replaces what the room shows; until it
+    // is in, nothing is shown nor marked read, and live messages are held
+    const away = Boolean(target) && !(room.loaded && room.messages.has(target));
+    if (away) {
+      room.forgetMessages();
+      room.hasNewer = true;
+    }
     $("welcome").hidden = true;
     $("room-view").hidden = false;
     this.renderRoomHeader(room);
@@ -966,18 +1017,17 @@ class App {
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
-    this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
-    if (target) {
-      if (room.loaded && room.messages.has(target)) this.highlight(target);
-      else this.loadAround(room, target);
+    if (away) {
+      this.timeline.setTarget(null);
+      this.timeline.renderAll();
+      this.loadAround(room, target);
+    } else if (target) {
+      this.highlight(target);
     } else {
       this.timeline.setTarget(null);
-      if (room.hasNewer) {
-        // shown around an older message: opening the room shows its newest
-        room.forgetMessages();
-        this.timeline.renderAll();
-      }
-      if (!room.loaded) this.loadNewest(room);
+      // shown around an older message: opening the room shows its newest
+      if (room.hasNewer) this.showNewest(room);
+      else if (!room.loaded) this.loadNewest(room);
     }
     if (!room.permissions) this.loadRoomDetails(room);
     this.sidebar.render();
@@ -1019,19 +1069,20 @@ class App {
       }
     } catch (error) {
       if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
-      this.timeline.status("");
-      toast(
-        error.code === "message_not_found"
-          ? "That message is not in this conversation any more (it may have been deleted)."
-          : `The message could not be loaded: ${error.message}`,
-      );
+      // deleted, or of another room: the node does not know it as a cursor here
+      const gone =
+        error.code === "message_not_found" || error.status === 404 || (error.status === 400 && error.code === "invalid_cursor");
+      toast(gone ? "This message could not be found; it may have been deleted." : `The message could not be loaded: ${error.message}`);
       history.replaceState(null, "", `#room/${room.roomId}`);
-      if (!room.loaded) this.loadNewest(room);
+      this.showNewest(room);
       this.composer.focus();
       return;
     }
     if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
+    // (live messages that came meanwhile stay held: they are newer)
+    const held = room.held;
     room.forgetMessages();
+    room.held = held;
     for (const m of page) {
       room.put(m);
       if (!this.store.participant(m.senderId)) this.ensureParticipant(m.senderId);
@@ -1039,11 +1090,11 @@ class App {
     room.loaded = true;
     room.hasOlder = true; // the first page before it says
     room.hasNewer = true; // the next page says
-    room.held = [];
     this.timeline.status("");
     this.timeline.setTarget(messageId);
     this.timeline.renderAll();
     this.highlight(messageId);
+    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
     await this.loadNewer(room);
     if (jump === this.jumps) this.fillViewport();
   }
@@ -1054,10 +1105,11 @@ class App {
     if (!room.hasNewer || room.loadingNewer || !room.loaded) return;
     room.loadingNewer = true;
     this.timeline.status("Loading newer messages…");
+    const since = room.newestCursor;
     let page;
     try {
       page = await this.api.get(
-        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&since=${room.newestCursor}`,
+        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&since=${since}`,
       );
     } catch (error) {
       if (room.roomId === this.currentRoomId) this.timeline.status(`Newer messages could not be loaded: ${error.message}`);
@@ -1065,13 +1117,14 @@ class App {
     } finally {
       room.loadingNewer = false;
     }
-    if (!room.hasNewer) return;
+    if (!room.hasNewer || room.newestCursor !== since) return; // another jump meanwhile
     for (const m of page) room.put(m);
     if (page.length < PAGE) {
       room.hasNewer = false;
       const newest = room.newestCursor;
+      // the page is fresher than what was held up to it (edits, deletes)
       for (const m of room.held) {
-        if (!newest || cursorCompare(m.cursor, newest) > 0 || room.messages.has(m.messageId)) room.put(m);
+        if (!newest || cursorCompare(m.cursor, newest) > 0) room.put(m);
       }
       room.held = [];
       if (room.newestCursor) this.live.noteCursor(room.newestCursor);
@@ -1084,6 +1137,19 @@ class App {
     s.scrollTop = top;
     this.timeline.stuck = this.timeline.atBottom();
     this.markVisibleRead();
+  }
+
+  /** Leave a jump: show the room's newest messages (and follow live ones). */
+  showNewest(room) {
+    this.jumps = (this.jumps || 0) + 1; // an older jump's answer is dropped
+    room.forgetMessages();
+    if (room.roomId === this.currentRoomId) {
+      this.timeline.setTarget(null);
+      this.timeline.renderAll();
+      this.timeline.scrollToBottom();
+    }
+    this.loadNewest(room);
+    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
   }
 
   renderRoomHeader(room) {
@@ -1189,6 +1255,7 @@ class App {
       const page = await this.api.get(
         `/api/rooms/${encodeURIComponent(room.roomId)}/messages?limit=${PAGE}&before=${before}`,
       );
+      if (room.oldestCursor !== before) return; // a jump meanwhile: not next to what is shown
       for (const m of page) room.put(m);
       room.hasOlder = page.length === PAGE;
     } catch (error) {
@@ -1430,6 +1497,11 @@ class App {
 
   send(room, { content, to, threadId, attachments }) {
     if (threadId && this.notifier) this.notifier.tookPartNow(room.roomId, threadId);
+    if (!threadId && room.hasNewer && room.roomId === this.currentRoomId) {
+      // shown away from its newest (a jump): the message goes to the newest, so do we
+      history.replaceState(null, "", `#room/${room.roomId}`);
+      this.showNewest(room);
+    }
     this.outbox.add({ clientId: newClientId(), roomId: room.roomId, content, to, threadId, attachments });
   }
 
@@ -1461,7 +1533,7 @@ class App {
       { content },
     );
     const room = this.store.rooms.get(message.roomId);
-    if (room) room.put(updated);
+    if (room) room.keep(updated, HELD_MAX);
     return updated;
   }
 
@@ -1490,7 +1562,7 @@ class App {
         ? await this.api.post(path, { emoji })
         : await this.api.delete(`${path}/${encodeURIComponent(emoji)}`);
       const room = this.store.rooms.get(message.roomId);
-      if (room && room.messages.has(updated.messageId)) this.putMessage(room, updated);
+      if (room && room.find(updated.messageId)) this.putMessage(room, updated);
     } catch (error) {
       toast(`Reaction not saved: ${error.message}`);
     }
@@ -1532,7 +1604,7 @@ class App {
 
   renderThreadRoot() {
     const room = this.store.rooms.get(this.threadRoomId);
-    const root = room && room.messages.get(this.threadRootId);
+    const root = room && room.find(this.threadRootId);
     const slot = $("thread-root");
     if (root) {
       const view = this.threadTimeline.view(root);
@@ -1551,15 +1623,15 @@ class App {
     const base = `/api/rooms/${encodeURIComponent(room.roomId)}/messages`;
     this.threadTimeline.status("Loading the thread…");
     try {
-      if (!room.messages.has(rootId)) {
+      if (!room.find(rootId)) {
         try {
-          room.put(await this.api.get(`${base}/${encodeURIComponent(rootId)}`));
+          room.keep(await this.api.get(`${base}/${encodeURIComponent(rootId)}`), HELD_MAX);
         } catch (error) {
           if (error.code !== "message_not_found") throw error;
         }
       }
       const replies = await this.api.get(`${base}?threadId=${encodeURIComponent(rootId)}&limit=${PAGE}`);
-      for (const m of replies) room.put(m);
+      for (const m of replies) room.keep(m, HELD_MAX);
       this.threadHasOlder = replies.length === PAGE;
     } catch (error) {
       this.threadTimeline.status(`The thread could not be loaded: ${error.message}`);
@@ -1583,7 +1655,7 @@ class App {
       const page = await this.api.get(
         `/api/rooms/${encodeURIComponent(room.roomId)}/messages?threadId=${encodeURIComponent(this.threadRootId)}&limit=${PAGE}&before=${replies[0].cursor}`,
       );
-      for (const m of page) room.put(m);
+      for (const m of page) room.keep(m, HELD_MAX);
       this.threadHasOlder = page.length === PAGE;
     } catch {
       return;

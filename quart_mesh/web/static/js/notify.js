@@ -114,7 +114,8 @@ export class Notifier {
     }
     note.addEventListener("click", () => {
       window.focus();
-      location.hash = `#room/${room.roomId}/message/${encodeURIComponent(message.messageId)}`;
+      // (the app's: setting the address it already shows would do nothing)
+      this.app.openMessage(room.roomId, message.messageId);
       note.close();
     });
   }
@@ -124,9 +125,9 @@ export class Notifier {
   tookPart(room, threadId) {
     const key = `${room.roomId}/${threadId}`;
     const me = this.app.store.me.participantId;
-    const root = room.messages.get(threadId);
+    const root = room.find(threadId);
     if (root && root.senderId === me) return Promise.resolve(true);
-    for (const m of room.messages.values()) {
+    for (const m of [...room.messages.values(), ...room.held]) {
       if (m.threadId === threadId && m.senderId === me) return Promise.resolve(true);
     }
     if (this.app.outbox.forRoom(room.roomId, threadId).length) return Promise.resolve(true);
@@ -159,6 +160,11 @@ export class Notifier {
     } catch {
       return false;
     }
+  }
+
+  /** Forget what was learnt for the person who signs out. */
+  forget() {
+    this.threads.clear();
   }
 
   /** The person wrote in a thread: remember it (no need to ask the node). */

@@ -2,7 +2,7 @@
 // text with the safe Markdown subset, attachments, reactions, actions, and
 // the person's own messages while they are pending or failed.
 
-import { bdi, formatBytes, h, icon, longTime, shortTime } from "./dom.js";
+import { bdi, cursorCompare, formatBytes, h, icon, longTime, shortTime } from "./dom.js";
 import { render } from "./markdown.js";
 import { participantBadges } from "./sidebar.js";
 
@@ -97,7 +97,11 @@ export class Timeline {
     if (!this.room) return [];
     const all = this.room.sorted;
     if (!this.inThread) return all;
-    return all.filter((m) => m.threadId === this.threadId);
+    const replies = all.filter((m) => m.threadId === this.threadId);
+    // a room shown away from its newest holds the live replies (main.js)
+    const held = this.room.held.filter((m) => m.threadId === this.threadId && !this.room.messages.has(m.messageId));
+    if (!held.length) return replies;
+    return replies.concat(held).sort((a, b) => cursorCompare(a.cursor, b.cursor));
   }
 
   pending() {

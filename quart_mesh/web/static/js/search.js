@@ -55,6 +55,7 @@ export class Search {
     this.asked = ""; // the query string of the results shown
     this.filters = { room: "", from: "", after: "", before: "", inThread: false, hasFile: false, mentionsMe: false, sort: "newest" };
     this.hits = [];
+    this.kinds = new Map(); // roomId -> "dm" | "room" | null (asked), of rooms the page does not hold
 
     for (const el of [this.form, this.panel]) {
       el.addEventListener("focusout", (event) => {
@@ -69,7 +70,7 @@ export class Search {
           event.preventDefault();
           first.focus();
         }
-      } else if (event.key === "Escape") {
+      } else if (event.key === "Escape" && !this.panel.hidden) {
         // (the browser would empty the field: closing is enough)
         event.preventDefault();
         this.close(false);
@@ -95,6 +96,7 @@ export class Search {
   /** The field got the focus: Tab passing by does not open the panel;
    * coming back to a search does. */
   onFocus() {
+    if (this.closing) return; // (closed with the cursor left in the field)
     if (this.input.value.trim() || this.hasFilters) this.open();
   }
 
@@ -129,7 +131,11 @@ export class Search {
     clearTimeout(this.timer);
     if (this.panel.hidden) return;
     this.panel.hidden = true;
-    if (refocus) this.input.focus();
+    if (refocus) {
+      this.closing = true;
+      this.input.focus();
+      this.closing = false;
+    }
   }
 
   /** Forget everything (signing out). */
@@ -140,6 +146,7 @@ export class Search {
     this.filters = { room: "", from: "", after: "", before: "", inThread: false, hasFile: false, mentionsMe: false, sort: "newest" };
     this.hits = [];
     this.asked = "";
+    this.kinds.clear();
     fill($("search-results"));
     $("search-status").textContent = "";
     $("search-more").hidden = true;
@@ -243,13 +250,12 @@ export class Search {
     let first = null;
     const sections = [...groups].map(([roomId, hits]) => {
       const room = store.rooms.get(roomId);
-      const name = room ? (room.isDm ? store.roomLabel(room) : room.name) : hits[0].roomName || "a room";
-      const isDm = room ? room.isDm : false;
+      if (!room && !this.kinds.has(roomId)) this.learnKind(roomId);
       const headId = `sg-${roomId}`;
       return h(
         "div",
         { class: "search-group", role: "group", "aria-labelledby": headId },
-        h("h3", { id: headId }, isDm ? "Direct messages with " : "#", bdi(name)),
+        h("h3", { id: headId }, this.groupTitle(roomId, hits[0].roomName)),
         h(
           "ul",
           {},
@@ -288,6 +294,33 @@ export class Search {
     else text = `${n}${this.cursor ? "+" : ""} message${n === 1 ? "" : "s"} found in ${groups.size} conversation${groups.size === 1 ? "" : "s"}. Down arrow to go through them, Enter to open one.`;
     if (added) text = `${added} more. ${text}`;
     $("search-status").textContent = text;
+  }
+
+  /** A group's heading: `#name`, or `Direct messages with name` (for a DM,
+   * `roomName` is the other person's name); just the name while the kind of
+   * a room the page does not hold (a hidden DM) is not known. */
+  groupTitle(roomId, roomName) {
+    const { store } = this.app;
+    const room = store.rooms.get(roomId);
+    const kind = room ? room.kind : this.kinds.get(roomId);
+    const name = room ? store.roomLabel(room) : roomName || "a conversation";
+    if (kind === "dm") return ["Direct messages with ", bdi(name)];
+    return [kind ? "#" : "", bdi(name)];
+  }
+
+  /** Ask the node what a room of the results is, then name its group so. */
+  async learnKind(roomId) {
+    this.kinds.set(roomId, null);
+    let data;
+    try {
+      data = await this.app.api.get(`/api/rooms/${encodeURIComponent(roomId)}`);
+    } catch {
+      return;
+    }
+    this.kinds.set(roomId, data.kind === "dm" ? "dm" : "room");
+    const head = document.getElementById(`sg-${roomId}`);
+    const hit = this.hits.find((item) => item.message && item.message.roomId === roomId);
+    if (head && hit) fill(head, this.groupTitle(roomId, hit.roomName));
   }
 
   // filters --------------------------------------------------------------------

@@ -76,6 +76,31 @@ export class Room {
     return isNew;
   }
 
+  /** A loaded or held message. */
+  find(messageId) {
+    return this.messages.get(messageId) || this.held.find((m) => m.messageId === messageId) || null;
+  }
+
+  /** Hold a live message of a room shown away from its newest (a jump), in
+   * place of an older copy; at most *max*, the oldest go first. */
+  hold(message, max) {
+    this.held = this.held.filter((m) => m.messageId !== message.messageId);
+    this.held.push(message);
+    if (this.held.length > max) this.held.splice(0, this.held.length - max);
+  }
+
+  /** Keep a message fetched aside (a thread's page): one newer than what a
+   * jump loaded (or any, while its page is on its way) waits with the held
+   * ones, so no gap opens before the newer pages come. */
+  keep(message, max) {
+    const newest = this.newestCursor;
+    if (this.hasNewer && !this.messages.has(message.messageId) && (!newest || cursorCompare(message.cursor, newest) > 0)) {
+      this.hold(message, max);
+    } else {
+      this.put(message);
+    }
+  }
+
   drop(messageId) {
     const had = this.messages.delete(messageId);
     if (had) this.sortedCache = null;
