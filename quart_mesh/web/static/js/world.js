@@ -485,8 +485,9 @@ export class WorldPanel extends Panel {
       ctx.fillText(p.name, right ? at.x + r + 2 : at.x - r - 2 - width, at.y - 2, room.side / 2);
     }
 
-    // you, on top (where the first move would put you, while you have no place)
-    if (meAt && !this.mine) {
+    // you, on top (dashed where the first move would put you, while you have no place)
+    if (meAt) {
+      const placed = Boolean(this.mine);
       const big = r + 3;
       ctx.beginPath();
       ctx.arc(meAt.x, meAt.y, big + 3, 0, Math.PI * 2);
@@ -494,30 +495,21 @@ export class WorldPanel extends Panel {
       ctx.fill();
       ctx.beginPath();
       ctx.arc(meAt.x, meAt.y, big, 0, Math.PI * 2);
-      ctx.lineWidth = 2.5;
-      ctx.setLineDash([3, 2]);
-      ctx.strokeStyle = colors.accent;
+      if (placed) {
+        ctx.fillStyle = colors.accent;
+        ctx.fill();
+        ctx.lineWidth = 2;
+        ctx.strokeStyle = colors.fg;
+      } else {
+        ctx.lineWidth = 2.5;
+        ctx.setLineDash([3, 2]);
+        ctx.strokeStyle = colors.accent;
+      }
       ctx.stroke();
       ctx.setLineDash([]);
       ctx.font = `600 12px ${colors.font}`;
       ctx.fillStyle = colors.fg;
-      ctx.fillText("You (no place yet)", meAt.x + big + 3, meAt.y - 3);
-    } else if (meAt) {
-      const big = r + 3;
-      ctx.beginPath();
-      ctx.arc(meAt.x, meAt.y, big + 3, 0, Math.PI * 2);
-      ctx.fillStyle = colors.bg;
-      ctx.fill();
-      ctx.beginPath();
-      ctx.arc(meAt.x, meAt.y, big, 0, Math.PI * 2);
-      ctx.fillStyle = colors.accent;
-      ctx.fill();
-      ctx.lineWidth = 2;
-      ctx.strokeStyle = colors.fg;
-      ctx.stroke();
-      ctx.font = `600 12px ${colors.font}`;
-      ctx.fillStyle = colors.fg;
-      ctx.fillText("You", meAt.x + big + 3, meAt.y - 3);
+      ctx.fillText(placed ? "You" : "You (no place yet)", meAt.x + big + 3, meAt.y - 3);
     }
   }
 
