@@ -36,7 +36,7 @@ def disable_index() -> None:
     def run_without_vector(conn: Any, statements: Any, message: Message) -> Any:
         return statements[0].run(conn, messages._params(message))
 
-    messages._run = run_without_vector  # type: ignore[assignment]
+    messages._run = run_without_vector
 
 
 def main() -> int:
