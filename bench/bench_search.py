@@ -75,6 +75,7 @@ sys.path.insert(0, str(ROOT))
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PASSWORD = "bench passphrase"
+MODES = ("index", "noindex")
 ROOMS = 200
 PARTICIPANTS = 500  # the owner, searcher and 498 more
 SEARCHER_ROOMS = 20
@@ -936,62 +937,66 @@ async def client_sends_async(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def measure_sends_once(
-    store: str, mode: str, cluster: Any, texts: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
+def start_send_node(store: str, mode: str, cluster: Any, folder: Path) -> tuple[Any, ...]:
+    """A fresh node of *mode* (``index``, ``noindex``) on *store* in *folder*,
+    with a mesh of senders: (server, mesh, PostgreSQL data folder)."""
     import trio
 
-    with tempfile.TemporaryDirectory(prefix="bench-search-sends-") as tmp:
-        data_dir = Path(tmp) / "data"
-        if cluster is not None and os.geteuid() == 0:
-            shutil.chown(tmp, "postgres")
-        url = cluster.url_for(data_dir) if store == "postgresql" else None
-        if url is not None:
-            # migrate first: the noindex build goes without the GIN index as well
-            async def migrate() -> None:
-                from quart_mesh.store import Database
+    data_dir = folder / mode
+    url = cluster.url_for(data_dir) if store == "postgresql" else None
+    if url is not None:
+        # migrate first: the noindex build goes without the GIN index as well
+        async def migrate() -> None:
+            from quart_mesh.store import Database
 
-                db = Database(url)
-                await db.open()
-                await db.close()
+            db = Database(url)
+            await db.open()
+            await db.close()
 
-            trio.run(migrate)
-            if mode == "noindex":
-                import psycopg
+        trio.run(migrate)
+        if mode == "noindex":
+            import psycopg
 
-                with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
-                    c.execute("DROP INDEX ix_messages_search_vector")
-        server = start_node(data_dir, url, mode)
-        pg_data = cluster.folder / "data" if url else None
-        try:
-            mesh = trio.run(_common.setup_mesh, server.url, args.senders, 0)
-            job = {
-                "kind": "sends",
-                "url": server.url,
-                "room": mesh["room"],
-                "tokens": mesh["senders"],
-                "texts": texts,
-                "window": args.window,
-                "warmup": 0.5,
-                "seconds": args.seconds,
-            }
-            proc = _common.start_client(_common.python_client(__file__), job)
-            assert proc.stdout is not None
-            marks: dict[str, float] = {}
-            result: dict[str, Any] = {}
-            for line in proc.stdout:
-                data = json.loads(line)
-                if "mark" in data:  # the server's CPU at the ends of each measured window
-                    marks[data["mark"]] = server.cpu_seconds() + postgres_cpu(pg_data)
-                else:
-                    result = data
-            if proc.wait() != 0 or not result:
-                raise RuntimeError("the send client failed")
-            for kind in ("ws", "rest"):
-                used = marks[kind + "_end"] - marks[kind]
-                result[kind + "_server_us"] = used / max(1, result[kind + "_count"]) * 1e6
-        finally:
-            server.stop()
+            with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
+                c.execute("DROP INDEX ix_messages_search_vector")
+    server = start_node(data_dir, url, mode)
+    return server, None, cluster.folder / "data" if url else None
+
+
+def send_window(
+    server: ServerProcess,
+    mesh: dict[str, Any],
+    pg_data: Path | None,
+    texts: list[str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One client process: WebSocket sends, then REST posts, ``--seconds``
+    each; with the server's CPU (node + PostgreSQL) per send."""
+    job = {
+        "kind": "sends",
+        "url": server.url,
+        "room": mesh["room"],
+        "tokens": mesh["senders"],
+        "texts": texts,
+        "window": args.window,
+        "warmup": 0.5,
+        "seconds": args.seconds,
+    }
+    proc = _common.start_client(_common.python_client(__file__), job)
+    assert proc.stdout is not None
+    marks: dict[str, float] = {}
+    result: dict[str, Any] = {}
+    for line in proc.stdout:
+        data = json.loads(line)
+        if "mark" in data:  # the server's CPU at the ends of each measured window
+            marks[data["mark"]] = server.cpu_seconds() + postgres_cpu(pg_data)
+        else:
+            result = data
+    if proc.wait() != 0 or not result:
+        raise RuntimeError("the send client failed")
+    for kind in ("ws", "rest"):
+        used = marks[kind + "_end"] - marks[kind]
+        result[kind + "_server_us"] = used / max(1, result[kind + "_count"]) * 1e6
     return result
 
 
@@ -1099,23 +1104,55 @@ def scale_store(store: str, cluster: Any, args: argparse.Namespace) -> None:
 
 
 def sends(stores: list[str], cluster: Any, args: argparse.Namespace) -> None:
+    """Both builds served at once on fresh stores; measured in turns index,
+    noindex, noindex, index (``--runs`` such rounds), so that a change in
+    the machine's load weighs on both alike; a round's ratio is its two
+    index windows over its two noindex windows."""
+    import trio
+
     texts, _ = Corpus(args.seed + 7).texts(2000)
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for run in range(args.runs):
-        for store in stores:
-            modes = ("index", "noindex") if run % 2 == 0 else ("noindex", "index")
-            for mode in modes:
-                r = measure_sends_once(store, mode, cluster, texts, args)
-                results.setdefault((store, mode), []).append(r)
-                print(
-                    f"run {run + 1} {store} {mode}: WS {r['ws']:.0f} sends/s, "
-                    f"REST {r['rest']:.0f} sends/s",
-                    flush=True,
-                )
+    ratios: dict[str, dict[str, list[float]]] = {}
+    for store in stores:
+        with tempfile.TemporaryDirectory(prefix="bench-search-sends-") as tmp:
+            folder = Path(tmp)
+            if cluster is not None and os.geteuid() == 0:
+                shutil.chown(folder, "postgres")
+            nodes = {mode: start_send_node(store, mode, cluster, folder) for mode in MODES}
+            try:
+                meshes = {
+                    mode: trio.run(_common.setup_mesh, nodes[mode][0].url, args.senders, 0)
+                    for mode in MODES
+                }
+                ratios[store] = {"ws": [], "rest": []}
+                for run in range(args.runs):
+                    got: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+                    for mode in ("index", "noindex", "noindex", "index"):
+                        server, _, pg_data = nodes[mode]
+                        r = send_window(server, meshes[mode], pg_data, texts, args)
+                        got[mode].append(r)
+                        results.setdefault((store, mode), []).append(r)
+                    for kind in ("ws", "rest"):
+                        with_index = sum(r[kind] for r in got["index"])
+                        without = sum(r[kind] for r in got["noindex"])
+                        ratios[store][kind].append(with_index / without)
+                    print(
+                        f"round {run + 1} {store}: WS "
+                        + " / ".join(f"{r['ws']:.0f}" for r in got["index"])
+                        + " with the index, "
+                        + " / ".join(f"{r['ws']:.0f}" for r in got["noindex"])
+                        + f" without ({ratios[store]['ws'][-1]:.2f}x); REST "
+                        f"{ratios[store]['rest'][-1]:.2f}x",
+                        flush=True,
+                    )
+            finally:
+                for server, _, _ in nodes.values():
+                    server.stop()
     print(
         f"\nsends with the index against without: {args.senders} senders, WS window "
-        f"{args.window}, medians of {args.runs} interleaved runs of {args.seconds:g} s; ratio:"
-        " over noindex in the same run; µs/send: server CPU (node + PostgreSQL)"
+        f"{args.window}, {args.runs} rounds of windows of {args.seconds:g} s (index, noindex,"
+        " noindex, index); sends/s: median of the windows; ratio: median of the rounds';"
+        " µs/send: server CPU (node + PostgreSQL)"
     )
     head = ("store", "build", "WS sends/s", "ratio", "µs/send", "REST sends/s", "ratio", "µs/send")
     print("{:<12}{:<10}{:>12}{:>8}{:>9}{:>14}{:>8}{:>9}{:>14}".format(*head, "client cores"))
@@ -1126,7 +1163,7 @@ def sends(stores: list[str], cluster: Any, args: argparse.Namespace) -> None:
             figures = []
             for kind in ("ws", "rest"):
                 rate = median([r[kind] for r in rows])
-                ratio = median([a[kind] / b[kind] for a, b in zip(rows, base, strict=True)])
+                ratio = median(ratios[store][kind]) if mode == "index" else 1.0
                 cpu = median([r[kind + "_server_us"] for r in rows])
                 figures.append(f"{rate:>{12 if kind == 'ws' else 14}.0f}{ratio:>7.2f}x{cpu:>9.0f}")
             client = median([max(r["ws_cpu"], r["rest_cpu"]) for r in rows])
