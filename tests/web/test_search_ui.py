@@ -243,9 +243,8 @@ async def test_a_message_opened_away_from_the_newest(browser_ready: None, serve_
             alice.page.evaluate(
                 "(hash) => { location.hash = hash; }", f"#room/{ops}/message/{oops}"
             )
-            expect(alice.page.get_by_role("alert").filter(has_text="could not be found")).to_have_text(
-                "This message could not be found; it may have been deleted."
-            )
+            toast = alice.page.get_by_role("alert").filter(has_text="could not be found")
+            expect(toast).to_have_text("This message could not be found; it may have been deleted.")
             expect(alice.page).to_have_url(re.compile(rf"#room/{ops}$"))
             expect(alice.message("last live")).to_be_visible()
 
