@@ -698,6 +698,8 @@ class App {
     store.participants.set(who.participantId, { ...known, ...who });
     const mine = who.participantId === store.me.participantId;
     let room = store.rooms.get(event.roomId);
+    // the node said where one stands: a leave still awaiting its answer keeps out of it
+    if (mine && room) room.membershipTold = (room.membershipTold || 0) + 1;
     if (event.type === "participant_joined") {
       if (mine) {
         if (!room) room = await this.fetchRoom(event.roomId);
@@ -928,7 +930,11 @@ class App {
   async leaveRoom(roomId) {
     const room = this.store.rooms.get(roomId);
     if (!room) return;
+    const told = room.membershipTold || 0;
     await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/leave`);
+    // the node's participant_left (and perhaps a join since, from another
+    // device) came first: it is what is true now
+    if ((room.membershipTold || 0) !== told) return;
     room.joined = false;
     room.muted = false; // the node forgets a mute on leaving
     room.forgetMessages();
