@@ -97,7 +97,15 @@ def test_an_existing_database_is_upgraded_to_64_bit_cursors(cluster: stores.Clus
                 ),
                 {"id": room_id, "name": f"r{room_id[-8:].lower()}"},
             )
-            before = rows.send(conn, room_id)
+            # and a message as 0015 stores it (today's insert writes the search vector too)
+            before = conn.execute(
+                sa.text(
+                    "INSERT INTO messages (message_id, room_id, sender_id, sender_name,"
+                    " content, created_at) VALUES (:id, :room, :id, 'alice', 'hi', 0)"
+                    " RETURNING seq"
+                ),
+                {"id": new_id(), "room": room_id},
+            ).scalar_one()
             assert _type(conn, "messages", "seq") == "integer"
     finally:
         engine.dispose()
