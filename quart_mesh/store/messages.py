@@ -27,6 +27,7 @@ __all__ = [
     "head_seq",
     "insert_message",
     "list_messages",
+    "mentions",
     "messages_after",
     "messages_around",
     "messages_by_seq",
@@ -337,6 +338,17 @@ def backlog_cutoff(
     return seq, int(skipped)
 
 
+def mentions(participant_id: str, name: str) -> sa.ColumnElement[bool]:
+    """Whether a message mentions the participant: addressed ``to`` it, or
+    containing ``@name`` (case-insensitively). What the ``mentions`` counts,
+    mention-only polls and (as SQL text) the search filter ``mentions:me``
+    count as a mention."""
+    return sa.or_(
+        messages.c.to_id == participant_id,
+        sa.func.lower(messages.c.content).contains("@" + name.lower(), autoescape=True),
+    )
+
+
 def messages_after(
     conn: Connection,
     participant_id: str,
@@ -379,13 +391,7 @@ def messages_after(
     if mentions_of is not None:
         dm_rooms = sa.select(rooms.c.room_id).where(rooms.c.kind == "dm")
         query = query.where(
-            sa.or_(
-                messages.c.to_id == participant_id,
-                sa.func.lower(messages.c.content).contains(
-                    "@" + mentions_of.lower(), autoescape=True
-                ),
-                messages.c.room_id.in_(dm_rooms),
-            )
+            sa.or_(mentions(participant_id, mentions_of), messages.c.room_id.in_(dm_rooms))
         )
     rows = list(conn.execute(query.order_by(messages.c.seq).limit(limit)))
     return _messages(conn, rows)

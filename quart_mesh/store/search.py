@@ -284,6 +284,7 @@ def search(
         mentioned_id, name = filters.mentions
         params["mentioned"] = mentioned_id
         params["mention"] = "%" + _like_escaped("@" + name.lower()) + "%"
+        # store.messages.mentions, written for this query's text
         where.append("(m.to_id = :mentioned OR lower(m.content) LIKE :mention ESCAPE '\\')")
     # newest first by the index's own order (FTS5 walks its rowids backwards)
     newest = "m.seq DESC" if postgresql or not positive else "message_search.rowid DESC"

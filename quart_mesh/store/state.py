@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .dialect import Statement, insert
+from .messages import mentions
 from .schema import messages, positions, room_members, room_reads
 
 __all__ = [
@@ -126,10 +127,7 @@ def unread_summary(
     are those addressed ``to`` the participant or containing ``@name``.
     """
     last_read = sa.func.coalesce(room_reads.c.last_read_seq, 0)
-    mention = sa.or_(
-        messages.c.to_id == participant_id,
-        sa.func.lower(messages.c.content).contains("@" + name.lower(), autoescape=True),
-    )
+    mention = mentions(participant_id, name)
     query = (
         sa.select(
             room_members.c.room_id,
