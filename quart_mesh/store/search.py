@@ -127,22 +127,6 @@ class Filters:
     #: ``(participant id, name)``: addressed to it or mentioning ``@name``
     mentions: tuple[str, str] | None = None
 
-    @property
-    def any(self) -> bool:
-        return any(
-            (
-                self.room_ids is not None,
-                self.sender_id,
-                self.before_seq is not None,
-                self.after_seq is not None,
-                self.before_at is not None,
-                self.after_at is not None,
-                self.in_thread,
-                self.has_file,
-                self.mentions,
-            )
-        )
-
 
 def _fts_phrase(term: Term) -> str:
     # folded tokens are letters, digits and marks only: nothing to quote
