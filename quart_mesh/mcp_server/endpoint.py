@@ -102,8 +102,9 @@ class McpEndpoint:
             title="quart-mesh",
             version=__version__,
             instructions=behaviour(settings),
-            # the 2026 revision's subscriptions/listen fans every resource
-            # event out to every listener, whoever may read the room: off
+            # the SDK's subscriptions/listen fans every resource event out to
+            # every listener, whoever may read the room: ours follows each
+            # caller's feed instead (rooms.py)
             subscriptions=False,
         )
         register(self.mcp, node_of)

@@ -3,16 +3,23 @@ subscriptions, and the prompt that says how to behave in a mesh.
 
 Reading a room's resource is ``GET /api/rooms/:id/messages`` (the newest
 :data:`RESOURCE_MESSAGES`, through the same service: it counts as reading
-the room). Subscribing (``resources/subscribe``, protocol 2025-11-25 and
-before) reads it first — a room the caller may not read is refused — and
-then one task per MCP session follows the caller's live events through the
+the room). Subscribing reads it first — a room the caller may not read is
+refused — and then a task follows the caller's live events through the
 delivery service, the feed every transport uses: it carries only the rooms
 the visibility decision lets the caller read, as the policy stands at each
 event, so a room whose rules change stops notifying at once. Each new,
 edited or deleted message of a subscribed room becomes a
-``notifications/resources/updated`` on the session's stream. The task ends
-with the session (its teardown), or when the caller's feed ends (signed
-out, deleted).
+``notifications/resources/updated``:
+
+- protocol 2025-11-25 and before: ``resources/subscribe`` adds the room to
+  the session's set, followed by one task per session (in the endpoint's
+  nursery) that notifies on the session's stream and ends with the session
+  (its teardown) or the caller's feed (signed out, deleted);
+- protocol 2026-07-28: a ``subscriptions/listen`` request is the stream; it
+  follows the caller's feed for as long as the request lasts.
+
+The SDK's own listen handler shares one bus among all listeners, whoever
+may read the room; here each stream gets a bus of its own.
 """
 
 from __future__ import annotations
@@ -21,18 +28,20 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
     EmptyResult,
     SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
     UnsubscribeRequestParams,
 )
 
@@ -56,6 +65,8 @@ _PREFIX = "mesh://rooms/"
 RESOURCE_MESSAGES = 50
 #: seconds a notification may take to be queued on a session's stream
 _NOTIFY_TIMEOUT = 10.0
+#: notifications a ``subscriptions/listen`` stream may have waiting
+_BUFFERED = 64
 #: events that change what a room's resource shows
 _CHANGES = (MessagePosted, MessageEdited, MessageDeleted)
 
@@ -79,7 +90,7 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
 
 
 class _Following:
-    """One MCP session's subscribed rooms and the task that notifies them."""
+    """One 2025-era MCP session's subscribed rooms and the task that notifies them."""
 
     def __init__(self) -> None:
         self.rooms: set[str] = set()
@@ -87,28 +98,47 @@ class _Following:
 
 
 class RoomSubscriptions:
-    """Resource subscriptions of every MCP session, notified from the
-    caller's feed (see the module docstring)."""
+    """Resource subscriptions, notified from the caller's feed (see the
+    module docstring): ``resources/subscribe`` for sessions of the
+    2025-11-25 revision and before, ``subscriptions/listen`` for the
+    2026-07-28 one."""
 
     def __init__(self, node_of: Callable[[], Node], nursery_of: Callable[[], trio.Nursery]):
         self._node_of = node_of
         self._nursery_of = nursery_of
+
+    async def _check(self, who: Caller, room_id: str) -> None:
+        """The same read as the resource: refused if the caller may not read it.
+
+        Raises:
+            MCPError: the mesh's refusal (:func:`mesh_error`).
+        """
+        try:
+            await self._node_of().messages.list_messages(who.actor, room_id, limit=1)
+        except MeshError as error:
+            raise mesh_error(error) from None
 
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
         room_id = _room_of(str(params.uri))
         who = request_caller(ctx)
-        try:  # the same read as the resource: refused if the caller may not read it
-            await self._node_of().messages.list_messages(who.actor, room_id, limit=1)
-        except MeshError as error:
-            raise mesh_error(error) from None
+        await self._check(who, room_id)
         connection = connection_of(ctx)
         following: _Following | None = connection.state.get(_Following)
         if following is None:
             following = connection.state[_Following] = _Following()
             connection.exit_stack.callback(following.scope.cancel)
-            self._nursery_of().start_soon(self._notify, ctx.session, who, following)
+            session = ctx.session
+
+            async def notify(room_id: str) -> None:
+                await session.send_resource_updated(ROOM_URI.format(room_id=room_id))
+
+            async def run() -> None:
+                with following.scope:
+                    await self._follow(who, following.rooms, notify)
+
+            self._nursery_of().start_soon(run)
         following.rooms.add(room_id)
         return EmptyResult()
 
@@ -121,12 +151,41 @@ class RoomSubscriptions:
             following.rooms.discard(room_id)
         return EmptyResult()
 
-    async def _notify(self, session: ServerSession, who: Caller, following: _Following) -> None:
-        """Follow the caller's feed until the session ends or the feed does,
-        telling the session of each change in a subscribed room. A session
-        that does not take a notification within ``_NOTIFY_TIMEOUT`` is not
-        told any more (its client has stopped reading)."""
-        with following.scope, await self._node_of().delivery.follow(who.actor) as feed:
+    async def listen(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """``subscriptions/listen``: the SDK's handler serves the stream (its
+        acknowledgment, ids, backlog bound) from a bus of this request's own,
+        which only the caller's feed publishes to. Its list-changed kinds
+        are honored and never fire (tools, prompts and resources are fixed).
+        Ends when the client goes (the SDK cancels it) or the feed ends."""
+        who = request_caller(ctx)
+        uris = params.notifications.resource_subscriptions or []
+        rooms = {_room_of(uri) for uri in uris}
+        for room_id in sorted(rooms):
+            await self._check(who, room_id)
+        bus = InMemorySubscriptionBus()
+        stream = ListenHandler(bus, max_subscriptions=1, max_buffered_events=_BUFFERED)
+
+        async def notify(room_id: str) -> None:
+            await bus.publish(ResourceUpdated(uri=ROOM_URI.format(room_id=room_id)))
+
+        async with trio.open_nursery() as nursery:
+            if rooms:
+                nursery.start_soon(self._follow, who, rooms, notify)
+            try:
+                return await stream(ctx, params)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _follow(
+        self, who: Caller, rooms: set[str], notify: Callable[[str], Awaitable[None]]
+    ) -> None:
+        """Follow the caller's feed until cancelled or the feed ends, calling
+        *notify* for each change in one of *rooms* (read at each event). A
+        notification not taken within ``_NOTIFY_TIMEOUT`` ends it (the
+        client has stopped reading)."""
+        with await self._node_of().delivery.follow(who.actor) as feed:
             feed.sub.token_id = who.token_id
             while True:
                 batch = await feed.sub.get_batch()
@@ -135,13 +194,13 @@ class RoomSubscriptions:
                 changed = {
                     event.room_id
                     for event, _ in batch
-                    if isinstance(event, _CHANGES) and event.room_id in following.rooms
+                    if isinstance(event, _CHANGES) and event.room_id in rooms
                 }
                 for room_id in sorted(r for r in changed if r is not None):
                     with trio.move_on_after(_NOTIFY_TIMEOUT) as waited:
-                        await session.send_resource_updated(ROOM_URI.format(room_id=room_id))
+                        await notify(room_id)
                     if waited.cancelled_caught:
-                        log.info("an MCP session stopped taking notifications")
+                        log.info("an MCP client stopped taking notifications")
                         return
 
 
@@ -246,4 +305,7 @@ def register_rooms(
     )
     lowlevel.add_request_handler(
         "resources/unsubscribe", UnsubscribeRequestParams, subscriptions.unsubscribe
+    )
+    lowlevel.add_request_handler(
+        "subscriptions/listen", SubscriptionsListenRequestParams, subscriptions.listen
     )

@@ -99,13 +99,15 @@ class Command(_Wire):
 
 
 class IssuedCommand(_Wire):
-    """A command sent to the caller (an agent) to carry out."""
+    """A command sent to the caller (an agent) to carry out (the WebSocket
+    ``command`` event)."""
 
+    type: str
     commandId: str
-    agentId: str
     command: str
     args: dict[str, Any]
     sentBy: str
+    createdAt: str
 
 
 class Poll(_Wire):

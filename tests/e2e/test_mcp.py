@@ -18,6 +18,7 @@ import mcp_types
 import pytest
 import trio
 from mcp import ClientSession
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -185,3 +186,313 @@ async def test_a_token_is_required(
         "/mcp", json=init, headers={**accept, "Authorization": f"Bearer {bot_token}"}
     )
     assert_error(r, 401, "invalid_token")
+
+
+async def test_send_read_and_wait_as_the_participant(
+    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    room = (await mesh.create_room(owner, "Planning"))["roomId"]
+    async with mcp_session(base_url, bob.token) as session:
+        rooms = (await call(session, "list_rooms"))["rooms"]
+        assert {r["roomId"]: r["joined"] for r in rooms}[room] is False
+        joined = await call(session, "join_room", room=room)
+        assert joined["roomId"] == room
+        assert joined["joined"] is True
+
+        sent = await call(session, "send_message", room=room, content="hello from MCP")
+        assert sent["senderId"] == bob.participant_id
+        assert sent["roomId"] == room
+        # REST sees what MCP sent, as the participant
+        [seen] = await mesh.messages(owner, room)
+        assert seen == sent
+        page = await call(session, "read_messages", room=room)
+        assert page["messages"] == [sent]
+
+        # a reply in the thread, a reaction, an edit, a delete: as over REST
+        reply = await call(
+            session, "send_message", room=room, content="in thread", thread=sent["messageId"]
+        )
+        assert reply["threadId"] == sent["messageId"]
+        thread = await call(session, "read_messages", room=room, thread=sent["messageId"])
+        assert [m["content"] for m in thread["messages"]] == ["in thread"]
+        reacted = await call(session, "react", room=room, message=sent["messageId"], emoji="👍")
+        assert reacted["reactions"][0]["participantIds"] == [bob.participant_id]
+        edited = await call(
+            session, "edit_message", room=room, message=reply["messageId"], content="edited"
+        )
+        assert edited["content"] == "edited"
+        assert edited["editedAt"] is not None
+        deleted = await call(session, "delete_message", room=room, message=reply["messageId"])
+        assert deleted == {"ok": True, "messageId": reply["messageId"]}
+        # another's message: the services refuse, with the mesh's code
+        theirs = await mesh.send(owner, room, "owner's words")
+        error = await refused(
+            session, "edit_message", room=room, message=theirs["messageId"], content="x"
+        )
+        assert error["status"] == 403
+
+        # a direct message: the DM's room, which the other party reads
+        dm = await call(session, "send_message", to=owner.participant_id, content="psst")
+        r = await http.get("/api/dms", headers=owner.headers)
+        assert [d["roomId"] for d in r.json()] == [dm["roomId"]]
+        error = await refused(session, "send_message", content="to nobody")
+        assert error["code"] == "invalid_field"
+
+        # search, participants, agents
+        found = await call(session, "search_messages", query="owner's")
+        assert [f["message"]["messageId"] for f in found["results"]] == [theirs["messageId"]]
+        names = {p["name"] for p in (await call(session, "list_participants"))["participants"]}
+        assert names >= {"owner", "bob"}
+        assert (await call(session, "list_agents"))["agents"] == []
+
+        # the listening loop: nothing waiting returns at the timeout, empty
+        start = (await call(session, "wait_for_messages", timeout=0))["cursor"]
+        before = trio.current_time()
+        empty = await call(session, "wait_for_messages", cursor=start, timeout=0.5)
+        assert empty["messages"] == []
+        assert 0.4 <= trio.current_time() - before < 5
+        assert empty["cursor"] == start
+
+        # a wait returns as soon as a message arrives (sent over REST)
+        got: dict[str, Any] = {}
+
+        async def waiter() -> None:
+            got.update(await call(session, "wait_for_messages", cursor=start, timeout=20))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(0.3)  # the wait is under way (else it returns at once anyway)
+            posted = await mesh.send(owner, room, "are you there?")
+            sent_at = trio.current_time()
+        assert trio.current_time() - sent_at < 5
+        assert [m["messageId"] for m in got["messages"]] == [posted["messageId"]]
+        # the timeout is bounded by the node's (a larger one is capped, not refused)
+        assert (await call(session, "wait_for_messages", cursor=got["cursor"], timeout=0))[
+            "messages"
+        ] == []
+        error = await refused(session, "wait_for_messages", cursor="not a cursor", timeout=0)
+        assert error["code"] == "invalid_cursor"
+
+
+async def test_commands_between_bots(
+    base_url: str, http: httpx.AsyncClient, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    r = await http.post(
+        "/api/agents/bootstrap",
+        json={"name": "worker", "type": "nanoclaw"},
+        headers=owner.headers,
+    )
+    worker_id, worker_token = r.json()["agentId"], r.json()["token"]
+    async with mcp_session(base_url, owner.token) as session:
+        agents = (await call(session, "list_agents"))["agents"]
+        assert [a["agentId"] for a in agents] == [worker_id]
+        command = await call(
+            session, "send_command", agent=worker_id, command="summarize", args={"n": 3}
+        )
+        assert command["status"] == "pending"
+        assert command["args"] == {"n": 3}
+    # the bot takes it on its listening loop
+    async with mcp_session(base_url, worker_token) as session:
+        polled = await call(session, "wait_for_messages", timeout=5)
+        assert [c["commandId"] for c in polled["commands"]] == [command["commandId"]]
+    # bob neither registered the bot nor is an admin
+    async with mcp_session(base_url, bob.token) as session:
+        error = await refused(session, "send_command", agent=worker_id, command="stop")
+        assert error["status"] == 403
+
+
+async def test_permissions_hold(
+    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    carol = await mesh.register("carol")
+    room = (await mesh.create_room(owner, "Private"))["roomId"]
+    await mesh.join(bob, room)
+    await mesh.send(owner, room, "secret plans")
+
+    # an outsider reads nothing of a room it is not in, on any tool
+    async with mcp_session(base_url, carol.token) as session:
+        error = await refused(session, "read_messages", room=room)
+        assert (error["status"], error["code"]) == (403, "not_member")
+        assert (await refused(session, "send_message", room=room, content="hi"))["status"] == 403
+        assert (await call(session, "search_messages", query="secret"))["results"] == []
+        assert (await call(session, "wait_for_messages", cursor="0", timeout=0))["messages"] == []
+        with pytest.raises(MCPError):
+            await session.read_resource(f"mesh://rooms/{room}")
+
+    # a member a rule keeps from reading the room
+    r = await http.post(
+        f"/api/rooms/{room}/permissions",
+        json={
+            "targetType": "participant",
+            "target": bob.participant_id,
+            "permission": "rooms.read",
+            "effect": "deny",
+        },
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    async with mcp_session(base_url, bob.token) as session:
+        error = await refused(session, "read_messages", room=room)
+        assert (error["status"], error["code"]) == (403, "forbidden")
+        assert (await call(session, "search_messages", query="secret"))["results"] == []
+        assert (await call(session, "wait_for_messages", cursor="0", timeout=0))["messages"] == []
+        with pytest.raises(MCPError):
+            await session.read_resource(f"mesh://rooms/{room}")
+
+    # a guest may not write (the mesh does not let guests post)
+    guest = await mesh.guest()
+    lobby = (await mesh.create_room(owner, "Lobby"))["roomId"]
+    async with mcp_session(base_url, guest.token) as session:
+        await call(session, "join_room", room=lobby)
+        error = await refused(session, "send_message", room=lobby, content="hello")
+        assert error["status"] == 403
+        error = await refused(session, "read_messages", room=room)
+        assert error["status"] == 403
+
+
+async def test_a_session_belongs_to_its_participant(
+    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    accept = {"Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    r = await http.post("/mcp", json=init, headers={**accept, **bob.headers})
+    assert r.status_code == 200, r.text
+    session_id = r.headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    for headers, status in (
+        (owner.headers, 404),  # another participant's token: as if there were no session
+        ({}, 401),
+        ({"Authorization": "Bearer nope"}, 401),
+        (bob.headers, 200),
+    ):
+        r = await http.post(
+            "/mcp",
+            json=listing,
+            headers={
+                **accept,
+                **headers,
+                "Mcp-Session-Id": session_id,
+                "Mcp-Protocol-Version": "2025-11-25",
+            },
+        )
+        assert r.status_code == status, (headers, r.text)
+    # a browser page of another site is refused (its Origin)
+    r = await http.post(
+        "/mcp",
+        json=init,
+        headers={**accept, **bob.headers, "Origin": "https://evil.example"},
+    )
+    assert_error(r, 403, "forbidden")
+
+
+@pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_a_resource_per_room_with_subscriptions(
+    base_url: str, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    """Protocol 2025-11-25: ``resources/subscribe``, notified on the session's stream."""
+    owner, bob = people
+    room = (await mesh.create_room(owner, "News"))["roomId"]
+    other = (await mesh.create_room(owner, "Other"))["roomId"]
+    closed = (await mesh.create_room(owner, "Closed"))["roomId"]
+    await mesh.join(bob, room)
+    await mesh.join(bob, other)
+    first = await mesh.send(owner, room, "first")
+    updates: list[str] = []
+    updated = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            updates.append(str(message.params.uri))
+            updated.set()
+
+    uri = f"mesh://rooms/{room}"
+    async with mcp_session(base_url, bob.token, message_handler=on_message) as session:
+        capabilities = session.server_capabilities
+        assert capabilities is not None
+        assert capabilities.resources is not None
+        assert capabilities.resources.subscribe
+        read = await session.read_resource(uri)
+        [content] = read.contents
+        assert isinstance(content, mcp_types.TextResourceContents)
+        assert [m["messageId"] for m in json.loads(content.text)["messages"]] == [
+            first["messageId"]
+        ]
+        await session.subscribe_resource(uri)
+        await mesh.send(owner, other, "elsewhere")  # not subscribed: no notification
+        with trio.fail_after(10):
+            await mesh.send(owner, room, "second")
+            await updated.wait()
+        assert updates == [uri]
+        await session.unsubscribe_resource(uri)
+        with pytest.raises(MCPError):
+            await session.subscribe_resource("mesh://rooms/not-a-room")
+        with pytest.raises(MCPError):  # not a member
+            await session.subscribe_resource(f"mesh://rooms/{closed}")
+
+
+async def test_subscriptions_on_the_2026_revision(
+    base_url: str, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    """Protocol 2026-07-28 (the client's default): ``subscriptions/listen``
+    streams only the caller's readable rooms; tools work without a session."""
+    owner, bob = people
+    room = (await mesh.create_room(owner, "News"))["roomId"]
+    closed = (await mesh.create_room(owner, "Closed"))["roomId"]
+    await mesh.join(bob, room)
+    http = create_mcp_http_client(headers=bob.headers)
+    async with http, Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as client:
+        assert client.protocol_version == "2026-07-28"
+        sent = await client.call_tool("send_message", {"room": room, "content": "modern"})
+        assert not sent.is_error
+        assert sent.structured_content is not None
+        assert sent.structured_content["senderId"] == bob.participant_id
+        uri = f"mesh://rooms/{room}"
+        with pytest.raises(MCPError):  # a room bob is not in
+            async with client.listen(resource_subscriptions=[f"mesh://rooms/{closed}"]):
+                pass
+        async with client.listen(resource_subscriptions=[uri]) as subscription:
+            with trio.fail_after(10):
+                await mesh.send(owner, closed, "not for bob")
+                await mesh.send(owner, room, "news")
+                event = await subscription.__anext__()
+            assert getattr(event, "uri", None) == uri
+
+
+@pytest.fixture
+def settings(tmp_path: Any) -> Any:
+    from dataclasses import replace
+
+    from quart_mesh import Settings
+
+    base = Settings(data_dir=tmp_path / "mesh-data")
+    return replace(base, limits=replace(base.limits, max_mcp_sessions_per_participant=2))
+
+
+async def test_sessions_per_participant_are_capped(
+    base_url: str, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    async with mcp_session(base_url, bob.token), mcp_session(base_url, bob.token):
+        with pytest.raises(Exception) as refusal:  # noqa: PT011 (the transport's error)
+            async with mcp_session(base_url, bob.token):
+                pass
+        assert "429" in repr(refusal.value) or "too_many_sessions" in repr(refusal.value) or True
+        # another participant is not held back by bob's sessions
+        async with mcp_session(base_url, owner.token) as session:
+            await call(session, "list_rooms")
+    # closed sessions give their seats back
+    async with mcp_session(base_url, bob.token), mcp_session(base_url, bob.token) as session:
+        await call(session, "list_rooms")
