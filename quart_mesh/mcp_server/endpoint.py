@@ -51,7 +51,7 @@ from starlette.authentication import AuthCredentials
 from .._version import __version__
 from ..errors import MeshError, RateLimited, Unauthorized, Unavailable, error_body
 from .rooms import RoomSubscriptions, behaviour, connection_of, register_rooms
-from .tools import CALLER, Caller, register, request_caller, tool_error
+from .tools import CALLER, Caller, Dropped, register, request_caller, tool_error
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -187,9 +187,11 @@ class McpEndpoint:
             _client_host(scope), _headers(scope, node.client_addresses.header)
         )
         user = AuthenticatedUser(AccessToken(token=token, client_id=pid, subject=pid, scopes=[]))
+        dropped = Dropped()
+        receive = _watching(receive, dropped)
         authed: dict[str, Any] = {
             **scope,
-            CALLER: Caller(actor, token_id, address),
+            CALLER: Caller(actor, token_id, address, dropped),
             "user": user,
             "auth": AuthCredentials([]),
         }
@@ -274,6 +276,18 @@ class McpEndpoint:
         parts.append(f'resource_metadata="{self._base_url(scope)}{METADATA_PATH}"')
         challenge = ("Bearer " + ", ".join(parts)).encode()
         await _json(send, 401, error.to_json(), [(b"www-authenticate", challenge)])
+
+
+def _watching(receive: ASGIReceiveCallable, dropped: Dropped) -> ASGIReceiveCallable:
+    """*receive*, telling *dropped* when the client goes away."""
+
+    async def watched() -> Any:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            dropped.fire()
+        return message
+
+    return watched
 
 
 def _bearer(scope: HTTPScope) -> str:

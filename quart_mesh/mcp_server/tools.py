@@ -12,12 +12,14 @@ error carrying the mesh's code and message (:func:`tool_error`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
@@ -26,15 +28,48 @@ from pydantic import Field
 from ..errors import BadRequest, MeshError, RateLimited
 from ..services.authz import Actor
 from ..services.commands import command_json
+from ..services.polling import PollResult
 from . import shapes
 
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["CALLER", "Caller", "caller", "register", "request_caller", "tool_error"]
+__all__ = ["CALLER", "Caller", "Dropped", "caller", "register", "request_caller", "tool_error"]
 
 #: where the endpoint puts the request's :class:`Caller` in the ASGI scope
 CALLER = "quart_mesh.mcp.caller"
+
+
+class Dropped:
+    """Whether the client of one HTTP request went away (hypercorn said
+    ``http.disconnect`` before the answer was complete), and the waits to
+    end when it does: a tool's call outlives its request in the SDK (it
+    runs in the session's task), so a dropped client's waits are ended
+    here, not by the SDK."""
+
+    __slots__ = ("_scopes", "gone")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    def fire(self) -> None:
+        self.gone = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    @contextlib.contextmanager
+    def ends(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for the block, cancelled when the client goes."""
+        scope = trio.CancelScope()
+        if self.gone:
+            scope.cancel()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +82,8 @@ class Caller:
     token_id: str
     #: the client's address (behind trusted proxies, the forwarded one)
     address: str | None
+    #: the request's client went away
+    dropped: Dropped = field(default_factory=Dropped)
 
 
 def caller(ctx: Context[Any, Any]) -> Caller:
@@ -192,15 +229,20 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         node, who = node_of(), caller(ctx)
         if not math.isfinite(timeout):
             raise BadRequest("timeout must be a finite number", "invalid_field")
-        result = await node.polling.poll(
-            who.actor,
-            cursor=cursor,
-            mentions_only=mentions_only,
-            wait_seconds=min(timeout, node.settings.max_poll_timeout),
-            limit=limit,
-            token_id=who.token_id,
-            address=who.address,
-        )
+        result: PollResult | None = None
+        with who.dropped.ends():
+            result = await node.polling.poll(
+                who.actor,
+                cursor=cursor,
+                mentions_only=mentions_only,
+                wait_seconds=min(timeout, node.settings.max_poll_timeout),
+                limit=limit,
+                token_id=who.token_id,
+                address=who.address,
+            )
+        if result is None:
+            # the answer would go nowhere; what waited stays for the next call
+            raise BadRequest("the client went away", "client_gone")
         return shapes.Poll.model_validate(result.to_json())
 
     @mcp.tool(title="Search messages")

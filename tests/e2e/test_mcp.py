@@ -398,7 +398,9 @@ async def test_a_session_belongs_to_its_participant(
     assert_error(r, 403, "forbidden")
 
 
-@pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning")
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
 async def test_a_resource_per_room_with_subscriptions(
     base_url: str, mesh: Mesh, people: tuple[User, User]
 ) -> None:
@@ -478,7 +480,8 @@ def settings(tmp_path: Any) -> Any:
     from quart_mesh import Settings
 
     base = Settings(data_dir=tmp_path / "mesh-data")
-    return replace(base, limits=replace(base.limits, max_mcp_sessions_per_participant=2))
+    limits = replace(base.limits, max_mcp_sessions_per_participant=2, max_polls_per_participant=1)
+    return replace(base, limits=limits)
 
 
 async def test_sessions_per_participant_are_capped(
@@ -496,3 +499,53 @@ async def test_sessions_per_participant_are_capped(
     # closed sessions give their seats back
     async with mcp_session(base_url, bob.token), mcp_session(base_url, bob.token) as session:
         await call(session, "list_rooms")
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+async def test_a_dropped_clients_wait_ends(
+    base_url: str, http: httpx.AsyncClient, people: tuple[User, User]
+) -> None:
+    """A client that goes away mid-wait frees what its wait held (a long-poll
+    seat: one per participant here) at once, not at the wait's timeout."""
+    _, bob = people
+    r = await http.post("/mcp", json=INIT, headers={**ACCEPT, **bob.headers})
+    headers = {
+        **ACCEPT,
+        **bob.headers,
+        "Mcp-Session-Id": r.headers["mcp-session-id"],
+        "Mcp-Protocol-Version": "2025-11-25",
+    }
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post("/mcp", json=initialized, headers=headers)).status_code == 202
+    wait = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "wait_for_messages", "arguments": {"timeout": 30}},
+    }
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as dropping:
+        with trio.move_on_after(0.5) as waited:
+            await dropping.post("/mcp", json=wait, headers=headers)
+        assert waited.cancelled_caught  # still waiting: the client drops it
+    async with mcp_session(base_url, bob.token) as session:
+        with trio.fail_after(10):
+            while True:  # the seat comes back as soon as the node sees the drop
+                result = await session.call_tool("wait_for_messages", {"timeout": 0.1})
+                if not result.is_error:
+                    break
+                [content] = result.content
+                assert isinstance(content, mcp_types.TextContent)
+                assert json.loads(content.text)["code"] == "too_many_polls"
+                await trio.sleep(0.1)
