@@ -14,6 +14,7 @@ import trio
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.app import MeshApp
+from quart_mesh.errors import BadRequest, Conflict, NotFound
 from quart_mesh.records import TaskState
 from tests.helpers import Mesh, User, assert_error, connect, serve_on
 
@@ -363,3 +364,68 @@ async def test_tasks_survive_a_restart(tmp_path: Path) -> None:
                 done = (await ws.expect("task_updated"))["task"]
                 assert (done["taskId"], done["state"]) == (plain["taskId"], "completed")
         nursery.cancel_scope.cancel()
+
+
+async def test_asking_a_bot_in_a_dm(base_url: str, mesh: Mesh, served_app: MeshApp) -> None:
+    """A2A's way in (``Tasks.ask``): what a DM needs; a spawned echo bot,
+    which knows nothing of tasks, completes the task by answering in the DM;
+    a follow-up goes in the task's thread."""
+    owner = await mesh.setup()
+    member = await mesh.register("member")
+    stranger = await mesh.register("stranger")
+    r = await mesh.http.post(
+        "/api/agents/spawn",
+        json={"name": "echo-bot", "type": "echo", "model": "none", "rooms": []},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    echo = r.json()["agentId"]
+    thinker = await bootstrap(mesh, "thinker")
+    node = served_app.node
+    actor = await node.accounts.actor_of(member.participant_id)
+    assert actor is not None
+    async with connect(base_url, member) as ws:
+        task = await node.tasks.ask(actor, agent_id=echo, content="hello", context_id="ctx-1")
+        assert (task.state, task.via, task.context_id) == (TaskState.SUBMITTED, "a2a", "ctx-1")
+        assert (await ws.expect("task_created"))["task"]["taskId"] == task.task_id
+        done = (await ws.expect("task_updated", timeout=30))["task"]
+        assert (done["state"], done["result"]) == ("completed", "echo: hello")
+        # the DM is the task's room; the echo is its history
+        history = await node.tasks.history(actor, task.task_id)
+        assert [m.content for m in history] == ["hello", "echo: hello"]
+        again = await node.tasks.ask(actor, agent_id=echo, content="and again")
+        assert again.room_id == task.room_id  # the same DM
+        assert again.context_id == again.task_id
+
+    # a follow-up of an open task: in its thread, back to working
+    first = await node.tasks.ask(actor, agent_id=thinker.participant_id, content="think")
+    thinker_actor = await node.accounts.actor_of(thinker.participant_id)
+    assert thinker_actor is not None
+    asked = await node.tasks.update(
+        thinker_actor, first.task_id, state="input-required", message="about what?"
+    )
+    assert asked.state is TaskState.INPUT_REQUIRED
+    followed = await node.tasks.ask(
+        actor, agent_id=thinker.participant_id, content="the plan", task_id=first.task_id
+    )
+    assert followed.state is TaskState.WORKING
+    history = await node.tasks.history(actor, first.task_id)
+    assert [(m.content, m.thread_id) for m in history] == [
+        ("think", None),
+        ("about what?", first.message_id),
+        ("the plan", first.message_id),
+    ]
+    # only one's own task, with that agent; a closed one refuses
+    other = await node.accounts.actor_of(stranger.participant_id)
+    assert other is not None
+    with pytest.raises(NotFound):
+        await node.tasks.ask(
+            other, agent_id=thinker.participant_id, content="x", task_id=first.task_id
+        )
+    await node.tasks.cancel(actor, first.task_id)
+    with pytest.raises(Conflict):
+        await node.tasks.ask(
+            actor, agent_id=thinker.participant_id, content="x", task_id=first.task_id
+        )
+    with pytest.raises(BadRequest):
+        await node.tasks.ask(actor, agent_id=owner.participant_id, content="x")
