@@ -23,6 +23,7 @@ __all__ = [
     "Room",
     "RoomPage",
     "SearchPage",
+    "Task",
 ]
 
 
@@ -174,3 +175,24 @@ class AgentList(_Wire):
 class Deleted(_Wire):
     ok: bool
     messageId: str
+
+
+class Task(_Wire):
+    """A task for an agent (``GET /api/tasks/:taskId``'s ``task``)."""
+
+    taskId: str
+    roomId: str
+    agentId: str
+    creatorId: str
+    title: str | None = None
+    #: submitted | working | input-required | completed | failed | canceled | rejected
+    state: str
+    #: the message that asked (the task's thread)
+    messageId: str
+    contextId: str
+    statusMessage: str | None = None
+    result: str | None = None
+    managed: bool
+    via: str
+    createdAt: str
+    updatedAt: str

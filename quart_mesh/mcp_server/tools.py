@@ -342,3 +342,28 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         ones' state."""
         found = await node_of().agents.list_agents(caller(ctx).actor)
         return shapes.AgentList.model_validate({"agents": found})
+
+    @mcp.tool(title="Update a task")
+    async def update_task(
+        ctx: Context[Any, Any],
+        task: Annotated[str, Field(description="the task's id (taskId)")],
+        state: Annotated[
+            Literal["working", "input-required", "completed", "failed", "rejected"],
+            Field(
+                description="working: you are on it; input-required: you need an answer "
+                "(ask it in message); completed (give result), failed or rejected"
+            ),
+        ],
+        message: Annotated[
+            str | None,
+            Field(description="a status text, posted by you in the task's thread"),
+        ] = None,
+        result: Annotated[
+            str | None, Field(description="your final answer (with completed)")
+        ] = None,
+    ) -> shapes.Task:
+        """Move a task you are the agent of to a new state (PATCH /api/tasks/:id)."""
+        updated = await node_of().tasks.update(
+            caller(ctx).actor, task, state=state, message=message, result=result
+        )
+        return shapes.Task.model_validate(updated.to_json())

@@ -49,6 +49,7 @@ TOOLS = {
     "delete_message",
     "send_command",
     "list_agents",
+    "update_task",
 }
 
 
@@ -549,3 +550,39 @@ async def test_a_dropped_clients_wait_ends(
                 assert isinstance(content, mcp_types.TextContent)
                 assert json.loads(content.text)["code"] == "too_many_polls"
                 await trio.sleep(0.1)
+
+
+async def test_an_agent_updates_its_task(
+    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    owner, bob = people
+    r = await http.post(
+        "/api/agents/bootstrap", json={"name": "thinker", "type": "nanoclaw"}, headers=owner.headers
+    )
+    bot = User(r.json()["agentId"], "thinker", r.json()["token"])
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    await mesh.join(bob, room)
+    r = await http.post(
+        "/api/tasks",
+        json={"roomId": room, "agentId": bot.participant_id, "content": "plan it"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    task_id = r.json()["taskId"]
+    async with mcp_session(base_url, bob.token) as session:  # not its agent
+        error = await refused(session, "update_task", task=task_id, state="working")
+        assert (error["status"], error["code"]) == (403, "not_task_agent")
+    async with mcp_session(base_url, bot.token) as session:
+        working = await call(session, "update_task", task=task_id, state="working", message="on it")
+        assert (working["state"], working["managed"]) == ("working", True)
+        assert working["statusMessage"] == "on it"
+        done = await call(session, "update_task", task=task_id, state="completed", result="42")
+        assert (done["state"], done["result"]) == ("completed", "42")
+        error = await refused(session, "update_task", task=task_id, state="working")
+        assert error["status"] == 409
+        # the status message is the agent's reply in the task's thread
+        thread = await call(session, "read_messages", room=room, thread=done["messageId"])
+        assert [m["content"] for m in thread["messages"]] == ["on it"]
+    r = await http.get(f"/api/tasks/{task_id}", headers=owner.headers)
+    assert r.json()["task"]["result"] == "42"
