@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +26,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from quart_mesh import Settings, create_app, serve
+from quart_mesh.mcp_server import McpEndpoint
+from tests.e2e.test_stock_hypercorn import served
 from tests.helpers import Mesh, User, assert_error
 
 pytestmark = [
@@ -475,11 +481,7 @@ async def test_subscriptions_on_the_2026_revision(
 
 
 @pytest.fixture
-def settings(tmp_path: Any) -> Any:
-    from dataclasses import replace
-
-    from quart_mesh import Settings
-
+def settings(tmp_path: Path) -> Settings:
     base = Settings(data_dir=tmp_path / "mesh-data")
     limits = replace(base.limits, max_mcp_sessions_per_participant=2, max_polls_per_participant=1)
     return replace(base, limits=limits)
@@ -586,3 +588,42 @@ async def test_an_agent_updates_its_task(
         assert [m["content"] for m in thread["messages"]] == ["on it"]
     r = await http.get(f"/api/tasks/{task_id}", headers=owner.headers)
     assert r.json()["task"]["result"] == "42"
+
+
+async def test_under_stock_hypercorn(tmp_path: Path) -> None:
+    """``hypercorn -k trio 'quart_mesh.asgi:create_asgi_app()'`` serves ``/mcp``
+    too (in-process here), its sessions run by the app's lifespan."""
+    with trio.fail_after(30):
+        async with served(tmp_path) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            room = (await mesh.create_room(owner, "stock"))["roomId"]
+            async with mcp_session(url, owner.token) as session:
+                start = (await call(session, "wait_for_messages", timeout=0))["cursor"]
+                sent = await call(session, "send_message", room=room, content="via stock")
+                got = await call(session, "wait_for_messages", cursor=start, timeout=5)
+                assert [m["messageId"] for m in got["messages"]] == [sent["messageId"]]
+
+
+async def test_a_failing_session_manager_ends_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP sessions run in the node's one tree: when what runs them dies,
+    the server stops (its supervisor restarts it) instead of serving on."""
+
+    async def broken(self: McpEndpoint, *, task_status: Any) -> None:
+        task_status.started()
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("injected MCP failure")
+
+    monkeypatch.setattr(McpEndpoint, "run", broken)
+    app = create_app(Settings(data_dir=tmp_path / "mesh-data"))
+
+    async def serve_for_ever() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve, app, port=0))
+            await trio.sleep_forever()
+
+    with trio.fail_after(30), pytest.raises(BaseExceptionGroup) as failed:
+        await serve_for_ever()
+    assert failed.group_contains(RuntimeError)
