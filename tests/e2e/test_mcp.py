@@ -31,16 +31,15 @@ from quart_mesh.mcp_server import McpEndpoint
 from tests.e2e.test_stock_hypercorn import served
 from tests.helpers import Mesh, User, assert_error
 
-pytestmark = [
-    pytest.mark.timeout(60),
-    # the SDK client's HTTP stack (httpx2) leaves a response stream's generator
-    # to the garbage collector when its SSE stream is cut at the session's end
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <async_generator object "
-        "(PoolByteStream|Response|EventSource)[.]"
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
-]
+#: the SDK client's HTTP stack (httpx2) leaves a response stream's generator
+#: to the garbage collector when its SSE stream is cut at the session's end
+CLIENT_WARNINGS = pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <async_generator object "
+    "(PoolByteStream|Response|EventSource)[.]"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
+
+pytestmark = [pytest.mark.timeout(60), CLIENT_WARNINGS]
 
 TOOLS = {
     "list_rooms",

@@ -15,6 +15,7 @@ reason, among the routes that hand out no room content.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from typing import Any
 
 import pytest
 import trio
+from mcp.shared.exceptions import MCPError
 
 from quart_mesh import Settings, create_app
+from tests.e2e.test_mcp import CLIENT_WARNINGS, mcp_session
 from tests.e2e.test_webhooks import webhook_bot
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 from tests.receiver import Receiver
@@ -282,6 +285,64 @@ async def ws_task_events(w: World) -> set[str]:
 
 LIVE: list[Any] = []
 
+# MCP (issue 30): the tools and resources of /mcp, as alice over the official client -----
+
+
+async def _mcp_texts(result: Any, key: str) -> set[str]:
+    if result.is_error:
+        assert '"status": 403' in result.content[0].text, result.content
+        return set()
+    found = result.structured_content[key]
+    return _texts([f.get("message", f) for f in found])
+
+
+async def mcp_reads(w: World) -> set[str]:
+    """read_messages, search_messages, wait_for_messages from the start,
+    list_rooms, and the room's resource."""
+    seen: set[str] = set()
+    async with mcp_session(w.base_url, w.alice.token) as session:
+        history = await session.call_tool("read_messages", {"room": w.secret})
+        seen |= await _mcp_texts(history, "messages")
+        found = await session.call_tool("search_messages", {"query": "secret"})
+        seen |= await _mcp_texts(found, "results")
+        polled = await session.call_tool("wait_for_messages", {"cursor": "0", "timeout": 0})
+        seen |= await _mcp_texts(polled, "messages")
+        rooms = await session.call_tool("list_rooms", {})
+        seen |= {r["roomId"] for r in (rooms.structured_content or {})["rooms"]}
+        try:
+            read = await session.read_resource(f"mesh://rooms/{w.secret}")
+        except MCPError:
+            pass
+        else:
+            text = getattr(read.contents[0], "text", "{}")
+            seen |= _texts(json.loads(text)["messages"])
+    return seen
+
+
+async def mcp_wait(w: World) -> set[str]:
+    """A wait_for_messages waiting when this round's messages are posted."""
+    found: set[str] = set()
+    async with mcp_session(w.base_url, w.alice.token) as session:
+        head = await session.call_tool("wait_for_messages", {"timeout": 0})
+        cursor = (head.structured_content or {})["cursor"]
+        async with trio.open_nursery() as nursery:
+
+            async def waiting() -> None:
+                nonlocal cursor
+                while f"marker {w.round}-mcp" not in found:
+                    polled = await session.call_tool(
+                        "wait_for_messages", {"cursor": cursor, "timeout": 10}
+                    )
+                    found.update(await _mcp_texts(polled, "messages"))
+                    cursor = (polled.structured_content or {})["cursor"]
+
+            nursery.start_soon(waiting)
+            await trio.sleep(0.3)  # the client's HTTP stack is not the test's to watch
+            await w.mesh.send(w.bob, w.secret, f"secret {w.round}-mcp")
+            await w.mesh.send(w.bob, w.open_room, f"marker {w.round}-mcp")
+    return found
+
+
 #: every path that hands out a room's content, with its probe; the routes
 #: each covers (for :func:`test_every_route_is_classified`)
 PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
@@ -305,6 +366,9 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "task by id": (task_by_id, ("GET /api/tasks/<task_id>",)),
     "task update": (task_update, ("PATCH /api/tasks/<task_id>",)),
     "WebSocket task events": (ws_task_events, ("WS /ws",)),
+    # /mcp is served in front of the app (no route of its own)
+    "MCP tools and resource": (mcp_reads, ()),
+    "MCP wait_for_messages": (mcp_wait, ()),
 }
 
 #: routes that hand out no room's content, and why
@@ -474,6 +538,7 @@ async def _rule(w: World, who: User) -> str:
     return str(r.json()["overrideId"])
 
 
+@CLIENT_WARNINGS  # the MCP probes
 async def test_a_rooms_read_deny_holds_on_every_path(
     base_url: str, mesh: Mesh, nursery: trio.Nursery
 ) -> None:
