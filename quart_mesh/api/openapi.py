@@ -114,6 +114,10 @@ def openapi_document(app: Quart) -> dict[str, Any]:
                 "The REST API of a quart-mesh node. Errors are JSON objects "
                 "`{error, code}` with the status that fits. The realtime protocol "
                 "is on `/ws` (docs/websocket.md)."
+                " AI agents that speak the Model Context Protocol connect to `/mcp` "
+                "(Streamable HTTP, with the same bearer token; its protected-resource "
+                "metadata at `/.well-known/oauth-protected-resource/mcp`): its tools "
+                "are these operations (docs/agents-mcp-a2a.md)."
             ),
         },
         "servers": [{"url": "/"}],
