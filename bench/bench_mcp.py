@@ -219,14 +219,14 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                 sent_at = 0.0
                 got: dict[str, float] = {}
 
-                async def mcp_waiter() -> None:
+                async def mcp_waiter(got: dict[str, float]) -> None:
                     nonlocal cursor
                     answer = await session.call("wait_for_messages", cursor=cursor, timeout=20)
                     got["mcp"] = time.perf_counter()
                     assert answer["messages"], answer
                     cursor = answer["cursor"]
 
-                async def poll_waiter() -> None:
+                async def poll_waiter(got: dict[str, float]) -> None:
                     nonlocal poll_cursor
                     r = await http.post(
                         "/api/poll",
@@ -238,8 +238,8 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                     poll_cursor = r.json()["cursor"]
 
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(mcp_waiter)
-                    nursery.start_soon(poll_waiter)
+                    nursery.start_soon(mcp_waiter, got)
+                    nursery.start_soon(poll_waiter, got)
                     await trio.sleep(0.3)  # both are waiting
                     sent_at = time.perf_counter()
                     r = await http.post(
