@@ -15,8 +15,9 @@ module is what the node adds around it, in front of the app as ASGI:
   session: the SDK answers 404 to a request for a session with another
   participant's token.
 - **Sessions per participant** at most ``max_mcp_sessions_per_participant``
-  (429 ``too_many_sessions`` beyond): counted from the SDK's ``initialize``
-  to the session's teardown, plus requests that open none while they run.
+  (429 ``too_many_sessions`` beyond): a seat taken by each request that
+  comes without a session (2026 requests too, while they run), kept by the
+  session its ``initialize`` opened until the SDK tears it down.
 - **One tree.** :meth:`McpEndpoint.run` runs the session manager (its task
   group holds every session) and the subscription tasks; the app starts it
   in its lifespan, beside the node, so a failure there ends the server.
@@ -51,7 +52,7 @@ from starlette.authentication import AuthCredentials
 from .._version import __version__
 from ..errors import MeshError, RateLimited, Unauthorized, Unavailable, error_body
 from .rooms import RoomSubscriptions, behaviour, connection_of, register_rooms
-from .tools import CALLER, Caller, Dropped, register, request_caller, tool_error
+from .tools import CALLER, Caller, Dropped, register, tool_error
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -66,6 +67,8 @@ METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
 #: the same document where a client looks for the host's (RFC 9728 §3.1 fallback)
 _ROOT_METADATA_PATH = "/.well-known/oauth-protected-resource"
 _SESSION_HEADER = b"mcp-session-id"
+#: where the opening request's seat is in its ASGI scope
+_SEAT = "quart_mesh.mcp.seat"
 
 ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 
@@ -85,6 +88,25 @@ class _MeshMCP(MCPServer[Any]):
             raise
 
 
+class _Seat:
+    """One of a participant's MCP session seats: taken by a request that
+    opens no session yet, kept by the session that request opened (then
+    given back at its teardown), given back once either way."""
+
+    __slots__ = ("_pid", "_seats", "kept")
+
+    def __init__(self, seats: Counter[str], pid: str) -> None:
+        self._seats = seats
+        self._pid = pid
+        self.kept = False
+        seats[pid] += 1
+
+    def release(self) -> None:
+        self._seats[self._pid] -= 1
+        if self._seats[self._pid] <= 0:
+            del self._seats[self._pid]
+
+
 class McpEndpoint:
     """``/mcp`` for one app: the SDK's server and session manager, the auth
     and session seats around them (see the module docstring)."""
@@ -95,8 +117,7 @@ class McpEndpoint:
         self._node_of = node_of
         self._nursery: trio.Nursery | None = None
         #: MCP sessions open per participant, and requests opening one
-        self._sessions: Counter[str] = Counter()
-        self._opening: Counter[str] = Counter()
+        self._seats: Counter[str] = Counter()
         self.mcp = _MeshMCP(
             name="quart-mesh",
             title="quart-mesh",
@@ -200,7 +221,7 @@ class McpEndpoint:
             return
         # no session yet: an initialize (or a 2026 request, which opens none)
         cap = self._settings.limits.max_mcp_sessions_per_participant
-        if self._sessions[pid] + self._opening[pid] >= cap:
+        if self._seats[pid] >= cap:
             refused = RateLimited(
                 f"you have {cap} MCP sessions open, the most allowed: close one first",
                 1.0,
@@ -208,36 +229,30 @@ class McpEndpoint:
             )
             await _json(send, 429, refused.to_json(), [(b"retry-after", b"1")])
             return
-        self._opening[pid] += 1
+        seat = authed[_SEAT] = _Seat(self._seats, pid)
         try:
             await self._manager.handle_request(authed, receive, send)  # type: ignore[arg-type]
         finally:
-            self._opening[pid] -= 1
-            if not self._opening[pid]:
-                del self._opening[pid]
+            if not seat.kept:  # no session came of it
+                seat.release()
 
     async def _count_session(
         self, ctx: ServerRequestContext[Any, Any], call_next: Callable[[Any], Awaitable[Any]]
     ) -> Any:
-        """SDK middleware: a session whose ``initialize`` succeeded holds a
-        seat of its participant until the SDK tears it down."""
+        """SDK middleware: a session whose ``initialize`` succeeded keeps the
+        seat its opening request took until the SDK tears the session down."""
         result = await call_next(ctx)
         if ctx.method == "initialize":
             connection = connection_of(ctx)
-            if connection.session_id is not None:
-                pid = request_caller(ctx).actor.participant_id
-                self._sessions[pid] += 1
-                connection.exit_stack.callback(self._session_ended, pid)
+            seat = getattr(ctx.request, "scope", {}).get(_SEAT)
+            if connection.session_id is not None and isinstance(seat, _Seat):
+                seat.kept = True
+                connection.exit_stack.callback(seat.release)
         return result
 
-    def _session_ended(self, pid: str) -> None:
-        self._sessions[pid] -= 1
-        if self._sessions[pid] <= 0:
-            del self._sessions[pid]
-
     def sessions_of(self, participant_id: str) -> int:
-        """MCP sessions *participant_id* holds open now."""
-        return self._sessions[participant_id]
+        """MCP sessions *participant_id* holds open now (and requests opening one)."""
+        return self._seats[participant_id]
 
     def _base_url(self, scope: HTTPScope) -> str:
         """The node's URL as the client reached it (``public_url`` if set)."""
