@@ -29,10 +29,11 @@ module is what the node adds around it, in front of the app as ASGI:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -88,6 +89,20 @@ class _MeshMCP(MCPServer[Any]):
             raise
 
 
+@contextlib.contextmanager
+def _logging_left_alone() -> Iterator[None]:
+    """``MCPServer()`` calls ``logging.basicConfig`` (a Rich handler at INFO
+    on the root logger) when the root has no handler yet: the node's logging
+    is the node's (``logs.py``), so the root has one while it is built."""
+    root = logging.getLogger()
+    guard = logging.NullHandler()
+    root.addHandler(guard)
+    try:
+        yield
+    finally:
+        root.removeHandler(guard)
+
+
 class _Seat:
     """One of a participant's MCP session seats: taken by a request that
     opens no session yet, kept by the session that request opened (then
@@ -118,26 +133,34 @@ class McpEndpoint:
         self._nursery: trio.Nursery | None = None
         #: MCP sessions open per participant, and requests opening one
         self._seats: Counter[str] = Counter()
-        self.mcp = _MeshMCP(
-            name="quart-mesh",
-            title="quart-mesh",
-            version=__version__,
-            instructions=behaviour(settings),
-            # the SDK's subscriptions/listen fans every resource event out to
-            # every listener, whoever may read the room: ours follows each
-            # caller's feed instead (rooms.py)
-            subscriptions=False,
-        )
+        with _logging_left_alone():
+            self.mcp = _MeshMCP(
+                name="quart-mesh",
+                title="quart-mesh",
+                version=__version__,
+                instructions=behaviour(settings),
+                # the SDK's subscriptions/listen fans every resource event out to
+                # every listener, whoever may read the room: ours follows each
+                # caller's feed instead (rooms.py)
+                subscriptions=False,
+            )
         register(self.mcp, node_of)
         register_rooms(self.mcp, node_of, settings, RoomSubscriptions(node_of, self._nursery_of))
         self.mcp.middleware.append(self._count_session)
+        self._manager = self._new_manager()
+        self._manager_ran = False
+
+    def _new_manager(self) -> StreamableHTTPSessionManager:
+        """A session manager of the SDK's (one runs only once); its
+        Starlette app is not used (see the module docstring)."""
+        limits = self._settings.limits
         self.mcp.streamable_http_app(
             streamable_http_path=PATH,
-            max_request_body_size=settings.limits.max_body_bytes,
-            session_idle_timeout=settings.limits.mcp_session_idle_seconds,
+            max_request_body_size=limits.max_body_bytes,
+            session_idle_timeout=limits.mcp_session_idle_seconds,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        self._manager: StreamableHTTPSessionManager = self.mcp.session_manager
+        return self.mcp.session_manager
 
     @property
     def running(self) -> bool:
@@ -151,11 +174,12 @@ class McpEndpoint:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the SDK's session manager (every MCP session is a task of it)
         and the subscription tasks until cancelled; report started when
-        requests can be served. Cancelling it ends every session.
-
-        Raises:
-            RuntimeError: it ran before (the SDK's manager runs once).
+        requests can be served. Cancelling it ends every session; it may run
+        again after (an app served twice), with a new manager.
         """
+        if self._manager_ran:
+            self._manager = self._new_manager()
+        self._manager_ran = True
         try:
             async with self._manager.run(), trio.open_nursery() as nursery:
                 self._nursery = nursery
