@@ -241,7 +241,7 @@ class McpEndpoint:
             "auth": AuthCredentials([]),
         }
         if any(name == _SESSION_HEADER for name, _ in scope["headers"]):
-            await self._manager.handle_request(authed, receive, send)  # type: ignore[arg-type]
+            await self._handle(authed, receive, send)
             return
         # no session yet: an initialize (or a 2026 request, which opens none)
         cap = self._settings.limits.max_mcp_sessions_per_participant
@@ -255,10 +255,32 @@ class McpEndpoint:
             return
         seat = authed[_SEAT] = _Seat(self._seats, pid)
         try:
-            await self._manager.handle_request(authed, receive, send)  # type: ignore[arg-type]
+            await self._handle(authed, receive, send)
         finally:
             if not seat.kept:  # no session came of it
                 seat.release()
+
+    async def _handle(
+        self, scope: dict[str, Any], receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """The SDK serves the request; an error of its own (a session torn
+        down under a request, a client gone mid-answer) is logged here and
+        answered 500 without internals if no answer had begun."""
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self._manager.handle_request(scope, receive, sending)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("the MCP SDK failed on a request")
+            if not started:
+                body = error_body("internal error in the MCP endpoint", "internal_error")
+                with contextlib.suppress(Exception):  # the connection may be gone too
+                    await _json(send, 500, body)
 
     async def _count_session(
         self, ctx: ServerRequestContext[Any, Any], call_next: Callable[[Any], Awaitable[Any]]
