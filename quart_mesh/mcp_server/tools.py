@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from ..errors import BadRequest, MeshError, RateLimited
@@ -117,6 +117,10 @@ def tool_error(error: MeshError) -> CallToolResult:
     )
 
 
+#: hints for clients: what only reads, what cannot be undone
+_READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
+
 RoomId = Annotated[str, Field(description="a room id (roomId from list_rooms), or a DM's room id")]
 MessageId = Annotated[str, Field(description="a message id (messageId)")]
 Cursor = Annotated[str | None, Field(description="a message's cursor")]
@@ -130,7 +134,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         node_of: returns the serving node (it is opened after the app is built).
     """
 
-    @mcp.tool(title="List rooms")
+    @mcp.tool(title="List rooms", annotations=_READS)
     async def list_rooms(
         ctx: Context[Any, Any],
         cursor: Annotated[
@@ -245,7 +249,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
             raise BadRequest("the client went away", "client_gone")
         return shapes.Poll.model_validate(result.to_json())
 
-    @mcp.tool(title="Search messages")
+    @mcp.tool(title="Search messages", annotations=_READS)
     async def search_messages(
         ctx: Context[Any, Any],
         query: Annotated[
@@ -281,7 +285,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         )
         return shapes.SearchPage.model_validate(page.to_json())
 
-    @mcp.tool(title="List participants")
+    @mcp.tool(title="List participants", annotations=_READS)
     async def list_participants(ctx: Context[Any, Any]) -> shapes.ParticipantList:
         """The mesh's participants (humans, agents, guests) and who is online."""
         found = await node_of().accounts.list_participants(caller(ctx).actor)
@@ -314,7 +318,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         edited = await node_of().messages.edit(caller(ctx).actor, message, content, room_id=room)
         return shapes.Message.model_validate(edited.to_json())
 
-    @mcp.tool(title="Delete a message")
+    @mcp.tool(title="Delete a message", annotations=_DESTRUCTIVE)
     async def delete_message(
         ctx: Context[Any, Any], room: RoomId, message: MessageId
     ) -> shapes.Deleted:
@@ -336,7 +340,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
         row = await node_of().commands.send_command(caller(ctx).actor, agent, command, args)
         return shapes.Command.model_validate(command_json(row))
 
-    @mcp.tool(title="List agents")
+    @mcp.tool(title="List agents", annotations=_READS)
     async def list_agents(ctx: Context[Any, Any]) -> shapes.AgentList:
         """The mesh's agents (bots), whether each is online, and the managed
         ones' state."""
