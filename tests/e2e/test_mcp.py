@@ -27,6 +27,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from quart_mesh import Settings, create_app, serve
+from quart_mesh.config import Rate, RateLimits
 from quart_mesh.mcp_server import McpEndpoint
 from tests.e2e.test_stock_hypercorn import served
 from tests.helpers import Mesh, User, assert_error
@@ -645,3 +646,28 @@ async def test_a_failing_session_manager_ends_the_server(
     with trio.fail_after(30), pytest.raises(BaseExceptionGroup) as failed:
         await serve_for_ever()
     assert failed.group_contains(RuntimeError)
+
+
+async def test_the_participants_rate_limits_apply(tmp_path: Path, nursery: trio.Nursery) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "limited",
+        rate_limits=RateLimits(messages=Rate(2, 60), exempt_addresses=()),
+    )
+    url = await nursery.start(partial(serve, create_app(settings), port=0))
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bob = await mesh.register("bob")
+        room = (await mesh.create_room(owner, "busy"))["roomId"]
+        await mesh.join(bob, room)
+        async with mcp_session(url, bob.token) as session:
+            for i in range(2):
+                await call(session, "send_message", room=room, content=f"message {i}")
+            error = await refused(session, "send_message", room=room, content="one too many")
+            assert (error["status"], error["code"]) == (429, "rate_limited")
+            assert error["retryAfter"] >= 1
+        # the same bucket as REST: the REST send is refused too
+        r = await http.post(
+            f"/api/rooms/{room}/messages", json={"content": "rest"}, headers=bob.headers
+        )
+        assert_error(r, 429, "rate_limited")
