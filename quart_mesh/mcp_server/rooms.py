@@ -3,7 +3,8 @@ subscriptions, and the prompt that says how to behave in a mesh.
 
 Reading a room's resource is ``GET /api/rooms/:id/messages`` (the newest
 :data:`RESOURCE_MESSAGES`, through the same service: it counts as reading
-the room). Subscribing reads it first — a room the caller may not read is
+the room). Subscribing asks the same read for nothing (after the last
+cursor, so nothing is marked read) — a room the caller may not read is
 refused — and then a task follows the caller's live events through the
 delivery service, the feed every transport uses: it carries only the rooms
 the visibility decision lets the caller read, as the policy stands at each
@@ -65,6 +66,8 @@ _PREFIX = "mesh://rooms/"
 RESOURCE_MESSAGES = 50
 #: seconds a notification may take to be queued on a session's stream
 _NOTIFY_TIMEOUT = 10.0
+#: a cursor after every message (the largest the node takes)
+_AFTER_EVERYTHING = "9" * 18
 #: notifications a ``subscriptions/listen`` stream may have waiting
 _BUFFERED = 64
 #: events that change what a room's resource shows
@@ -113,8 +116,10 @@ class RoomSubscriptions:
         Raises:
             MCPError: the mesh's refusal (:func:`mesh_error`).
         """
-        try:
-            await self._node_of().messages.list_messages(who.actor, room_id, limit=1)
+        try:  # nothing after the last cursor: the check reads nothing, marks nothing read
+            await self._node_of().messages.list_messages(
+                who.actor, room_id, since=_AFTER_EVERYTHING, limit=1
+            )
         except MeshError as error:
             raise mesh_error(error) from None
 
