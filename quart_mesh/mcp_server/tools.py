@@ -123,6 +123,9 @@ _DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 
 RoomId = Annotated[str, Field(description="a room id (roomId from list_rooms), or a DM's room id")]
 MessageId = Annotated[str, Field(description="a message id (messageId)")]
+InRoom = Annotated[
+    str | None, Field(description="the message's room (roomId): refused if it is not there")
+]
 Cursor = Annotated[str | None, Field(description="a message's cursor")]
 Limit = Annotated[int | None, Field(description="at most this many (the node caps it)")]
 
@@ -294,9 +297,9 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
     @mcp.tool(title="React to a message")
     async def react(
         ctx: Context[Any, Any],
-        room: RoomId,
         message: MessageId,
         emoji: Annotated[str, Field(description="the emoji, e.g. 👍")],
+        room: InRoom = None,
         remove: Annotated[bool, Field(description="take your reaction back")] = False,
     ) -> shapes.Message:
         """React to a message with an emoji (or take the reaction back)."""
@@ -310,9 +313,9 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
     @mcp.tool(title="Edit a message")
     async def edit_message(
         ctx: Context[Any, Any],
-        room: RoomId,
         message: MessageId,
         content: Annotated[str, Field(description="the new text")],
+        room: InRoom = None,
     ) -> shapes.Message:
         """Replace a message's text (yours, or with the right to edit others')."""
         edited = await node_of().messages.edit(caller(ctx).actor, message, content, room_id=room)
@@ -320,7 +323,7 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
 
     @mcp.tool(title="Delete a message", annotations=_DESTRUCTIVE)
     async def delete_message(
-        ctx: Context[Any, Any], room: RoomId, message: MessageId
+        ctx: Context[Any, Any], message: MessageId, room: InRoom = None
     ) -> shapes.Deleted:
         """Delete a message (yours, or with the right to delete others')."""
         await node_of().messages.delete(caller(ctx).actor, message, room_id=room)

@@ -241,7 +241,7 @@ async def test_send_read_and_wait_as_the_participant(
         )
         assert edited["content"] == "edited"
         assert edited["editedAt"] is not None
-        deleted = await call(session, "delete_message", room=room, message=reply["messageId"])
+        deleted = await call(session, "delete_message", message=reply["messageId"])  # no room
         assert deleted == {"ok": True, "messageId": reply["messageId"]}
         # another's message: the services refuse, with the mesh's code
         theirs = await mesh.send(owner, room, "owner's words")
