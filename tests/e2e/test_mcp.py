@@ -479,6 +479,25 @@ async def test_subscriptions_on_the_2026_revision(
         assert not sent.is_error
         assert sent.structured_content is not None
         assert sent.structured_content["senderId"] == bob.participant_id
+        # the listening loop on this revision too: it returns once a message arrives
+        start = await client.call_tool("wait_for_messages", {"timeout": 0})
+        assert start.structured_content is not None
+        got: dict[str, Any] = {}
+
+        async def waiter() -> None:
+            assert start.structured_content is not None
+            result = await client.call_tool(
+                "wait_for_messages", {"cursor": start.structured_content["cursor"], "timeout": 20}
+            )
+            got.update(result.structured_content or {})
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiter)
+                await trio.sleep(0.3)
+                posted = await mesh.send(owner, room, "wake up")
+        assert [m["messageId"] for m in got["messages"]] == [posted["messageId"]]
+
         uri = f"mesh://rooms/{room}"
         with pytest.raises(MCPError):  # a room bob is not in
             async with client.listen(resource_subscriptions=[f"mesh://rooms/{closed}"]):
