@@ -40,7 +40,7 @@ CLIENT_WARNINGS = pytest.mark.filterwarnings(
     ":pytest.PytestUnraisableExceptionWarning"
 )
 
-pytestmark = [pytest.mark.timeout(60), CLIENT_WARNINGS]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60), CLIENT_WARNINGS]
 
 TOOLS = {
     "list_rooms",
