@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker
 from ..config import Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
-from ..events import Event, TaskCreated, TaskUpdated
+from ..events import Event, MessagePosted, TaskCreated, TaskUpdated
 from ..ids import is_ulid, new_id
 from ..records import OPEN_TASK_STATES, Message, Task, TaskState, now_ms
 from ..retry import retrying
@@ -580,7 +580,7 @@ class TaskReconciler:
         room_id = event.room_id
         if event.type == TaskCreated.type:
             self._watched[room_id] = self._watched.get(room_id, 0) + 1
-        elif event.type != "message" or room_id not in self._watched:
+        elif event.type != MessagePosted.type or room_id not in self._watched:
             return
         self._marked.add(room_id)
         self._wake.set()
