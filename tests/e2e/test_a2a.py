@@ -1,0 +1,233 @@
+"""The mesh's bots as A2A agents (issue 30, decision 0062) over a served node,
+driven by the official ``a2a-sdk`` client under Trio: the cards, a message
+that becomes a DM with the bot and completes with its reply, streaming, a
+bot that asks back, cancel, GetTask and SubscribeToTask across a restart,
+and who may do what."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from a2a.client import A2ACardResolver, A2AClientError, Client, ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import new_text_message
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskState,
+    UnsupportedOperationError,
+)
+from a2a.utils.errors import InvalidParamsError
+
+from quart_mesh import Settings, create_app, serve
+from tests.helpers import Mesh, User, assert_error, connect, wait_for
+
+
+async def bootstrap(mesh: Mesh, name: str, *, a2a: bool | None = None) -> User:
+    body: dict[str, Any] = {"name": name, "type": "nanoclaw"}
+    if a2a is not None:
+        body["a2a"] = a2a
+    r = await mesh.http.post("/api/agents/bootstrap", json=body)
+    assert r.status_code == 201, r.text
+    return User(r.json()["agentId"], name, r.json()["token"])
+
+
+async def spawn_echo(mesh: Mesh, owner: User, name: str = "echo") -> str:
+    body = {"name": name, "type": "echo", "model": "none", "rooms": []}
+    r = await mesh.http.post("/api/agents/spawn", json=body, headers=owner.headers)
+    assert r.status_code == 201, r.text
+    agent_id = str(r.json()["agentId"])
+
+    async def running() -> bool:
+        agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+        return any(a["agentId"] == agent_id and a["status"] == "running" for a in agents)
+
+    await wait_for(running, 30)
+    return agent_id
+
+
+@asynccontextmanager
+async def a2a_client(
+    url: str, user: User | None, *, streaming: bool = False, token: str | None = None
+) -> AsyncIterator[Client]:
+    """The official client for the agent at *url* (its card is fetched
+    from ``<url>/.well-known/agent-card.json``), with *user*'s token."""
+    headers = {}
+    if user is not None or token is not None:
+        headers["Authorization"] = f"Bearer {token if token is not None else user.token}"  # type: ignore[union-attr]
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        factory = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http))
+        client = await factory.create_from_url(url)
+        yield client
+
+
+def ask(text: str, *, task_id: str = "", metadata: dict[str, Any] | None = None, **config: Any) -> SendMessageRequest:
+    message = new_text_message(text)
+    if task_id:
+        message.task_id = task_id
+    if metadata:
+        message.metadata.update(metadata)
+    return SendMessageRequest(
+        message=message, configuration=SendMessageConfiguration(**config) if config else None
+    )
+
+
+async def send(client: Client, request: SendMessageRequest) -> list[StreamResponse]:
+    with trio.fail_after(60):
+        return [event async for event in client.send_message(request)]
+
+
+def final_task(events: list[StreamResponse]) -> Task:
+    [event] = events
+    assert event.HasField("task"), event
+    return event.task
+
+
+def text(task: Task) -> list[str]:
+    return [part.text for artifact in task.artifacts for part in artifact.parts]
+
+
+@pytest.fixture
+async def owner(mesh: Mesh) -> User:
+    return await mesh.setup()
+
+
+async def test_the_cards_list_the_bots_that_opted_in(
+    base_url: str, mesh: Mesh, owner: User
+) -> None:
+    echo = await spawn_echo(mesh, owner)
+    quiet = await bootstrap(mesh, "quiet")  # external: not an agent unless it says so
+    loud = await bootstrap(mesh, "loud", a2a=True)
+
+    r = await mesh.http.get("/.well-known/agent-card.json")
+    assert r.status_code == 200, r.text
+    card = r.json()
+    assert card["name"] == "Test Mesh"
+    assert {s["id"] for s in card["skills"]} == {echo, loud.participant_id}
+    [interface] = card["supportedInterfaces"]
+    assert interface == {
+        "url": f"{base_url}/a2a",
+        "protocolBinding": "JSONRPC",
+        "protocolVersion": "1.0",
+    }
+    scheme = card["securitySchemes"]["meshToken"]["httpAuthSecurityScheme"]
+    assert scheme["scheme"] == "Bearer"
+    assert card["securityRequirements"] == [{"schemes": {"meshToken": {}}}]
+    assert card["capabilities"]["streaming"] is True
+
+    # each agent's own card, where the client looks for it
+    async with httpx.AsyncClient() as http:
+        bot_card = await A2ACardResolver(http, f"{base_url}/a2a/agents/{echo}").get_agent_card()
+    assert bot_card.name == "echo"
+    assert bot_card.supported_interfaces[0].url == f"{base_url}/a2a/agents/{echo}"
+    assert "meshToken" in bot_card.security_schemes
+
+    # one that did not opt in has no card and no interface
+    r = await mesh.http.get(f"/a2a/agents/{quiet.participant_id}/.well-known/agent-card.json")
+    assert r.status_code == 404
+    r = await mesh.http.post(
+        f"/a2a/agents/{quiet.participant_id}",
+        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+        headers={**owner.headers, "A2A-Version": "1.0"},
+    )
+    assert r.status_code == 404
+    assert r.json()["error"]["data"]["code"] == "agent_not_found"
+
+    # it opts in (PATCH by itself; its registrant or an admin may too), then out
+    r = await mesh.http.patch(
+        f"/api/agents/{quiet.participant_id}", json={"a2a": True}, headers=quiet.headers
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"agentId": quiet.participant_id, "a2a": True}
+    card = (await mesh.http.get("/.well-known/agent-card.json")).json()
+    assert quiet.participant_id in {s["id"] for s in card["skills"]}
+    agents = (await mesh.http.get("/api/agents", headers=owner.headers)).json()
+    assert {a["name"]: a["a2a"] for a in agents} == {"echo": True, "quiet": True, "loud": True}
+    bob = await mesh.register("bob")
+    r = await mesh.http.patch(
+        f"/api/agents/{quiet.participant_id}", json={"a2a": False}, headers=bob.headers
+    )
+    assert_error(r, 403, "forbidden")
+    r = await mesh.http.patch(
+        f"/api/agents/{quiet.participant_id}", json={"a2a": False}, headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+    card = (await mesh.http.get("/.well-known/agent-card.json")).json()
+    assert quiet.participant_id not in {s["id"] for s in card["skills"]}
+    r = await mesh.http.patch(
+        f"/api/agents/{owner.participant_id}", json={"a2a": True}, headers=owner.headers
+    )
+    assert_error(r, 404, "agent_not_found")
+
+
+async def test_a_message_becomes_a_dm_and_the_reply_completes_it(
+    base_url: str, mesh: Mesh, owner: User
+) -> None:
+    echo = await spawn_echo(mesh, owner)
+    bob = await mesh.register("bob")
+    async with a2a_client(f"{base_url}/a2a/agents/{echo}", bob) as client:
+        task = final_task(await send(client, ask("hello bot")))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+        assert text(task) == ["echo: hello bot"]
+        assert [(m.role, m.parts[0].text) for m in task.history] == [
+            (Role.ROLE_USER, "hello bot"),
+            (Role.ROLE_AGENT, "echo: hello bot"),
+        ]
+        assert task.context_id == task.id
+
+        # the conversation is a DM the caller reads over REST
+        room_id = task.metadata["roomId"]
+        said = [(m["senderId"], m["content"]) for m in await mesh.messages(bob, room_id)]
+        assert said == [(bob.participant_id, "hello bot"), (echo, "echo: hello bot")]
+        r = await mesh.http.get(f"/api/tasks/{task.id}", headers=bob.headers)
+        if r.status_code != 404:  # the REST route (tasks branch) may not be merged yet
+            assert r.json()["task"]["state"] == "completed"
+
+        # GetTask gives the same
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again.status.state == TaskState.TASK_STATE_COMPLETED
+        assert text(again) == ["echo: hello bot"]
+        short = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+        assert [m.parts[0].text for m in short.history] == ["echo: hello bot"]
+
+        # a closed task takes no follow-up and cannot be canceled
+        with pytest.raises(InvalidParamsError, match="completed"):
+            await send(client, ask("more", task_id=task.id))
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+        listed = await client.list_tasks(ListTasksRequest())
+        assert [t.id for t in listed.tasks] == [task.id]
+
+    # the node's own interface takes the bot's id in the message's metadata
+    async with a2a_client(base_url, bob) as client:
+        task = final_task(await send(client, ask("via the node", metadata={"agentId": echo})))
+        assert text(task) == ["echo: via the node"]
+        with pytest.raises(InvalidParamsError, match="agentId"):
+            await send(client, ask("to whom?"))
+
+
+async def test_streaming_shows_the_task_move(base_url: str, mesh: Mesh, owner: User) -> None:
+    echo = await spawn_echo(mesh, owner)
+    async with a2a_client(f"{base_url}/a2a/agents/{echo}", owner, streaming=True) as client:
+        events = await send(client, ask("stream me"))
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task"
+    assert events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert events[-1].WhichOneof("payload") == "status_update"
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    [artifact] = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert artifact.parts[0].text == "echo: stream me"
