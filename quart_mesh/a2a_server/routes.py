@@ -18,6 +18,7 @@ A bot's interface or card that is not an A2A agent (or no bot) is a 404.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -123,15 +124,18 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
         mesh_node = node()
         limit = mesh_node.settings.limits.max_body_bytes
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return _rpc_error(
-                    413,
-                    f"the request body is over {limit} bytes",
-                    "too_large",
-                    headers={"Connection": "close"},
-                )
+        async with contextlib.aclosing(request.stream()) as chunks:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > limit:
+                    break
+        if len(body) > limit:
+            return _rpc_error(
+                413,
+                f"the request body is over {limit} bytes",
+                "too_large",
+                headers={"Connection": "close"},
+            )
         request._body = bytes(body)  # the dispatcher reads it from here
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")

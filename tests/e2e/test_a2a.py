@@ -6,6 +6,7 @@ and who may do what."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,6 +36,14 @@ from a2a.utils.errors import InvalidParamsError
 
 from quart_mesh import Settings, create_app, serve
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
+
+# a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
+# raises it while iterating its inner SSE generator and leaves that generator
+# to the garbage collector (Trio warns; asyncio closes it quietly)
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <async_generator object send_http_stream_request"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
 
 
 async def bootstrap(mesh: Mesh, name: str, *, a2a: bool | None = None) -> User:
@@ -75,7 +84,9 @@ async def a2a_client(
         yield client
 
 
-def ask(text: str, *, task_id: str = "", metadata: dict[str, Any] | None = None, **config: Any) -> SendMessageRequest:
+def ask(
+    text: str, *, task_id: str = "", metadata: dict[str, Any] | None = None, **config: Any
+) -> SendMessageRequest:
     message = new_text_message(text)
     if task_id:
         message.task_id = task_id
@@ -231,3 +242,232 @@ async def test_streaming_shows_the_task_move(base_url: str, mesh: Mesh, owner: U
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     [artifact] = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
     assert artifact.parts[0].text == "echo: stream me"
+
+
+async def next_frame(socket: Any, type: str, **match: Any) -> dict[str, Any]:
+    """The bot's next frame of *type* (fields *match*), read raw."""
+    with trio.fail_after(20):
+        while True:
+            frame = json.loads(await socket.ws.get_message())
+            if frame["type"] == type and all(frame.get(k) == v for k, v in match.items()):
+                return dict(frame)
+            assert frame["type"] != "error", frame
+
+
+async def test_a_bot_that_asks_back_and_the_follow_up(
+    base_url: str, mesh: Mesh, owner: User
+) -> None:
+    bot = await bootstrap(mesh, "maitre-d", a2a=True)
+    bob = await mesh.register("bob")
+    url = f"{base_url}/a2a/agents/{bot.participant_id}"
+    events: list[StreamResponse] = []
+    async with connect(base_url, bot) as ws, a2a_client(url, bob, streaming=True) as client:
+
+        async def converse() -> None:
+            events.extend(await send(client, ask("book a table")))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(converse)
+            created = await next_frame(ws, "task_created")
+            task_id = created["task"]["taskId"]
+            await next_frame(ws, "message", content="book a table")
+            await ws.send(
+                type="task_update", taskId=task_id, state="input-required", message="for how many?"
+            )
+        # the stream ends when the bot asks back
+        assert events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+        last = events[-1].status_update.status
+        assert last.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert last.message.parts[0].text == "for how many?"
+        assert last.message.role == Role.ROLE_AGENT
+
+    # the caller answers (blocking this time); the bot completes with a result
+    answered: list[StreamResponse] = []
+    async with connect(base_url, bot) as ws, a2a_client(url, bob) as client:
+
+        async def follow_up() -> None:
+            answered.extend(await send(client, ask("four", task_id=task_id)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow_up)
+            reply = await next_frame(ws, "message", content="four")
+            assert reply["threadId"] == created["task"]["messageId"]
+            await ws.send(
+                type="task_update", taskId=task_id, state="completed", result="a table for 4 at 8"
+            )
+    task = final_task(answered)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert text(task) == ["a table for 4 at 8"]
+    assert [(m.role, m.parts[0].text) for m in task.history] == [
+        (Role.ROLE_USER, "book a table"),
+        (Role.ROLE_AGENT, "for how many?"),
+        (Role.ROLE_USER, "four"),
+    ]
+
+
+async def test_cancel_and_whose_tasks(base_url: str, mesh: Mesh, owner: User) -> None:
+    bot = await bootstrap(mesh, "slow", a2a=True)
+    bob = await mesh.register("bob")
+    carol = await mesh.register("carol")
+    url = f"{base_url}/a2a/agents/{bot.participant_id}"
+    async with a2a_client(url, bob) as client:
+        task = final_task(await send(client, ask("take your time", return_immediately=True)))
+        assert task.status.state == TaskState.TASK_STATE_SUBMITTED
+
+    # someone else cannot see, cancel or follow it, nor continue it
+    async with a2a_client(url, carol, streaming=True) as other:
+        with pytest.raises(TaskNotFoundError):
+            await other.get_task(GetTaskRequest(id=task.id))
+        with pytest.raises(TaskNotFoundError):
+            await other.cancel_task(CancelTaskRequest(id=task.id))
+        with pytest.raises(TaskNotFoundError):
+            async for _ in other.subscribe(SubscribeToTaskRequest(id=task.id)):
+                pass
+        with pytest.raises(InvalidParamsError, match="no such task"):
+            await send(other, ask("me too", task_id=task.id))
+        assert list((await other.list_tasks(ListTasksRequest())).tasks) == []
+    # nor through another bot's interface
+    echo = await spawn_echo(mesh, owner)
+    async with a2a_client(f"{base_url}/a2a/agents/{echo}", bob) as client:
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id=task.id))
+
+    async with a2a_client(url, bob, streaming=True) as client:
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        assert (await client.get_task(GetTaskRequest(id=task.id))).status.state == (
+            TaskState.TASK_STATE_CANCELED
+        )
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+        with pytest.raises(UnsupportedOperationError, match="canceled"):
+            async for _ in client.subscribe(SubscribeToTaskRequest(id=task.id)):
+                pass
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="01ARZ3NDEKTSV4RRFFQ69G5FAV"))
+
+
+async def test_who_may_call(base_url: str, mesh: Mesh, owner: User) -> None:
+    echo = await spawn_echo(mesh, owner)
+    quiet = await bootstrap(mesh, "quiet")
+    url = f"{base_url}/a2a/agents/{echo}"
+    for token in (None, "not-a-token", owner.token[:-4] + "AAAA"):
+        async with a2a_client(url, None, token=token) as client:
+            with pytest.raises(A2AClientError, match="401"):
+                await send(client, ask("hi"))
+    r = await mesh.http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"].startswith("Bearer")
+    assert r.json()["error"]["message"].startswith("a bearer token is required")
+    assert "Traceback" not in r.text
+
+    # a caller that is deleted is refused at once
+    caller = await bootstrap(mesh, "caller")
+    async with a2a_client(url, caller) as client:
+        # (the echo bot does not answer bots: it would talk to itself)
+        first = final_task(await send(client, ask("first", return_immediately=True)))
+        assert first.status.state == TaskState.TASK_STATE_SUBMITTED
+        r = await mesh.http.delete(f"/api/agents/{caller.participant_id}", headers=owner.headers)
+        assert r.status_code == 200, r.text
+        with pytest.raises(A2AClientError, match="401"):
+            await send(client, ask("second"))
+        with pytest.raises(A2AClientError, match="401"):
+            await client.get_task(GetTaskRequest(id=first.id))
+
+    # a bot that did not opt in is not reachable through the node's interface either
+    async with a2a_client(base_url, owner) as client:
+        for agent_id in (quiet.participant_id, owner.participant_id, "nobody"):
+            with pytest.raises(InvalidParamsError, match="no such A2A agent"):
+                await send(client, ask("hi", metadata={"agentId": agent_id}))
+
+    # bad requests are JSON-RPC errors with clear messages, never a traceback
+    headers = {**owner.headers, "A2A-Version": "1.0"}
+    for body, code in [
+        ("not json", -32700),
+        ({"jsonrpc": "2.0", "id": 1, "method": "Nope"}, -32601),
+        ({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": 3}}, -32602),
+        (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}},
+            },
+            -32602,
+        ),
+        (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "CreateTaskPushNotificationConfig",
+                "params": {"taskId": "t", "url": "http://example.com"},
+            },
+            -32003,
+        ),
+    ]:
+        content = body if isinstance(body, str) else json.dumps(body)
+        r = await mesh.http.post(url, content=content, headers=headers)
+        assert r.status_code == 200, r.text
+        error = r.json()["error"]
+        assert error["code"] == code, error
+        assert error["message"]
+        assert "Traceback" not in r.text
+    r = await mesh.http.post(url, content=b"x" * 2_000_000, headers=headers)
+    assert r.status_code == 413
+    assert r.json()["error"]["data"]["code"] == "too_large"
+
+
+@asynccontextmanager
+async def node_on(data_dir: Path) -> AsyncIterator[str]:
+    """A node on *data_dir* served on loopback for the block, then stopped."""
+    async with trio.open_nursery() as nursery:
+        app = create_app(Settings(data_dir=data_dir))
+        url: str = await nursery.start(
+            lambda task_status: serve(app, port=0, task_status=task_status)
+        )
+        yield url
+        nursery.cancel_scope.cancel()
+
+
+async def test_tasks_survive_a_restart(tmp_path: Path) -> None:
+    data_dir = tmp_path / "mesh-data"
+    async with node_on(data_dir) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bot = await bootstrap(mesh, "steady", a2a=True)
+        bob = await mesh.register("bob")
+        async with a2a_client(f"{url}/a2a/agents/{bot.participant_id}", bob) as client:
+            task = final_task(await send(client, ask("remember me", return_immediately=True)))
+
+    async with node_on(data_dir) as url:
+        agent_url = f"{url}/a2a/agents/{bot.participant_id}"
+        async with a2a_client(agent_url, bob) as client:
+            stored = await client.get_task(GetTaskRequest(id=task.id))
+            assert stored.status.state == TaskState.TASK_STATE_SUBMITTED
+            assert [m.parts[0].text for m in stored.history] == ["remember me"]
+        seen: list[StreamResponse] = []
+        async with (
+            connect(url, bot) as ws,
+            a2a_client(agent_url, bob, streaming=True) as client,
+        ):
+
+            async def follow() -> None:
+                with trio.fail_after(30):
+                    async for event in client.subscribe(SubscribeToTaskRequest(id=task.id)):
+                        seen.append(event)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                await wait_for(lambda: _true(bool(seen)))
+                await ws.send(type="task_update", taskId=task.id, state="working", message="on it")
+                await ws.send(type="task_update", taskId=task.id, state="completed", result="done")
+    assert seen[0].task.id == task.id
+    states = [e.status_update.status.state for e in seen if e.HasField("status_update")]
+    assert states == [TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED]
+    [artifact] = [e.artifact_update.artifact for e in seen if e.HasField("artifact_update")]
+    assert artifact.parts[0].text == "done"
+    del owner
+
+
+async def _true(value: bool) -> bool:
+    return value
