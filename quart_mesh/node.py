@@ -197,6 +197,7 @@ class Node:
                 commands=self.commands,
                 seats=self.seats,
                 search=self.search,
+                tasks=self.tasks,
             ),
             self.client_addresses,
         )

@@ -1,19 +1,24 @@
 """Tasks (issue 30, decision 0063) over a served node: who may create them,
 how an agent moves them, how a bot that knows nothing of tasks completes
-one by replying, cancel and reply by the creator, their events, and that
-they survive a restart."""
+one by replying, cancel and reply by the creator, who sees their events,
+and that they survive a restart."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import trio
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.app import MeshApp
+from quart_mesh.errors import BadRequest, Conflict, NotFound
 from quart_mesh.records import TaskState
-from tests.helpers import Mesh, User
+from tests.helpers import Mesh, User, assert_error, connect, serve_on
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
@@ -40,25 +45,387 @@ async def bootstrap(mesh: Mesh, name: str, by: User | None = None) -> User:
     return User(r.json()["agentId"], name, r.json()["token"])
 
 
-async def test_the_service_creates_and_the_reply_completes(
-    base_url: str, mesh: Mesh, served_app: MeshApp, tmp_path: Path
+async def assign(mesh: Mesh, by: User, who: User, role: str) -> None:
+    r = await mesh.http.put(
+        f"/api/participants/{who.participant_id}/role", json={"role": role}, headers=by.headers
+    )
+    assert r.status_code == 200, r.text
+
+
+async def create(mesh: Mesh, who: User, room_id: str, agent: User, **extra: Any) -> httpx.Response:
+    body = {"roomId": room_id, "agentId": agent.participant_id, "content": "do it", **extra}
+    return await mesh.http.post("/api/tasks", json=body, headers=who.headers)
+
+
+async def created(mesh: Mesh, who: User, room_id: str, agent: User, **extra: Any) -> dict[str, Any]:
+    r = await create(mesh, who, room_id, agent, **extra)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+async def get(mesh: Mesh, who: User, task_id: str) -> httpx.Response:
+    return await mesh.http.get(f"/api/tasks/{task_id}", headers=who.headers)
+
+
+async def patch(mesh: Mesh, who: User, task_id: str, **body: Any) -> httpx.Response:
+    return await mesh.http.patch(f"/api/tasks/{task_id}", json=body, headers=who.headers)
+
+
+async def test_who_may_create_a_task(mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    boss = await mesh.register("boss")  # a super_agent
+    member = await mesh.register("member")
+    outsider = await mesh.register("outsider")  # a super_agent, not in the room
+    watched = await mesh.register("watched")  # a super_agent the room's rule denies
+    bot = await bootstrap(mesh, "worker")
+    lead_bot = await bootstrap(mesh, "lead-bot", owner)  # a bot that is a super_agent
+    stray = await bootstrap(mesh, "stray")  # not in the room
+    for who in (boss, outsider, watched, lead_bot):
+        await assign(mesh, owner, who, "super_agent")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    for who in (boss, member, watched, bot, lead_bot):
+        await mesh.join(who, room)
+    guest = await mesh.guest()
+    await mesh.join(guest, room)
+    r = await mesh.http.post(
+        f"/api/rooms/{room}/permissions",
+        json={
+            "targetType": "participant",
+            "target": watched.participant_id,
+            "permission": "rooms.read",
+            "effect": "deny",
+        },
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+
+    task = await created(mesh, boss, room, bot, content="Summarize the week\nin three lines")
+    assert task["state"] == "submitted"
+    assert task["title"] == "Summarize the week"  # the request's first line
+    assert task["creatorId"] == boss.participant_id
+    assert task["agentId"] == bot.participant_id
+    assert task["contextId"] == task["taskId"]
+    assert task["via"] == "rest"
+    assert task["managed"] is False
+    assert task["statusMessage"] is None
+    assert task["result"] is None
+    # the request is the creator's message in the room
+    [request] = [m for m in await mesh.messages(owner, room) if m["messageId"] == task["messageId"]]
+    assert request["senderId"] == boss.participant_id
+    assert request["content"] == "Summarize the week\nin three lines"
+    titled = await created(mesh, owner, room, bot, title="  weekly  ")
+    assert titled["title"] == "weekly"
+    assert (await created(mesh, lead_bot, room, bot))["creatorId"] == lead_bot.participant_id
+
+    # the permission, the room, the agent
+    assert_error(await create(mesh, member, room, bot), 403, "forbidden")
+    assert_error(await create(mesh, guest, room, bot), 403, "forbidden")
+    assert_error(await create(mesh, outsider, room, bot), 403, "not_member")
+    assert_error(await create(mesh, watched, room, bot), 403, "forbidden")
+    assert_error(await create(mesh, boss, room, member), 400, "not_an_agent")
+    assert_error(await create(mesh, boss, room, stray), 400, "agent_not_in_room")
+    ghost = User("01ARZ3NDEKTSV4RRFFQ69G5FAV", "ghost", "")
+    assert_error(await create(mesh, boss, room, ghost), 404, "participant_not_found")
+    assert_error(await create(mesh, boss, "01ARZ3NDEKTSV4RRFFQ69G5FAV", bot), 404)
+    assert_error(await create(mesh, boss, room, bot, title="x" * 201), 400, "invalid_title")
+    assert_error(await create(mesh, boss, room, bot, content="  "), 400, "empty_content")
+    r = await mesh.http.post("/api/tasks", json={"roomId": room}, headers=boss.headers)
+    assert_error(r, 400, "missing_field")
+    assert_error(await mesh.http.post("/api/tasks", json={}), 401)
+    # a deleted bot's token is refused at once
+    r = await mesh.http.delete(f"/api/agents/{lead_bot.participant_id}", headers=owner.headers)
+    assert r.status_code == 200, r.text
+    assert_error(await create(mesh, lead_bot, room, bot), 401)
+
+    # who sees it: whoever may read the room
+    assert (await get(mesh, member, task["taskId"])).status_code == 200
+    for who in (outsider, watched):
+        assert_error(await get(mesh, who, task["taskId"]), 404, "task_not_found")
+        r = await mesh.http.get("/api/tasks", params={"roomId": room}, headers=who.headers)
+        assert_error(r, 403)
+    assert_error(await get(mesh, boss, "nope"), 404, "task_not_found")
+    r = await mesh.http.get("/api/tasks", params={"roomId": room}, headers=member.headers)
+    assert r.status_code == 200, r.text
+    assert [t["taskId"] for t in r.json()["tasks"]][-1] == task["taskId"]  # newest first
+    assert len(r.json()["tasks"]) == 3
+    # one's own: as creator, or as agent
+    r = await mesh.http.get("/api/tasks", headers=boss.headers)
+    assert [t["taskId"] for t in r.json()["tasks"]] == [task["taskId"]]
+    r = await mesh.http.get("/api/tasks", params={"limit": 2}, headers=bot.headers)
+    page = r.json()["tasks"]
+    assert len(page) == 2
+    r = await mesh.http.get(
+        "/api/tasks", params={"before": page[-1]["taskId"]}, headers=bot.headers
+    )
+    assert [t["taskId"] for t in r.json()["tasks"]] == [task["taskId"]]
+    r = await mesh.http.get("/api/tasks", params={"limit": 0}, headers=bot.headers)
+    assert_error(r, 400, "invalid_limit")
+
+
+async def test_a_bot_that_knows_nothing_of_tasks_completes_one_by_replying(
+    base_url: str, mesh: Mesh
 ) -> None:
     owner = await mesh.setup()
-    bot = await bootstrap(mesh, "echo-bot")
+    member = await mesh.register("member")
+    outsider = await mesh.register("outsider")
+    bot = await bootstrap(mesh, "echo-like")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    for who in (member, bot):
+        await mesh.join(who, room)
+    async with (
+        connect(base_url, bot) as bot_ws,
+        connect(base_url, member) as member_ws,
+        connect(base_url, outsider) as outsider_ws,
+    ):
+        task = await created(mesh, owner, room, bot, content="ping")
+        # the bot sees the request as a message (and the task, addressed to it)
+        request = await bot_ws.expect("message", messageId=task["messageId"])
+        seen = await bot_ws.expect("task_created")
+        assert seen["task"] == task
+        # an unrelated message of the bot (not in the thread) is not a reply
+        await bot_ws.send(type="send_message", roomId=room, content="hello, room")
+        await bot_ws.expect("message", content="hello, room")
+        r = await get(mesh, owner, task["taskId"])
+        assert r.json()["task"]["state"] == "submitted"
+        # an echo, in the request's thread: the task's result
+        await bot_ws.send(
+            type="send_message", roomId=room, content="echo: ping", threadId=request["messageId"]
+        )
+        updated = await member_ws.expect("task_updated")
+        assert updated["task"]["state"] == "completed"
+        assert updated["task"]["result"] == "echo: ping"
+        assert updated["task"]["managed"] is False
+        assert updated["task"]["taskId"] == task["taskId"]
+        r = await get(mesh, member, task["taskId"])
+        body = r.json()
+        assert body["task"] == updated["task"]
+        assert [m["content"] for m in body["messages"]] == ["ping", "echo: ping"]
+        # later replies are history; the task stays as it ended
+        await bot_ws.send(
+            type="send_message", roomId=room, content="more", threadId=request["messageId"]
+        )
+        await member_ws.expect("message", content="more")
+        r = await get(mesh, member, task["taskId"])
+        assert r.json()["task"]["result"] == "echo: ping"
+        # the outsider saw nothing of it
+        frames = await outsider_ws.settle()
+        assert not [f for f in frames if f["type"].startswith("task_") or f.get("roomId") == room]
+        r = await mesh.http.get("/api/tasks", params={"open": "true"}, headers=bot.headers)
+        assert r.json()["tasks"] == []
+
+
+async def test_the_reply_is_found_when_the_task_is_read(
+    mesh: Mesh, served_app: MeshApp, base_url: str
+) -> None:
+    """The lazy half: the reconciler stopped, reading the task completes it."""
+    owner = await mesh.setup()
+    bot = await bootstrap(mesh, "echo-like")
     room = (await mesh.create_room(owner, "work"))["roomId"]
     await mesh.join(bot, room)
     node = served_app.node
+    node.task_reconciler._running = False  # it follows no messages now
+    task = await created(mesh, owner, room, bot, content="ping")
+    await mesh.send(bot, room, "pong", threadId=task["messageId"])
+    r = await mesh.http.get("/api/tasks", params={"roomId": room}, headers=owner.headers)
+    [listed] = r.json()["tasks"]
+    assert (listed["state"], listed["result"]) == ("completed", "pong")
     actor = await node.accounts.actor_of(owner.participant_id)
     assert actor is not None
-    task = await node.tasks.create(
-        actor, room_id=room, agent_id=bot.participant_id, content="say hi"
+    assert (await node.tasks.get(actor, task["taskId"])).state is TaskState.COMPLETED
+
+
+async def test_a_managed_task_asks_back_and_completes(base_url: str, mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    member = await mesh.register("member")
+    bot = await bootstrap(mesh, "thinker")
+    other_bot = await bootstrap(mesh, "other")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    for who in (member, bot, other_bot):
+        await mesh.join(who, room)
+    async with connect(base_url, bot) as bot_ws, connect(base_url, owner) as owner_ws:
+        await bot_ws.send(
+            type="task_create", roomId=room, agentId=bot.participant_id, content="plan it"
+        )
+        # only super_agents and above: the bot's error names the frame
+        error = await bot_ws.expect("error", frame="task_create")
+        assert error["code"] == "forbidden"
+        await owner_ws.send(
+            type="task_create", roomId=room, agentId=bot.participant_id, content="plan it"
+        )
+        task = (await bot_ws.expect("task_created"))["task"]
+        assert task["via"] == "ws"
+        task_id = task["taskId"]
+
+        # only its agent moves it, and only as the states allow
+        assert_error(await patch(mesh, member, task_id, state="working"), 403, "not_task_agent")
+        assert_error(await patch(mesh, other_bot, task_id, state="working"), 403)
+        assert_error(await patch(mesh, bot, task_id, state="done"), 400, "invalid_state")
+        assert_error(await patch(mesh, bot, task_id, state="canceled"), 409, "invalid_transition")
+        r = await patch(mesh, bot, task_id, state="working", message="on it")
+        assert r.status_code == 200, r.text
+        assert r.json()["managed"] is True
+        assert r.json()["statusMessage"] == "on it"
+        assert (await owner_ws.expect("task_updated"))["task"]["state"] == "working"
+        # its status message is a reply in the thread, and completes nothing now
+        await owner_ws.expect("message", content="on it", threadId=task["messageId"])
+        assert_error(await patch(mesh, bot, task_id, state="rejected"), 409, "invalid_transition")
+
+        # it asks back (over the WebSocket); the creator answers
+        await bot_ws.send(
+            type="task_update", taskId=task_id, state="input-required", message="which plan?"
+        )
+        asked = (await owner_ws.expect("task_updated"))["task"]
+        assert (asked["state"], asked["statusMessage"]) == ("input-required", "which plan?")
+        r = await mesh.http.post(
+            f"/api/tasks/{task_id}/reply", json={"content": "the launch"}, headers=member.headers
+        )
+        assert_error(r, 403, "not_task_creator")
+        await owner_ws.send(type="task_reply", taskId=task_id, content="the launch")
+        answered = (await bot_ws.expect("task_updated"))["task"]
+        assert answered["state"] == "working"
+        await bot_ws.send(
+            type="task_update", taskId=task_id, state="completed", result="launch on Friday"
+        )
+        done = (await owner_ws.expect("task_updated"))["task"]
+        assert (done["state"], done["result"]) == ("completed", "launch on Friday")
+
+        # closed: nothing moves it again
+        assert_error(await patch(mesh, bot, task_id, state="working"), 409, "task_closed")
+        r = await mesh.http.post(f"/api/tasks/{task_id}/cancel", headers=owner.headers)
+        assert_error(r, 409, "task_closed")
+        await owner_ws.send(type="task_reply", taskId=task_id, content="thanks")
+        error = await owner_ws.expect("error", frame="task_reply")
+        assert error["code"] == "task_closed"
+        r = await get(mesh, owner, task_id)
+        assert [m["content"] for m in r.json()["messages"]] == [
+            "plan it",
+            "on it",
+            "which plan?",
+            "the launch",
+        ]
+
+
+async def test_cancel(base_url: str, mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    boss = await mesh.register("boss")
+    member = await mesh.register("member")
+    await assign(mesh, owner, boss, "super_agent")
+    bot = await bootstrap(mesh, "worker")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    for who in (boss, member, bot):
+        await mesh.join(who, room)
+    task = await created(mesh, boss, room, bot)
+    async with connect(base_url, member) as member_ws:
+        r = await mesh.http.post(f"/api/tasks/{task['taskId']}/cancel", headers=member.headers)
+        assert_error(r, 403, "forbidden")
+        r = await mesh.http.post(f"/api/tasks/{task['taskId']}/cancel", headers=boss.headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "canceled"
+        assert (await member_ws.expect("task_updated"))["task"]["state"] == "canceled"
+    # a reply after the cancel changes nothing
+    await mesh.send(bot, room, "done anyway", threadId=task["messageId"])
+    assert (await get(mesh, boss, task["taskId"])).json()["task"]["state"] == "canceled"
+    # an admin cancels anyone's task (agents.command)
+    other = await created(mesh, boss, room, bot)
+    r = await mesh.http.post(f"/api/tasks/{other['taskId']}/cancel", headers=owner.headers)
+    assert r.status_code == 200, r.text
+    r = await mesh.http.get(
+        "/api/tasks", params={"roomId": room, "open": "1"}, headers=boss.headers
     )
-    assert task.state is TaskState.SUBMITTED
-    assert task.title == "say hi"
-    assert task.context_id == task.task_id
-    await mesh.send(bot, room, "hi", threadId=task.message_id)
-    done = await node.tasks.get(actor, task.task_id)
-    assert done.state is TaskState.COMPLETED
-    assert done.result == "hi"
-    history = await node.tasks.history(actor, task.task_id)
-    assert [m.content for m in history] == ["say hi", "hi"]
+    assert r.json()["tasks"] == []
+
+
+async def test_tasks_survive_a_restart(tmp_path: Path) -> None:
+    data_dir = tmp_path / "mesh-data"
+    async with trio.open_nursery() as nursery:
+        url = await serve_on(data_dir, nursery)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            bot = await bootstrap(mesh, "worker")
+            room = (await mesh.create_room(owner, "work"))["roomId"]
+            await mesh.join(bot, room)
+            managed = await created(mesh, owner, room, bot, content="first")
+            r = await patch(mesh, bot, managed["taskId"], state="input-required", message="?")
+            assert r.status_code == 200, r.text
+            plain = await created(mesh, owner, room, bot, content="second")
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        url = await serve_on(data_dir, nursery)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            mesh = Mesh(http)
+            r = await get(mesh, owner, managed["taskId"])
+            assert r.status_code == 200, r.text
+            assert r.json()["task"]["state"] == "input-required"
+            assert r.json()["task"]["statusMessage"] == "?"
+            # the reconciler follows replies again after the restart
+            async with connect(url, owner) as ws:
+                await mesh.send(bot, room, "answer", threadId=plain["messageId"])
+                done = (await ws.expect("task_updated"))["task"]
+                assert (done["taskId"], done["state"]) == (plain["taskId"], "completed")
+        nursery.cancel_scope.cancel()
+
+
+async def test_asking_a_bot_in_a_dm(base_url: str, mesh: Mesh, served_app: MeshApp) -> None:
+    """A2A's way in (``Tasks.ask``): what a DM needs; a spawned echo bot,
+    which knows nothing of tasks, completes the task by answering in the DM;
+    a follow-up goes in the task's thread."""
+    owner = await mesh.setup()
+    member = await mesh.register("member")
+    stranger = await mesh.register("stranger")
+    r = await mesh.http.post(
+        "/api/agents/spawn",
+        json={"name": "echo-bot", "type": "echo", "model": "none", "rooms": []},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    echo = r.json()["agentId"]
+    thinker = await bootstrap(mesh, "thinker")
+    node = served_app.node
+    actor = await node.accounts.actor_of(member.participant_id)
+    assert actor is not None
+    async with connect(base_url, member) as ws:
+        task = await node.tasks.ask(actor, agent_id=echo, content="hello", context_id="ctx-1")
+        assert (task.state, task.via, task.context_id) == (TaskState.SUBMITTED, "a2a", "ctx-1")
+        assert (await ws.expect("task_created"))["task"]["taskId"] == task.task_id
+        done = (await ws.expect("task_updated", timeout=30))["task"]
+        assert (done["state"], done["result"]) == ("completed", "echo: hello")
+        # the DM is the task's room; the echo is its history
+        history = await node.tasks.history(actor, task.task_id)
+        assert [m.content for m in history] == ["hello", "echo: hello"]
+        again = await node.tasks.ask(actor, agent_id=echo, content="and again")
+        assert again.room_id == task.room_id  # the same DM
+        assert again.context_id == again.task_id
+
+    # a follow-up of an open task: in its thread, back to working
+    first = await node.tasks.ask(actor, agent_id=thinker.participant_id, content="think")
+    thinker_actor = await node.accounts.actor_of(thinker.participant_id)
+    assert thinker_actor is not None
+    asked = await node.tasks.update(
+        thinker_actor, first.task_id, state="input-required", message="about what?"
+    )
+    assert asked.state is TaskState.INPUT_REQUIRED
+    followed = await node.tasks.ask(
+        actor, agent_id=thinker.participant_id, content="the plan", task_id=first.task_id
+    )
+    assert followed.state is TaskState.WORKING
+    history = await node.tasks.history(actor, first.task_id)
+    assert [(m.content, m.thread_id) for m in history] == [
+        ("think", None),
+        ("about what?", first.message_id),
+        ("the plan", first.message_id),
+    ]
+    # only one's own task, with that agent; a closed one refuses
+    other = await node.accounts.actor_of(stranger.participant_id)
+    assert other is not None
+    with pytest.raises(NotFound):
+        await node.tasks.ask(
+            other, agent_id=thinker.participant_id, content="x", task_id=first.task_id
+        )
+    await node.tasks.cancel(actor, first.task_id)
+    with pytest.raises(Conflict):
+        await node.tasks.ask(
+            actor, agent_id=thinker.participant_id, content="x", task_id=first.task_id
+        )
+    with pytest.raises(BadRequest):
+        await node.tasks.ask(actor, agent_id=owner.participant_id, content="x")

@@ -216,6 +216,70 @@ async def webhook(w: World) -> set[str]:
     return _texts([q.json() for q in sent if q.json().get("type") == "message"])
 
 
+# tasks (issue 30): a task of the secret room is that room's content -------------
+
+
+async def _secret_task(w: World) -> dict[str, Any]:
+    """The owner asks the webhook bot for something in the secret room."""
+    r = await w.mesh.http.post(
+        "/api/tasks",
+        json={"roomId": w.secret, "agentId": w.hook.participant_id, "content": f"secret {w.round}"},
+        headers=w.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def _task_texts(tasks: list[dict[str, Any]]) -> set[str]:
+    return {str(t["roomId"]) for t in tasks} | {str(t["title"]) for t in tasks}
+
+
+async def task_list(w: World) -> set[str]:
+    """The room's tasks (alice), and the tasks the bot is the agent of."""
+    await _secret_task(w)
+    seen: set[str] = set()
+    r = await w.mesh.http.get("/api/tasks", params={"roomId": w.secret}, headers=w.alice.headers)
+    if r.status_code != 403:
+        assert r.status_code == 200, r.text
+        seen |= _task_texts(r.json()["tasks"])
+    r = await w.mesh.http.get("/api/tasks", headers=w.hook.headers)
+    assert r.status_code == 200, r.text
+    return seen | _task_texts(r.json()["tasks"])
+
+
+async def task_by_id(w: World) -> set[str]:
+    task = await _secret_task(w)
+    seen: set[str] = set()
+    for who in (w.alice, w.hook):
+        r = await w.mesh.http.get(f"/api/tasks/{task['taskId']}", headers=who.headers)
+        if r.status_code == 404:
+            continue
+        assert r.status_code == 200, r.text
+        seen |= _task_texts([r.json()["task"]]) | _texts(r.json()["messages"])
+    return seen
+
+
+async def task_update(w: World) -> set[str]:
+    """The bot (the task's agent) moves a task of the secret room."""
+    task = await _secret_task(w)
+    r = await w.mesh.http.patch(
+        f"/api/tasks/{task['taskId']}", json={"state": "working"}, headers=w.hook.headers
+    )
+    if r.status_code == 404:
+        return set()
+    assert r.status_code == 200, r.text
+    return _task_texts([r.json()])
+
+
+async def ws_task_events(w: World) -> set[str]:
+    """The session open before the rule changed: the task events it is sent."""
+    ws = LIVE[0]
+    await _secret_task(w)
+    marker = await w.mesh.send(w.bob, w.open_room, f"marker {w.round}-task")
+    frames = await ws.until("message", messageId=marker["messageId"])
+    return _task_texts([f["task"] for f in frames if f["type"].startswith("task_")])
+
+
 LIVE: list[Any] = []
 
 #: every path that hands out a room's content, with its probe; the routes
@@ -237,6 +301,10 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "WebSocket resume": (ws_resume, ("WS /ws",)),
     "WebSocket live": (ws_live, ("WS /ws",)),
     "webhook": (webhook, ()),
+    "task list": (task_list, ("GET /api/tasks",)),
+    "task by id": (task_by_id, ("GET /api/tasks/<task_id>",)),
+    "task update": (task_update, ("PATCH /api/tasks/<task_id>",)),
+    "WebSocket task events": (ws_task_events, ("WS /ws",)),
 }
 
 #: routes that hand out no room's content, and why
@@ -350,6 +418,9 @@ NO_ROOM_CONTENT: dict[str, str] = {
         "a file by its unguessable name, to anyone with the URL (spec §4.16, decision 0052);"
         " the message that carries it is room content and goes through the decision"
     ),
+    "POST /api/tasks": "creates a task: refused where one may not read (through the decision)",
+    "POST /api/tasks/<task_id>/cancel": "finds the task through the decision (404)",
+    "POST /api/tasks/<task_id>/reply": "finds the task through the decision (404)",
     "GET /api/vault/entries": "one's own vault",
     "POST /api/vault/entries": "one's own vault",
     "DELETE /api/vault/entries/<entry_id>": "one's own vault",
