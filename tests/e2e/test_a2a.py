@@ -268,9 +268,11 @@ async def test_a_bot_that_asks_back_and_the_follow_up(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(converse)
+            # the request is posted first, then the task opened on it
+            request = await next_frame(ws, "message", content="book a table")
             created = await next_frame(ws, "task_created")
             task_id = created["task"]["taskId"]
-            await next_frame(ws, "message", content="book a table")
+            assert created["task"]["messageId"] == request["messageId"]
             await ws.send(
                 type="task_update", taskId=task_id, state="input-required", message="for how many?"
             )
