@@ -332,6 +332,7 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "POST /api/auth/register": "accounts",
     "GET /api/agents": "bots and their state, no messages",
     "DELETE /api/agents/<agent_id>": "bots",
+    "PATCH /api/agents/<agent_id>": "bots (the A2A opt-in)",
     "POST /api/agents/<agent_id>/command": "commands, not room content",
     "GET /api/agents/<agent_id>/commands/<command_id>": "commands, not room content",
     "POST /api/agents/bootstrap": "bots",
