@@ -15,7 +15,9 @@ import trio
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.app import MeshApp
 from quart_mesh.errors import BadRequest, Conflict, NotFound
-from quart_mesh.records import TaskState
+from quart_mesh.events import TaskCreated, TaskUpdated
+from quart_mesh.records import Task, TaskState
+from quart_mesh.store import outbox
 from tests.helpers import Mesh, User, assert_error, connect, serve_on
 
 pytestmark = pytest.mark.e2e
@@ -430,3 +432,32 @@ async def test_asking_a_bot_in_a_dm(base_url: str, mesh: Mesh, served_app: MeshA
         )
     with pytest.raises(BadRequest):
         await node.tasks.ask(actor, agent_id=owner.participant_id, content="x")
+
+
+def test_task_events_cross_processes_as_the_task() -> None:
+    """On PostgreSQL the outbox carries a task event as the task itself:
+    another process rebuilds the same event (an A2A stream reads its fields)."""
+    task = Task(
+        task_id="01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        room_id="01ARZ3NDEKTSV4RRFFQ69G5FAW",
+        agent_id="01ARZ3NDEKTSV4RRFFQ69G5FAX",
+        creator_id="01ARZ3NDEKTSV4RRFFQ69G5FAY",
+        title="t",
+        state=TaskState.INPUT_REQUIRED,
+        message_id="01ARZ3NDEKTSV4RRFFQ69G5FAZ",
+        request_seq=7,
+        context_id="ctx",
+        status_message="which?",
+        result=None,
+        managed=True,
+        via="mcp",
+        created_at=1,
+        updated_at=2,
+    )
+    for kind in (TaskCreated, TaskUpdated):
+        [entry] = outbox.decode(outbox.encode([outbox.Publish(kind(task.room_id, task=task))]))
+        assert isinstance(entry, outbox.Publish)
+        assert type(entry.event) is kind
+        assert isinstance(entry.event, TaskCreated)
+        assert entry.event.task == task
+        assert entry.event.frame == kind(task.room_id, task=task).frame
