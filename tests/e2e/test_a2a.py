@@ -35,6 +35,7 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError
 
 from quart_mesh import Settings, create_app, serve
+from quart_mesh.a2a_server import handler
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 # a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
@@ -473,3 +474,65 @@ async def test_tasks_survive_a_restart(tmp_path: Path) -> None:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_dropped_stream_leaves_nothing_behind(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path / "mesh-data"))
+    serving = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[str]) -> None:
+        with serving:
+            await serve(app, port=0, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        url: str = await nursery.start(run)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            mesh = Mesh(http)
+            await mesh.setup()
+            bot = await bootstrap(mesh, "mute", a2a=True)
+            bob = await mesh.register("bob")
+        subscribers = app.node.broker.statistics().subscribers
+        agent_url = f"{url}/a2a/agents/{bot.participant_id}"
+        # the caller goes away while the stream waits for the bot
+        async with a2a_client(agent_url, bob, streaming=True) as client:
+            with trio.move_on_after(1):
+                async for _ in client.send_message(ask("anyone there?")):
+                    pass
+
+        async def released() -> bool:
+            return app.node.broker.statistics().subscribers == subscribers
+
+        await wait_for(released)
+
+        # a node that stops with a stream open ends the stream, and stops
+        async with a2a_client(agent_url, bob, streaming=True) as client:
+            first: list[StreamResponse] = []
+            ended = trio.Event()
+
+            async def listen() -> None:
+                try:
+                    async for event in client.send_message(ask("still there?")):
+                        first.append(event)
+                except A2AClientError:
+                    pass
+                ended.set()
+
+            nursery.start_soon(listen)
+            await wait_for(lambda: _true(bool(first)))
+            with trio.fail_after(15):
+                serving.cancel()
+                await ended.wait()
+            assert [e.WhichOneof("payload") for e in first] == ["task"]
+
+
+async def test_a_blocking_send_waits_a_bounded_time(
+    base_url: str, mesh: Mesh, owner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handler, "BLOCKING_SECONDS", 0.5)
+    bot = await bootstrap(mesh, "mute", a2a=True)
+    async with a2a_client(f"{base_url}/a2a/agents/{bot.participant_id}", owner) as client:
+        with trio.fail_after(10):
+            task = final_task(await send(client, ask("no answer comes")))
+    # the task as it is: the caller polls (GetTask) or subscribes
+    assert task.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert [m.parts[0].text for m in task.history] == ["no answer comes"]
