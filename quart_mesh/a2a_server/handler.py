@@ -8,8 +8,10 @@ plus :meth:`Tasks.history`, ``CancelTask`` is :meth:`Tasks.cancel`, and the
 streams follow the task through the caller's own feed
 (:meth:`Delivery.follow`: only rooms it may read), reading the stored task
 again whenever something happens in its room. Every wait is bounded
-(:data:`BLOCKING_SECONDS`, :data:`STREAM_SECONDS`) and a re-read every
-:data:`RECHECK_SECONDS` covers a lagging feed.
+(:data:`BLOCKING_SECONDS`, :data:`STREAM_SECONDS`), a re-read every
+:data:`RECHECK_SECONDS` covers a lagging feed, and each wait holds one of the
+caller's long-poll seats (``Seats``: ``max_polls_per_participant`` and
+``..._per_address``), as a waiting ``POST /api/poll`` does.
 
 Who calls is decided before the dispatcher runs (``routes.py``): the context
 carries the authenticated :class:`Actor` and, on a bot's own interface, that
@@ -147,6 +149,19 @@ class MeshRequestHandler(RequestHandler):
             raise InvalidRequestError(message="a bearer token is required")
         return actor
 
+    @contextlib.contextmanager
+    def _seat(self, context: ServerCallContext) -> Iterator[None]:
+        """A long-poll seat of the caller's for the block (a wait or a stream).
+
+        Raises:
+            InvalidRequestError: the caller (``too_many_polls``) or its
+                address holds as many as allowed.
+        """
+        actor = self._actor(context)
+        address: str | None = context.state.get("mesh_address")
+        with _translated(), self._node().seats.hold("poll", actor.participant_id, address):
+            yield
+
     @staticmethod
     def _agent_of(context: ServerCallContext, params: SendMessageRequest) -> str:
         """The bot a message is for: the interface's own, or on the node's
@@ -221,17 +236,20 @@ class MeshRequestHandler(RequestHandler):
         :data:`BLOCKING_SECONDS` for it to finish or ask back.
 
         Cancellation: safe; the task stays asked (the caller can GetTask it)."""
-        task = await self._ask(params, context)
         actor = self._actor(context)
-        if not params.configuration.return_immediately and task["state"] not in _SETTLED:
-            deadline = trio.current_time() + BLOCKING_SECONDS
-            with await self._node().delivery.follow(actor, capacity=FEED_CAPACITY) as feed:
-                task = await self._reread(context, task)
-                while task["state"] not in _SETTLED:
-                    changed = await self._next_change(context, feed, task, deadline)
-                    if changed is None:
-                        break
-                    task = changed
+        if params.configuration.return_immediately:
+            task = await self._ask(params, context)
+        else:
+            with self._seat(context):
+                task = await self._ask(params, context)
+                deadline = trio.current_time() + BLOCKING_SECONDS
+                with await self._node().delivery.follow(actor, capacity=FEED_CAPACITY) as feed:
+                    task = await self._reread(context, task)
+                    while task["state"] not in _SETTLED:
+                        changed = await self._next_change(context, feed, task, deadline)
+                        if changed is None:
+                            break
+                        task = changed
         history_length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -245,9 +263,10 @@ class MeshRequestHandler(RequestHandler):
         """Ask the bot, then stream the task: the task first, then each
         change of state (and the result as an artifact) until it finishes or
         asks back, or :data:`STREAM_SECONDS` pass."""
-        task = await self._ask(params, context)
-        async for event in self._stream(context, task, until=_SETTLED):
-            yield event
+        with self._seat(context):
+            task = await self._ask(params, context)
+            async for event in self._stream(context, task, until=_SETTLED):
+                yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -261,8 +280,9 @@ class MeshRequestHandler(RequestHandler):
                 message=f"task {params.id} is {task['state']}: read it with GetTask",
                 data={"code": "task_closed"},
             )
-        async for event in self._stream(context, task, until=TERMINAL):
-            yield event
+        with self._seat(context):
+            async for event in self._stream(context, task, until=TERMINAL):
+                yield event
 
     async def _stream(
         self, context: ServerCallContext, task: dict[str, Any], *, until: frozenset[str]

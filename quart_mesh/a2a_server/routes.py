@@ -50,6 +50,7 @@ ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[Non
 #: the request scope's keys this module sets for the handler
 _ACTOR = "quart_mesh.a2a.actor"
 _AGENT = "quart_mesh.a2a.agent_id"
+_ADDRESS = "quart_mesh.a2a.address"
 #: set when the request failed and was answered (and logged) already
 _FAILED = "quart_mesh.a2a.failed"
 
@@ -90,6 +91,7 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
         }
         context.state["mesh_actor"] = request.scope.get(_ACTOR)
         context.state["mesh_agent_id"] = request.scope.get(_AGENT)
+        context.state["mesh_address"] = request.scope.get(_ADDRESS)
         return context
 
 
@@ -162,6 +164,11 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
                 )
             request.scope[_AGENT] = agent_id
         request.scope[_ACTOR] = actor
+        resolver = mesh_node.client_addresses
+        request.scope[_ADDRESS] = resolver.resolve(
+            request.client.host if request.client else None,
+            request.headers.getlist(resolver.header),
+        )
         return await dispatcher.handle_requests(request)
 
     async def unexpected(request: Request, error: Exception) -> Response:

@@ -32,10 +32,11 @@ from a2a.types import (
     TaskState,
     UnsupportedOperationError,
 )
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.a2a_server import handler
+from quart_mesh.config import Limits
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 # a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
@@ -536,3 +537,47 @@ async def test_a_blocking_send_waits_a_bounded_time(
     # the task as it is: the caller polls (GetTask) or subscribes
     assert task.status.state == TaskState.TASK_STATE_SUBMITTED
     assert [m.parts[0].text for m in task.history] == ["no answer comes"]
+
+
+class TestSeats:
+    @pytest.fixture
+    def settings(self, tmp_path: Path) -> Settings:
+        return Settings(data_dir=tmp_path / "mesh-data", limits=Limits(max_polls_per_participant=1))
+
+    async def test_waits_hold_the_callers_long_poll_seats(
+        self, base_url: str, mesh: Mesh, owner: User, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(handler, "BLOCKING_SECONDS", 0.5)
+        bot = await bootstrap(mesh, "mute", a2a=True)
+        url = f"{base_url}/a2a/agents/{bot.participant_id}"
+        async with (
+            a2a_client(url, owner, streaming=True) as streaming,
+            a2a_client(url, owner) as blocking,
+            trio.open_nursery() as nursery,
+        ):
+            first: list[StreamResponse] = []
+
+            async def hold() -> None:
+                async for event in streaming.send_message(ask("waiting")):
+                    first.append(event)
+
+            nursery.start_soon(hold)
+            await wait_for(lambda: _true(bool(first)))
+            with pytest.raises(InvalidRequestError, match="long polls") as refused:
+                await send(blocking, ask("and this one?"))
+            assert refused.value.data is not None
+            # asking without waiting takes no seat
+            task = final_task(await send(blocking, ask("later", return_immediately=True)))
+            assert task.status.state == TaskState.TASK_STATE_SUBMITTED
+            nursery.cancel_scope.cancel()
+        # the dropped stream gives its seat back
+        async with a2a_client(url, owner) as blocking:
+
+            async def seated() -> bool:
+                try:
+                    task = final_task(await send(blocking, ask("now?")))
+                except InvalidRequestError:
+                    return False
+                return task.status.state == TaskState.TASK_STATE_SUBMITTED
+
+            await wait_for(seated)
