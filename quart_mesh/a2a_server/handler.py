@@ -71,6 +71,7 @@ from .mapping import (
 if TYPE_CHECKING:
     from ..node import Node
     from ..services.authz import Actor
+    from ..services.delivery import Feed
 
 __all__ = [
     "BLOCKING_SECONDS",
@@ -196,9 +197,11 @@ class MeshRequestHandler(RequestHandler):
         task: dict[str, Any],
         history_length: int | None = None,
     ) -> Task:
+        limit = MAX_HISTORY if history_length is None else min(history_length, MAX_HISTORY)
+        if limit <= 0:
+            return to_a2a_task(task, (), history_length=0)
         with _translated(task=True):
             history = await self._node().tasks.history(actor, task["taskId"])
-        limit = MAX_HISTORY if history_length is None else min(history_length, MAX_HISTORY)
         return to_a2a_task(task, history, history_length=limit)
 
     # sending -----------------------------------------------------------------
@@ -314,7 +317,7 @@ class MeshRequestHandler(RequestHandler):
         return await self._visible_task(context, task["taskId"])
 
     async def _next_change(
-        self, context: ServerCallContext, feed: Any, task: dict[str, Any], deadline: float
+        self, context: ServerCallContext, feed: Feed, task: dict[str, Any], deadline: float
     ) -> dict[str, Any] | None:
         """Wait for the stored task to differ from *task*; None at *deadline*.
 
