@@ -17,6 +17,7 @@ from quart_mesh.app import MeshApp
 from quart_mesh.errors import BadRequest, Conflict, NotFound
 from quart_mesh.events import TaskCreated, TaskUpdated
 from quart_mesh.records import Task, TaskState
+from quart_mesh.services.tasks import MOVES
 from quart_mesh.store import outbox
 from tests.helpers import Mesh, Socket, User, assert_error, connect, serve_on
 
@@ -470,3 +471,28 @@ def test_task_events_cross_processes_as_the_task() -> None:
         assert isinstance(entry.event, TaskCreated)
         assert entry.event.task == task
         assert entry.event.frame == kind(task.room_id, task=task).frame
+
+
+#: the moves an agent may make (the contract's table, written out)
+ALLOWED = {
+    ("submitted", "working"),
+    ("submitted", "input-required"),
+    ("submitted", "completed"),
+    ("submitted", "failed"),
+    ("submitted", "rejected"),
+    ("working", "input-required"),
+    ("working", "completed"),
+    ("working", "failed"),
+    ("input-required", "working"),
+    ("input-required", "completed"),
+    ("input-required", "failed"),
+}
+
+
+@pytest.mark.parametrize("source", list(TaskState))
+@pytest.mark.parametrize("target", list(TaskState))
+def test_the_moves_an_agent_may_make(source: TaskState, target: TaskState) -> None:
+    allowed = target in MOVES.get(source, frozenset())
+    assert allowed == ((source.value, target.value) in ALLOWED)
+    if source.terminal:
+        assert source not in MOVES  # nothing moves a closed task
