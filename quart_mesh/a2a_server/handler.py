@@ -22,8 +22,11 @@ errors with the service's message and code (:func:`a2a_error`).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import logging
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import trio
 from a2a.server.context import ServerCallContext
@@ -58,6 +61,7 @@ from a2a.utils.errors import (
 )
 
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unavailable
+from ..ids import new_id
 from .mapping import (
     STATES,
     TERMINAL,
@@ -80,6 +84,10 @@ __all__ = [
     "MeshRequestHandler",
     "a2a_error",
 ]
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: longest a blocking SendMessage waits for the task to finish or ask back;
 #: then it answers with the task as it is (the caller polls or subscribes)
@@ -123,6 +131,43 @@ def _translated(*, task: bool = False) -> Iterator[None]:
         yield
     except MeshError as error:
         raise a2a_error(error, task=task) from error
+
+
+def _internals_hidden(method: F) -> F:
+    """An unexpected error leaves as an A2A internal error naming a request
+    id, logged with its traceback here, instead of its own text (the
+    dispatcher would send ``str(error)``, which may hold internals)."""
+
+    def internal(error: Exception) -> InternalError:
+        request_id = new_id()
+        log.error("unhandled error in A2A call %s", request_id, exc_info=error)
+        return InternalError(message=f"internal error (request id {request_id})")
+
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(*args: Any, **kwargs: Any) -> AsyncGenerator[Any]:
+            try:
+                async with contextlib.aclosing(method(*args, **kwargs)) as inner:
+                    async for item in inner:
+                        yield item
+            except A2AError:
+                raise
+            except Exception as error:
+                raise internal(error) from None
+
+        return cast("F", stream)
+
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except A2AError:
+            raise
+        except Exception as error:
+            raise internal(error) from None
+
+    return cast("F", call)
 
 
 def _unsupported(what: str) -> NoReturn:
@@ -231,6 +276,7 @@ class MeshRequestHandler(RequestHandler):
             )
         return dict(task.to_json())
 
+    @_internals_hidden
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
@@ -260,6 +306,7 @@ class MeshRequestHandler(RequestHandler):
         )
         return await self._a2a_task(actor, task, history_length)
 
+    @_internals_hidden
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -271,6 +318,7 @@ class MeshRequestHandler(RequestHandler):
             async for event in self._stream(context, task, until=_SETTLED):
                 yield event
 
+    @_internals_hidden
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -340,11 +388,13 @@ class MeshRequestHandler(RequestHandler):
 
     # reading and cancelling ------------------------------------------------
 
+    @_internals_hidden
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         task = await self._visible_task(context, params.id)
         history_length = params.history_length if params.HasField("history_length") else None
         return await self._a2a_task(self._actor(context), task, history_length)
 
+    @_internals_hidden
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
@@ -354,6 +404,7 @@ class MeshRequestHandler(RequestHandler):
             task = (await self._node().tasks.cancel(actor, params.id)).to_json()
         return await self._a2a_task(actor, task)
 
+    @_internals_hidden
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
@@ -384,26 +435,31 @@ class MeshRequestHandler(RequestHandler):
 
     # not offered -------------------------------------------------------------
 
+    @_internals_hidden
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         _unsupported("CreateTaskPushNotificationConfig")
 
+    @_internals_hidden
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         _unsupported("GetTaskPushNotificationConfig")
 
+    @_internals_hidden
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         _unsupported("ListTaskPushNotificationConfigs")
 
+    @_internals_hidden
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
         _unsupported("DeleteTaskPushNotificationConfig")
 
+    @_internals_hidden
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:

@@ -29,11 +29,12 @@ from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import MeshError, Unauthorized
+from ..errors import MeshError, Unauthorized, error_body
 from ..ids import new_id
 from .cards import AGENTS_PREFIX, CARD_PATH, NODE_RPC_PATH, agent_card, node_card
 from .handler import MeshRequestHandler
@@ -77,7 +78,19 @@ def _rpc_error(
 
 
 def _not_found(message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "code": "agent_not_found"}, status_code=404)
+    return JSONResponse(error_body(message, "agent_not_found"), status_code=404)
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """Starlette's own refusals (an unknown path under ``/a2a``, a method a
+    route does not take) as JSON, like Quart's."""
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    message, code = {
+        404: ("no such endpoint", "not_found"),
+        405: ("method not allowed on this endpoint", "method_not_allowed"),
+    }.get(status, (error.detail, "http_error"))
+    return JSONResponse(error_body(message, code), status_code=status, headers=error.headers)
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):
@@ -180,7 +193,7 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
         )
 
     return Starlette(
-        exception_handlers={Exception: unexpected},
+        exception_handlers={HTTPException: _http_error, Exception: unexpected},
         routes=[
             Route(CARD_PATH, get_node_card, methods=["GET"]),
             Route(NODE_RPC_PATH, rpc, methods=["POST"]),

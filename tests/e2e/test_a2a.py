@@ -32,11 +32,12 @@ from a2a.types import (
     TaskState,
     UnsupportedOperationError,
 )
-from a2a.utils.errors import InvalidParamsError, InvalidRequestError
+from a2a.utils.errors import InternalError, InvalidParamsError, InvalidRequestError
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.a2a_server import handler
 from quart_mesh.config import Limits
+from quart_mesh.services.tasks import Tasks
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 # a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
@@ -419,6 +420,10 @@ async def test_who_may_call(base_url: str, mesh: Mesh, owner: User) -> None:
     r = await mesh.http.post(url, content=b"x" * 2_000_000, headers=headers)
     assert r.status_code == 413
     assert r.json()["error"]["data"]["code"] == "too_large"
+    # the routes' own refusals are JSON, like the REST API's
+    assert_error(await mesh.http.get(url), 405, "method_not_allowed")
+    assert_error(await mesh.http.get(f"{url}/more"), 404, "not_found")
+    assert_error(await mesh.http.post("/.well-known/agent-card.json"), 405)
 
 
 @asynccontextmanager
@@ -581,3 +586,24 @@ class TestSeats:
                 return task.status.state == TaskState.TASK_STATE_SUBMITTED
 
             await wait_for(seated)
+
+
+async def test_an_unexpected_error_shows_no_internals(
+    base_url: str, mesh: Mesh, owner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    echo = await spawn_echo(mesh, owner)
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("SELECT secret FROM internals")
+
+    monkeypatch.setattr(Tasks, "get", broken)
+    async with a2a_client(f"{base_url}/a2a/agents/{echo}", owner, streaming=True) as client:
+        with pytest.raises(InternalError, match=r"internal error \(request id \w+\)") as failed:
+            await client.get_task(GetTaskRequest(id="01ARZ3NDEKTSV4RRFFQ69G5FAV"))
+        assert "secret" not in str(failed.value)
+        with pytest.raises(InternalError, match="request id") as failed:
+            async for _ in client.subscribe(
+                SubscribeToTaskRequest(id="01ARZ3NDEKTSV4RRFFQ69G5FAV")
+            ):
+                pass
+        assert "secret" not in str(failed.value)
