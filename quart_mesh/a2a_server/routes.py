@@ -93,6 +93,13 @@ async def _http_error(request: Request, error: Exception) -> Response:
     return JSONResponse(error_body(message, code), status_code=status, headers=error.headers)
 
 
+async def _mesh_error(request: Request, error: Exception) -> Response:
+    """A service's refusal outside a JSON-RPC call (a card while the store is
+    unavailable) as the REST API answers it."""
+    assert isinstance(error, MeshError)
+    return JSONResponse(error.to_json(), status_code=error.status)
+
+
 class _ContextBuilder(DefaultServerCallContextBuilder):
     """The SDK's context, plus who calls and which bot's interface it is."""
 
@@ -193,7 +200,11 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
         )
 
     return Starlette(
-        exception_handlers={HTTPException: _http_error, Exception: unexpected},
+        exception_handlers={
+            HTTPException: _http_error,
+            MeshError: _mesh_error,
+            Exception: unexpected,
+        },
         routes=[
             Route(CARD_PATH, get_node_card, methods=["GET"]),
             Route(NODE_RPC_PATH, rpc, methods=["POST"]),

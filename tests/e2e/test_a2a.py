@@ -37,6 +37,8 @@ from a2a.utils.errors import InternalError, InvalidParamsError, InvalidRequestEr
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.a2a_server import handler
 from quart_mesh.config import Limits
+from quart_mesh.errors import Unavailable
+from quart_mesh.services.agents import Agents
 from quart_mesh.services.tasks import Tasks
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
@@ -607,3 +609,10 @@ async def test_an_unexpected_error_shows_no_internals(
             ):
                 pass
         assert "secret" not in str(failed.value)
+
+    # a refusal outside a call (the store away while a card is read): as REST answers it
+    async def away(*args: Any, **kwargs: Any) -> None:
+        raise Unavailable("the store is not answering", "unavailable")
+
+    monkeypatch.setattr(Agents, "a2a_agents", away)
+    assert_error(await mesh.http.get("/.well-known/agent-card.json"), 503, "unavailable")
