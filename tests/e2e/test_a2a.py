@@ -40,6 +40,7 @@ from quart_mesh.config import Limits
 from quart_mesh.errors import Unavailable
 from quart_mesh.services.agents import Agents
 from quart_mesh.services.tasks import Tasks
+from tests.e2e.test_stock_hypercorn import served
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
 
 # a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
@@ -616,3 +617,36 @@ async def test_an_unexpected_error_shows_no_internals(
 
     monkeypatch.setattr(Agents, "a2a_agents", away)
     assert_error(await mesh.http.get("/.well-known/agent-card.json"), 503, "unavailable")
+
+
+async def test_under_stock_hypercorn(tmp_path: Path) -> None:
+    """``quart_mesh.asgi`` under hypercorn's own trio worker: the same routes,
+    a stream included."""
+    async with (
+        served(tmp_path / "mesh-data") as url,
+        httpx.AsyncClient(base_url=url, timeout=10) as http,
+    ):
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bot = await bootstrap(mesh, "hyper", a2a=True)
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        assert [s["id"] for s in card["skills"]] == [bot.participant_id]
+        agent_url = f"{url}/a2a/agents/{bot.participant_id}"
+        async with connect(url, bot) as ws, a2a_client(agent_url, owner, streaming=True) as client:
+            seen: list[StreamResponse] = []
+
+            async def converse() -> None:
+                seen.extend(await send(client, ask("over stock hypercorn")))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(converse)
+                created = await next_frame(ws, "task_created")
+                await ws.send(
+                    type="task_update",
+                    taskId=created["task"]["taskId"],
+                    state="completed",
+                    result="fine",
+                )
+        assert seen[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        [artifact] = [e.artifact_update.artifact for e in seen if e.HasField("artifact_update")]
+        assert artifact.parts[0].text == "fine"
