@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from a2a.client import A2ACardResolver, A2AClientError, Client, ClientConfig, ClientFactory
+from a2a.client import (
+    A2ACardResolver,
+    A2AClientError,
+    AuthInterceptor,
+    Client,
+    ClientConfig,
+    ClientFactory,
+    CredentialService,
+)
 from a2a.helpers.proto_helpers import new_text_message
 from a2a.types import (
     CancelTaskRequest,
@@ -650,3 +658,23 @@ async def test_under_stock_hypercorn(tmp_path: Path) -> None:
         assert seen[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         [artifact] = [e.artifact_update.artifact for e in seen if e.HasField("artifact_update")]
         assert artifact.parts[0].text == "fine"
+
+
+async def test_the_clients_auth_interceptor_follows_the_card(
+    base_url: str, mesh: Mesh, owner: User
+) -> None:
+    """The card's security scheme is enough for the SDK's ``AuthInterceptor``
+    to send the token: no header set by hand."""
+    echo = await spawn_echo(mesh, owner)
+
+    class Tokens(CredentialService):
+        async def get_credentials(self, security_scheme_name: str, context: Any) -> str | None:
+            return owner.token if security_scheme_name == "meshToken" else None
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http))
+        client = await factory.create_from_url(
+            f"{base_url}/a2a/agents/{echo}", interceptors=[AuthInterceptor(Tokens())]
+        )
+        task = final_task(await send(client, ask("with the interceptor")))
+    assert text(task) == ["echo: with the interceptor"]
