@@ -85,12 +85,18 @@ def _security(card: AgentCard, base_url: str) -> None:
     card.security_requirements.append(SecurityRequirement(schemes={SCHEME: StringList()}))
 
 
-def _skill(agent: A2AAgent, *, skill_id: str) -> AgentSkill:
+def _skill(agent: A2AAgent, *, skill_id: str, base_url: str | None = None) -> AgentSkill:
     kind = "managed" if agent.managed else "external"
+    description = agent.description or f"{agent.name}, a {kind} {agent.type} bot of the mesh"
+    if base_url is not None:  # on the node's card: where the bot is an agent of its own
+        description += (
+            f" (its own agent: {base_url}{agent_rpc_path(agent.agent_id)}, card "
+            f"{base_url}{agent_card_path(agent.agent_id)})"
+        )
     return AgentSkill(
         id=skill_id,
         name=agent.name,
-        description=agent.description or f"{agent.name}, a {kind} {agent.type} bot of the mesh",
+        description=description,
         tags=["mesh-bot", agent.type, kind],
         input_modes=_MODES,
         output_modes=_MODES,
@@ -123,13 +129,16 @@ def node_card(mesh_name: str, base_url: str, agents: list[A2AAgent]) -> AgentCar
     card = _card(
         mesh_name,
         "A mesh node where humans and AI agents talk as equal participants. Each skill "
-        "is a bot: name it in message.metadata.agentId (the skill's id), or talk to it "
-        f"at its own interface, {base_url}{AGENTS_PREFIX}<agentId>. A message becomes a "
-        "direct conversation with the bot in the mesh; its replies are the task's.",
+        "is a bot: name it in message.metadata.agentId (the skill's id; a node with one "
+        "bot needs no name), or talk to it at its own interface, "
+        f"{base_url}{AGENTS_PREFIX}<agentId>. A message becomes a direct conversation "
+        "with the bot in the mesh; its replies are the task's.",
         base_url + NODE_RPC_PATH,
         base_url,
     )
-    card.skills.extend(_skill(agent, skill_id=agent.agent_id) for agent in agents)
+    card.skills.extend(
+        _skill(agent, skill_id=agent.agent_id, base_url=base_url) for agent in agents
+    )
     return card
 
 

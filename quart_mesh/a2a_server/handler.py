@@ -208,17 +208,23 @@ class MeshRequestHandler(RequestHandler):
         with _translated(), self._node().seats.hold("poll", actor.participant_id, address):
             yield
 
-    @staticmethod
-    def _agent_of(context: ServerCallContext, params: SendMessageRequest) -> str:
-        """The bot a message is for: the interface's own, or on the node's
-        interface the one named in the message's (or request's) metadata."""
+    async def _agent_of(self, context: ServerCallContext, params: SendMessageRequest) -> str:
+        """The bot a message is for: the interface's own; on the node's
+        interface the one named in the message's (or the request's) metadata
+        as ``agentId`` (or ``skillId``: the node card's skill ids are the
+        bots' ids), else the node's only A2A agent if it has just one."""
         agent_id: str | None = context.state.get("mesh_agent_id")
         if agent_id:
             return agent_id
         for metadata in (params.message.metadata, params.metadata):
-            named = metadata.fields.get("agentId")
-            if named is not None and named.string_value:
-                return str(named.string_value)
+            for key in ("agentId", "skillId"):
+                named = metadata.fields.get(key)
+                if named is not None and named.string_value:
+                    return str(named.string_value)
+        with _translated():
+            agents = await self._node().agents.a2a_agents()
+        if len(agents) == 1:
+            return agents[0].agent_id
         raise InvalidParamsError(
             message="name the bot: message.metadata.agentId (a skill id of the node's card), "
             "or send to the bot's own interface at /a2a/agents/<agentId>",
@@ -253,7 +259,7 @@ class MeshRequestHandler(RequestHandler):
 
     async def _ask(self, params: SendMessageRequest, context: ServerCallContext) -> dict[str, Any]:
         actor = self._actor(context)
-        agent_id = self._agent_of(context, params)
+        agent_id = await self._agent_of(context, params)
         content = text_of(params.message)
         if not content.strip():
             raise InvalidParamsError(

@@ -241,8 +241,17 @@ async def test_a_message_becomes_a_dm_and_the_reply_completes_it(
     async with a2a_client(base_url, bob) as client:
         task = final_task(await send(client, ask("via the node", metadata={"agentId": echo})))
         assert text(task) == ["echo: via the node"]
+        task = final_task(await send(client, ask("by skill", metadata={"skillId": echo})))
+        assert text(task) == ["echo: by skill"]
+        # the node's only agent needs no name; with two, one must be named
+        task = final_task(await send(client, ask("to the only one")))
+        assert text(task) == ["echo: to the only one"]
+        await spawn_echo(mesh, owner, "echo-2")
         with pytest.raises(InvalidParamsError, match="agentId"):
             await send(client, ask("to whom?"))
+    card = (await mesh.http.get("/.well-known/agent-card.json")).json()
+    [skill] = [s for s in card["skills"] if s["id"] == echo]
+    assert f"{base_url}/a2a/agents/{echo}/.well-known/agent-card.json" in skill["description"]
 
 
 async def test_streaming_shows_the_task_move(base_url: str, mesh: Mesh, owner: User) -> None:
