@@ -41,7 +41,8 @@ async def base_url(served_app: MeshApp, nursery: trio.Nursery) -> str:
 async def bootstrap(mesh: Mesh, name: str, by: User | None = None) -> User:
     r = await mesh.http.post(
         "/api/agents/bootstrap",
-        json={"name": name, "type": "nanoclaw"},
+        # an A2A agent too: Tasks.ask takes only those (decision 0062)
+        json={"name": name, "type": "nanoclaw", "a2a": True},
         headers=by.headers if by else None,
     )
     assert r.status_code == 201, r.text
