@@ -223,7 +223,9 @@ class Tasks:
                 raise BadRequest("the agent is not a member of this room", "agent_not_in_room")
 
         await self._db.read(check)
-        request = await self._messages.send(actor, room_id, content)
+        # addressed to the agent: bots that answer only what is addressed to
+        # them see it, and the built-in bots answer it in its thread
+        request = await self._messages.send(actor, room_id, content, to=agent_id)
         return await self._open(actor, request, agent_id, title, via, None)
 
     async def ask(

@@ -496,3 +496,46 @@ def test_the_moves_an_agent_may_make(source: TaskState, target: TaskState) -> No
     assert allowed == ((source.value, target.value) in ALLOWED)
     if source.terminal:
         assert source not in MOVES  # nothing moves a closed task
+
+
+async def test_a_built_in_bot_completes_a_room_task_in_its_thread(
+    base_url: str, mesh: Mesh
+) -> None:
+    """A task's request is addressed to its agent (``to``); the built-in bots
+    answer what is addressed to them in its thread, so a room task given to a
+    managed echo bot completes, while its answers to the room's other talk
+    stay at the top of the room."""
+    owner = await mesh.setup()
+    room = (await mesh.create_room(owner, "workshop"))["roomId"]
+    r = await mesh.http.post(
+        "/api/agents/spawn",
+        json={"name": "room-echo", "type": "echo", "model": "none", "rooms": [room]},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    echo = r.json()["agentId"]
+    async with connect(base_url, owner) as ws:
+        await ws.expect("participant_joined", timeout=30, roomId=room)
+        await mesh.send(owner, room, "small talk")
+        top = await ws.expect("message", timeout=30, senderId=echo)
+        assert (top["content"], top["threadId"]) == ("echo: small talk", None)
+        r = await mesh.http.post(
+            "/api/tasks",
+            json={"roomId": room, "agentId": echo, "content": "count the chairs"},
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        task = r.json()
+        request = await ws.expect("message", content="count the chairs")
+        assert request["to"] == echo
+        answer = await ws.expect("message", timeout=30, senderId=echo)
+        assert (answer["content"], answer["threadId"]) == (
+            "echo: count the chairs",
+            task["messageId"],
+        )
+        done = (await ws.expect("task_updated", timeout=30))["task"]
+        assert (done["taskId"], done["state"], done["result"]) == (
+            task["taskId"],
+            "completed",
+            "echo: count the chairs",
+        )
