@@ -32,13 +32,14 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing.exceptions import WebsocketMismatch
 
 from . import web
+from .a2a_server import with_a2a
 from .api import BLUEPRINTS
 from .api._common import client_address
 from .api.apps import APPS_PREFIX
 from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
 from .api.uploads import UPLOAD_PATH, upload_body_limit
-from .asgi_guards import drain_request_bodies
+from .asgi_guards import ASGIApp, drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
@@ -199,7 +200,7 @@ def create_app(
     mcp = McpEndpoint(settings, lambda: app.node)
     app.extensions["quart_mesh.mcp"] = mcp
     app.asgi_app = drain_request_bodies(  # type: ignore[method-assign,assignment]
-        mcp.wrap(app.asgi_app),
+        mcp.wrap(_with_a2a(app)),
         lambda: app.nursery,
         websockets=websocket_route,
     )
@@ -336,6 +337,13 @@ def create_app(
         return response
 
     return app
+
+
+def _with_a2a(app: MeshApp) -> ASGIApp:
+    """The app with the A2A cards and interfaces (``/.well-known/agent-card.json``,
+    ``/a2a/...``) in front (decision 0062), inside the body drain: a request
+    they refuse before reading its body is drained like Quart's."""
+    return with_a2a(app.asgi_app, lambda: app.node)
 
 
 def _client(app: MeshApp) -> str | None:

@@ -150,6 +150,8 @@ class Node:
         )
         self.supervisor = Supervisor(settings, db, self.tokens, self.address, secret)
         self.agents = Agents(settings, db, self.accounts, self.supervisor, self.webhooks)
+        # A2A asks go only to bots that are A2A agents (decision 0062)
+        self.tasks.a2a_enabled = self.agents.a2a_enabled
         self.did_auth = DidAuth(settings, db, self.accounts, self.tokens, identity.did)
         #: WebSocket sessions and long polls held per participant and address
         self.seats = Seats(limits, self.rate_limits)

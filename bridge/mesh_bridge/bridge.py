@@ -29,6 +29,7 @@ from trio_websocket import (
     WebSocketConnection,
     open_websocket_url,
 )
+from wsproto.utilities import LocalProtocolError
 
 from mesh_bridge.backoff import Backoff
 from mesh_bridge.config import Config
@@ -169,6 +170,13 @@ class Bridge:
         except HandshakeError as exc:
             cause = exc.__cause__ or exc
             raise Disconnected(f"cannot connect to {url}: {_describe(cause)}") from exc
+        except LocalProtocolError as exc:
+            # trio-websocket 0.12.2 answers a ping that crosses the bridge's
+            # own close frame, wsproto refuses that pong, and the reader raises
+            # it (python-trio/trio-websocket#184): the connection was ending
+            if self._stopping:
+                return
+            raise Disconnected(f"the connection to {url} ended: {exc}") from exc
         except ConnectionClosed as exc:
             code = exc.reason.code if exc.reason is not None else 1006
             reason = (exc.reason.reason if exc.reason is not None else None) or ""

@@ -1,4 +1,4 @@
-"""Agents and bots (spec §4.6): bootstrap, spawn, list, remove, commands."""
+"""Agents and bots (spec §4.6): bootstrap, spawn, list, change, remove, commands."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ class Bootstrap(Body):
     description: str | None = None
     #: where a webhook bot's events are POSTed (webhook bots only, and required for them)
     webhook_url: str | None = None
+    #: make the bot an A2A agent (decision 0062); null counts as false
+    a2a: bool | None = None
 
 
 class BotSession(Shape):
@@ -86,6 +88,8 @@ class Agent(Shape):
     trust_level: TrustLevel
     description: str
     managed: bool
+    #: an A2A agent: a skill of /.well-known/agent-card.json, at /a2a/agents/<agentId>
+    a2a: bool
     #: managed bots only: starting, running, needs_key, failed, stopped...
     status: str | msgspec.UnsetType = msgspec.UNSET
     #: managed bots only
@@ -94,6 +98,18 @@ class Agent(Shape):
     detail: str | msgspec.UnsetType | None = msgspec.UNSET
     #: webhook bots only, once their deliveries have run on this node
     webhook: WebhookStatus | msgspec.UnsetType = msgspec.UNSET
+
+
+class AgentChange(Body):
+    #: make the bot an A2A agent (true) or no longer one (false)
+    a2a: bool
+
+
+class AgentChanged(Shape):
+    """What the bot is now."""
+
+    agent_id: Id
+    a2a: bool
 
 
 class AgentDeleted(Ok):
@@ -147,6 +163,7 @@ async def bootstrap(data: Bootstrap) -> tuple[Any, int]:
         webhook_url=data.webhook_url,
         base_url=mesh_node.address.url or request.host_url,
         address=client_address(),
+        a2a=bool(data.a2a),
     )
     return reply(result.to_json(), 201)
 
@@ -183,6 +200,15 @@ async def list_agents() -> tuple[Any, int]:
     """Every agent, with its presence and state."""
     actor = await caller()
     return reply(await node().agents.list_agents(actor))
+
+
+@bp.patch("/api/agents/<agent_id>")
+@accepts(AgentChange)
+@answers(AgentChanged)
+async def change_agent(agent_id: str, data: AgentChange) -> tuple[Any, int]:
+    """Make a bot an A2A agent or no longer one (the bot, its registrant, or admins)."""
+    actor = await caller()
+    return reply(await node().agents.set_a2a(actor, agent_id, data.a2a))
 
 
 @bp.delete("/api/agents/<agent_id>")

@@ -45,6 +45,16 @@ class Bot:
     async def on_message(self, event: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def thread_of_answer(self, event: dict[str, Any]) -> str | None:
+        """Where an answer to message *event* goes: a message addressed to
+        this bot (``to``: a task's request, ``docs/agents-mcp-a2a.md``) is
+        answered in its thread, so the answer stays beside the question in a
+        busy room; anything else at the top of the room."""
+        if event.get("to") != self.me:
+            return None
+        thread = event.get("threadId") or event.get("messageId")
+        return thread if isinstance(thread, str) else None
+
     async def close(self) -> None:
         """Release what the bot holds (its HTTP client)."""
 

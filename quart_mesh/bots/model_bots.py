@@ -129,7 +129,9 @@ class ModelBot(Bot):
         elif not addressed and await self._room_kind(room_id) != "dm":
             return
         self.handled += 1
-        self._nursery.start_soon(self._answer, room_id, int(event["cursor"]), content)
+        self._nursery.start_soon(
+            self._answer, room_id, int(event["cursor"]), content, self.thread_of_answer(event)
+        )
 
     def _may_answer_bot(self, room_id: str) -> bool:
         recent, now = self._bot_replies[room_id], time.monotonic()
@@ -151,7 +153,7 @@ class ModelBot(Bot):
                 return "room"
         return self._room_kinds[room_id]
 
-    async def _answer(self, room_id: str, upto: int, request: str) -> None:
+    async def _answer(self, room_id: str, upto: int, request: str, thread: str | None) -> None:
         async with self._room_locks[room_id], trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_typing, room_id)
             try:
@@ -163,7 +165,10 @@ class ModelBot(Bot):
                 self.last_error = str(error)
                 text = f"(I could not answer: {error})"
             nursery.cancel_scope.cancel()
-        await self.send({"type": "send_message", "roomId": room_id, "content": _fit(text)})
+        answer = {"type": "send_message", "roomId": room_id, "content": _fit(text)}
+        if thread is not None:
+            answer["threadId"] = thread
+        await self.send(answer)
 
     async def _keep_typing(self, room_id: str) -> None:
         while True:

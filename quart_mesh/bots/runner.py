@@ -42,13 +42,14 @@ class EchoBot(Bot):
         if event.get("senderId") in self.bots:
             return
         self.handled += 1
-        await self.send(
-            {
-                "type": "send_message",
-                "roomId": event["roomId"],
-                "content": f"echo: {event['content']}"[:16000],
-            }
-        )
+        answer = {
+            "type": "send_message",
+            "roomId": event["roomId"],
+            "content": f"echo: {event['content']}"[:16000],
+        }
+        if (thread := self.thread_of_answer(event)) is not None:
+            answer["threadId"] = thread
+        await self.send(answer)
 
 
 async def run() -> int:

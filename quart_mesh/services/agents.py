@@ -1,9 +1,10 @@
 """Agents: bot participants and how they connect (spec §2.2, §3.2, §4.6).
 
 This module holds bootstrap (external bots registering themselves), the agent
-list and agent removal. Bots are participants like any other: they get a
-token and use the same REST, WebSocket and polling paths, through the same
-permission checks.
+list, agent removal and which bots are A2A agents (decision 0062: managed
+bots by default, external ones when they or their registrant opt in). Bots
+are participants like any other: they get a token and use the same REST,
+WebSocket and polling paths, through the same permission checks.
 
 Managed bots and webhook deliveries run on one process of the mesh (elected
 singletons, decision 0035), which may not be the one a request reaches: what
@@ -172,6 +173,7 @@ class Agents:
                 model=model,
                 rooms=rooms,
                 needs_key=api_key is not None,
+                a2a=True,
             )
             repo.record_managed_bot(
                 conn, participant.participant_id, sealed_key=sealed_key, at=now_ms()
@@ -202,11 +204,13 @@ class Agents:
         description: str = "",
         webhook_url: str | None = None,
         address: str | None = None,
+        a2a: bool = False,
     ) -> Bootstrapped:
         """Register an external bot (role ``agent``) and issue its token.
 
         Open registration lets anyone bootstrap; otherwise an admin or the
-        owner must (``actor``). Bootstraps from *address* (the client's) are
+        owner must (``actor``). With *a2a* the bot is an A2A agent from the
+        start (:meth:`set_a2a`). Bootstraps from *address* (the client's) are
         rate-limited like registrations, except an admin's.
 
         Raises:
@@ -258,6 +262,7 @@ class Agents:
                 # its deliveries start with the messages after its registration
                 delivery_cursor=messages_repo.head_seq(conn) if webhook_url else None,
                 webhook_private_ok=private_ok,
+                a2a=a2a,
             )
 
         session = await self._accounts.create_bot(name, bot_type, "agent", description, record)
@@ -279,6 +284,7 @@ class Agents:
                 },
                 "description": row.participant.description,
                 "managed": row.managed,
+                "a2a": row.a2a,
                 **self._managed_state(row),
             }
             for row in rows
@@ -294,6 +300,44 @@ class Agents:
         if state is not None:
             return state
         return (row.state or repo.BotState("stopped")).to_json()
+
+    async def set_a2a(self, actor: Actor, agent_id: str, enabled: bool) -> dict[str, Any]:
+        """Make a bot an A2A agent, or no longer one (decision 0062). The bot
+        itself may, its registrant may, and so may whoever may command any
+        agent (``agents.command``: admins and the owner).
+
+        Returns:
+            ``{"agentId", "a2a"}``.
+
+        Raises:
+            NotFound: no such agent.
+            Forbidden: someone else's bot, without ``agents.command``.
+        """
+        if not is_ulid(agent_id):
+            raise NotFound("no such agent", "agent_not_found")
+        found, creator = await self._db.read(lambda conn: repo.agent_creator(conn, agent_id))
+        if not found:
+            raise NotFound("no such agent", "agent_not_found")
+        if actor.participant_id != agent_id:
+            authorize(actor, "agents.command", owner_id=creator)
+        await self._db.write(lambda conn: repo.set_a2a(conn, agent_id, enabled))
+        return {"agentId": agent_id, "a2a": enabled}
+
+    async def a2a_enabled(self, agent_id: str) -> bool:
+        """Whether *agent_id* is a bot that is an A2A agent (for ``Tasks.ask``)."""
+        return await self.a2a_agent(agent_id) is not None
+
+    async def a2a_agent(self, agent_id: str) -> repo.A2AAgent | None:
+        """*agent_id* if it is a bot that is an A2A agent, else None. Public:
+        what its agent card shows (name, type, description)."""
+        if not is_ulid(agent_id):
+            return None
+        return await self._db.read(lambda conn: repo.a2a_agent(conn, agent_id))
+
+    async def a2a_agents(self) -> list[repo.A2AAgent]:
+        """Every bot that is an A2A agent, by name: the node card's skills
+        (public, like the mesh manifest's agents)."""
+        return await self._db.read(repo.a2a_agents)
 
     async def delete(self, actor: Actor, agent_id: str) -> None:
         """Remove an agent (admin and above): its token stops working at once and

@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker
 from ..config import Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
-from ..events import Event, TaskCreated, TaskUpdated
+from ..events import Event, MessagePosted, TaskCreated, TaskUpdated
 from ..ids import is_ulid, new_id
 from ..records import OPEN_TASK_STATES, Message, Task, TaskState, now_ms
 from ..retry import retrying
@@ -142,8 +142,8 @@ def _title(title: str | None, content: str) -> str:
     if title is None:
         first = content.strip().splitlines()[0].strip() if content.strip() else ""
         return first[: MAX_TITLE - 1] + "…" if len(first) > MAX_TITLE else first
-    if not isinstance(title, str) or not title.strip() or "\x00" in title:
-        raise BadRequest("title must be non-empty text", "invalid_title")
+    if not title.strip() or any(c < " " for c in title):
+        raise BadRequest("title must be one line of text", "invalid_title")
     if len(title) > MAX_TITLE:
         raise BadRequest(f"title must be at most {MAX_TITLE} characters", "invalid_title")
     return title.strip()
@@ -223,7 +223,9 @@ class Tasks:
                 raise BadRequest("the agent is not a member of this room", "agent_not_in_room")
 
         await self._db.read(check)
-        request = await self._messages.send(actor, room_id, content)
+        # addressed to the agent: bots that answer only what is addressed to
+        # them see it, and the built-in bots answer it in its thread
+        request = await self._messages.send(actor, room_id, content, to=agent_id)
         return await self._open(actor, request, agent_id, title, via, None)
 
     async def ask(
@@ -255,9 +257,7 @@ class Tasks:
         check_id(agent_id, "agentId")
         self._check_via(via)
         check_content(content, self._limits)
-        if context_id is not None and (
-            not isinstance(context_id, str) or not 0 < len(context_id) <= MAX_CONTEXT_ID
-        ):
+        if context_id is not None and not 0 < len(context_id) <= MAX_CONTEXT_ID:
             raise BadRequest(
                 f"contextId must be 1 to {MAX_CONTEXT_ID} characters", "invalid_context_id"
             )
@@ -435,8 +435,6 @@ class Tasks:
         if message is not None:
             check_content(message, self._limits)
         if result is not None:
-            if not isinstance(result, str) or "\x00" in result:
-                raise BadRequest("result must be text", "invalid_result")
             check_content(result, self._limits)
         task = await self._db.read(lambda conn: _visible(conn, actor, task_id))
         if task.agent_id != actor.participant_id:
@@ -584,7 +582,7 @@ class TaskReconciler:
         room_id = event.room_id
         if event.type == TaskCreated.type:
             self._watched[room_id] = self._watched.get(room_id, 0) + 1
-        elif event.type != "message" or room_id not in self._watched:
+        elif event.type != MessagePosted.type or room_id not in self._watched:
             return
         self._marked.add(room_id)
         self._wake.set()

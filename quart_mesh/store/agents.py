@@ -14,10 +14,13 @@ from .accounts import participant_from_row
 from .schema import agent_commands, agents, managed_bots, participants
 
 __all__ = [
+    "A2AAgent",
     "AgentRow",
     "BotState",
     "CommandRow",
     "WebhookTarget",
+    "a2a_agent",
+    "a2a_agents",
     "agent_creator",
     "complete_command",
     "count_pending",
@@ -30,6 +33,7 @@ __all__ = [
     "pending_commands",
     "record_managed_bot",
     "save_bot_states",
+    "set_a2a",
     "set_delivery_cursor",
     "set_rooms",
     "webhook_targets",
@@ -49,6 +53,8 @@ class AgentRow:
     state: BotState | None = None
     #: a managed bot's API key, sealed with the node secret (PostgreSQL only)
     sealed_key: str | None = None
+    #: reachable over A2A (decision 0062)
+    a2a: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ def insert_agent(
     needs_key: bool = False,
     delivery_cursor: int | None = None,
     webhook_private_ok: bool = False,
+    a2a: bool = False,
 ) -> None:
     conn.execute(
         agents.insert().values(
@@ -105,6 +112,7 @@ def insert_agent(
             needs_key=needs_key,
             delivery_cursor=delivery_cursor,
             webhook_private_ok=webhook_private_ok,
+            a2a=a2a,
         )
     )
 
@@ -135,6 +143,7 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             managed_bots.c.restarts,
             managed_bots.c.detail,
             managed_bots.c.sealed_key,
+            agents.c.a2a,
         )
         .join(agents, agents.c.agent_id == participants.c.participant_id)
         .outerjoin(managed_bots, managed_bots.c.agent_id == agents.c.agent_id)
@@ -151,9 +160,55 @@ def list_agents(conn: Connection) -> list[AgentRow]:
             row.delivery_cursor,
             None if row.status is None else BotState(row.status, row.restarts, row.detail),
             row.sealed_key,
+            bool(row.a2a),
         )
         for row in rows
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class A2AAgent:
+    """A bot that is an A2A agent: what its card says of it."""
+
+    agent_id: str
+    name: str
+    type: str
+    description: str
+    managed: bool
+
+
+def _a2a_query() -> sa.Select[Any]:
+    return (
+        sa.select(
+            participants.c.participant_id,
+            participants.c.name,
+            participants.c.type,
+            participants.c.description,
+            agents.c.managed,
+        )
+        .join(agents, agents.c.agent_id == participants.c.participant_id)
+        .where(agents.c.a2a == sa.true())
+    )
+
+
+def a2a_agents(conn: Connection) -> list[A2AAgent]:
+    """Every bot that is an A2A agent, by name."""
+    rows = conn.execute(_a2a_query().order_by(participants.c.name_key))
+    return [
+        A2AAgent(r.participant_id, r.name, r.type, r.description, bool(r.managed)) for r in rows
+    ]
+
+
+def a2a_agent(conn: Connection, agent_id: str) -> A2AAgent | None:
+    """*agent_id* if it is a bot that is an A2A agent."""
+    row = conn.execute(_a2a_query().where(agents.c.agent_id == agent_id)).first()
+    if row is None:
+        return None
+    return A2AAgent(row.participant_id, row.name, row.type, row.description, bool(row.managed))
+
+
+def set_a2a(conn: Connection, agent_id: str, enabled: bool) -> None:
+    conn.execute(agents.update().where(agents.c.agent_id == agent_id).values(a2a=enabled))
 
 
 def record_managed_bot(conn: Connection, agent_id: str, *, sealed_key: str | None, at: int) -> None:

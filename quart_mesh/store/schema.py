@@ -250,6 +250,8 @@ agents = Table(
     Column("delivery_cursor", BigInteger, nullable=True),
     # may its webhook target loopback/private addresses (registered by an admin)
     Column("webhook_private_ok", Boolean, nullable=False, server_default=sa_false()),
+    # an A2A agent: a skill of the node's card, reachable at /a2a/agents/<id>
+    Column("a2a", Boolean, nullable=False, server_default=sa_false()),
 )
 
 #: structured commands sent to agents (POST /api/agents/:id/command)

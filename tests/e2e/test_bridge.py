@@ -709,3 +709,52 @@ async def test_state_file(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(StateFileError, match="delete it"):
             load_cursor(path, "ws://a/ws")
+
+
+async def test_a_ping_that_crosses_the_bridges_close_ends_it_cleanly(tmp_path: Path) -> None:
+    """A node's ping that arrives after the bridge sent its close frame: the
+    bridge does not answer it (wsproto refuses a pong then, and trio-websocket
+    0.12.2 raises that from its reader, python-trio/trio-websocket#184) and
+    stops with status 0. The node here is wsproto over a socket, so the ping
+    is sent exactly then."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
+    crossed = trio.Event()
+
+    async def node(stream: trio.SocketStream) -> None:
+        ws = WSConnection(ConnectionType.SERVER)
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, Request):
+                    await stream.send_all(ws.send(AcceptConnection()))
+                elif isinstance(event, TextMessage) and '"authenticate"' in event.data:
+                    for frame in (
+                        {"type": "auth_ok", "participantId": "p-bridge"},
+                        {"type": "snapshot", "participants": [], "cursor": "0"},
+                    ):
+                        await stream.send_all(ws.send(TextMessage(json.dumps(frame))))
+                elif isinstance(event, CloseConnection):
+                    # the bridge closed first: a ping crosses its close frame
+                    # (the bytes of one: wsproto will not send it in this state)
+                    await stream.send_all(b"\x89\x04late")
+                    await stream.send_all(ws.send(event.response()))
+                    crossed.set()
+                    await stream.aclose()
+                    return
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, node, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        command = [sys.executable, "-m", "mesh_bridge", "--mesh", f"ws://127.0.0.1:{port}"]
+        command += ["--token", "t", "--pipe", "cat"]
+        async with running_bridge(tmp_path, command) as bridge:
+            await bridge.wait_for_log("handling messages after cursor 0")
+            assert await bridge.stop() == 0, bridge.log
+        assert crossed.is_set()
+        nursery.cancel_scope.cancel()
+    assert "Traceback" not in bridge.log, bridge.log

@@ -17,8 +17,9 @@ from quart_mesh.app import MeshApp
 from quart_mesh.errors import BadRequest, Conflict, NotFound
 from quart_mesh.events import TaskCreated, TaskUpdated
 from quart_mesh.records import Task, TaskState
+from quart_mesh.services.tasks import MOVES
 from quart_mesh.store import outbox
-from tests.helpers import Mesh, User, assert_error, connect, serve_on
+from tests.helpers import Mesh, Socket, User, assert_error, connect, serve_on
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,8 @@ async def base_url(served_app: MeshApp, nursery: trio.Nursery) -> str:
 async def bootstrap(mesh: Mesh, name: str, by: User | None = None) -> User:
     r = await mesh.http.post(
         "/api/agents/bootstrap",
-        json={"name": name, "type": "nanoclaw"},
+        # an A2A agent too: Tasks.ask takes only those (decision 0062)
+        json={"name": name, "type": "nanoclaw", "a2a": True},
         headers=by.headers if by else None,
     )
     assert r.status_code == 201, r.text
@@ -63,6 +65,14 @@ async def created(mesh: Mesh, who: User, room_id: str, agent: User, **extra: Any
     r = await create(mesh, who, room_id, agent, **extra)
     assert r.status_code == 201, r.text
     return dict(r.json())
+
+
+async def moved(ws: Socket, state: str) -> dict[str, Any]:
+    """The task of the next ``task_updated`` that says *state*."""
+    while True:
+        task: dict[str, Any] = (await ws.expect("task_updated"))["task"]
+        if task["state"] == state:
+            return task
 
 
 async def get(mesh: Mesh, who: User, task_id: str) -> httpx.Response:
@@ -276,20 +286,21 @@ async def test_a_managed_task_asks_back_and_completes(base_url: str, mesh: Mesh)
         await bot_ws.send(
             type="task_update", taskId=task_id, state="input-required", message="which plan?"
         )
-        asked = (await owner_ws.expect("task_updated"))["task"]
-        assert (asked["state"], asked["statusMessage"]) == ("input-required", "which plan?")
+        asked = await moved(owner_ws, "input-required")
+        assert asked["statusMessage"] == "which plan?"
         r = await mesh.http.post(
             f"/api/tasks/{task_id}/reply", json={"content": "the launch"}, headers=member.headers
         )
         assert_error(r, 403, "not_task_creator")
         await owner_ws.send(type="task_reply", taskId=task_id, content="the launch")
-        answered = (await bot_ws.expect("task_updated"))["task"]
-        assert answered["state"] == "working"
+        # (the owner's session has seen every update before this one)
+        answered = await moved(owner_ws, "working")
+        assert answered["statusMessage"] == "which plan?"
         await bot_ws.send(
             type="task_update", taskId=task_id, state="completed", result="launch on Friday"
         )
-        done = (await owner_ws.expect("task_updated"))["task"]
-        assert (done["state"], done["result"]) == ("completed", "launch on Friday")
+        done = await moved(owner_ws, "completed")
+        assert done["result"] == "launch on Friday"
 
         # closed: nothing moves it again
         assert_error(await patch(mesh, bot, task_id, state="working"), 409, "task_closed")
@@ -460,3 +471,71 @@ def test_task_events_cross_processes_as_the_task() -> None:
         assert isinstance(entry.event, TaskCreated)
         assert entry.event.task == task
         assert entry.event.frame == kind(task.room_id, task=task).frame
+
+
+#: the moves an agent may make (the contract's table, written out)
+ALLOWED = {
+    ("submitted", "working"),
+    ("submitted", "input-required"),
+    ("submitted", "completed"),
+    ("submitted", "failed"),
+    ("submitted", "rejected"),
+    ("working", "input-required"),
+    ("working", "completed"),
+    ("working", "failed"),
+    ("input-required", "working"),
+    ("input-required", "completed"),
+    ("input-required", "failed"),
+}
+
+
+@pytest.mark.parametrize("source", list(TaskState))
+@pytest.mark.parametrize("target", list(TaskState))
+def test_the_moves_an_agent_may_make(source: TaskState, target: TaskState) -> None:
+    allowed = target in MOVES.get(source, frozenset())
+    assert allowed == ((source.value, target.value) in ALLOWED)
+    if source.terminal:
+        assert source not in MOVES  # nothing moves a closed task
+
+
+async def test_a_built_in_bot_completes_a_room_task_in_its_thread(
+    base_url: str, mesh: Mesh
+) -> None:
+    """A task's request is addressed to its agent (``to``); the built-in bots
+    answer what is addressed to them in its thread, so a room task given to a
+    managed echo bot completes, while its answers to the room's other talk
+    stay at the top of the room."""
+    owner = await mesh.setup()
+    room = (await mesh.create_room(owner, "workshop"))["roomId"]
+    r = await mesh.http.post(
+        "/api/agents/spawn",
+        json={"name": "room-echo", "type": "echo", "model": "none", "rooms": [room]},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    echo = r.json()["agentId"]
+    async with connect(base_url, owner) as ws:
+        await ws.expect("participant_joined", timeout=30, roomId=room)
+        await mesh.send(owner, room, "small talk")
+        top = await ws.expect("message", timeout=30, senderId=echo)
+        assert (top["content"], top["threadId"]) == ("echo: small talk", None)
+        r = await mesh.http.post(
+            "/api/tasks",
+            json={"roomId": room, "agentId": echo, "content": "count the chairs"},
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        task = r.json()
+        request = await ws.expect("message", content="count the chairs")
+        assert request["to"] == echo
+        answer = await ws.expect("message", timeout=30, senderId=echo)
+        assert (answer["content"], answer["threadId"]) == (
+            "echo: count the chairs",
+            task["messageId"],
+        )
+        done = (await ws.expect("task_updated", timeout=30))["task"]
+        assert (done["taskId"], done["state"], done["result"]) == (
+            task["taskId"],
+            "completed",
+            "echo: count the chairs",
+        )

@@ -27,6 +27,9 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from quart_mesh import Settings, create_app
+from quart_mesh.a2a_server import a2a_app
+from quart_mesh.mcp_server import METADATA_PATH as MCP_METADATA_PATH
+from quart_mesh.mcp_server import PATH as MCP_PATH
 from tests.e2e.test_mcp import CLIENT_WARNINGS, mcp_session
 from tests.e2e.test_webhooks import webhook_bot
 from tests.helpers import Mesh, User, assert_error, connect, wait_for
@@ -283,6 +286,60 @@ async def ws_task_events(w: World) -> set[str]:
     return _task_texts([f["task"] for f in frames if f["type"].startswith("task_")])
 
 
+# A2A (issue 30, decision 0062): the same tasks through the JSON-RPC interfaces --
+
+
+async def _rpc(w: World, who: User, path: str, method: str, **params: Any) -> dict[str, Any]:
+    """One JSON-RPC call; its result, or ``{}`` for an A2A error."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {**who.headers, "A2A-Version": "1.0"}
+    if method == "SubscribeToTask":  # a stream: its first event, or its upfront error
+        async with w.mesh.http.stream("POST", path, json=body, headers=headers) as r:
+            assert r.status_code == 200, await r.aread()
+            if r.headers["content-type"].startswith("application/json"):
+                assert "error" in json.loads(await r.aread())
+                return {}
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    return dict(json.loads(line[5:])["result"])
+            return {}
+    r = await w.mesh.http.post(path, json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert "error" in answer or "result" in answer, answer
+    return dict(answer.get("result", {}))
+
+
+def _a2a_texts(tasks: list[dict[str, Any]]) -> set[str]:
+    seen: set[str] = set()
+    for task in tasks:
+        metadata = task.get("metadata", {})
+        seen |= {str(metadata.get("roomId")), str(metadata.get("title"))}
+        seen |= {p["text"] for m in task.get("history", []) for p in m["parts"]}
+        seen |= {str(m.get("metadata", {}).get("roomId")) for m in task.get("history", [])}
+    return seen
+
+
+async def a2a_tasks(w: World) -> set[str]:
+    """The task's agent (the webhook bot, an A2A agent for this) reads a task
+    of the secret room over A2A: GetTask, ListTasks and SubscribeToTask, on
+    the node's interface and on its own."""
+    r = await w.mesh.http.patch(
+        f"/api/agents/{w.hook.participant_id}", json={"a2a": True}, headers=w.owner.headers
+    )
+    assert r.status_code == 200, r.text
+    task = await _secret_task(w)
+    seen: set[str] = set()
+    for path in ("/a2a", f"/a2a/agents/{w.hook.participant_id}"):
+        found = await _rpc(w, w.hook, path, "GetTask", id=task["taskId"])
+        seen |= _a2a_texts([found] if found else [])
+        listed = await _rpc(w, w.hook, path, "ListTasks", historyLength=10)
+        seen |= _a2a_texts(listed.get("tasks", []))
+        first = await _rpc(w, w.hook, path, "SubscribeToTask", id=task["taskId"])
+        seen |= _a2a_texts([first["task"]] if first else [])
+    return seen
+
+
 LIVE: list[Any] = []
 
 # MCP (issue 30): the tools and resources of /mcp, as alice over the official client -----
@@ -366,9 +423,10 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "task by id": (task_by_id, ("GET /api/tasks/<task_id>",)),
     "task update": (task_update, ("PATCH /api/tasks/<task_id>",)),
     "WebSocket task events": (ws_task_events, ("WS /ws",)),
-    # /mcp is served in front of the app (no route of its own)
-    "MCP tools and resource": (mcp_reads, ()),
-    "MCP wait_for_messages": (mcp_wait, ()),
+    "A2A tasks": (a2a_tasks, ("A2A POST /a2a", "A2A POST /a2a/agents/{agent_id}")),
+    # /mcp is served in front of the app too (decision 0061)
+    "MCP tools and resource": (mcp_reads, ("MCP POST /mcp",)),
+    "MCP wait_for_messages": (mcp_wait, ("MCP POST /mcp",)),
 }
 
 #: routes that hand out no room's content, and why
@@ -394,8 +452,15 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "POST /api/auth/logout": "accounts",
     "GET /api/auth/me": "accounts",
     "POST /api/auth/register": "accounts",
+    "A2A GET /.well-known/agent-card.json": "the node's agent card: bots' names, public",
+    "A2A GET /a2a/agents/{agent_id}/.well-known/agent-card.json": "a bot's agent card, public",
+    "MCP GET /mcp": "a session's notification stream: resource URIs of rooms the caller's feed "
+    "carries (the tools' answers are probed as MCP POST /mcp)",
+    "MCP DELETE /mcp": "ends the caller's own session",
+    "MCP GET /.well-known/oauth-protected-resource/mcp": "the endpoint's public metadata",
     "GET /api/agents": "bots and their state, no messages",
     "DELETE /api/agents/<agent_id>": "bots",
+    "PATCH /api/agents/<agent_id>": "bots (the A2A opt-in)",
     "POST /api/agents/<agent_id>/command": "commands, not room content",
     "GET /api/agents/<agent_id>/commands/<command_id>": "commands, not room content",
     "POST /api/agents/bootstrap": "bots",
@@ -501,6 +566,16 @@ def test_every_route_is_classified() -> None:
         for method in rule.methods or ()
         if method not in ("HEAD", "OPTIONS")
     }
+    # the A2A routes, served in front of Quart (decision 0062)
+    served |= {
+        f"A2A {method} {route.path}"
+        for route in a2a_app(lambda: app.node).routes
+        for method in getattr(route, "methods", None) or ()
+        if method not in ("HEAD", "OPTIONS")
+    }
+    # the MCP endpoint, in front of Quart (decision 0061)
+    served |= {f"MCP {method} {MCP_PATH}" for method in ("GET", "POST", "DELETE")}
+    served.add(f"MCP GET {MCP_METADATA_PATH}")
     probed = {route for _, routes in PATHS.values() for route in routes}
     unclassified = served - probed - set(NO_ROOM_CONTENT)
     assert not unclassified, f"say whether these hand out room content: {sorted(unclassified)}"
