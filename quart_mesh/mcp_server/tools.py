@@ -25,7 +25,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ..errors import BadRequest, MeshError, RateLimited
+from ..errors import BadRequest, MeshError, NotFound, RateLimited
+from ..ids import is_ulid
+from ..names import normalize
 from ..services.authz import Actor
 from ..services.commands import command_json
 from ..services.polling import PollResult
@@ -121,13 +123,55 @@ def tool_error(error: MeshError) -> CallToolResult:
 _READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _DESTRUCTIVE = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 
-RoomId = Annotated[str, Field(description="a room id (roomId from list_rooms), or a DM's room id")]
+RoomId = Annotated[
+    str, Field(description="a room id (roomId from list_rooms) or a room's name; a DM's room id")
+]
 MessageId = Annotated[str, Field(description="a message id (messageId)")]
 InRoom = Annotated[
     str | None, Field(description="the message's room (roomId): refused if it is not there")
 ]
 Cursor = Annotated[str | None, Field(description="a message's cursor")]
 Limit = Annotated[int | None, Field(description="at most this many (the node caps it)")]
+
+
+def _named(value: str) -> str:
+    return normalize(value.strip().removeprefix("#").removeprefix("@")).casefold()
+
+
+async def room_id_of(node: Node, actor: Actor, room: str) -> str:
+    """*room* as a room id: an id as given; else the name of one of the
+    mesh's rooms (``#`` optional), found as ``GET /api/rooms`` lists them.
+
+    Raises:
+        NotFound: no room has that name (``room_not_found``).
+    """
+    if is_ulid(room):
+        return room
+    wanted, cursor = _named(room), None
+    while True:
+        page = await node.rooms.page_rooms(actor, cursor, node.settings.limits.max_room_page_size)
+        for found, _ in page.rooms:
+            if _named(found.name) == wanted:
+                return found.room_id
+        if page.next_cursor is None:
+            raise NotFound("no room has that id or name", "room_not_found")
+        cursor = page.next_cursor
+
+
+async def participant_id_of(node: Node, actor: Actor, who: str) -> str:
+    """*who* as a participant id: an id as given; else a participant's name
+    (``@`` optional), found as ``GET /api/participants`` lists them.
+
+    Raises:
+        NotFound: no participant has that name (``participant_not_found``).
+    """
+    if is_ulid(who):
+        return who
+    wanted = _named(who)
+    for found in await node.accounts.list_participants(actor):
+        if _named(found.name) == wanted:
+            return found.participant_id
+    raise NotFound("no participant has that id or name", "participant_not_found")
 
 
 def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
@@ -155,7 +199,8 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
     @mcp.tool(title="Join a room")
     async def join_room(ctx: Context[Any, Any], room: RoomId) -> shapes.Room:
         """Join a room: from now on you read it and may write in it."""
-        joined = await node_of().rooms.join(caller(ctx).actor, room)
+        node, actor = node_of(), caller(ctx).actor
+        joined = await node.rooms.join(actor, await room_id_of(node, actor, room))
         return shapes.Room.model_validate({**joined.to_json(), "joined": True})
 
     @mcp.tool(title="Read messages")
@@ -175,8 +220,14 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
     ) -> shapes.MessagePage:
         """A page of a room's messages, oldest first: the newest ones, or
         those before or since a cursor. Reading marks the room read."""
-        messages = await node_of().messages.list_messages(
-            caller(ctx).actor, room, before=before, since=since, limit=limit, thread_id=thread
+        node, actor = node_of(), caller(ctx).actor
+        messages = await node.messages.list_messages(
+            actor,
+            await room_id_of(node, actor, room),
+            before=before,
+            since=since,
+            limit=limit,
+            thread_id=thread,
         )
         return shapes.MessagePage.model_validate({"messages": [m.to_json() for m in messages]})
 
@@ -198,11 +249,15 @@ def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
     ) -> shapes.Message:
         """Send a message to a room, or a direct message to a participant."""
         node, actor = node_of(), caller(ctx).actor
+        if to is not None:
+            to = await participant_id_of(node, actor, to)
         if room is None:
             if to is None:
                 raise BadRequest("give room, to, or both", "invalid_field")
             dm, _ = await node.dms.open(actor, to)
             room, to = dm.room.room_id, None
+        else:
+            room = await room_id_of(node, actor, room)
         message = await node.messages.send(actor, room, content, to=to, thread_id=thread)
         return shapes.Message.model_validate(message.to_json())
 

@@ -214,7 +214,7 @@ async def test_send_read_and_wait_as_the_participant(
     async with mcp_session(base_url, bob.token) as session:
         rooms = (await call(session, "list_rooms"))["rooms"]
         assert {r["roomId"]: r["joined"] for r in rooms}[room] is False
-        joined = await call(session, "join_room", room=room)
+        joined = await call(session, "join_room", room="#planning")  # a name works too
         assert joined["roomId"] == room
         assert joined["joined"] is True
 
@@ -252,6 +252,12 @@ async def test_send_read_and_wait_as_the_participant(
 
         # a direct message: the DM's room, which the other party reads
         dm = await call(session, "send_message", to=owner.participant_id, content="psst")
+        by_name = await call(session, "send_message", to="@owner", content="psst again")
+        assert by_name["roomId"] == dm["roomId"]
+        in_room = await call(session, "send_message", room="Planning", to="owner", content="hey")
+        assert (in_room["roomId"], in_room["to"]) == (room, owner.participant_id)
+        error = await refused(session, "send_message", room="No such room", content="x")
+        assert (error["status"], error["code"]) == (404, "room_not_found")
         r = await http.get("/api/dms", headers=owner.headers)
         assert [d["roomId"] for d in r.json()] == [dm["roomId"]]
         error = await refused(session, "send_message", content="to nobody")
