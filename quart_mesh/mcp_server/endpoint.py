@@ -21,6 +21,12 @@ module is what the node adds around it, in front of the app as ASGI:
 - **One tree.** :meth:`McpEndpoint.run` runs the session manager (its task
   group holds every session) and the subscription tasks; the app starts it
   in its lifespan, beside the node, so a failure there ends the server.
+- **Several workers** (``quart-mesh serve --workers N``): a session lives
+  in the process that opened it, and the kernel may hand the client's next
+  connection to another; the handshake revisions are then served without
+  sessions (the SDK's stateless mode: no GET stream, so no
+  ``resources/subscribe`` notifications; ``subscriptions/listen`` of the
+  2026 revision, a request like any other, still works).
 - The SDK's DNS-rebinding guard is off: it guards servers that trust
   whoever reaches them on localhost, and every request here carries a
   token; a browser's cross-site request is refused by its ``Origin`` instead
@@ -147,6 +153,8 @@ class McpEndpoint:
         register(self.mcp, node_of)
         register_rooms(self.mcp, node_of, settings, RoomSubscriptions(node_of, self._nursery_of))
         self.mcp.middleware.append(self._count_session)
+        #: serve the handshake revisions without sessions (several workers)
+        self.stateless = settings.workers > 1
         self._manager = self._new_manager()
         self._manager_ran = False
 
@@ -156,6 +164,9 @@ class McpEndpoint:
         limits = self._settings.limits
         self.mcp.streamable_http_app(
             streamable_http_path=PATH,
+            # a session lives in the process that opened it; with several
+            # workers the next request may reach another: no sessions then
+            stateless_http=self.stateless,
             max_request_body_size=limits.max_body_bytes,
             session_idle_timeout=limits.mcp_session_idle_seconds,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),

@@ -39,6 +39,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
+    INVALID_REQUEST,
     EmptyResult,
     SubscribeRequestParams,
     SubscriptionsListenRequestParams,
@@ -128,8 +129,14 @@ class RoomSubscriptions:
     ) -> EmptyResult:
         room_id = _room_of(str(params.uri))
         who = request_caller(ctx)
-        await self._check(who, room_id)
         connection = connection_of(ctx)
+        if connection.session_id is None:  # several workers: no session, no stream
+            raise MCPError(
+                INVALID_REQUEST,
+                "this node serves no sessions (several workers): subscribe with "
+                "subscriptions/listen (protocol 2026-07-28), or wait_for_messages",
+            )
+        await self._check(who, room_id)
         following: _Following | None = connection.state.get(_Following)
         if following is None:
             following = connection.state[_Following] = _Following()
@@ -141,7 +148,10 @@ class RoomSubscriptions:
 
             async def run() -> None:
                 with following.scope:
-                    await self._follow(who, following.rooms, notify)
+                    try:
+                        await self._follow(who, following.rooms, notify)
+                    except MeshError as error:  # signed out, deleted, the store away
+                        log.info("an MCP subscription ended: %s", error.message)
 
             self._nursery_of().start_soon(run)
         following.rooms.add(room_id)
@@ -202,8 +212,14 @@ class RoomSubscriptions:
                     if isinstance(event, _CHANGES) and event.room_id in rooms
                 }
                 for room_id in sorted(r for r in changed if r is not None):
-                    with trio.move_on_after(_NOTIFY_TIMEOUT) as waited:
-                        await notify(room_id)
+                    try:
+                        with trio.move_on_after(_NOTIFY_TIMEOUT) as waited:
+                            await notify(room_id)
+                    except Exception:
+                        # the session's stream went away under it (its
+                        # teardown is on the way): not the node's failure
+                        log.info("an MCP notification could not be sent", exc_info=True)
+                        return
                     if waited.cancelled_caught:
                         log.info("an MCP client stopped taking notifications")
                         return

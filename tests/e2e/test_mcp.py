@@ -696,3 +696,27 @@ async def test_the_participants_rate_limits_apply(tmp_path: Path, nursery: trio.
             f"/api/rooms/{room}/messages", json={"content": "rest"}, headers=bob.headers
         )
         assert_error(r, 429, "rate_limited")
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_several_workers_serve_without_sessions(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """With ``--workers N`` the next request may reach another process: the
+    handshake revisions are served without sessions, and still work."""
+    settings = Settings(data_dir=tmp_path / "workers", workers=2)
+    url = await nursery.start(partial(serve, create_app(settings), port=0))
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        room = (await mesh.create_room(owner, "anywhere"))["roomId"]
+        r = await http.post("/mcp", json=INIT, headers={**ACCEPT, **owner.headers})
+        assert r.status_code == 200, r.text
+        assert "mcp-session-id" not in r.headers
+        async with mcp_session(url, owner.token) as session:
+            sent = await call(session, "send_message", room=room, content="from any worker")
+            assert sent["senderId"] == owner.participant_id
+            with pytest.raises(MCPError, match="no sessions"):
+                await session.subscribe_resource(f"mesh://rooms/{room}")
