@@ -462,6 +462,29 @@ async def test_a_resource_per_room_with_subscriptions(
             await mesh.send(owner, room, "second")
             await updated.wait()
         assert updates == [uri]
+
+        # a rule that keeps bob from reading the room: its changes stop at once
+        other_uri = f"mesh://rooms/{other}"
+        await session.subscribe_resource(other_uri)
+        r = await mesh.http.post(
+            f"/api/rooms/{room}/permissions",
+            json={
+                "targetType": "participant",
+                "target": bob.participant_id,
+                "permission": "rooms.read",
+                "effect": "deny",
+            },
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        updated = trio.Event()
+        with trio.fail_after(10):
+            await mesh.send(owner, room, "now secret")
+            await mesh.send(owner, other, "marker")  # told after the room's, if it were
+            while other_uri not in updates:
+                await updated.wait()
+                updated = trio.Event()
+        assert updates == [uri, other_uri]
         await session.unsubscribe_resource(uri)
         with pytest.raises(MCPError):
             await session.subscribe_resource("mesh://rooms/not-a-room")
