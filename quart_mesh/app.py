@@ -219,6 +219,7 @@ def create_app(
     http_metrics = HttpMetrics()
     http_metrics.registry.register(NodeCollector(lambda: app.node if app.has_node else None))
     app.extensions["quart_mesh.metrics"] = http_metrics
+    mcp.observe = http_metrics.observe
 
     scopes: list[trio.CancelScope] = []
     mcp_scope: list[trio.CancelScope] = []

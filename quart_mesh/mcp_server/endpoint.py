@@ -27,6 +27,8 @@ module is what the node adds around it, in front of the app as ASGI:
   sessions (the SDK's stateless mode: no GET stream, so no
   ``resources/subscribe`` notifications; ``subscriptions/listen`` of the
   2026 revision, a request like any other, still works).
+- Each request gets the access record and HTTP metrics the app's routes
+  get (route ``/mcp``; a stream's duration is its life).
 - The SDK's DNS-rebinding guard is off: it guards servers that trust
   whoever reaches them on localhost, and every request here carries a
   token; a browser's cross-site request is refused by its ``Origin`` instead
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -58,6 +61,7 @@ from starlette.authentication import AuthCredentials
 
 from .._version import __version__
 from ..errors import MeshError, RateLimited, Unauthorized, Unavailable, error_body
+from ..logs import log_request, request_id_from
 from .rooms import RoomSubscriptions, behaviour, connection_of, register_rooms
 from .tools import CALLER, Caller, Dropped, register, tool_error
 
@@ -128,6 +132,31 @@ class _Seat:
             del self._seats[self._pid]
 
 
+class _Record:
+    """What the access record of one request says."""
+
+    __slots__ = ("address", "participant_id", "status")
+
+    def __init__(self) -> None:
+        #: 500 until an answer begins (none begun: the request failed)
+        self.status = 500
+        self.participant_id: str | None = None
+        #: the client's address, behind trusted proxies the forwarded one
+        self.address: str | None = None
+
+
+def _route(scope: Scope) -> str | None:
+    """The endpoint's route *scope* asks for, if any."""
+    if scope["type"] != "http":
+        return None
+    path = scope["path"]
+    if path in (PATH, PATH + "/"):
+        return PATH
+    if path in (METADATA_PATH, _ROOT_METADATA_PATH):
+        return path
+    return None
+
+
 class McpEndpoint:
     """``/mcp`` for one app: the SDK's server and session manager, the auth
     and session seats around them (see the module docstring)."""
@@ -137,6 +166,8 @@ class McpEndpoint:
         self._settings = settings
         self._node_of = node_of
         self._nursery: trio.Nursery | None = None
+        #: the app's HTTP metrics (``observe(method, route, status, seconds)``)
+        self.observe: Callable[[str, str, int, float], None] | None = None
         #: MCP sessions open per participant, and requests opening one
         self._seats: Counter[str] = Counter()
         with _logging_left_alone():
@@ -205,20 +236,48 @@ class McpEndpoint:
         async def wrapped(
             scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
         ) -> None:
-            if scope["type"] == "http":
-                path = scope["path"]
-                if path in (PATH, PATH + "/"):
-                    await self._serve(scope, receive, send)
-                    return
-                if path in (METADATA_PATH, _ROOT_METADATA_PATH):
-                    await self._metadata(scope, send)
-                    return
-            await app(scope, receive, send)
+            route = _route(scope)
+            if route is None:
+                await app(scope, receive, send)
+                return
+            assert scope["type"] == "http"
+            record = _Record()
+
+            async def sending(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    record.status = message["status"]
+                await send(message)
+
+            started = time.perf_counter()
+            try:
+                if route == PATH:
+                    await self._serve(scope, receive, sending, record)
+                else:
+                    await self._metadata(scope, sending)
+            finally:
+                self._log(scope, route, record, time.perf_counter() - started)
 
         return wrapped
 
+    def _log(self, scope: HTTPScope, route: str, record: _Record, seconds: float) -> None:
+        """The access record and the HTTP metrics, as the app writes them for
+        its routes (the route, not the path; a stream's duration is its life)."""
+        method = scope["method"]
+        header = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = request_id_from(header.decode("latin-1") if header else None)
+        client = record.address or _client_host(scope)
+        log_request(
+            method, route, record.status, seconds, record.participant_id, request_id, client
+        )
+        if self.observe is not None:
+            self.observe(method, route, record.status, seconds)
+
     async def _serve(
-        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+        self,
+        scope: HTTPScope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        record: _Record,
     ) -> None:
         if not self.running:
             await _json(send, 503, error_body("the node is starting or stopping", "unavailable"))
@@ -238,8 +297,8 @@ class McpEndpoint:
         except Unavailable as error:
             await _json(send, error.status, error.to_json())
             return
-        pid = actor.participant_id
-        address = node.client_addresses.resolve(
+        pid = record.participant_id = actor.participant_id
+        address = record.address = node.client_addresses.resolve(
             _client_host(scope), _headers(scope, node.client_addresses.header)
         )
         user = AuthenticatedUser(AccessToken(token=token, client_id=pid, subject=pid, scopes=[]))

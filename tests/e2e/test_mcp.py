@@ -9,6 +9,7 @@ HTTP stack keeps its own time), except where marked.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
@@ -150,8 +151,13 @@ async def test_tools_are_listed_with_schemas(base_url: str, people: tuple[User, 
 
 
 async def test_a_token_is_required(
-    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+    base_url: str,
+    http: httpx.AsyncClient,
+    mesh: Mesh,
+    people: tuple[User, User],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "quart_mesh.access")
     owner, _ = people
     init = {
         "jsonrpc": "2.0",
@@ -172,6 +178,8 @@ async def test_a_token_is_required(
     r = await http.post("/mcp", json=init, headers={**accept, "Authorization": "Bearer nope"})
     assert_error(r, 401, "invalid_token")
     assert 'error="invalid_token"' in r.headers["www-authenticate"]
+    # each request has its access record, as the app's routes do
+    assert any(m.startswith("POST /mcp 401 ") for m in caplog.messages), caplog.messages
     # the metadata points at the node
     r = await http.get("/.well-known/oauth-protected-resource/mcp")
     assert r.status_code == 200
