@@ -13,6 +13,7 @@ import { Live } from "./live.js";
 import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
 import { Timeline } from "./room.js";
 import { Sidebar } from "./sidebar.js";
+import { RoomTasks } from "./tasks.js";
 import { Outbox, Room, Store } from "./state.js";
 
 const TOKEN_KEY = "mesh.token";
@@ -170,6 +171,7 @@ class App {
     if (revoke) this.outbox.clear();
     else this.outbox.detach();
     this.currentRoomId = null;
+    if (this.tasks) this.tasks.reset();
     this.drafts.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
@@ -217,6 +219,7 @@ class App {
     this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
     this.roomBrowser = new RoomBrowser(this);
     this.dmPicker = new DmPicker(this);
+    this.tasks = new RoomTasks(this);
     this.search = null; // search.js, fetched when first used
     this.notifier = null; // notify.js, fetched when wanted
     this.wireSearch();
@@ -470,6 +473,7 @@ class App {
     this.sidebar.render();
     this.renderPanelLinks();
     for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
+    this.tasks.onSnapshot(resumed);
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");
@@ -502,6 +506,9 @@ class App {
     switch (event.type) {
       case "message":
         return this.onMessage(event);
+      case "task_created":
+      case "task_updated":
+        return this.tasks.onEvent(event);
       case "message_edited":
       case "message_deleted":
       case "reaction_added":
@@ -879,6 +886,7 @@ class App {
     const { store } = this;
     this.leavePanel();
     this.currentRoomId = null;
+    this.tasks.hide();
     $("room-view").hidden = true;
     $("welcome").hidden = false;
     this.closeThread();
@@ -1020,6 +1028,7 @@ class App {
       this.toggleNav(false);
       this.composer.setTarget(room);
       this.timeline.show(room);
+      this.tasks.show(room);
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
@@ -1391,6 +1400,7 @@ class App {
     this.flushReads();
     this.closeThread();
     this.currentRoomId = null;
+    this.tasks.hide();
     this.toggleNav(false);
     $("welcome").hidden = true;
     $("room-view").hidden = true;
