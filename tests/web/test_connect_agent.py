@@ -199,7 +199,8 @@ async def test_an_agent_uses_the_persons_own_account(browser_ready: None, serve_
             assert call(sign_out, token) == 200
             dialog.get_by_role("button", name="Done").click()
             expect(dialog).to_be_hidden()
-            bob.open_room("Town Square")
+            bob.page.goto(node.url + "/#room")  # (the sidebar is folded at 380 px)
+            expect(bob.heading("#Town Square")).to_be_visible()
             bob.send("still here")
             expect(bob.message("still here")).to_be_visible()
             bob.assert_clean(console=False)  # the wrong password: a 401 in the console
