@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .records import Message, Participant, iso
+from .records import Message, Participant, Task, iso
 
 __all__ = [
     "CommandIssued",
@@ -32,6 +32,8 @@ __all__ = [
     "RoomDeleted",
     "RoomMuted",
     "RoomRead",
+    "TaskCreated",
+    "TaskUpdated",
     "Typing",
     "error_frame",
     "frame_of",
@@ -292,6 +294,26 @@ class CommandIssued(Event):
             "sentBy": self.sent_by,
             "createdAt": iso(self.created_at),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCreated(Event):
+    """Extension: a task was created in the room (``services/tasks.py``); to
+    everyone who may read the room, like its messages."""
+
+    type: ClassVar[str] = "task_created"
+    task: Task = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"task": self.task.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUpdated(TaskCreated):
+    """Extension: a task changed state (its agent, its creator, a cancel,
+    or the agent's first reply completing it)."""
+
+    type: ClassVar[str] = "task_updated"
 
 
 @dataclass(frozen=True, slots=True)

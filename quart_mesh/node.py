@@ -60,6 +60,7 @@ from .services.roles import Roles
 from .services.rooms import Rooms
 from .services.search import Search
 from .services.seats import Seats
+from .services.tasks import TaskReconciler, Tasks
 from .services.uploads import Uploads
 from .services.vault import Vault
 from .services.webhooks import Webhooks
@@ -71,6 +72,7 @@ from .store.leases import (
     FEDERATION_LINKS,
     REGISTRY_HEARTBEAT,
     SEARCH_INDEXER,
+    TASK_RECONCILER,
     WEBHOOK_DELIVERY,
     run_elected,
 )
@@ -123,6 +125,9 @@ class Node:
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
         self.dms = DirectMessages(db, self.broker, self.presence)
         self.search = Search(db, limits, self.rate_limits, language=settings.search_language)
+        #: tasks for agents (``services/tasks.py``); their replies complete them
+        self.tasks = Tasks(db, limits, self.messages, self.dms)
+        self.task_reconciler = TaskReconciler(db, self.broker)
         self.accounts = Accounts(
             settings,
             db,
@@ -190,6 +195,7 @@ class Node:
                 commands=self.commands,
                 seats=self.seats,
                 search=self.search,
+                tasks=self.tasks,
             ),
             self.client_addresses,
         )
@@ -307,6 +313,7 @@ class Node:
                 await nursery.start(run_elected, self.db, BOT_SUPERVISOR, self.supervisor.run)
                 await nursery.start(run_elected, self.db, WEBHOOK_DELIVERY, self.webhooks.run)
                 await nursery.start(run_elected, self.db, SEARCH_INDEXER, self.search.run_indexer)
+                await nursery.start(run_elected, self.db, TASK_RECONCILER, self.task_reconciler.run)
                 await nursery.start(self.model_proxy.run)
                 await nursery.start(self.federation.run)
                 await nursery.start(

@@ -109,6 +109,12 @@ PERMISSIONS: Final = _catalog(
         "agents",
         ADMIN,
     ),
+    (
+        "tasks.create",
+        "create tasks for agents in a room and follow them (A2A task management)",
+        "agents",
+        SUPER_AGENT,
+    ),
     ("models.use", "list models and use the model proxy", "models", SPECTATOR),
     ("models.manage", "add and remove models", "models", ADMIN),
     ("models.usage", "see model usage per participant", "models", ADMIN),

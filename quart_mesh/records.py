@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "Participant",
     "Reaction",
     "Room",
+    "Task",
+    "TaskState",
     "Upload",
     "iso",
     "now_ms",
@@ -220,3 +223,73 @@ class Message:
         if self.time_replaced:
             data["timestampReplaced"] = True  # likewise, only when it was
         return data
+
+
+class TaskState(StrEnum):
+    """Where a task stands (A2A's task states, ``docs/decisions/0063-tasks.md``)."""
+
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    REJECTED = "rejected"
+
+    @property
+    def terminal(self) -> bool:
+        """Nothing moves a task out of this state."""
+        return self not in OPEN_TASK_STATES
+
+
+#: the states a task can still move from
+OPEN_TASK_STATES: frozenset[TaskState] = frozenset(
+    {TaskState.SUBMITTED, TaskState.WORKING, TaskState.INPUT_REQUIRED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """Work asked of an agent (``agent_id``) in a room by ``creator_id``:
+    the request is the creator's message ``message_id``, the root of the
+    task's thread (``services/tasks.py``)."""
+
+    task_id: str
+    room_id: str
+    agent_id: str
+    creator_id: str
+    title: str
+    state: TaskState
+    message_id: str
+    #: the request's cursor (in a DM, the agent's later messages are replies)
+    request_seq: int
+    context_id: str
+    status_message: str | None
+    result: str | None
+    #: the agent updated the task itself at least once
+    managed: bool
+    via: str  # rest | ws | mcp | a2a
+    created_at: int
+    updated_at: int
+
+    @property
+    def open(self) -> bool:
+        return not self.state.terminal
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taskId": self.task_id,
+            "roomId": self.room_id,
+            "agentId": self.agent_id,
+            "creatorId": self.creator_id,
+            "title": self.title,
+            "state": self.state.value,
+            "messageId": self.message_id,
+            "contextId": self.context_id,
+            "statusMessage": self.status_message,
+            "result": self.result,
+            "managed": self.managed,
+            "via": self.via,
+            "createdAt": iso(self.created_at),
+            "updatedAt": iso(self.updated_at),
+        }

@@ -26,6 +26,7 @@ from . import (
     rooms,
     search,
     state,
+    tasks,
     uploads,
     vault,
 )
@@ -37,6 +38,7 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     auth.bp,
     rooms.bp,
     search.bp,
+    tasks.bp,
     dms.bp,
     participants.bp,
     agents.bp,

@@ -174,6 +174,39 @@ class CommandResult(_Frame, tag="command_result", kw_only=True):
     result: Any = None
 
 
+class TaskCreate(_Frame, tag="task_create", kw_only=True):
+    """Ask a bot of a room for something (``POST /api/tasks``): seen as ``task_created``."""
+
+    room_id: str
+    agent_id: str
+    content: str
+    title: str | None = None
+
+
+class TaskUpdate(_Frame, tag="task_update", kw_only=True):
+    """The task's agent moves it (``PATCH /api/tasks/:taskId``): seen as ``task_updated``."""
+
+    task_id: str
+    state: str
+    #: a status text, posted in the task's thread
+    message: str | None = None
+    #: the final answer
+    result: str | None = None
+
+
+class TaskCancel(_Frame, tag="task_cancel", kw_only=True):
+    """Cancel a task (its creator, or ``agents.command``): seen as ``task_updated``."""
+
+    task_id: str
+
+
+class TaskReply(_Frame, tag="task_reply", kw_only=True):
+    """The task's creator answers in its thread: seen as ``task_updated`` (working)."""
+
+    task_id: str
+    content: str
+
+
 #: every frame a client sends
 CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     Authenticate,
@@ -189,6 +222,10 @@ CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     Move,
     CommandResult,
     SearchFrame,
+    TaskCreate,
+    TaskUpdate,
+    TaskCancel,
+    TaskReply,
 )
 
 ClientFrame = (
@@ -205,6 +242,10 @@ ClientFrame = (
     | Move
     | CommandResult
     | SearchFrame
+    | TaskCreate
+    | TaskUpdate
+    | TaskCancel
+    | TaskReply
 )
 
 
@@ -494,6 +535,40 @@ class CommandIssued(_Server, tag="command"):
     created_at: Timestamp
 
 
+class Task(_Shape):
+    """Work asked of an agent in a room (the REST Task)."""
+
+    task_id: str
+    room_id: str
+    agent_id: str
+    creator_id: str
+    title: str
+    state: Literal[
+        "submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"
+    ]
+    #: the request, the root of the task's thread
+    message_id: str
+    context_id: str
+    status_message: str | None
+    result: str | None
+    managed: bool
+    via: Literal["rest", "ws", "mcp", "a2a"]
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class TaskCreated(_Server, tag="task_created"):
+    """A task was created in a room one may read."""
+
+    task: Task
+
+
+class TaskUpdated(_Server, tag="task_updated"):
+    """A task of a room one may read changed."""
+
+    task: Task
+
+
 #: every frame the node sends
 SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     AuthOk,
@@ -515,6 +590,8 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantMoved,
     CommandIssued,
     SearchResults,
+    TaskCreated,
+    TaskUpdated,
 )
 
 ServerFrame = (
@@ -537,6 +614,8 @@ ServerFrame = (
     | ParticipantMoved
     | CommandIssued
     | SearchResults
+    | TaskCreated
+    | TaskUpdated
 )
 
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ..services.rooms import Rooms
     from ..services.search import Search
     from ..services.seats import Seats
+    from ..services.tasks import Tasks
     from ..services.world import World
 
 __all__ = ["FRAME_TYPES", "SETTLE_TIMEOUT", "ProtocolSession", "SessionServices", "SessionSocket"]
@@ -124,6 +125,7 @@ class SessionServices:
     commands: Commands
     seats: Seats
     search: Search
+    tasks: Tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,6 +723,33 @@ class ProtocolSession:
             payload["clientId"] = client_id
         self._sub.push(None, frame_of(payload))
 
+    # tasks: success is seen as the task_created / task_updated event
+
+    async def _task_create(self, actor: Actor, f: Fields) -> None:
+        await self.services.tasks.create(
+            actor,
+            room_id=f.req_str("roomId"),
+            agent_id=f.req_str("agentId"),
+            content=f.req_str("content"),
+            title=f.opt_str("title"),
+            via="ws",
+        )
+
+    async def _task_update(self, actor: Actor, f: Fields) -> None:
+        await self.services.tasks.update(
+            actor,
+            f.req_str("taskId"),
+            state=f.req_str("state"),
+            message=f.opt_str("message"),
+            result=f.opt_str("result"),
+        )
+
+    async def _task_cancel(self, actor: Actor, f: Fields) -> None:
+        await self.services.tasks.cancel(actor, f.req_str("taskId"))
+
+    async def _task_reply(self, actor: Actor, f: Fields) -> None:
+        await self.services.tasks.reply(actor, f.req_str("taskId"), f.req_str("content"))
+
     async def _move(self, actor: Actor, f: Fields) -> None:
         room_id = f.req_str("roomId")
         x, y, z = f.req_number("x"), f.req_number("y"), f.req_number("z")
@@ -741,6 +770,10 @@ _HANDLERS: dict[str, Callable[[ProtocolSession, Actor, Fields], Awaitable[None]]
     "move": ProtocolSession._move,
     "command_result": ProtocolSession._command_result,
     "search": ProtocolSession._search,
+    "task_create": ProtocolSession._task_create,
+    "task_update": ProtocolSession._task_update,
+    "task_cancel": ProtocolSession._task_cancel,
+    "task_reply": ProtocolSession._task_reply,
 }
 
 

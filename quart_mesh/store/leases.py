@@ -42,6 +42,7 @@ __all__ = [
     "POLL_INTERVAL",
     "REGISTRY_HEARTBEAT",
     "SEARCH_INDEXER",
+    "TASK_RECONCILER",
     "WEBHOOK_DELIVERY",
     "Role",
     "run_elected",
@@ -70,6 +71,7 @@ WEBHOOK_DELIVERY = Role("webhook delivery", 0x6D65_7368_0000_0102)
 FEDERATION_LINKS = Role("federation links", 0x6D65_7368_0000_0103)
 REGISTRY_HEARTBEAT = Role("registry heartbeat", 0x6D65_7368_0000_0104)
 SEARCH_INDEXER = Role("search indexer", 0x6D65_7368_0000_0105)
+TASK_RECONCILER = Role("task reconciler", 0x6D65_7368_0000_0106)
 
 Component = Callable[..., Awaitable[None]]
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from ..events import CommandIssued, Event, MessagePosted, Relayed
-from ..records import Message, Reaction, Upload
+from ..events import CommandIssued, Event, MessagePosted, Relayed, TaskCreated, TaskUpdated
+from ..records import Message, Reaction, Task, TaskState, Upload
 
 __all__ = [
     "MIRRORED",
@@ -133,6 +133,9 @@ def _event_json(event: Event) -> dict[str, Any]:
             "sentBy": event.sent_by,
             "createdAt": event.created_at,
         }
+    if isinstance(event, TaskCreated):  # TaskUpdated too
+        # the task itself: a receiver (an A2A stream) reads its fields
+        return {"type": event.type, "task": dataclasses.asdict(event.task)}
     return {
         "type": event.type,
         "roomId": event.room_id,
@@ -172,6 +175,18 @@ def _message(data: dict[str, Any]) -> Message:
     )
 
 
+_TASK_FIELDS = frozenset(f.name for f in dataclasses.fields(Task))
+_TASK_EVENTS: dict[str, type[TaskCreated]] = {
+    TaskCreated.type: TaskCreated,
+    TaskUpdated.type: TaskUpdated,
+}
+
+
+def _task(data: dict[str, Any]) -> Task:
+    known = {k: v for k, v in data.items() if k in _TASK_FIELDS}
+    return Task(**{**known, "state": TaskState(data["state"])})
+
+
 def decode(body: str) -> list[Entry]:
     """A stream row's entries (:func:`encode`'s inverse)."""
     out: list[Entry] = []
@@ -195,6 +210,9 @@ def decode(body: str) -> list[Entry]:
                 sent_by=data["sentBy"],
                 created_at=data["createdAt"],
             )
+        elif data["type"] in _TASK_EVENTS:
+            task = _task(data["task"])
+            event = _TASK_EVENTS[data["type"]](task.room_id, task=task)
         else:
             event = Relayed.of(
                 data["type"],

@@ -736,3 +736,41 @@ issued_tokens = Table(
     Index("ix_issued_tokens_participant_id", "participant_id"),
     Index("ix_issued_tokens_expires_at", "expires_at"),
 )
+
+# --- tasks (migration 0028) ---
+
+#: work asked of an agent in a room (``services/tasks.py``, decision 0063);
+#: ``message_id`` is the request, the root of the task's thread, and
+#: ``request_seq`` its cursor; no foreign keys to participants (a task
+#: outlives its agent or creator, as a message outlives its sender)
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", String(26), primary_key=True),
+    Column(
+        "room_id",
+        String(26),
+        ForeignKey("rooms.room_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("agent_id", String(26), nullable=False),
+    Column("creator_id", String(26), nullable=False),
+    Column("title", String(200), nullable=False),
+    # submitted | working | input-required | completed | failed | canceled | rejected
+    Column("state", String(20), nullable=False),
+    Column("message_id", String(26), nullable=False),
+    Column("request_seq", Seq, nullable=False),
+    Column("context_id", String(64), nullable=False),
+    Column("status_message", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    # the agent updated it itself: its replies no longer complete it
+    Column("managed", Boolean, nullable=False),
+    # rest | ws | mcp | a2a
+    Column("via", String(8), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_tasks_room_id_task_id", "room_id", "task_id"),
+    Index("ix_tasks_agent_id_state", "agent_id", "state"),
+    Index("ix_tasks_creator_id", "creator_id"),
+    Index("ix_tasks_context_id", "context_id"),
+)

@@ -308,6 +308,24 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
         r = await mesh.http.post(f"/api/rooms/{room_id}/join", headers=agent.headers)
         assert r.status_code == 200, r.text
         async with connect(base_url, agent) as c:
+            # a task for the agent, moved by it
+            await send(
+                a,
+                type="task_create",
+                roomId=room_id,
+                agentId=agent.participant_id,
+                content="sum it up",
+                title="summary",
+            )
+            task = (await c.expect("task_created"))["task"]
+            await send(c, type="task_update", taskId=task["taskId"], state="working")
+            working = (await c.expect("task_updated"))["task"]
+            assert working["state"] == "working"
+            await a.expect("task_updated", task=working)
+            await send(a, type="task_reply", taskId=task["taskId"], content="thanks")
+            await send(a, type="task_cancel", taskId=task["taskId"])
+            await c.expect("task_updated")
+            await c.expect("task_updated")
             r = await mesh.http.post(
                 f"/api/rooms/{room_id}/permissions",
                 json={
