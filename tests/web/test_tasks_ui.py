@@ -58,13 +58,21 @@ async def test_a_rooms_open_tasks_live_answered_and_canceled(
             await ws.send(type="send_message", roomId=room_id, content=content, threadId=thread_id)
             await ws.expect("message", content=content, timeout=10)
 
+    async def bot_asks(task_id: str, question: str) -> None:
+        r = await node.mesh.http.patch(
+            f"/api/tasks/{task_id}",
+            json={"state": "input-required", "message": question},
+            headers=bot.headers,
+        )
+        assert r.status_code == 200, r.text
+
     # made before anyone looks: the page reads it when the room opens
     summary = await create("@helper please summarize this week's messages", "Summarize the week")
 
     def scenario() -> None:
         with chromium() as browser:
             alice = signed_in(browser, node.url, alice_user)
-            bob = signed_in(browser, node.url, bob_user)
+            bob = signed_in(browser, node.url, bob_user, width=380, height=800)
             for person in (alice, bob):
                 expect(person.heading("#Town Square")).to_be_visible()
                 expect(tasks_of(person)).to_have_count(1)
@@ -81,8 +89,22 @@ async def test_a_rooms_open_tasks_live_answered_and_canceled(
             newest = tasks_of(alice).first
             expect(newest).to_contain_text("translate the welcome text into French")
             expect(newest).to_contain_text("for helper")
+            # the bot asks back: the task needs an answer, and says the question
+            call(bot_asks, translate["taskId"], "Into French of France or of Québec?")
+            for person in (alice, bob):
+                expect(tasks_of(person).first).to_contain_text("needs an answer")
+                expect(tasks_of(person).first).to_contain_text(
+                    "Into French of France or of Québec?"
+                )
             assert violations(alice) == []
+            assert violations(bob) == []
             shot(alice.page, "tasks")
+            # on a phone, nothing scrolls sideways
+            wide = bob.page.evaluate(
+                "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert wide <= 0, wide
+            shot(bob.page, "tasks-phone")
 
             # the creator may cancel; a member may not
             expect(bob.button(re.compile("^Cancel task: "))).to_have_count(0)

@@ -202,12 +202,15 @@ export class RoomTasks {
   }
 
   async cancel(task, button) {
-    button.disabled = true;
+    // (not disabled meanwhile: a disabled button drops the focus, which
+    // then could not move on when the task leaves the list)
+    if (button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true");
     try {
       const answer = await this.app.api.post(`/api/tasks/${encodeURIComponent(task.taskId)}/cancel`, {});
       this.apply((answer && answer.task) || answer || { ...task, state: "canceled" });
     } catch (error) {
-      button.disabled = false;
+      button.removeAttribute("aria-disabled");
       if (error.code === "task_closed") {
         this.apply({ ...task, state: "canceled" });
         return;
