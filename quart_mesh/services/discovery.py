@@ -72,10 +72,11 @@ CAPABILITIES: tuple[tuple[str, str | None, str | None], ...] = (
     ("apps", "GET", "/api/apps"),
     ("uploads", "POST", "/api/upload"),
     ("federation", "GET", "/api/connections"),
-    # served in front of the URL map (the MCP SDK's transport, app.py)
+    # the agents' protocols, served in front of the URL map (app.py wraps the
+    # app with the MCP SDK's transport and the A2A SDK's dispatcher)
     ("mcp", None, None),
+    ("a2a", None, None),
     ("tasks", "POST", "/api/tasks"),
-    ("a2a", "GET", "/.well-known/agent-card.json"),
 )
 
 _PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")

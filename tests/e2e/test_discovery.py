@@ -308,26 +308,33 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     assert "human-bob" not in r.text
     # every address is absolute and on the served port
     ws = f"ws://127.0.0.1:{port}/ws"
-    endpoints = manifest["endpoints"]
-    assert endpoints == {
+    assert manifest["endpoints"] == {
         "rest": f"{base_url}/api",
         "websocket": ws,
         "skill": f"{base_url}/skill.md",
         "models": f"{base_url}/api/models/v1",
         "manifest": f"{base_url}/.well-known/mesh-manifest.json",
         "mcp": f"{base_url}/mcp",
-    } | (
-        {"agentCard": f"{base_url}/.well-known/agent-card.json"}
-        if "a2a" in manifest["capabilities"]
-        else {}
-    )
+        "agentCard": f"{base_url}/.well-known/agent-card.json",
+    }
     # the addresses work
     assert (await mesh.http.get(manifest["endpoints"]["skill"])).status_code == 200
     assert (await mesh.http.get(manifest["endpoints"]["rest"] + "/health")).status_code == 200
     # capabilities: what this build serves, nothing it does not
     caps = manifest["capabilities"]
     present = ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks")
-    for name in (*present, "model-proxy", "roles", "vault", "did-auth", "uploads", "apps", "mcp"):
+    for name in (
+        *present,
+        "model-proxy",
+        "roles",
+        "vault",
+        "did-auth",
+        "uploads",
+        "apps",
+        "mcp",
+        "a2a",
+        "tasks",
+    ):
         assert name in caps
     assert "federation" in caps
     assert manifest["federation"] == {
