@@ -43,6 +43,7 @@ from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
 from .logs import configure_logging, flush_logging, log_request, request_id_from
+from .mcp_server import McpEndpoint
 from .node import Node, open_node
 
 __all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
@@ -193,8 +194,12 @@ def create_app(
     if node is not None:
         app._node = node
         app.extensions["quart_mesh.node"] = node
+    #: ``/mcp``: the official MCP SDK's server in front of the app, its
+    #: sessions run beside the node (below)
+    mcp = McpEndpoint(settings, lambda: app.node)
+    app.extensions["quart_mesh.mcp"] = mcp
     app.asgi_app = drain_request_bodies(  # type: ignore[method-assign,assignment]
-        app.asgi_app,
+        mcp.wrap(app.asgi_app),
         lambda: app.nursery,
         websockets=websocket_route,
     )
@@ -215,6 +220,7 @@ def create_app(
     app.extensions["quart_mesh.metrics"] = http_metrics
 
     scopes: list[trio.CancelScope] = []
+    mcp_scope: list[trio.CancelScope] = []
 
     @app.before_serving
     async def _start_node() -> None:
@@ -230,6 +236,12 @@ def create_app(
                 log.error("cannot start the node: %s", error)
             raise
 
+    @app.before_serving
+    async def _start_mcp() -> None:
+        # in the lifespan's nursery, beside the node: a failure ends the app
+        mcp_scope.append(trio.CancelScope())
+        await app.nursery.start(_run_mcp, mcp, mcp_scope[-1])
+
     if freeze_heap:
 
         @app.before_serving
@@ -242,6 +254,8 @@ def create_app(
             app.node.realtime.shut_down()
         while scopes:
             scopes.pop().cancel()
+        while mcp_scope:
+            mcp_scope.pop().cancel()
 
     if websocket_route:
 
@@ -379,6 +393,14 @@ async def _run_in_scope(
             else:
                 _exit("the node stopped because one of its parts failed", error)
         raise
+
+
+async def _run_mcp(
+    mcp: McpEndpoint, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+) -> None:
+    """Run the MCP endpoint's sessions until *scope* is cancelled (the app stops)."""
+    with scope:
+        await mcp.run(task_status=task_status)
 
 
 def _cancelled(error: BaseException) -> bool:

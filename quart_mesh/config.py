@@ -134,6 +134,13 @@ class Limits:
     #: WebSocket sessions from one client address (not for the rate limits'
     #: exempt addresses, loopback by default).
     max_sessions_per_address: int = 256
+    #: MCP sessions (``/mcp``) one participant may hold open at once, counting
+    #: requests of the session-less 2026 protocol while they run; beyond, 429
+    #: ``too_many_sessions`` until one ends (``DELETE``, or idle).
+    max_mcp_sessions_per_participant: int = 16
+    #: seconds an MCP session lives with no request in flight (no call
+    #: running, no open stream); then it ends and frees its seat.
+    mcp_session_idle_seconds: int = 600
     #: Long polls (``POST /api/poll`` with a ``timeout``) one participant may
     #: have waiting at once; beyond, 429 ``too_many_polls``.
     max_polls_per_participant: int = 32
