@@ -16,12 +16,29 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser import PASSWORD, Person, call, chromium, in_browser, shot
+from tests.e2e.test_mcp import mcp_session
 from tests.web.conftest import Served
 from tests.web.test_accessibility import violations
 from tests.web.test_bots import bot_row, open_bots
 from tests.web.test_chat import signed_in, two_people
 
-pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.client_only,
+    # the MCP SDK client's HTTP stack leaves a response stream's generator to
+    # the garbage collector when its SSE stream is cut (as in tests/e2e/test_mcp.py)
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <async_generator object "
+        "(PoolByteStream|Response|EventSource)[.]"
+        ":pytest.PytestUnraisableExceptionWarning"
+    ),
+]
+
+#: what ``claude mcp add`` is given: the transport, the address and the header
+CLAUDE = re.compile(
+    r"^claude mcp add --transport http mesh (?P<url>\S+)/mcp "
+    r'--header "Authorization: Bearer (?P<token>[^"]+)"$'
+)
 
 
 def open_connect(person: Person) -> Any:
@@ -36,12 +53,25 @@ async def test_an_agent_gets_a_bot_identity_and_its_commands(
     browser_ready: None, serve_node: Any
 ) -> None:
     node: Served = await serve_node()
-    alice_user, _, _ = await two_people(node)
+    alice_user, _, room_id = await two_people(node)
     mcp_url = f"{node.url}/mcp"
 
     async def me(token: str) -> tuple[int, dict[str, Any]]:
         r = await node.mesh.http.get("/api/auth/me", headers={"Authorization": f"Bearer {token}"})
         return r.status_code, r.json()
+
+    async def over_mcp(base_url: str, token: str) -> dict[str, Any]:
+        # the official MCP client, given what the command gives Claude Code
+        async with mcp_session(base_url, token) as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            assert {"list_rooms", "join_room", "send_message", "wait_for_messages"} <= tools
+            result = await session.call_tool("join_room", {"room": room_id})
+            assert not result.is_error, result.content
+            result = await session.call_tool(
+                "send_message", {"room": room_id, "content": "hello from an MCP agent"}
+            )
+            assert not result.is_error, result.content
+            return dict(result.structured_content or {})
 
     def scenario() -> None:
         with chromium() as browser:
@@ -116,10 +146,14 @@ async def test_an_agent_gets_a_bot_identity_and_its_commands(
             assert violations(alice) == []
             shot(alice.page, "connect-agent")
 
-            # the token works, as the bot
+            # the token works, as the bot: over REST, and over MCP as the command says
             status, who = call(me, token)
             assert status == 200, who
             assert (who["name"], who["role"], who["type"]) == ("claude-helper", "agent", "nanoclaw")
+            given = CLAUDE.match(claude)
+            assert given is not None, claude
+            assert (given["url"], given["token"]) == (node.url, token)
+            call(over_mcp, given["url"], given["token"])
             # the bot is in the list, and may be commanded from this page
             alice.page.keyboard.press("Escape")
             expect(dialog).to_be_hidden()
@@ -143,6 +177,9 @@ async def test_an_agent_gets_a_bot_identity_and_its_commands(
             expect(dialog.get_by_role("textbox", name="Bot name")).to_be_focused()
             dialog.get_by_role("button", name="Close connect an AI agent").click()
             expect(dialog).to_be_hidden()
+            # what the agent said over MCP, in the room
+            alice.open_room("Town Square")
+            expect(alice.message("hello from an MCP agent")).to_contain_text("claude-helper")
             alice.assert_clean()
 
     await in_browser(scenario, timeout=180)
