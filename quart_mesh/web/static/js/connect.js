@@ -77,9 +77,10 @@ export class ConnectDialog {
     return store.can("agents.bootstrap") || Boolean(store.status && store.status.registrationMode === "open");
   }
 
+  /** People sign in with a password; guests and bots have none. */
   get hasPassword() {
     const me = this.app.store.me;
-    return Boolean(me) && me.kind !== "guest" && me.type !== "guest";
+    return Boolean(me) && me.kind === "human";
   }
 
   /** Open the dialog (made on first use, emptied on every close). */
@@ -160,7 +161,7 @@ export class ConnectDialog {
       : "Only an administrator may register bots on this mesh.";
     const meHint = this.hasPassword
       ? "It acts as you, with everything your role may do."
-      : "Guests have no password: ask for an account first.";
+      : "Only people who sign in with a password can hand their account to an agent.";
     this.form = h(
       "form",
       { class: "connect-form", novalidate: true, on: { submit: (event) => this.create(event) } },

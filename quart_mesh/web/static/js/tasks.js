@@ -108,7 +108,8 @@ export class RoomTasks {
   ensureNames(task) {
     const { store } = this.app;
     for (const id of [task.agentId, task.creatorId]) {
-      if (id && !store.participant(id)) this.app.ensureParticipant(id);
+      // (shown as "someone" until the node says who it is)
+      if (id && !store.participant(id)) this.app.ensureParticipant(id).then(() => this.render());
     }
   }
 
