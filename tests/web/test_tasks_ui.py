@@ -3,7 +3,8 @@ region of the room view lists the tasks the node holds for the room when it
 opens, and follows ``task_created`` / ``task_updated`` live; a bot that
 knows nothing of tasks (a WebSocket client of the test) answers in the
 task's thread and the task leaves the list, completed; the creator cancels
-one from the page; a member sees the list but may not cancel."""
+one from the page, and answers a bot that asked back; a member sees the
+list but may neither answer nor cancel."""
 
 from __future__ import annotations
 
@@ -105,6 +106,20 @@ async def test_a_rooms_open_tasks_live_answered_and_canceled(
             )
             assert wide <= 0, wide
             shot(bob.page, "tasks-phone")
+
+            # the creator answers from the list (a member cannot): the task works again
+            expect(bob.button(re.compile("^Answer: "))).to_have_count(0)
+            question = "translate the welcome text into French"
+            alice.button(re.compile(f"^Answer: .*{question}")).click()
+            box = alice.page.get_by_role("textbox", name=re.compile(f"^Your answer: .*{question}"))
+            expect(box).to_be_focused()
+            box.fill("French of France, please")
+            shot(alice.page, "tasks-answer")
+            box.press("Enter")
+            for person in (alice, bob):
+                expect(tasks_of(person).first).to_contain_text("working")
+            expect(alice.message("French of France, please")).to_contain_text("in a thread")
+            assert call(state, translate["taskId"]) == "working"
 
             # the creator may cancel; a member may not
             expect(bob.button(re.compile("^Cancel task: "))).to_have_count(0)

@@ -3,6 +3,7 @@
 // open (submitted, working, input-required) from GET /api/tasks?roomId=&open=true,
 // keeps them live from the `task_created` and `task_updated` events (a task
 // leaves the list when it reaches a terminal state), opens a task's thread,
+// lets its creator answer a bot that asked back (POST /api/tasks/:id/reply),
 // and lets its creator (or whoever may command bots) cancel it.
 
 import { $, bdi, fill, h, toast } from "./dom.js";
@@ -31,6 +32,8 @@ export class RoomTasks {
     this.byRoom = new Map(); // roomId -> Map(taskId -> task), rooms read since the last snapshot
     this.closed = new Set(); // tasks seen terminal (an older list answer may still hold them)
     this.loads = 0;
+    this.answering = null; // the task whose answer is being written
+    this.draft = ""; // (kept across redraws)
     this.unavailable = false; // the node has no tasks (404): never asked again
   }
 
@@ -100,6 +103,7 @@ export class RoomTasks {
       this.byRoom.set(task.roomId, held);
     }
     if (!OPEN.has(task.state)) held.delete(task.taskId);
+    if (this.answering === task.taskId && task.state !== "input-required") this.answering = null;
     else if (!this.closed.has(task.taskId) && newer(held.get(task.taskId), task)) held.set(task.taskId, task);
     this.ensureNames(task);
     if (task.roomId === this.roomId) this.render();
@@ -167,6 +171,19 @@ export class RoomTasks {
         on: { click: () => this.app.openThread(task.roomId, task.messageId) },
       }),
     ];
+    const mine = task.creatorId === store.me.participantId;
+    if (mine && task.state === "input-required" && this.answering !== task.taskId) {
+      buttons.push(
+        h("button", {
+          type: "button",
+          class: "small primary",
+          text: "Answer",
+          "aria-label": `Answer: ${title}`,
+          dataset: { key: `answer:${task.taskId}` },
+          on: { click: () => this.startAnswer(task) },
+        }),
+      );
+    }
     if (this.mayCancel(task)) {
       buttons.push(
         h("button", {
@@ -199,6 +216,83 @@ export class RoomTasks {
           : null,
       ),
       h("div", { class: "task-actions" }, buttons),
+      this.answering === task.taskId ? this.answerForm(task, title) : null,
+    );
+  }
+
+  startAnswer(task) {
+    this.answering = task.taskId;
+    this.draft = "";
+    this.render();
+    const box = this.list.querySelector(`[data-key="${CSS.escape(`draft:${task.taskId}`)}"]`);
+    if (box) box.focus();
+  }
+
+  stopAnswer(task) {
+    this.answering = null;
+    this.draft = "";
+    this.render();
+    const again = this.list.querySelector(`[data-key="${CSS.escape(`answer:${task.taskId}`)}"]`);
+    (again || $("room-tasks-title")).focus();
+  }
+
+  /** The creator's answer to a bot that asked back: posted in the task's
+   * thread by the node, and the task is working again. */
+  answerForm(task, title) {
+    const box = h("input", {
+      type: "text",
+      class: "task-answer-box",
+      autocomplete: "off",
+      "aria-label": `Your answer: ${title}`,
+      value: this.draft,
+      dataset: { key: `draft:${task.taskId}` },
+      on: {
+        input: (event) => {
+          this.draft = event.currentTarget.value;
+        },
+        keydown: (event) => {
+          if (event.key === "Escape") {
+            event.preventDefault();
+            event.stopPropagation();
+            this.stopAnswer(task);
+          }
+        },
+      },
+    });
+    const error = h("p", { class: "error", role: "alert" });
+    const send = h("button", { type: "submit", class: "small primary", text: "Send answer" });
+    return h(
+      "form",
+      {
+        class: "task-answer",
+        novalidate: true,
+        on: {
+          submit: async (event) => {
+            event.preventDefault();
+            const content = box.value.trim();
+            if (!content) {
+              error.textContent = "Write an answer first.";
+              box.focus();
+              return;
+            }
+            send.setAttribute("aria-disabled", "true");
+            try {
+              const answer = await this.app.api.post(`/api/tasks/${encodeURIComponent(task.taskId)}/reply`, { content });
+              this.answering = null;
+              this.draft = "";
+              this.apply((answer && answer.task) || answer);
+              $("room-tasks-title").focus();
+            } catch (e) {
+              send.removeAttribute("aria-disabled");
+              error.textContent = `Not sent: ${e.message}`;
+            }
+          },
+        },
+      },
+      box,
+      send,
+      h("button", { type: "button", class: "small", text: "Close", on: { click: () => this.stopAnswer(task) } }),
+      error,
     );
   }
 
