@@ -87,6 +87,15 @@ async def test_a_rooms_open_tasks_live_answered_and_canceled(
             translate = call(create, "@helper translate the welcome text into French")
             for person in (alice, bob):
                 expect(tasks_of(person)).to_have_count(2)
+            # (said to screen readers, beside the list)
+            news = (
+                alice.page.get_by_role("main", name="Conversation")
+                .get_by_role("status")
+                .filter(has_text="New task for helper")
+            )
+            expect(news).to_have_text(
+                "New task for helper: @helper translate the welcome text into French"
+            )
             newest = tasks_of(alice).first
             expect(newest).to_contain_text("translate the welcome text into French")
             expect(newest).to_contain_text("for helper")

@@ -48,6 +48,7 @@ export class RoomTasks {
   hide() {
     this.roomId = null;
     this.section.hidden = true;
+    $("room-tasks-news").textContent = "";
   }
 
   /** Signed out: everything is forgotten. */
@@ -90,7 +91,25 @@ export class RoomTasks {
     if (event.type !== "task_created" && event.type !== "task_updated") return;
     const task = event.task;
     if (!task || !task.roomId) return;
+    if (task.roomId === this.roomId) this.announce(task);
     this.apply(task);
+  }
+
+  /** Say a change of the open room's tasks to screen readers (the list
+   * itself changes silently). */
+  announce(task) {
+    const held = this.byRoom.get(task.roomId);
+    const before = held && held.get(task.taskId);
+    if (before && before.state === task.state) return;
+    if (!before && !OPEN.has(task.state) && this.closed.has(task.taskId)) return;
+    const agent = this.app.store.nameOf(task.agentId);
+    const title = this.titleOf(task);
+    let text;
+    if (!before && OPEN.has(task.state)) text = `New task for ${agent}: ${title}`;
+    else if (task.state === "input-required") text = `${agent} asks about ${title}: ${task.statusMessage || ""}`;
+    else if (OPEN.has(task.state)) text = `${agent} is working on ${title}`;
+    else text = `Task ${task.state}: ${title}`;
+    $("room-tasks-news").textContent = text;
   }
 
   /** Keep what the node says of *task* (an event, a cancel's answer). */
