@@ -1,5 +1,6 @@
 // A room's open tasks (docs/agents-mcp-a2a.md#tasks): the "Tasks" region of
-// the room view, above the timeline. It lists the room's tasks that are still
+// the room view, above the timeline (fetched by main.js, with css/tasks.css,
+// the first time a room has an open task). It lists the room's tasks that are still
 // open (submitted, working, input-required) from GET /api/tasks?roomId=&open=true,
 // keeps them live from the `task_created` and `task_updated` events (a task
 // leaves the list when it reaches a terminal state), opens a task's thread,
@@ -25,9 +26,19 @@ function newer(a, b) {
 export class RoomTasks {
   constructor(app) {
     this.app = app;
-    this.section = $("room-tasks");
-    this.list = $("room-tasks-list");
-    this.count = $("room-tasks-count");
+    // drawn above the conversation, once (main.js fetches this module the
+    // first time a room has an open task)
+    this.count = h("span", { class: "room-tasks-count" });
+    this.list = h("ul", { class: "room-tasks-list" });
+    this.section = h(
+      "section",
+      { id: "room-tasks", class: "room-tasks", hidden: true, "aria-labelledby": "room-tasks-title" },
+      h("h2", { id: "room-tasks-title", class: "room-tasks-title", tabindex: "-1", text: "Tasks" }),
+      this.count,
+      this.list,
+    );
+    this.news = h("p", { id: "room-tasks-news", class: "sr-only", role: "status" });
+    $("timeline").before(this.section, this.news);
     this.roomId = null;
     this.byRoom = new Map(); // roomId -> Map(taskId -> task), rooms read since the last snapshot
     this.closed = new Set(); // tasks seen terminal (an older list answer may still hold them)
@@ -48,7 +59,7 @@ export class RoomTasks {
   hide() {
     this.roomId = null;
     this.section.hidden = true;
-    $("room-tasks-news").textContent = "";
+    this.news.textContent = "";
   }
 
   /** Signed out: everything is forgotten. */
@@ -73,7 +84,7 @@ export class RoomTasks {
     try {
       answer = await this.app.api.get(`/api/tasks?roomId=${encodeURIComponent(roomId)}&open=true&limit=${LIMIT}`);
     } catch (error) {
-      if (error.status === 404 && error.code !== "room_not_found") this.unavailable = true;
+      if (error.code === "not_found") this.unavailable = true; // (a node without tasks)
       return; // shown without tasks; live events still add them
     }
     if (load !== this.loads && this.byRoom.has(roomId)) return;
@@ -109,7 +120,7 @@ export class RoomTasks {
     else if (task.state === "input-required") text = `${agent} asks about ${title}: ${task.statusMessage || ""}`;
     else if (OPEN.has(task.state)) text = `${agent} is working on ${title}`;
     else text = `Task ${task.state}: ${title}`;
-    $("room-tasks-news").textContent = text;
+    this.news.textContent = text;
   }
 
   /** Keep what the node says of *task* (an event, a cancel's answer). */
