@@ -1,8 +1,8 @@
 // A room's open tasks (docs/agents-mcp-a2a.md#tasks): the "Tasks" region of
 // the room view, above the timeline (fetched by main.js, with css/tasks.css,
-// the first time a room has an open task). It lists the room's tasks that are still
-// open (submitted, working, input-required) from GET /api/tasks?roomId=&open=true,
-// keeps them live from the `task_created` and `task_updated` events (a task
+// the first time a room has an open task). It lists the room's tasks that are
+// still open (submitted, working, input-required) from
+// GET /api/tasks?roomId=&open=true, keeps them live from the `task_created` and `task_updated` events (a task
 // leaves the list when it reaches a terminal state), opens a task's thread,
 // lets its creator answer a bot that asked back (POST /api/tasks/:id/reply),
 // and lets its creator (or whoever may command bots) cancel it.
@@ -67,6 +67,8 @@ export class RoomTasks {
     this.hide();
     this.byRoom.clear();
     this.closed.clear();
+    this.answering = null;
+    this.draft = "";
     this.unavailable = false;
   }
 
