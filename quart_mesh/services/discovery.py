@@ -72,6 +72,11 @@ CAPABILITIES: tuple[tuple[str, str | None, str | None], ...] = (
     ("apps", "GET", "/api/apps"),
     ("uploads", "POST", "/api/upload"),
     ("federation", "GET", "/api/connections"),
+    # the agents' protocols, served in front of the URL map (app.py wraps the
+    # app with the MCP SDK's transport and the A2A SDK's dispatcher)
+    ("mcp", None, None),
+    ("a2a", None, None),
+    ("tasks", "POST", "/api/tasks"),
 )
 
 _PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
@@ -110,6 +115,16 @@ class Addresses:
     @property
     def manifest(self) -> str:
         return f"{self.base_url}/.well-known/mesh-manifest.json"
+
+    @property
+    def mcp(self) -> str:
+        """The MCP server (Streamable HTTP)."""
+        return f"{self.base_url}/mcp"
+
+    @property
+    def agent_card(self) -> str:
+        """The node's A2A agent card."""
+        return f"{self.base_url}/.well-known/agent-card.json"
 
 
 def capabilities(has_route: Callable[[str, str], bool]) -> list[str]:
@@ -215,6 +230,8 @@ def render_skill(
         "base_url": addresses.base_url,
         "ws_url": addresses.websocket,
         "models_url": addresses.models,
+        "mcp_url": addresses.mcp,
+        "agent_card_url": addresses.agent_card,
         "mesh_name": "(not set up yet)" if mesh is None else inline_code(mesh.name),
         "mesh_description": "(none)" if mesh is None else inline_code(mesh.description),
         "registration": mode,
@@ -277,7 +294,10 @@ async def manifest(
             "skill": addresses.skill,
             "models": addresses.models,
             "manifest": addresses.manifest,
-        },
+        }
+        # agents' own protocols, where this build serves them
+        | ({"mcp": addresses.mcp} if "mcp" in capabilities else {})
+        | ({"agentCard": addresses.agent_card} if "a2a" in capabilities else {}),
         "capabilities": capabilities,
         "registration": registration(mesh),
         "visibility": None if mesh is None else mesh.visibility,

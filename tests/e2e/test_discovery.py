@@ -314,6 +314,8 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
         "skill": f"{base_url}/skill.md",
         "models": f"{base_url}/api/models/v1",
         "manifest": f"{base_url}/.well-known/mesh-manifest.json",
+        "mcp": f"{base_url}/mcp",
+        "agentCard": f"{base_url}/.well-known/agent-card.json",
     }
     # the addresses work
     assert (await mesh.http.get(manifest["endpoints"]["skill"])).status_code == 200
@@ -321,7 +323,18 @@ async def test_manifest(base_url: str, mesh: Mesh, settings: Settings) -> None:
     # capabilities: what this build serves, nothing it does not
     caps = manifest["capabilities"]
     present = ("rooms", "dms", "websocket", "polling", "agents", "agent-commands", "webhooks")
-    for name in (*present, "model-proxy", "roles", "vault", "did-auth", "uploads", "apps"):
+    for name in (
+        *present,
+        "model-proxy",
+        "roles",
+        "vault",
+        "did-auth",
+        "uploads",
+        "apps",
+        "mcp",
+        "a2a",
+        "tasks",
+    ):
         assert name in caps
     assert "federation" in caps
     assert manifest["federation"] == {

@@ -4,9 +4,11 @@
 // (decrypted here, sent once in the spawn request, then forgotten) and
 // killing bots; commands to the bots one may command, with their results;
 // bootstrapping an external bot (its token, addresses and a mesh-bridge
-// command line, shown once and never kept).
+// command line, shown once and never kept); connecting an AI agent over MCP
+// (js/connect.js).
 
 import { ApiError, seg } from "./api.js";
+import { ConnectDialog } from "./connect.js";
 import { fill, h } from "./dom.js";
 import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
 import { available, decrypt, versionOf } from "./vaultcrypto.js";
@@ -58,6 +60,10 @@ export class BotsPanel extends Panel {
     this.refreshing = null;
     this.refreshSoon = null;
     this.generation = 0; // a new one on every show: loops of an older one stop
+    this.connect = new ConnectDialog(app, (bot) => {
+      this.mine.add(bot.agentId);
+      this.refresh();
+    });
   }
 
   get admin() {
@@ -78,6 +84,24 @@ export class BotsPanel extends Panel {
     this.commandForm = null; // drawn again into this body
     this.resultsList = null;
     body.append(
+      h(
+        "section",
+        { "aria-labelledby": "bots-connect-title", class: "bots-connect" },
+        h("h2", { id: "bots-connect-title", text: "AI agents" }),
+        h("p", {
+          class: "hint",
+          text:
+            "Claude Code, Cursor, VS Code or any MCP client can take part in this mesh's rooms: " +
+            "give the agent a token and run one command.",
+        }),
+        h("button", {
+          type: "button",
+          class: "primary",
+          text: "Connect an AI agent",
+          "aria-haspopup": "dialog",
+          on: { click: () => this.connect.open() },
+        }),
+      ),
       h(
         "section",
         { "aria-labelledby": "bots-list-title" },
@@ -109,6 +133,12 @@ export class BotsPanel extends Panel {
       for (const input of this.body.querySelectorAll("input[type=password]")) input.value = "";
     }
     if (this.bootstrapResult) this.bootstrapResult.replaceChildren();
+    this.connect.close();
+  }
+
+  dispose() {
+    this.hide();
+    this.connect.dispose();
   }
 
   onEvent(event) {

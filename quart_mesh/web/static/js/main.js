@@ -170,6 +170,8 @@ class App {
     if (revoke) this.outbox.clear();
     else this.outbox.detach();
     this.currentRoomId = null;
+    if (this.tasks) this.tasks.reset();
+    this.tasksGone = false;
     this.drafts.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
@@ -217,6 +219,7 @@ class App {
     this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
     this.roomBrowser = new RoomBrowser(this);
     this.dmPicker = new DmPicker(this);
+    this.tasks = null; // tasks.js, fetched when a room first has an open task
     this.search = null; // search.js, fetched when first used
     this.notifier = null; // notify.js, fetched when wanted
     this.wireSearch();
@@ -470,6 +473,7 @@ class App {
     this.sidebar.render();
     this.renderPanelLinks();
     for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
+    if (this.tasks) this.tasks.onSnapshot(resumed);
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");
@@ -502,6 +506,9 @@ class App {
     switch (event.type) {
       case "message":
         return this.onMessage(event);
+      case "task_created":
+      case "task_updated":
+        return this.onTask(event);
       case "message_edited":
       case "message_deleted":
       case "reaction_added":
@@ -567,6 +574,38 @@ class App {
       default:
         return undefined;
     }
+  }
+
+  // a room's open tasks (js/tasks.js): its code is fetched the first time a
+  // room has one; until then a room asks the node when it opens
+
+  async showTasks(room) {
+    if (!this.tasks) {
+      if (this.tasksGone) return;
+      try {
+        const { tasks } = await this.api.get(`/api/tasks?roomId=${encodeURIComponent(room.roomId)}&open=true&limit=1`);
+        if (!tasks.length) return;
+      } catch (error) {
+        this.tasksGone = error.code === "not_found"; // (a node without tasks)
+        return;
+      }
+      await this.loadTasks();
+    }
+    if (room.roomId === this.currentRoomId) this.tasks.show(room);
+  }
+
+  loadTasks() {
+    this.tasksLoad ||= Promise.all([import("./tasks.js"), loadStyle("tasks.css")]).then(([module]) => {
+      this.tasks ||= new module.RoomTasks(this);
+      return this.tasks;
+    });
+    return this.tasksLoad;
+  }
+
+  onTask(event) {
+    if (this.tasks) return this.tasks.onEvent(event);
+    const room = this.store.rooms.get(this.currentRoomId);
+    if (room && event.task && event.task.roomId === room.roomId) this.showTasks(room);
   }
 
   /** A room rule or one's role changed what one may read: a room one may no
@@ -879,6 +918,7 @@ class App {
     const { store } = this;
     this.leavePanel();
     this.currentRoomId = null;
+    if (this.tasks) this.tasks.hide();
     $("room-view").hidden = true;
     $("welcome").hidden = false;
     this.closeThread();
@@ -1020,6 +1060,7 @@ class App {
       this.toggleNav(false);
       this.composer.setTarget(room);
       this.timeline.show(room);
+      this.showTasks(room);
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
@@ -1391,6 +1432,7 @@ class App {
     this.flushReads();
     this.closeThread();
     this.currentRoomId = null;
+    if (this.tasks) this.tasks.hide();
     this.toggleNav(false);
     $("welcome").hidden = true;
     $("room-view").hidden = true;
