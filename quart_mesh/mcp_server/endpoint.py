@@ -306,7 +306,7 @@ class McpEndpoint:
         receive = _watching(receive, dropped)
         authed: dict[str, Any] = {
             **scope,
-            CALLER: Caller(actor, token_id, address, dropped),
+            CALLER: Caller(actor, token_id, token, address, dropped),
             "user": user,
             "auth": AuthCredentials([]),
         }

@@ -14,13 +14,24 @@ edited or deleted message of a subscribed room becomes a
 
 - protocol 2025-11-25 and before: ``resources/subscribe`` adds the room to
   the session's set, followed by one task per session (in the endpoint's
-  nursery) that notifies on the session's stream and ends with the session
-  (its teardown) or the caller's feed (signed out, deleted);
+  nursery) that notifies on the session's stream; it ends with the session
+  (its teardown), the caller's feed (signed out, deleted) or a client that
+  stopped taking notifications, and the session's next subscribe starts
+  it again;
 - protocol 2026-07-28: a ``subscriptions/listen`` request is the stream; it
-  follows the caller's feed for as long as the request lasts.
+  follows the caller's feed for as long as the request lasts, and a stream
+  that cannot go on ends with an error the client sees.
+
+Either way a feed that lags (the broker drops a subscriber that falls
+behind) is followed again, and every subscribed room is notified once:
+notifications only say "updated", so nothing is lost. A notification the
+client does not take within ``_NOTIFY_TIMEOUT`` ends the follow (bounded:
+a client not reading holds nothing for longer).
 
 The SDK's own listen handler shares one bus among all listeners, whoever
-may read the room; here each stream gets a bus of its own.
+may read the room, and buffers for a client that is not reading; here each
+stream writes its caller's notifications itself (what the SDK's handler
+writes: the acknowledgment first, each frame tagged with the request's id).
 """
 
 from __future__ import annotations
@@ -30,24 +41,33 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ResourceUpdated,
+    event_to_notification,
+)
 from mcp_types import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     EmptyResult,
     SubscribeRequestParams,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams,
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
     UnsubscribeRequestParams,
 )
 
-from ..errors import MeshError
+from ..errors import MeshError, Unauthorized, Unavailable
 from ..events import MessageDeleted, MessageEdited, MessagePosted
 from ..ids import is_ulid
 from ..services.discovery import skill_template
@@ -69,8 +89,6 @@ RESOURCE_MESSAGES = 50
 _NOTIFY_TIMEOUT = 10.0
 #: a cursor after every message (the largest the node takes)
 _AFTER_EVERYTHING = "9" * 18
-#: notifications a ``subscriptions/listen`` stream may have waiting
-_BUFFERED = 64
 #: events that change what a room's resource shows
 _CHANGES = (MessagePosted, MessageEdited, MessageDeleted)
 
@@ -94,11 +112,21 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
 
 
 class _Following:
-    """One 2025-era MCP session's subscribed rooms and the task that notifies them."""
+    """One 2025-era MCP session's subscribed rooms and the task that notifies
+    them: at most one runs at a time; a ``resources/subscribe`` starts it
+    again if it ended (its feed ended, its client stopped reading)."""
 
     def __init__(self) -> None:
         self.rooms: set[str] = set()
-        self.scope = trio.CancelScope()
+        #: the running task's scope (None: no task runs)
+        self.scope: trio.CancelScope | None = None
+        #: the session was torn down: no task starts again
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class RoomSubscriptions:
@@ -140,22 +168,35 @@ class RoomSubscriptions:
         following: _Following | None = connection.state.get(_Following)
         if following is None:
             following = connection.state[_Following] = _Following()
-            connection.exit_stack.callback(following.scope.cancel)
-            session = ctx.session
-
-            async def notify(room_id: str) -> None:
-                await session.send_resource_updated(ROOM_URI.format(room_id=room_id))
-
-            async def run() -> None:
-                with following.scope:
-                    try:
-                        await self._follow(who, following.rooms, notify)
-                    except MeshError as error:  # signed out, deleted, the store away
-                        log.info("an MCP subscription ended: %s", error.message)
-
-            self._nursery_of().start_soon(run)
+            connection.exit_stack.callback(following.close)
         following.rooms.add(room_id)
+        if following.scope is None and not following.closed:
+            self._start(following, who, ctx.session)
         return EmptyResult()
+
+    def _start(self, following: _Following, who: Caller, session: Any) -> None:
+        """Start *following*'s task in the endpoint's nursery, as *who* (the
+        caller of the subscribe that starts it): it notifies on *session*'s
+        stream until the session's teardown cancels it, its feed ends
+        (signed out, deleted, the node's event stream interrupted) or its
+        client stops taking notifications; then a later subscribe starts it
+        again."""
+        scope = following.scope = trio.CancelScope()
+
+        async def notify(room_id: str) -> None:
+            await session.send_resource_updated(ROOM_URI.format(room_id=room_id))
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await self._follow(who, following.rooms, notify)
+            except MeshError as error:  # signed out, deleted, the store away
+                log.info("an MCP subscription ended: %s", error.message)
+            finally:
+                if following.scope is scope:
+                    following.scope = None
+
+        self._nursery_of().start_soon(run)
 
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
@@ -169,60 +210,153 @@ class RoomSubscriptions:
     async def listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
-        """``subscriptions/listen``: the SDK's handler serves the stream (its
-        acknowledgment, ids, backlog bound) from a bus of this request's own,
-        which only the caller's feed publishes to. Its list-changed kinds
-        are honored and never fire (tools, prompts and resources are fixed).
-        Ends when the client goes (the SDK cancels it) or the feed ends."""
+        """``subscriptions/listen``: the stream of one request, as the SDK's
+        handler serves it (the acknowledgment first, every frame tagged with
+        the request's id), fed from the caller's feed alone. Its
+        list-changed kinds are honored and never fire (tools, prompts and
+        resources are fixed).
+
+        Ends when the client goes (the SDK cancels it: safe, the feed ends
+        with it). A stream that cannot go on ends with an error the client
+        sees (its ``SubscriptionLost``): the caller's feed ended (the token
+        signed out, the participant deleted, the node's event stream
+        interrupted) or the client took no notification within
+        ``_NOTIFY_TIMEOUT``.
+
+        Raises:
+            MCPError: a room the caller may not read, or the stream's end.
+        """
         who = request_caller(ctx)
-        uris = params.notifications.resource_subscriptions or []
+        request_id = ctx.request_id
+        if request_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        wanted = params.notifications
+        uris = list(wanted.resource_subscriptions or [])
         rooms = {_room_of(uri) for uri in uris}
         for room_id in sorted(rooms):
             await self._check(who, room_id)
-        bus = InMemorySubscriptionBus()
-        stream = ListenHandler(bus, max_subscriptions=1, max_buffered_events=_BUFFERED)
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: request_id}
+        honored = SubscriptionFilter(
+            tools_list_changed=True if wanted.tools_list_changed else None,
+            prompts_list_changed=True if wanted.prompts_list_changed else None,
+            resources_list_changed=True if wanted.resources_list_changed else None,
+            resource_subscriptions=uris or None,
+        )
+
+        async def acknowledge() -> None:
+            ack = SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+            await ctx.session.send_notification(
+                SubscriptionsAcknowledgedNotification(params=ack), related_request_id=request_id
+            )
 
         async def notify(room_id: str) -> None:
-            await bus.publish(ResourceUpdated(uri=ROOM_URI.format(room_id=room_id)))
+            event = ResourceUpdated(uri=ROOM_URI.format(room_id=room_id))
+            await ctx.session.send_notification(
+                event_to_notification(event, meta), related_request_id=request_id
+            )
 
-        async with trio.open_nursery() as nursery:
-            if rooms:
-                nursery.start_soon(self._follow, who, rooms, notify)
-            try:
-                return await stream(ctx, params)
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            await self._follow(who, rooms, notify, opened=acknowledge)
+        except MeshError as error:
+            raise mesh_error(error) from None
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"a notification was not taken within {_NOTIFY_TIMEOUT:g} s: listen again",
+        )
 
     async def _follow(
-        self, who: Caller, rooms: set[str], notify: Callable[[str], Awaitable[None]]
+        self,
+        who: Caller,
+        rooms: set[str],
+        notify: Callable[[str], Awaitable[None]],
+        *,
+        opened: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Follow the caller's feed until cancelled or the feed ends, calling
-        *notify* for each change in one of *rooms* (read at each event). A
-        notification not taken within ``_NOTIFY_TIMEOUT`` ends it (the
-        client has stopped reading)."""
-        with await self._node_of().delivery.follow(who.actor) as feed:
-            feed.sub.token_id = who.token_id
-            while True:
-                batch = await feed.sub.get_batch()
-                if not batch and feed.sub.failed is not None:
+        """Follow the caller's feed, calling *notify* for each change in one
+        of *rooms* (read at each event), and *opened* once, when the feed
+        is open (nothing after it is missed).
+
+        A feed that lags (a burst the client's notifications could not keep
+        up with: the broker drops it) is followed again from where it is:
+        a notification says only that a room changed, so nothing is lost
+        by notifying, after the lag, every room of *rooms* the caller may
+        still read (what changed meanwhile is not known). Each feed checks
+        the caller's token once it is open (signed out or deleted while no
+        feed was open: not missed).
+
+        Returns when the client stopped taking notifications: one not taken
+        within ``_NOTIFY_TIMEOUT`` (a client not reading; the wait stays
+        bounded), or its stream gone.
+
+        Raises:
+            MeshError: the feed ended for good: ``Unauthorized`` (the token
+                signed out or expired, the participant deleted, a guest's
+                access ended), ``Unavailable`` (the node's event stream was
+                interrupted).
+
+        Cancellation: safe; the feed ends with it.
+        """
+        node = self._node_of()
+        lagged = False
+        while True:
+            with await node.delivery.follow(who.actor) as feed:
+                sub = feed.sub
+                sub.token_id = who.token_id
+                await node.accounts.authenticate(who.token)
+                changed: set[str] = set()
+                if lagged:
+                    readable = sub.broker.readable_of(who.actor.participant_id)
+                    mine = sub.broker.rooms_of(who.actor.participant_id)
+                    changed = {r for r in rooms if r in mine and (readable is None or readable(r))}
+                elif opened is not None and not await _sent(opened):
                     return
-                changed = {
-                    event.room_id
-                    for event, _ in batch
-                    if isinstance(event, _CHANGES) and event.room_id in rooms
-                }
-                for room_id in sorted(r for r in changed if r is not None):
-                    try:
-                        with trio.move_on_after(_NOTIFY_TIMEOUT) as waited:
-                            await notify(room_id)
-                    except Exception:
-                        # the session's stream went away under it (its
-                        # teardown is on the way): not the node's failure
-                        log.info("an MCP notification could not be sent", exc_info=True)
-                        return
-                    if waited.cancelled_caught:
-                        log.info("an MCP client stopped taking notifications")
-                        return
+                while sub.failed is None or changed:
+                    for room_id in sorted(changed):
+                        if not await _sent(partial(notify, room_id)):
+                            return
+                    batch = await sub.get_batch()
+                    changed = {
+                        event.room_id
+                        for event, _ in batch
+                        if isinstance(event, _CHANGES) and event.room_id in rooms
+                    }
+                reason = sub.failed
+            if reason != "lagging":
+                raise _ended(reason)
+            log.info("an MCP subscription's feed lagged: following it again")
+            lagged = True
+
+
+async def _sent(send: Callable[[], Awaitable[None]]) -> bool:
+    """Whether *send* (a frame to a client) went within ``_NOTIFY_TIMEOUT``."""
+    try:
+        with trio.move_on_after(_NOTIFY_TIMEOUT) as waited:
+            await send()
+    except Exception:
+        # the stream went away under it (its teardown is on the way): not
+        # the node's failure
+        log.info("an MCP notification could not be sent", exc_info=True)
+        return False
+    if waited.cancelled_caught:
+        log.info("an MCP client stopped taking notifications")
+        return False
+    return True
+
+
+def _ended(reason: str | None) -> MeshError:
+    """Why a feed ended (its subscription's ``failed``), as the mesh error a
+    listen stream's client is told (the WebSocket's codes)."""
+    match reason:
+        case "signed_out":
+            return Unauthorized("this token was signed out", "token_revoked")
+        case "revoked":  # a guest, and the mesh went private
+            return Unauthorized("guest access to this mesh has ended", "token_revoked")
+        case "removed":
+            return Unauthorized("this participant was removed", "removed")
+        case "unavailable":
+            return Unavailable("the node's event stream was interrupted: listen again")
+        case _:
+            return Unavailable(f"the subscription ended ({reason}): listen again")
 
 
 def _room_of(uri: str) -> str:

@@ -82,6 +82,9 @@ class Caller:
     actor: Actor
     #: its token's id: signing that token out ends its waits
     token_id: str
+    #: the token itself: a subscription that follows the caller's feed again
+    #: checks it is still good (``rooms.py``); never shown
+    token: str = field(repr=False)
     #: the client's address (behind trusted proxies, the forwarded one)
     address: str | None
     #: the request's client went away

@@ -24,6 +24,7 @@ import trio
 from mcp import ClientSession
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -31,7 +32,7 @@ from quart_mesh import Settings, create_app, serve
 from quart_mesh.config import Rate, RateLimits
 from quart_mesh.mcp_server import McpEndpoint
 from tests.e2e.test_stock_hypercorn import served
-from tests.helpers import Mesh, User, assert_error
+from tests.helpers import PASSWORD, Mesh, User, assert_error
 
 #: the SDK client's HTTP stack (httpx2) leaves a response stream's generator
 #: to the garbage collector when its SSE stream is cut at the session's end
@@ -545,6 +546,141 @@ async def test_subscriptions_on_the_2026_revision(
                 await mesh.send(owner, room, "news")
                 event = await subscription.__anext__()
             assert getattr(event, "uri", None) == uri
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_subscriptions_survive_a_lagging_feed(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """A burst larger than the feed holds makes the broker drop the
+    session's feed (``lagging``): the subscription follows the feed again
+    (and tells each room once, what changed meanwhile being unknown), so
+    the session goes on hearing of changes."""
+    settings = Settings(data_dir=tmp_path / "lagging", subscriber_buffer=2)
+    url = await nursery.start(partial(serve, create_app(settings), port=0))
+    updates: list[str] = []
+    updated = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        nonlocal updated
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            updates.append(str(message.params.uri))
+            updated.set()
+
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        mesh = Mesh(http)
+        owner = await mesh.setup()
+        bob = await mesh.register("bob")
+        room = (await mesh.create_room(owner, "News"))["roomId"]
+        await mesh.join(bob, room)
+        uri = f"mesh://rooms/{room}"
+        async with mcp_session(url, bob.token, message_handler=on_message) as session:
+            await session.subscribe_resource(uri)
+            # a burst: more events at once than the feed holds
+            async with trio.open_nursery() as burst:
+                for i in range(40):
+                    burst.start_soon(mesh.send, owner, room, f"burst {i}")
+            with trio.fail_after(10):  # told after the lag too
+                while not updates:
+                    await updated.wait()
+            await trio.sleep(0.5)  # the burst's notifications are in
+            updated = trio.Event()
+            updates.clear()
+            with trio.fail_after(10):
+                await mesh.send(owner, room, "after the burst")
+                await updated.wait()
+            assert updates == [uri]
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_a_signed_out_token_ends_its_subscriptions(
+    base_url: str, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    """Signing a token out ends what follows the feed with it: a session's
+    notifications stop until it subscribes again (with a good token), and a
+    ``subscriptions/listen`` stream ends with the error, not silently."""
+    owner, bob = people
+    room = (await mesh.create_room(owner, "News"))["roomId"]
+    await mesh.join(bob, room)
+    uri = f"mesh://rooms/{room}"
+
+    async def login() -> User:
+        r = await mesh.http.post("/api/auth/login", json={"name": "bob", "password": PASSWORD})
+        assert r.status_code == 200, r.text
+        return User(bob.participant_id, "bob", r.json()["token"])
+
+    updates: list[str] = []
+    updated = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            updates.append(str(message.params.uri))
+            updated.set()
+
+    first, second = await login(), await login()
+    async with (
+        create_mcp_http_client(headers=first.headers) as http,
+        streamable_http_client(f"{base_url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        await session.subscribe_resource(uri)
+        r = await mesh.http.post("/api/auth/logout", headers=first.headers)
+        assert r.status_code == 200, r.text
+        await mesh.send(owner, room, "not told: the token's feed ended")
+        await trio.sleep(0.5)
+        assert updates == []
+        # the session's next subscribe, with a good token, follows again
+        http.headers.update(second.headers)
+        await session.subscribe_resource(uri)
+        with trio.fail_after(10):
+            await mesh.send(owner, room, "told again")
+            await updated.wait()
+        assert updates == [uri]
+
+    listening = await login()
+    client_http = create_mcp_http_client(headers=listening.headers)
+    async with (
+        client_http,
+        Client(streamable_http_client(f"{base_url}/mcp", http_client=client_http)) as client,
+        client.listen(resource_subscriptions=[uri]) as subscription,
+    ):
+        r = await mesh.http.post("/api/auth/logout", headers=listening.headers)
+        assert r.status_code == 200, r.text
+        with trio.fail_after(10), pytest.raises(SubscriptionLost) as lost:
+            await subscription.__anext__()
+    error = lost.value.__cause__
+    assert isinstance(error, MCPError), lost.value
+    assert error.error.data == {"code": "token_revoked", "status": 401}
+
+
+async def test_a_deleted_participants_listen_stream_ends(
+    base_url: str, http: httpx.AsyncClient, mesh: Mesh, people: tuple[User, User]
+) -> None:
+    """A ``subscriptions/listen`` stream of a participant that is deleted
+    ends with the error its client sees."""
+    owner, _ = people
+    r = await http.post(
+        "/api/agents/bootstrap", json={"name": "doomed", "type": "nanoclaw"}, headers=owner.headers
+    )
+    bot = User(r.json()["agentId"], "doomed", r.json()["token"])
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    client_http = create_mcp_http_client(headers=bot.headers)
+    async with (
+        client_http,
+        Client(streamable_http_client(f"{base_url}/mcp", http_client=client_http)) as client,
+        client.listen(resource_subscriptions=[f"mesh://rooms/{room}"]) as subscription,
+    ):
+        r = await http.delete(f"/api/agents/{bot.participant_id}", headers=owner.headers)
+        assert r.status_code in (200, 204), r.text
+        with trio.fail_after(10), pytest.raises(SubscriptionLost) as lost:
+            await subscription.__anext__()
+    error = lost.value.__cause__
+    assert isinstance(error, MCPError), lost.value
+    assert error.error.data == {"code": "removed", "status": 401}
 
 
 @pytest.fixture
