@@ -126,10 +126,10 @@ SHOWN_ID_CHARS = 64
 _SETTLED = TERMINAL | {"input-required"}
 #: why a feed ended that ends the wait too (the caller's access is gone), as
 #: the refusal a new request would get (``services/polling.py``)
-_ACCESS_ENDED: dict[str, Unauthorized] = {
-    "signed_out": Unauthorized("this token was signed out", "token_revoked"),
-    "revoked": Unauthorized("this token was signed out", "token_revoked"),
-    "removed": Unauthorized("the token's participant no longer exists", "invalid_token"),
+_ACCESS_ENDED: dict[str, tuple[str, str]] = {
+    "signed_out": ("this token was signed out", "token_revoked"),
+    "revoked": ("this token was signed out", "token_revoked"),
+    "removed": ("the token's participant no longer exists", "invalid_token"),
 }
 
 
@@ -477,7 +477,7 @@ class MeshRequestHandler(RequestHandler):
         """
         ended = _ACCESS_ENDED.get(feed.sub.failed or "")
         if ended is not None:
-            raise a2a_error(ended)
+            raise a2a_error(Unauthorized(*ended))
         actor = await self._actor_now(context)
         return await self._visible_task(context, task["taskId"], actor)
 
