@@ -7,15 +7,19 @@ the bot, or a reply in the task's thread), ``GetTask`` is :meth:`Tasks.get`
 plus :meth:`Tasks.history`, ``CancelTask`` is :meth:`Tasks.cancel`, and the
 streams follow the task through the caller's own feed
 (:meth:`Delivery.follow`: only rooms it may read), reading the stored task
-again whenever something happens in its room. Every wait is bounded
+again whenever something happens in its room. Each re-read authenticates
+the caller's token again (:class:`Caller`), so a sign-out, a deletion or a
+role change since the request arrived takes effect at once; the feed
+carries the token's id, so that signing it out ends the wait at once, as
+it ends the token's long polls and WebSocket sessions. Every wait is bounded
 (:data:`BLOCKING_SECONDS`, :data:`STREAM_SECONDS`), a re-read every
 :data:`RECHECK_SECONDS` covers a lagging feed, and each wait holds one of the
 caller's long-poll seats (``Seats``: ``max_polls_per_participant`` and
 ``..._per_address``), as a waiting ``POST /api/poll`` does.
 
 Who calls is decided before the dispatcher runs (``routes.py``): the context
-carries the authenticated :class:`Actor` and, on a bot's own interface, that
-bot's id. The services decide everything else; their errors become A2A
+carries the authenticated :class:`Caller` and, on a bot's own interface,
+that bot's id. The services decide everything else; their errors become A2A
 errors with the service's message and code (:func:`a2a_error`).
 """
 
@@ -25,7 +29,8 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import trio
@@ -60,8 +65,16 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unavailable
-from ..ids import new_id
+from ..errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MeshError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+from ..ids import is_ulid, new_id
 from .mapping import (
     STATES,
     TERMINAL,
@@ -79,8 +92,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOCKING_SECONDS",
+    "MAX_LISTED",
     "RECHECK_SECONDS",
     "STREAM_SECONDS",
+    "Caller",
     "MeshRequestHandler",
     "a2a_error",
 ]
@@ -102,16 +117,52 @@ RECHECK_SECONDS = 5.0
 FEED_CAPACITY = 64
 #: the most history one GetTask returns
 MAX_HISTORY = 200
+#: the most of the caller's tasks one ListTasks reads (its filters apply
+#: before the page is cut, so it reads them all: ``totalSize`` counts up to this)
+MAX_LISTED = 5000
+#: the most of a caller-given id an error message repeats
+SHOWN_ID_CHARS = 64
 #: states in which a sent message's wait ends (the agent has answered or asks back)
 _SETTLED = TERMINAL | {"input-required"}
+#: why a feed ended that ends the wait too (the caller's access is gone), as
+#: the refusal a new request would get (``services/polling.py``)
+_ACCESS_ENDED: dict[str, tuple[str, str]] = {
+    "signed_out": ("this token was signed out", "token_revoked"),
+    "revoked": ("this token was signed out", "token_revoked"),
+    "removed": ("the token's participant no longer exists", "invalid_token"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls, as ``routes.py`` authenticated it before the dispatcher ran."""
+
+    #: the participant as it was when the request arrived
+    actor: Actor
+    #: the token's id: its feeds carry it, so that signing it out ends them
+    token_id: str
+    #: the client's address (behind trusted proxies the forwarded one)
+    address: str | None
+    #: authenticate the request's token again: the participant as it is now
+    #: (``Unauthorized`` once signed out, deleted, expired); keeps the token
+    #: out of the handler's state and its logs
+    authenticate: Callable[[], Awaitable[Actor]] = field(repr=False)
+
+
+def _shown(value: str) -> str:
+    """A caller-given id as an error message repeats it: bounded."""
+    if len(value) <= SHOWN_ID_CHARS:
+        return value
+    return value[:SHOWN_ID_CHARS] + "…"
 
 
 def a2a_error(error: MeshError, *, task: bool = False) -> A2AError:
     """A service's refusal as the A2A error a client understands, with the
-    mesh's message and machine code (``data.code``). With *task*, a 404 is
-    "task not found" and a closed task cannot be canceled."""
+    mesh's message and machine code (``data.code``). An unknown task (with
+    *task*, any 404) is "task not found"; with *task* a closed task cannot
+    be canceled."""
     data = {"code": error.code}
-    if isinstance(error, NotFound) and task:
+    if isinstance(error, NotFound) and (task or error.code == "task_not_found"):
         return TaskNotFoundError(message=error.message, data=data)
     if isinstance(error, Conflict) and error.code == "task_closed" and task:
         return TaskNotCancelableError(message=error.message, data=data)
@@ -189,11 +240,32 @@ class MeshRequestHandler(RequestHandler):
     # who ---------------------------------------------------------------------
 
     @staticmethod
-    def _actor(context: ServerCallContext) -> Actor:
-        actor: Actor | None = context.state.get("mesh_actor")
-        if actor is None:  # routes.py authenticates every call first
+    def _caller(context: ServerCallContext) -> Caller:
+        caller: Caller | None = context.state.get("mesh_caller")
+        if caller is None:  # routes.py authenticates every call first
             raise InvalidRequestError(message="a bearer token is required")
-        return actor
+        return caller
+
+    def _actor(self, context: ServerCallContext) -> Actor:
+        """The caller as it was when the request arrived (enough for a call
+        that does not wait)."""
+        return self._caller(context).actor
+
+    async def _actor_now(self, context: ServerCallContext) -> Actor:
+        """The caller as it is now: its token authenticated again.
+
+        Raises:
+            InvalidRequestError: the token was signed out, or its
+                participant deleted, since the request arrived.
+        """
+        with _translated():
+            return await self._caller(context).authenticate()
+
+    async def _follow(self, context: ServerCallContext) -> Feed:
+        """The caller's feed for a wait, ended by a sign-out of its token."""
+        feed = await self._node().delivery.follow(self._actor(context), capacity=FEED_CAPACITY)
+        feed.sub.token_id = self._caller(context).token_id
+        return feed
 
     @contextlib.contextmanager
     def _seat(self, context: ServerCallContext) -> Iterator[None]:
@@ -203,16 +275,25 @@ class MeshRequestHandler(RequestHandler):
             InvalidRequestError: the caller (``too_many_polls``) or its
                 address holds as many as allowed.
         """
-        actor = self._actor(context)
-        address: str | None = context.state.get("mesh_address")
-        with _translated(), self._node().seats.hold("poll", actor.participant_id, address):
+        caller = self._caller(context)
+        with (
+            _translated(),
+            self._node().seats.hold("poll", caller.actor.participant_id, caller.address),
+        ):
             yield
 
     async def _agent_of(self, context: ServerCallContext, params: SendMessageRequest) -> str:
         """The bot a message is for: the interface's own; on the node's
         interface the one named in the message's (or the request's) metadata
         as ``agentId`` (or ``skillId``: the node card's skill ids are the
-        bots' ids), else the node's only A2A agent if it has just one."""
+        bots' ids), else the agent of the task a follow-up names (as the
+        caller sees it: one it cannot see stays unknown), else the node's
+        only A2A agent if it has just one.
+
+        Raises:
+            TaskNotFoundError: the follow-up's task is not the caller's to see.
+            InvalidParamsError: no bot named, and the node has several.
+        """
         agent_id: str | None = context.state.get("mesh_agent_id")
         if agent_id:
             return agent_id
@@ -221,8 +302,13 @@ class MeshRequestHandler(RequestHandler):
                 named = metadata.fields.get(key)
                 if named is not None and named.string_value:
                     return str(named.string_value)
+        node = self._node()
+        if params.message.task_id:
+            with _translated(task=True):
+                task = await node.tasks.get(self._actor(context), params.message.task_id)
+            return task.agent_id
         with _translated():
-            agents = await self._node().agents.a2a_agents()
+            agents = await node.agents.a2a_agents()
         if len(agents) == 1:
             return agents[0].agent_id
         raise InvalidParamsError(
@@ -231,12 +317,15 @@ class MeshRequestHandler(RequestHandler):
             data={"code": "missing_agent"},
         )
 
-    async def _visible_task(self, context: ServerCallContext, task_id: str) -> dict[str, Any]:
-        """The task as the caller sees it (reconciled first): on a bot's own
-        interface, only that bot's tasks."""
+    async def _visible_task(
+        self, context: ServerCallContext, task_id: str, actor: Actor | None = None
+    ) -> dict[str, Any]:
+        """The task as the caller (*actor*: as it is now) sees it, reconciled
+        first: on a bot's own interface, only that bot's tasks."""
         node = self._node()
+        actor = actor or self._actor(context)
         with _translated(task=True):
-            task: dict[str, Any] = (await node.tasks.get(self._actor(context), task_id)).to_json()
+            task: dict[str, Any] = (await node.tasks.get(actor, task_id)).to_json()
         agent_id = context.state.get("mesh_agent_id")
         if agent_id and task["agentId"] != agent_id:
             raise TaskNotFoundError(message="no such task for this agent")
@@ -269,7 +358,8 @@ class MeshRequestHandler(RequestHandler):
         node = self._node()
         if not await node.agents.a2a_enabled(agent_id):
             raise InvalidParamsError(
-                message=f"no such A2A agent: {agent_id}", data={"code": "agent_not_found"}
+                message=f"no such A2A agent: {_shown(agent_id)}",
+                data={"code": "agent_not_found"},
             )
         with _translated():
             task = await node.tasks.ask(
@@ -290,6 +380,9 @@ class MeshRequestHandler(RequestHandler):
         and, unless the caller asked to return at once, wait up to
         :data:`BLOCKING_SECONDS` for it to finish or ask back.
 
+        The wait ends with an error when the caller's access does (a
+        sign-out, a role that may no longer read the task).
+
         Cancellation: safe; the task stays asked (the caller can GetTask it)."""
         actor = self._actor(context)
         if params.configuration.return_immediately:
@@ -298,13 +391,14 @@ class MeshRequestHandler(RequestHandler):
             with self._seat(context):
                 task = await self._ask(params, context)
                 deadline = trio.current_time() + BLOCKING_SECONDS
-                with await self._node().delivery.follow(actor, capacity=FEED_CAPACITY) as feed:
-                    task = await self._reread(context, task)
+                with await self._follow(context) as feed:
+                    task = await self._reread(context, feed, task)
                     while task["state"] not in _SETTLED:
                         changed = await self._next_change(context, feed, task, deadline)
                         if changed is None:
                             break
                         task = changed
+                actor = await self._actor_now(context)
         history_length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -318,7 +412,9 @@ class MeshRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         """Ask the bot, then stream the task: the task first, then each
         change of state (and the result as an artifact) until it finishes or
-        asks back, or :data:`STREAM_SECONDS` pass."""
+        asks back, or :data:`STREAM_SECONDS` pass. It ends with an error
+        when the caller's access does (a sign-out, a role that may no
+        longer read the task)."""
         with self._seat(context):
             task = await self._ask(params, context)
             async for event in self._stream(context, task, until=_SETTLED):
@@ -344,19 +440,21 @@ class MeshRequestHandler(RequestHandler):
     async def _stream(
         self, context: ServerCallContext, task: dict[str, Any], *, until: frozenset[str]
     ) -> AsyncGenerator[Event]:
+        """The task, then its changes. The result is sent as an artifact
+        each time it changes (a draft, then the final one): the same
+        artifact id, not appended, so a client's copy is replaced."""
         # no yield inside a cancel scope or nursery: every wait is scoped
         # inside _next_change, between the yields
-        actor = self._actor(context)
         deadline = trio.current_time() + STREAM_SECONDS
-        with await self._node().delivery.follow(actor, capacity=FEED_CAPACITY) as feed:
-            yield await self._a2a_task(actor, task)
-            sent_result = task.get("result") is not None
-            current: dict[str, Any] | None = await self._reread(context, task)
+        with await self._follow(context) as feed:
+            yield await self._a2a_task(self._actor(context), task)
+            sent_result = task.get("result")
+            current: dict[str, Any] | None = await self._reread(context, feed, task)
             while current is not None:
                 if current != task:
                     artifact = result_artifact(current)
-                    if artifact is not None and not sent_result:
-                        sent_result = True
+                    if artifact is not None and current["result"] != sent_result:
+                        sent_result = current["result"]
                         yield artifact_event(current, artifact)
                     if current["state"] != task["state"] or current.get(
                         "statusMessage"
@@ -367,8 +465,21 @@ class MeshRequestHandler(RequestHandler):
                     return
                 current = await self._next_change(context, feed, task, deadline)
 
-    async def _reread(self, context: ServerCallContext, task: dict[str, Any]) -> dict[str, Any]:
-        return await self._visible_task(context, task["taskId"])
+    async def _reread(
+        self, context: ServerCallContext, feed: Feed, task: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The stored task as the caller, as it is now, sees it.
+
+        Raises:
+            InvalidRequestError: the caller's token was signed out, or its
+                participant deleted.
+            TaskNotFoundError: the caller may no longer read the task.
+        """
+        ended = _ACCESS_ENDED.get(feed.sub.failed or "")
+        if ended is not None:
+            raise a2a_error(Unauthorized(*ended))
+        actor = await self._actor_now(context)
+        return await self._visible_task(context, task["taskId"], actor)
 
     async def _next_change(
         self, context: ServerCallContext, feed: Feed, task: dict[str, Any], deadline: float
@@ -376,18 +487,22 @@ class MeshRequestHandler(RequestHandler):
         """Wait for the stored task to differ from *task*; None at *deadline*.
 
         Wakes on any event of the task's room in the caller's feed (a reply
-        there may complete the task: ``Tasks.get`` reconciles), and every
+        there may complete the task: ``Tasks.get`` reconciles; the room
+        hidden from the caller), when the feed ends because the caller's
+        access did (then :meth:`_reread` raises), and every
         :data:`RECHECK_SECONDS` regardless. Cancellation: safe."""
         room_id = task["roomId"]
         while trio.current_time() < deadline:
             with trio.move_on_at(min(deadline, trio.current_time() + RECHECK_SECONDS)):
                 while True:
+                    if feed.sub.failed in _ACCESS_ENDED:
+                        break
                     if feed.sub.failed is not None:
                         await trio.sleep_forever()  # lagged: the re-reads go on
                     batch = await feed.sub.get_batch()
                     if any(getattr(event, "room_id", None) == room_id for event, _ in batch):
                         break
-            fresh = await self._reread(context, task)
+            fresh = await self._reread(context, feed, task)
             if fresh != task:
                 return fresh
         return None
@@ -415,29 +530,54 @@ class MeshRequestHandler(RequestHandler):
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
         """The caller's tasks (those it asked, or does), newest first; on a
-        bot's interface only that bot's; one page of up to 100."""
+        bot's interface only that bot's; pages of up to 100.
+
+        The filters (context, status) apply before the page is cut, so
+        ``totalSize`` counts every task that matches and a next page token
+        comes only when more match: the page token is the last task id of
+        the page before (the tasks service pages by task id, newest first).
+        """
         actor = self._actor(context)
-        page_size = min(params.page_size or 50, 100)
-        with _translated():
-            tasks = await self._node().tasks.list(
-                actor, limit=page_size, before=params.page_token or None
+        page_size = min(params.page_size, 100) if params.page_size > 0 else 50
+        token = params.page_token or None
+        if token is not None and not is_ulid(token):
+            raise InvalidParamsError(
+                message="pageToken must be a nextPageToken of ListTasks",
+                data={"code": "invalid_cursor"},
             )
         agent_id = context.state.get("mesh_agent_id")
-        found = [t.to_json() for t in tasks]
-        selected = [
-            t
-            for t in found
-            if (not agent_id or t["agentId"] == agent_id)
-            and (not params.context_id or t["contextId"] == params.context_id)
-            and (not params.status or STATES[t["state"]] == params.status)
+        matching = [
+            task
+            for task in await self._all_tasks(actor)
+            if (not agent_id or task["agentId"] == agent_id)
+            and (not params.context_id or task["contextId"] == params.context_id)
+            and (not params.status or STATES[task["state"]] == params.status)
         ]
+        after = [task for task in matching if token is None or task["taskId"] < token]
+        page = after[:page_size]
         history_length = params.history_length if params.HasField("history_length") else 0
-        response = ListTasksResponse(page_size=page_size, total_size=len(selected))
-        for task in selected:
+        response = ListTasksResponse(page_size=page_size, total_size=len(matching))
+        for task in page:
             response.tasks.append(await self._a2a_task(actor, task, history_length))
-        if len(found) == page_size:
-            response.next_page_token = found[-1]["taskId"]
+        if len(after) > page_size:
+            response.next_page_token = page[-1]["taskId"]
         return response
+
+    async def _all_tasks(self, actor: Actor) -> list[dict[str, Any]]:
+        """The caller's tasks, newest first: up to :data:`MAX_LISTED`, read
+        from the tasks service a page at a time."""
+        node = self._node()
+        limit = node.settings.limits.max_page_size
+        found: list[dict[str, Any]] = []
+        before: str | None = None
+        while len(found) < MAX_LISTED:
+            with _translated():
+                tasks = await node.tasks.list(actor, limit=limit, before=before)
+            if not tasks:  # a page may be short of tasks the caller cannot read
+                break
+            found.extend(task.to_json() for task in tasks)
+            before = tasks[-1].task_id
+        return found[:MAX_LISTED]
 
     # not offered -------------------------------------------------------------
 

@@ -14,14 +14,21 @@ once): no token or a bad one is a 401 with ``WWW-Authenticate: Bearer``
 and a JSON-RPC error body. The body is read first, up to the node's body
 limit (``max_body_bytes``), so a refused request leaves nothing unread.
 A bot's interface or card that is not an A2A agent (or no bot) is a 404.
+The token itself stays here: the handler gets a :class:`Caller` that can
+authenticate it again (its waits do, at every re-read).
+
+Each request has its access record and HTTP metrics as the app's routes
+do (:func:`with_a2a`): the route, not the path; a stream's duration is its
+life.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -36,22 +43,25 @@ from starlette.routing import Route
 
 from ..errors import MeshError, Unauthorized, error_body
 from ..ids import new_id
+from ..logs import log_request, request_id_from
 from .cards import AGENTS_PREFIX, CARD_PATH, NODE_RPC_PATH, agent_card, node_card
-from .handler import MeshRequestHandler
+from .handler import Caller, MeshRequestHandler
 
 if TYPE_CHECKING:
     from ..node import Node
+    from ..services.authz import Actor
 
 __all__ = ["a2a_app", "is_a2a_path", "with_a2a"]
 
 log = logging.getLogger(__name__)
 
 ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
+#: the app's HTTP metrics: ``observe(method, route, status, seconds)``
+Observe = Callable[[str, str, int, float], None]
 
 #: the request scope's keys this module sets for the handler
-_ACTOR = "quart_mesh.a2a.actor"
+_CALLER = "quart_mesh.a2a.caller"
 _AGENT = "quart_mesh.a2a.agent_id"
-_ADDRESS = "quart_mesh.a2a.address"
 #: set when the request failed and was answered (and logged) already
 _FAILED = "quart_mesh.a2a.failed"
 
@@ -109,9 +119,8 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
         context.state["headers"] = {
             k: v for k, v in request.headers.items() if k.lower() != "authorization"
         }
-        context.state["mesh_actor"] = request.scope.get(_ACTOR)
+        context.state["mesh_caller"] = request.scope.get(_CALLER)
         context.state["mesh_agent_id"] = request.scope.get(_AGENT)
-        context.state["mesh_address"] = request.scope.get(_ADDRESS)
         return context
 
 
@@ -161,10 +170,11 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
         request._body = bytes(body)  # the dispatcher reads it from here
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        accounts = mesh_node.accounts
         try:
-            actor = await mesh_node.accounts.authenticate(
-                token.strip() if scheme.lower() == "bearer" else ""
-            )
+            actor = await accounts.authenticate(token)
+            token_id = mesh_node.tokens.check(token).token_id
         except Unauthorized as error:
             return _rpc_error(
                 401,
@@ -183,12 +193,16 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
                     "agent_not_found",
                 )
             request.scope[_AGENT] = agent_id
-        request.scope[_ACTOR] = actor
         resolver = mesh_node.client_addresses
-        request.scope[_ADDRESS] = resolver.resolve(
+        address = resolver.resolve(
             request.client.host if request.client else None,
             request.headers.getlist(resolver.header),
         )
+
+        async def authenticate() -> Actor:
+            return await accounts.authenticate(token)
+
+        request.scope[_CALLER] = Caller(actor, token_id, address, authenticate)
         return await dispatcher.handle_requests(request)
 
     async def unexpected(request: Request, error: Exception) -> Response:
@@ -214,10 +228,26 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
     )
 
 
-def with_a2a(app: ASGIApp, node: Callable[[], Node]) -> ASGIApp:
+#: the routes as the access records and metrics name them (the app's rule syntax)
+_AGENT_ROUTE = AGENTS_PREFIX + "<agent_id>"
+
+
+def _route_of(path: str) -> str:
+    """The route *path* matches, as the access record names it (``-``: none)."""
+    if path in (CARD_PATH, NODE_RPC_PATH):
+        return path
+    agent_id, _, rest = path.removeprefix(AGENTS_PREFIX).partition("/")
+    if agent_id and (not rest or "/" + rest == CARD_PATH):
+        return _AGENT_ROUTE + ("/" + rest if rest else "")
+    return "-"
+
+
+def with_a2a(app: ASGIApp, node: Callable[[], Node], *, observe: Observe | None = None) -> ASGIApp:
     """*app* with the A2A routes in front: their HTTP requests go to
     :func:`a2a_app`, the rest (and every WebSocket) to *app*.
 
+    Each A2A request has its access record (``log_request``) and, with
+    *observe* (the app's HTTP metrics), its metrics, as the app's routes do.
     An error the A2A app does not answer itself is logged with an id and
     answered 500 without internals, as Quart's are (the dispatcher answers
     the handler's as JSON-RPC errors itself); Starlette raises it again
@@ -228,10 +258,37 @@ def with_a2a(app: ASGIApp, node: Callable[[], Node]) -> ASGIApp:
         if scope["type"] != "http" or not is_a2a_path(scope["path"]):
             await app(scope, receive, send)
             return
+        status = 500  # no answer started: the server answers 500
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
         try:
-            await a2a(scope, receive, send)  # type: ignore[arg-type]
+            await a2a(scope, receive, sending)  # type: ignore[arg-type]
         except Exception:
             if not scope.get(_FAILED):
                 raise
+        finally:
+            _log(scope, status, time.perf_counter() - started, observe)
 
     return asgi
+
+
+def _log(scope: Scope, status: int, seconds: float, observe: Observe | None) -> None:
+    """The access record and the metrics of one A2A request."""
+    assert scope["type"] == "http"
+    method, route = scope["method"], _route_of(scope["path"])
+    header = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+    request_id = request_id_from(header.decode("latin-1") if header else None)
+    caller = scope.get(_CALLER)
+    caller = caller if isinstance(caller, Caller) else None
+    client = scope.get("client")
+    address = caller.address if caller is not None else (client[0] if client else None)
+    participant_id = caller.actor.participant_id if caller is not None else None
+    log_request(method, route, status, seconds, participant_id, request_id, address)
+    if observe is not None:
+        observe(method, route, status, seconds)

@@ -7,7 +7,8 @@ and who may do what."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from a2a.types import (
     TaskState,
     UnsupportedOperationError,
 )
-from a2a.utils.errors import InternalError, InvalidParamsError, InvalidRequestError
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.a2a_server import handler
@@ -54,10 +55,17 @@ from tests.helpers import Mesh, User, assert_error, connect, wait_for
 # a2a-sdk 1.3.0's client, given a JSON-RPC error where it asked for a stream,
 # raises it while iterating its inner SSE generator and leaves that generator
 # to the garbage collector (Trio warns; asyncio closes it quietly)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in. <async_generator object send_http_stream_request"
-    ":pytest.PytestUnraisableExceptionWarning"
-)
+# (and so its SSE parser, given an error event that ends a stream)
+pytestmark = [
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <async_generator object send_http_stream_request"
+        ":pytest.PytestUnraisableExceptionWarning"
+    ),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <async_generator object parse_sse_stream"
+        ":pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 
 async def bootstrap(mesh: Mesh, name: str, *, a2a: bool | None = None) -> User:
@@ -348,7 +356,7 @@ async def test_cancel_and_whose_tasks(base_url: str, mesh: Mesh, owner: User) ->
         with pytest.raises(TaskNotFoundError):
             async for _ in other.subscribe(SubscribeToTaskRequest(id=task.id)):
                 pass
-        with pytest.raises(InvalidParamsError, match="no such task"):
+        with pytest.raises(TaskNotFoundError):
             await send(other, ask("me too", task_id=task.id))
         assert list((await other.list_tasks(ListTasksRequest())).tasks) == []
     # nor through another bot's interface
@@ -687,3 +695,223 @@ async def test_the_clients_auth_interceptor_follows_the_card(
         )
         task = final_task(await send(client, ask("with the interceptor")))
     assert text(task) == ["echo: with the interceptor"]
+
+
+async def _stream_after(
+    base_url: str, mesh: Mesh, revoke: Callable[[User], Awaitable[None]]
+) -> list[str]:
+    """Alice streams a task of a bot's; *revoke* takes her access away; the
+    bot then moves the task with secret texts. What her stream got (and how
+    it ended)."""
+    bot = await bootstrap(mesh, "worker", a2a=True)
+    alice = await mesh.register("alice")
+    url = f"{base_url}/a2a/agents/{bot.participant_id}"
+    got: list[str] = []
+    async with connect(base_url, bot) as ws, a2a_client(url, alice, streaming=True) as client:
+
+        async def listen() -> None:
+            try:
+                async for event in client.send_message(ask("do it")):
+                    got.append(str(event))
+            except A2AError as error:
+                got.append(f"ended: {error}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            task_id = (await next_frame(ws, "task_created"))["task"]["taskId"]
+            await wait_for(lambda: _true(bool(got)))
+            await revoke(alice)
+            await ws.send(type="task_update", taskId=task_id, state="working", message="SECRET-1")
+            await ws.send(type="task_update", taskId=task_id, state="completed", result="SECRET-2")
+            with trio.fail_after(15):
+                while not got[-1].startswith("ended"):
+                    await trio.sleep(0.05)
+    return got
+
+
+async def test_a_stream_ends_at_a_demotion(base_url: str, mesh: Mesh, owner: User) -> None:
+    """A role without ``rooms.read`` reads nothing from then on: an open
+    stream ends (the task is no longer the caller's to see)."""
+    r = await mesh.http.post(
+        "/api/roles",
+        json={"name": "blind", "priority": 100, "permissions": ["participants.read"]},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+
+    async def demote(alice: User) -> None:
+        r = await mesh.http.put(
+            f"/api/participants/{alice.participant_id}/role",
+            json={"role": "blind"},
+            headers=owner.headers,
+        )
+        assert r.status_code == 200, r.text
+
+    got = await _stream_after(base_url, mesh, demote)
+    assert not [g for g in got if "SECRET" in g], got
+    assert "no such task" in got[-1], got
+
+
+async def test_a_stream_ends_at_sign_out(base_url: str, mesh: Mesh, owner: User) -> None:
+    """Signing the stream's token out ends it, as it ends the token's
+    WebSocket sessions, long polls and MCP subscriptions."""
+
+    async def sign_out(alice: User) -> None:
+        r = await mesh.http.post("/api/auth/logout", headers=alice.headers)
+        assert r.status_code in (200, 204), r.text
+
+    got = await _stream_after(base_url, mesh, sign_out)
+    assert not [g for g in got if "SECRET" in g], got
+    assert "signed out" in got[-1], got
+
+
+async def test_a_blocking_send_ends_at_sign_out(base_url: str, mesh: Mesh, owner: User) -> None:
+    bot = await bootstrap(mesh, "worker", a2a=True)
+    alice = await mesh.register("alice")
+    url = f"{base_url}/a2a/agents/{bot.participant_id}"
+    async with connect(base_url, bot) as ws, a2a_client(url, alice) as client:
+
+        async def sign_out() -> None:
+            await next_frame(ws, "task_created")
+            r = await mesh.http.post("/api/auth/logout", headers=alice.headers)
+            assert r.status_code in (200, 204), r.text
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sign_out)
+            with trio.fail_after(10), pytest.raises(InvalidRequestError, match="signed out"):
+                await send(client, ask("waiting"))
+
+
+async def test_a_stream_shows_the_final_result(base_url: str, mesh: Mesh, owner: User) -> None:
+    """A result given with ``working`` (a draft) and then another: the
+    stream replaces the artifact each time (same id, not appended), so the
+    SDK's client ends with the final one."""
+    bot = await bootstrap(mesh, "worker", a2a=True)
+    url = f"{base_url}/a2a/agents/{bot.participant_id}"
+    events: list[StreamResponse] = []
+    async with connect(base_url, bot) as ws, a2a_client(url, owner, streaming=True) as client:
+
+        async def converse() -> None:
+            with trio.fail_after(30):
+                async for event in client.send_message(ask("do it")):
+                    events.append(event)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(converse)
+            task_id = (await next_frame(ws, "task_created"))["task"]["taskId"]
+            await ws.send(type="task_update", taskId=task_id, state="working", result="draft")
+            await wait_for(lambda: _true(any(e.HasField("artifact_update") for e in events)))
+            await ws.send(type="task_update", taskId=task_id, state="completed", result="final")
+    updates = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert [(u.artifact.parts[0].text, u.append) for u in updates] == [
+        ("draft", False),
+        ("final", False),
+    ]
+    assert len({u.artifact.artifact_id for u in updates}) == 1
+    async with a2a_client(url, owner) as client:
+        assert text(await client.get_task(GetTaskRequest(id=task_id))) == ["final"]
+
+
+async def test_a_follow_up_on_the_node_interface_goes_to_the_tasks_agent(
+    base_url: str, mesh: Mesh, owner: User
+) -> None:
+    """The node's interface with two agents: a follow-up names its task
+    (``message.taskId``), whose agent is known; the SDK's client does not
+    repeat ``metadata.agentId``. A task the caller cannot see stays unknown."""
+    first = await bootstrap(mesh, "first", a2a=True)
+    await bootstrap(mesh, "second", a2a=True)
+    async with a2a_client(base_url, owner) as client:
+        asked = ask("hi", metadata={"agentId": first.participant_id}, return_immediately=True)
+        task = final_task(await send(client, asked))
+        r = await mesh.http.patch(
+            f"/api/tasks/{task.id}",
+            json={"state": "input-required", "message": "which one?"},
+            headers=first.headers,
+        )
+        assert r.status_code == 200, r.text
+        answered = final_task(
+            await send(client, ask("the blue one", task_id=task.id, return_immediately=True))
+        )
+    assert answered.id == task.id
+    assert answered.status.state == TaskState.TASK_STATE_WORKING
+    carol = await mesh.register("carol")
+    async with a2a_client(base_url, carol) as client:
+        for task_id in (task.id, "01ARZ3NDEKTSV4RRFFQ69G5FAV"):
+            with pytest.raises(TaskNotFoundError):
+                await send(client, ask("me too", task_id=task_id))
+
+
+async def test_list_tasks_filters_before_paging(base_url: str, mesh: Mesh, owner: User) -> None:
+    """ListTasks' filters (agent, context, state) apply before the page is
+    cut: full pages, a next token only when more match, and a total of all
+    that match."""
+    one = await bootstrap(mesh, "one", a2a=True)
+    two = await bootstrap(mesh, "two", a2a=True)
+    ids: dict[str, list[str]] = {one.participant_id: [], two.participant_id: []}
+    async with a2a_client(base_url, owner) as client:
+        for i in range(5):
+            for bot in (one, two):
+                asked = ask(
+                    f"ask {i}",
+                    metadata={"agentId": bot.participant_id},
+                    return_immediately=True,
+                )
+                if i == 4:
+                    asked.message.context_id = "ctx-4"
+                ids[bot.participant_id].append(final_task(await send(client, asked)).id)
+    r = await mesh.http.post(
+        f"/api/tasks/{ids[one.participant_id][0]}/cancel", headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+
+    async with a2a_client(f"{base_url}/a2a/agents/{one.participant_id}", owner) as client:
+        newest_first = ids[one.participant_id][::-1]
+        page = await client.list_tasks(ListTasksRequest(page_size=2))
+        assert ([t.id for t in page.tasks], page.total_size) == (newest_first[:2], 5)
+        seen = [t.id for t in page.tasks]
+        while page.next_page_token:
+            page = await client.list_tasks(
+                ListTasksRequest(page_size=2, page_token=page.next_page_token)
+            )
+            assert page.tasks
+            seen += [t.id for t in page.tasks]
+        assert seen == newest_first
+        canceled = await client.list_tasks(
+            ListTasksRequest(status=TaskState.TASK_STATE_CANCELED, page_size=1)
+        )
+        assert ([t.id for t in canceled.tasks], canceled.total_size) == (newest_first[-1:], 1)
+        assert not canceled.next_page_token
+        in_context = await client.list_tasks(ListTasksRequest(context_id="ctx-4"))
+        assert [t.id for t in in_context.tasks] == newest_first[:1]
+        with pytest.raises(InvalidParamsError, match="page"):
+            await client.list_tasks(ListTasksRequest(page_token="nonsense"))
+
+
+async def test_calls_have_access_records(
+    base_url: str, mesh: Mesh, owner: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each A2A request has its access record (the route, not the path), as
+    the app's routes do; an agent id echoed in an error is bounded."""
+    caplog.set_level(logging.INFO, "quart_mesh.access")
+    echo = await spawn_echo(mesh, owner)
+    async with a2a_client(f"{base_url}/a2a/agents/{echo}", owner) as client:
+        await client.list_tasks(ListTasksRequest())
+    async with a2a_client(base_url, owner) as client:
+        with pytest.raises(InvalidParamsError) as refused:
+            await send(client, ask("hi", metadata={"agentId": "x" * 10_000}))
+    assert len(refused.value.message or "") < 200, refused.value.message
+    r = await mesh.http.post("/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+    assert r.status_code == 401
+    expected = [
+        ["POST", "/a2a/agents/<agent_id>", "200"],
+        ["GET", "/a2a/agents/<agent_id>/.well-known/agent-card.json", "200"],
+        ["POST", "/a2a", "200"],
+        ["POST", "/a2a", "401"],
+        ["GET", "/.well-known/agent-card.json", "200"],
+    ]
+
+    async def recorded() -> bool:  # written once the answer has gone
+        records = [m.split()[:3] for m in caplog.messages]
+        return all(record in records for record in expected)
+
+    await wait_for(recorded, 5)
