@@ -39,7 +39,7 @@ from .api.apps import APPS_PREFIX
 from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
 from .api.uploads import UPLOAD_PATH, upload_body_limit
-from .asgi_guards import ASGIApp, drain_request_bodies
+from .asgi_guards import drain_request_bodies
 from .config import Settings
 from .errors import MeshError, Overloaded, RateLimited, error_body
 from .federation.inbound import MAX_RELAY_BYTES, RELAY_PATH
@@ -195,12 +195,16 @@ def create_app(
     if node is not None:
         app._node = node
         app.extensions["quart_mesh.node"] = node
+    http_metrics = HttpMetrics()
+    http_metrics.registry.register(NodeCollector(lambda: app.node if app.has_node else None))
+    app.extensions["quart_mesh.metrics"] = http_metrics
     #: ``/mcp``: the official MCP SDK's server in front of the app, its
     #: sessions run beside the node (below)
     mcp = McpEndpoint(settings, lambda: app.node)
+    mcp.observe = http_metrics.observe
     app.extensions["quart_mesh.mcp"] = mcp
     app.asgi_app = drain_request_bodies(  # type: ignore[method-assign,assignment]
-        mcp.wrap(_with_a2a(app)),
+        mcp.wrap(with_a2a(app.asgi_app, lambda: app.node, observe=http_metrics.observe)),
         lambda: app.nursery,
         websockets=websocket_route,
     )
@@ -216,10 +220,6 @@ def create_app(
         app.register_blueprint(bp)
     app.register_blueprint(web.bp)
     app.request_class = _request_class(settings)
-    http_metrics = HttpMetrics()
-    http_metrics.registry.register(NodeCollector(lambda: app.node if app.has_node else None))
-    app.extensions["quart_mesh.metrics"] = http_metrics
-    mcp.observe = http_metrics.observe
 
     scopes: list[trio.CancelScope] = []
     mcp_scope: list[trio.CancelScope] = []
@@ -338,13 +338,6 @@ def create_app(
         return response
 
     return app
-
-
-def _with_a2a(app: MeshApp) -> ASGIApp:
-    """The app with the A2A cards and interfaces (``/.well-known/agent-card.json``,
-    ``/a2a/...``) in front (decision 0062), inside the body drain: a request
-    they refuse before reading its body is drained like Quart's."""
-    return with_a2a(app.asgi_app, lambda: app.node)
 
 
 def _client(app: MeshApp) -> str | None:

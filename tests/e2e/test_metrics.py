@@ -73,6 +73,10 @@ async def test_metrics_follow_what_the_node_does(tmp_path: Path, nursery: trio.N
             return any(a["name"] == "echo" and a["online"] for a in r.json())
 
         await wait_for(bot_online)
+        # the agents' protocols, in front of the app, are counted as its routes are
+        assert (await http.get("/.well-known/agent-card.json")).status_code == 200
+        assert (await http.post("/a2a", json={})).status_code == 401
+        assert (await http.post("/mcp", json={})).status_code == 401
         before = await scrape()
         async with connect(url, bob) as socket:
             for i in range(3):
@@ -90,6 +94,10 @@ async def test_metrics_follow_what_the_node_does(tmp_path: Path, nursery: trio.N
     )
     assert bucket == 3
     assert value(after, "mesh_http_requests_total", method="GET", route="/metrics", status="200")
+    card = {"method": "GET", "route": "/.well-known/agent-card.json", "status": "200"}
+    assert value(after, "mesh_http_requests_total", **card) == 1
+    assert value(after, "mesh_http_requests_total", method="POST", route="/a2a", status="401") == 1
+    assert value(after, "mesh_http_requests_total", method="POST", route="/mcp", status="401") == 1
     # three sends and the bot's three answers
     committed = value(after, "mesh_messages_committed_total")
     assert committed - value(before, "mesh_messages_committed_total") == 6
