@@ -126,7 +126,7 @@ class Node:
         self.dms = DirectMessages(db, self.broker, self.presence)
         self.search = Search(db, limits, self.rate_limits, language=settings.search_language)
         #: tasks for agents (``services/tasks.py``); their replies complete them
-        self.tasks = Tasks(db, limits, self.messages, self.dms)
+        self.tasks = Tasks(db, limits, self.messages, self.dms, rate_limits=self.rate_limits)
         self.task_reconciler = TaskReconciler(db, self.broker)
         self.accounts = Accounts(
             settings,

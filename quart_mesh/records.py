@@ -265,12 +265,16 @@ class Task:
     request_seq: int
     context_id: str
     status_message: str | None
+    #: the agent's result: as it gave it (``PATCH``), or the current text of
+    #: the reply that completed the task (``None`` once that reply is deleted)
     result: str | None
     #: the agent updated the task itself at least once
     managed: bool
     via: str  # rest | ws | mcp | a2a
     created_at: int
     updated_at: int
+    #: the reply that completed the task (the reconciliation), if one did
+    result_message_id: str | None = None
 
     @property
     def open(self) -> bool:

@@ -8,11 +8,16 @@ that knows nothing of tasks still completes one, by replying
 (:func:`reconcile`):
 
 - a message of the task's agent in the task's room that replies in the
-  task's thread — in a DM, any message of the agent after the request —
-  is a reply to the task;
+  task's thread is a reply to the task;
+- in a DM (where an agent that knows nothing of threads answers at the
+  top), the agent's top-level messages are shared out first in, first out:
+  each open unmanaged task, in request order, takes the first top-level
+  message of its agent after its request that no earlier task took;
 - while the agent never updated the task itself (``managed`` false), its
-  first reply completes the task, with that reply as the result; once
-  managed, replies are only the task's history.
+  first reply completes the task, and that reply is its result
+  (``result_message_id``: the task shows the message's text as it is now —
+  an edit shows, a delete clears it); once managed, replies are only the
+  task's history, and a result is what the agent gives.
 
 :func:`reconcile` is the one place that rule is applied: eagerly by the
 :class:`TaskReconciler` (one process of the mesh follows message events
@@ -22,6 +27,12 @@ so the two may race and run more than once: the task completes once.
 
 Who may see a task: whoever may read its room (the one visibility
 decision, ``require_member``); to the others it does not exist (404).
+
+Every change counts against its actor's ``messages`` rate rule, once: the
+ones that post a message through :meth:`Messages.send` (which counts it),
+the others here (an update without a message, a cancel). An update's text
+(its status message, its result) is published to the room, so it needs
+what sending there needs.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ from sqlalchemy.engine import Connection
 
 from ..broker import Broker
 from ..config import Limits
-from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound
 from ..events import Event, MessagePosted, TaskCreated, TaskUpdated
 from ..ids import is_ulid, new_id
 from ..records import OPEN_TASK_STATES, Message, Task, TaskState, now_ms
@@ -48,6 +59,7 @@ from ..store import tasks as repo
 from .authz import Actor, RoomRef, authorize
 from .dms import DirectMessages
 from .messages import Messages
+from .ratelimit import RateLimiter
 from .rooms import require_member
 from .validation import check_content, check_id
 
@@ -94,27 +106,42 @@ def _is_dm(conn: Connection, task: Task) -> bool:
     return room is not None and room.kind == "dm"
 
 
+def _answer(conn: Connection, task: Task) -> Message | None:
+    """The reply that completes *task* now, if any (module docstring)."""
+    if not task.open or task.managed:
+        return None
+    if not _is_dm(conn, task):
+        return repo.first_reply(conn, task, dm=False)
+    # first in, first out: the earlier open tasks take their replies first
+    taken: set[str] = set()
+    queue = repo.open_unmanaged(
+        conn, task.room_id, agent_id=task.agent_id, upto_seq=task.request_seq
+    )
+    for earlier in queue:
+        reply = repo.first_reply(conn, earlier, dm=True, taken=taken)
+        if earlier.task_id == task.task_id:
+            return reply
+        if reply is not None and reply.thread_id is None:
+            taken.add(reply.message_id)
+    return None  # closed or managed meanwhile
+
+
 def _due(conn: Connection, task: Task) -> bool:
     """Whether :func:`reconcile` would complete *task* now."""
-    if not task.open or task.managed:
-        return False
-    return bool(repo.agent_replies(conn, task, dm=_is_dm(conn, task)))
+    return _answer(conn, task) is not None
 
 
 def reconcile(conn: Connection, task: Task) -> Task:
     """Apply the reconciliation rule (module docstring) to *task*, in a unit
     of work: if the agent never updated it and has replied, complete it with
-    the first reply and publish ``task_updated``. The task as it is now.
+    its reply (:func:`_answer`) and publish ``task_updated``. The task as it
+    is now.
 
     May run more than once, on any process, for the same task: the UPDATE
-    applies only to a task still open and unmanaged, and only the unit that
-    applied it publishes."""
-    if not task.open or task.managed:
-        return task
-    replies = repo.agent_replies(conn, task, dm=_is_dm(conn, task))
-    if not replies:
-        return task
-    if repo.complete_unmanaged(conn, task.task_id, replies[0].content, now_ms()):
+    applies only to a task still open and unmanaged, and to a reply no task
+    of the room took, and only the unit that applied it publishes."""
+    reply = _answer(conn, task)
+    if reply is not None and repo.complete_unmanaged(conn, task, reply.message_id, now_ms()):
         done = repo.get_task(conn, task.task_id)
         assert done is not None
         outbox.emit(conn, TaskUpdated(done.room_id, task=done))
@@ -161,11 +188,12 @@ class Tasks:
     """Create, follow, update, cancel and answer tasks (module docstring).
 
     Every method checks the acting participant's rights itself (through
-    :func:`authorize` and the visibility decision) and raises the usual
-    :class:`~quart_mesh.errors.MeshError` subclasses. Each is safe to cancel
-    the way :meth:`Messages.send` is: a method that posts a message and
-    changes the task does so in two units of work, and a cancellation
-    between them leaves the message posted and the task as it was.
+    :func:`authorize` and the visibility decision), counts its rate (module
+    docstring) and raises the usual :class:`~quart_mesh.errors.MeshError`
+    subclasses. Each is safe to cancel the way :meth:`Messages.send` is: a
+    method that posts a message and changes the task checks first, posts,
+    then changes the task, and a cancellation between leaves the message
+    posted and the task as it was (an update's task marked managed, at most).
     """
 
     def __init__(
@@ -176,11 +204,14 @@ class Tasks:
         dms: DirectMessages,
         *,
         a2a_enabled: A2aEnabled | None = None,
+        rate_limits: RateLimiter | None = None,
     ) -> None:
         self._db = db
         self._limits = limits
         self._messages = messages
         self._dms = dms
+        #: the node's limiter (the one :class:`Messages` counts on)
+        self._rate = rate_limits or RateLimiter()
         #: which bots take A2A requests (until the agents service says: every bot)
         self.a2a_enabled = a2a_enabled
 
@@ -273,7 +304,10 @@ class Tasks:
         if self.a2a_enabled is not None and not await self.a2a_enabled(agent_id):
             raise BadRequest("this bot takes no A2A requests", "not_an_agent")
         dm, _ = await self._dms.open(actor, agent_id)
-        request = await self._messages.send(actor, dm.room.room_id, content)
+        # addressed to the agent, as in a room (:meth:`create`): the built-in
+        # bots answer it in its thread, so two tasks cannot take each
+        # other's answer
+        request = await self._messages.send(actor, dm.room.room_id, content, to=agent_id)
         return await self._open(actor, request, agent_id, _title(None, content), via, context_id)
 
     async def _open(
@@ -331,20 +365,27 @@ class Tasks:
             return task
         return (await self._reconciled([task]))[0]
 
-    async def history(self, actor: Actor, task_id: str) -> builtins.list[Message]:
-        """The task's conversation, oldest first: its request and the replies
-        in its thread (in a DM, also the agent's other messages after the
-        request, up to when the task closed); at most the page size limit.
+    async def history(
+        self, actor: Actor, task_id: str, *, limit: int | None = None
+    ) -> builtins.list[Message]:
+        """The task's conversation, its newest *limit* messages (by default
+        and at most the page size limit) oldest first: its request and the
+        replies in its thread (in a DM, also the agent's top-level messages
+        after the request, up to when the task closed).
 
         Raises:
             NotFound: no such task, or the actor may not read its room.
+            BadRequest: a bad limit.
         """
+        most = self._limits.max_page_size
+        if limit is None:
+            limit = most
+        if not 1 <= limit <= most:
+            raise BadRequest(f"limit must be between 1 and {most}", "invalid_limit")
 
         def read(conn: Connection) -> builtins.list[Message]:
             task = _visible(conn, actor, task_id)
-            return repo.thread_of(
-                conn, task, dm=_is_dm(conn, task), limit=self._limits.max_page_size
-            )
+            return repo.thread_of(conn, task, dm=_is_dm(conn, task), limit=limit)
 
         return await self._db.read(read)
 
@@ -420,16 +461,24 @@ class Tasks:
         result: str | None = None,
     ) -> Task:
         """The task's agent moves it to *state* (:data:`MOVES`); the task is
-        managed from now on. *message* is kept as its status message and
-        posted by the agent in the task's thread; *result* is kept as its
+        managed from now on. *message* is posted by the agent in the task's
+        thread and kept as its status message; *result* is kept as its
         result. Publishes ``task_updated``.
+
+        Everything that can refuse is checked before anything changes: the
+        move, what sending in the room needs (for a message or a result:
+        both are published to the room), the rate; then the message is
+        posted, and the task moved only if it still may (a refused post
+        leaves the task as it was).
 
         Raises:
             NotFound: no such task (that the actor may see).
-            Forbidden: the actor is not the task's agent (``not_task_agent``).
+            Forbidden: the actor is not the task's agent (``not_task_agent``),
+                or may not send in the room.
             BadRequest: an unknown state, bad message or result.
             Conflict: the task is closed (``task_closed``), or the move is not
                 one the task's state allows (``invalid_transition``).
+            RateLimited: the actor updates too fast (the ``messages`` rule).
         """
         target = _state(state)
         if message is not None:
@@ -446,13 +495,45 @@ class Tasks:
             raise Conflict(
                 f"a {task.state.value} task cannot become {target.value}", "invalid_transition"
             )
-        # managed before its message is posted: that reply must not complete it
-        moved = await self._move(
+        if message is not None or result is not None:
+            # one may publish text only where one may send (as Messages does)
+            authorize(actor, "rooms.read", RoomRef(task.room_id))
+            authorize(actor, "messages.send", RoomRef(task.room_id))
+        if message is None:
+            self._rate.participant("messages", actor)
+        else:
+            await self._post_status(actor, task, message)  # counted by the send
+        return await self._move(
             task, sources, target, managed=True, status_message=message, result=result
         )
-        if message is not None:
+
+    async def _post_status(self, actor: Actor, task: Task, message: str) -> None:
+        """Post an update's *message* in *task*'s thread. The task is marked
+        managed first, so the reconciliation does not take the message for
+        the reply that completes it; if the post is refused, it is unmarked.
+
+        Raises:
+            as :meth:`Messages.send`; Conflict: the task closed meanwhile
+                (``task_closed``).
+        """
+
+        def claim(conn: Connection) -> bool:
+            if repo.claim(conn, task.task_id):
+                return True
+            now = repo.get_task(conn, task.task_id)
+            if now is None:  # its room was deleted meanwhile
+                raise _not_found()
+            if not now.open:  # its reply completed it meanwhile: post nothing
+                raise _closed(now)
+            return False  # managed already
+
+        claimed = not task.managed and await self._db.write(claim)
+        try:
             await self._messages.send(actor, task.room_id, message, thread_id=task.message_id)
-        return moved
+        except MeshError:
+            if claimed:
+                await self._db.write(lambda conn: repo.unclaim(conn, task))
+            raise
 
     async def cancel(self, actor: Actor, task_id: str) -> Task:
         """Cancel an open task: its creator, or whoever may command agents
@@ -462,12 +543,14 @@ class Tasks:
             NotFound: no such task (that the actor may see).
             Forbidden: neither its creator nor allowed to command agents.
             Conflict: the task is closed (``task_closed``).
+            RateLimited: the actor changes tasks too fast (the ``messages`` rule).
         """
         task = await self._db.read(lambda conn: _visible(conn, actor, task_id))
         if task.creator_id != actor.participant_id:
             authorize(actor, "agents.command", RoomRef(task.room_id))
         if not task.open:
             raise _closed(task)
+        self._rate.participant("messages", actor)
         return await self._move(task, OPEN_TASK_STATES, TaskState.CANCELED)
 
     async def reply(self, actor: Actor, task_id: str, content: str) -> Task:

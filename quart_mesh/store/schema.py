@@ -764,6 +764,7 @@ tasks = Table(
     Column("request_seq", Seq, nullable=False),
     Column("context_id", String(64), nullable=False),
     Column("status_message", Text, nullable=True),
+    # the result the agent gave (PATCH); NULL when a reply gave it
     Column("result", Text, nullable=True),
     # the agent updated it itself: its replies no longer complete it
     Column("managed", Boolean, nullable=False),
@@ -771,6 +772,9 @@ tasks = Table(
     Column("via", String(8), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # the reply that completed it (the reconciliation): the result is that
+    # message's text as it is now (an edit shows, a delete clears it)
+    Column("result_message_id", String(26), nullable=True),
     Index("ix_tasks_room_id_task_id", "room_id", "task_id"),
     Index("ix_tasks_agent_id_state", "agent_id", "state"),
     Index("ix_tasks_creator_id", "creator_id"),

@@ -5,6 +5,7 @@ and that they survive a restart."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import trio
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.app import MeshApp
+from quart_mesh.config import Rate
 from quart_mesh.errors import BadRequest, Conflict, NotFound
 from quart_mesh.events import TaskCreated, TaskUpdated
 from quart_mesh.records import Task, TaskState
@@ -277,9 +279,10 @@ async def test_a_managed_task_asks_back_and_completes(base_url: str, mesh: Mesh)
         assert r.status_code == 200, r.text
         assert r.json()["managed"] is True
         assert r.json()["statusMessage"] == "on it"
-        assert (await owner_ws.expect("task_updated"))["task"]["state"] == "working"
-        # its status message is a reply in the thread, and completes nothing now
+        # its status message is a reply in the thread, posted before the task
+        # moves, and completes nothing
         await owner_ws.expect("message", content="on it", threadId=task["messageId"])
+        assert (await owner_ws.expect("task_updated"))["task"]["state"] == "working"
         assert_error(await patch(mesh, bot, task_id, state="rejected"), 409, "invalid_transition")
 
         # it asks back (over the WebSocket); the creator answers
@@ -444,6 +447,210 @@ async def test_asking_a_bot_in_a_dm(base_url: str, mesh: Mesh, served_app: MeshA
         await node.tasks.ask(actor, agent_id=owner.participant_id, content="x")
 
 
+async def test_a_dms_tasks_take_the_agents_answers_first_in_first_out(
+    base_url: str, mesh: Mesh, served_app: MeshApp
+) -> None:
+    """Several tasks asked of one bot share one DM: an answer in a task's
+    thread is that task's; answers at the top of the DM go to the open
+    tasks in the order they were asked, one each."""
+    await mesh.setup()
+    member = await mesh.register("member")
+    bot = await bootstrap(mesh, "thinker")
+    node = served_app.node
+    actor = await node.accounts.actor_of(member.participant_id)
+    assert actor is not None
+
+    async def state(task: Task) -> tuple[str, str | None]:
+        now = await node.tasks.get(actor, task.task_id)
+        return now.state.value, now.result
+
+    first = await node.tasks.ask(actor, agent_id=bot.participant_id, content="what is 1+1?")
+    second = await node.tasks.ask(actor, agent_id=bot.participant_id, content="capital of France?")
+    assert first.room_id == second.room_id
+    request = await mesh.http.get(
+        f"/api/rooms/{first.room_id}/messages/{first.message_id}", headers=member.headers
+    )
+    assert request.json()["to"] == bot.participant_id  # addressed to the agent
+    # an answer in the first task's thread is the first's, not the second's
+    await mesh.send(bot, first.room_id, "2", threadId=first.message_id)
+    assert await state(first) == ("completed", "2")
+    assert await state(second) == ("submitted", None)
+    # at the top of the DM: the oldest open task's, then the next one's
+    third = await node.tasks.ask(actor, agent_id=bot.participant_id, content="and 2+2?")
+    await mesh.send(bot, first.room_id, "Paris")
+    await mesh.send(bot, first.room_id, "4")
+    assert await state(second) == ("completed", "Paris")
+    assert await state(third) == ("completed", "4")
+    history = await node.tasks.history(actor, third.task_id)
+    assert [m.content for m in history] == ["and 2+2?", "Paris", "4"]
+
+
+async def test_a_sequential_bot_answers_each_dm_task(
+    base_url: str, mesh: Mesh, served_app: MeshApp
+) -> None:
+    """Two tasks asked at once of a built-in bot, which answers one message
+    after another (in the thread of what is addressed to it), each get their
+    own answer."""
+    owner = await mesh.setup()
+    r = await mesh.http.post(
+        "/api/agents/spawn",
+        json={"name": "echo-bot", "type": "echo", "model": "none", "rooms": []},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    echo = r.json()["agentId"]
+    member = await mesh.register("member")
+    node = served_app.node
+    actor = await node.accounts.actor_of(member.participant_id)
+    assert actor is not None
+    async with connect(base_url, member) as ws:
+        first = await node.tasks.ask(actor, agent_id=echo, content="1")
+        second = await node.tasks.ask(actor, agent_id=echo, content="2")
+        results = {}
+        while len(results) < 2:
+            done = (await ws.expect("task_updated", timeout=30))["task"]
+            results[done["taskId"]] = (done["state"], done["result"])
+    assert results == {
+        first.task_id: ("completed", "echo: 1"),
+        second.task_id: ("completed", "echo: 2"),
+    }
+
+
+async def test_a_refused_status_message_leaves_the_task_as_it_was(
+    base_url: str, mesh: Mesh
+) -> None:
+    """An update's message is posted before the task moves, and what
+    posting needs (a result too is published to the room) is checked first:
+    a refused update leaves the task as it was, and it still completes by
+    its agent's reply."""
+    owner = await mesh.setup()
+    bot = await bootstrap(mesh, "worker")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    task = await created(mesh, owner, room, bot)
+    r = await mesh.http.post(
+        f"/api/rooms/{room}/permissions",
+        json={
+            "targetType": "participant",
+            "target": bot.participant_id,
+            "permission": "messages.send",
+            "effect": "deny",
+        },
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    task_id = task["taskId"]
+    assert_error(await patch(mesh, bot, task_id, state="input-required", message="MUTED"), 403)
+    assert_error(await patch(mesh, bot, task_id, state="completed", result="MUTED"), 403)
+    got = (await get(mesh, owner, task_id)).json()
+    assert got["task"] == task
+    assert [m["content"] for m in got["messages"]] == ["do it"]
+    # a move without text needs no send
+    r = await patch(mesh, bot, task_id, state="working")
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["statusMessage"], r.json()["result"]) == (
+        "working",
+        None,
+        None,
+    )
+
+
+async def test_task_changes_count_against_the_messages_rate(
+    base_url: str, mesh: Mesh, served_app: MeshApp
+) -> None:
+    """Each update publishes its texts to the room: it counts against the
+    agent's ``messages`` rule, once (an update that posts a message too),
+    in the same budget as its messages."""
+    owner = await mesh.setup()
+    bot = await bootstrap(mesh, "worker")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    task_id = (await created(mesh, owner, room, bot))["taskId"]
+    limiter = served_app.node.rate_limits
+    limiter.configure(
+        dataclasses.replace(limiter.config, messages=Rate(4, 3600), role_multipliers={})
+    )
+    for state, message in (("working", None), ("input-required", "which?"), ("working", "ok")):
+        body = {"state": state} if message is None else {"state": state, "message": message}
+        r = await patch(mesh, bot, task_id, **body)
+        assert r.status_code == 200, r.text
+    await mesh.send(bot, room, "the fourth")
+    assert_error(await patch(mesh, bot, task_id, state="input-required", result="x"), 429)
+    r = await mesh.http.post(
+        f"/api/rooms/{room}/messages", json={"content": "fifth"}, headers=bot.headers
+    )
+    assert_error(r, 429)
+    task = (await get(mesh, owner, task_id)).json()["task"]
+    assert (task["state"], task["result"]) == ("working", None)
+
+
+async def test_a_tasks_result_is_its_reply_as_it_is_now(base_url: str, mesh: Mesh) -> None:
+    """A task completed by its agent's reply shows that reply's text as it
+    is now: an edit shows, a delete (a leaked secret, moderation) clears it.
+    A result the agent gave stays as given."""
+    owner = await mesh.setup()
+    bot = await bootstrap(mesh, "worker")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    task = await created(mesh, owner, room, bot, content="the key?")
+    reply = await mesh.send(bot, room, "sk-SECRET", threadId=task["messageId"])
+    assert (await get(mesh, owner, task["taskId"])).json()["task"]["result"] == "sk-SECRET"
+    r = await mesh.http.patch(
+        f"/api/rooms/{room}/messages/{reply['messageId']}",
+        json={"content": "ask the admin"},
+        headers=bot.headers,
+    )
+    assert r.status_code == 200, r.text
+    got = (await get(mesh, owner, task["taskId"])).json()["task"]
+    assert (got["state"], got["result"]) == ("completed", "ask the admin")
+    r = await mesh.http.delete(
+        f"/api/rooms/{room}/messages/{reply['messageId']}", headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+    got = (await get(mesh, owner, task["taskId"])).json()
+    assert (got["task"]["state"], got["task"]["result"]) == ("completed", None)
+    assert "sk-SECRET" not in str(got)
+    r = await mesh.http.get("/api/tasks", params={"roomId": room}, headers=owner.headers)
+    assert [t["result"] for t in r.json()["tasks"]] == [None]
+    # given by the agent: kept as given, whatever becomes of its messages
+    given = await created(mesh, owner, room, bot)
+    r = await patch(mesh, bot, given["taskId"], state="completed", result="42", message="done")
+    assert r.status_code == 200, r.text
+    [done] = [
+        m
+        for m in (await get(mesh, owner, given["taskId"])).json()["messages"]
+        if m["content"] == "done"
+    ]
+    r = await mesh.http.delete(
+        f"/api/rooms/{room}/messages/{done['messageId']}", headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+    assert (await get(mesh, owner, given["taskId"])).json()["task"]["result"] == "42"
+
+
+async def test_a_tasks_history_is_its_newest_messages(
+    base_url: str, mesh: Mesh, served_app: MeshApp
+) -> None:
+    """History keeps the newest messages (at most the page size), oldest first."""
+    owner = await mesh.setup()
+    bot = await bootstrap(mesh, "worker")
+    room = (await mesh.create_room(owner, "work"))["roomId"]
+    await mesh.join(bot, room)
+    task = await created(mesh, owner, room, bot, content="0")
+    node = served_app.node
+    actor = await node.accounts.actor_of(owner.participant_id)
+    assert actor is not None
+    for n in range(1, 205):
+        await node.messages.send(actor, room, str(n), thread_id=task["messageId"])
+    history = await node.tasks.history(actor, task["taskId"])
+    assert [m.content for m in history] == [str(n) for n in range(5, 205)]
+    latest = await node.tasks.history(actor, task["taskId"], limit=10)
+    assert [m.content for m in latest] == [str(n) for n in range(195, 205)]
+    for limit in (0, 201):
+        with pytest.raises(BadRequest):
+            await node.tasks.history(actor, task["taskId"], limit=limit)
+
+
 def test_task_events_cross_processes_as_the_task() -> None:
     """On PostgreSQL the outbox carries a task event as the task itself:
     another process rebuilds the same event (an A2A stream reads its fields)."""
@@ -463,6 +670,7 @@ def test_task_events_cross_processes_as_the_task() -> None:
         via="mcp",
         created_at=1,
         updated_at=2,
+        result_message_id="01ARZ3NDEKTSV4RRFFQ69G5FB0",
     )
     for kind in (TaskCreated, TaskUpdated):
         [entry] = outbox.decode(outbox.encode([outbox.Publish(kind(task.room_id, task=task))]))

@@ -5,7 +5,9 @@
   message, the root of the task's thread) and ``request_seq`` its cursor
   (a DM task's replies are the agent's messages after it). ``managed``: the
   agent updated the task itself at least once; until then its first reply
-  completes the task (the reconciliation, ``services/tasks.py``).
+  completes the task (the reconciliation, ``services/tasks.py``), and
+  ``result_message_id`` names that reply: the task's result is its text as
+  it is now (``result`` holds only a result the agent gave itself).
   No foreign key to the participants: a task outlives its agent or creator,
   as a message outlives its sender; it goes with its room.
 
@@ -44,6 +46,7 @@ def upgrade() -> None:
         sa.Column("via", sa.String(8), nullable=False),
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.Column("result_message_id", sa.String(26), nullable=True),
         sa.ForeignKeyConstraint(
             ["room_id"], ["rooms.room_id"], name="fk_tasks_room_id_rooms", ondelete="CASCADE"
         ),
