@@ -231,7 +231,6 @@ class App {
     this.wireSearch();
     this.wireSettings();
     $("signout").addEventListener("click", () => this.signOut());
-    // the dialogs' code (dialogs.js) is fetched when one is first opened
     const browse = () => this.dialog("RoomBrowser");
     $("browse-rooms").addEventListener("click", browse);
     $("welcome-browse").addEventListener("click", browse);
@@ -295,13 +294,20 @@ class App {
     this.loadSearch().then(fn, (error) => toast(`Search could not be loaded: ${error.message}`));
   }
 
-  /** The field and its shortcuts: `/` (not while typing) and Ctrl/Cmd+K. */
+  /** Open the rooms or new-DM dialog (dialogs.js: fetched when one first opens). */
   async dialog(name) {
-    const module = await import("./dialogs.js");
+    let module;
+    try {
+      module = await import("./dialogs.js");
+    } catch (error) {
+      toast(`The dialog could not be loaded: ${error.message}`);
+      return;
+    }
     this.dialogs ||= {};
     (this.dialogs[name] ||= new module[name](this)).open();
   }
 
+  /** The field and its shortcuts: `/` (not while typing) and Ctrl/Cmd+K. */
   wireSearch() {
     const input = $("search-input");
     $("search-form").addEventListener("submit", (event) => {
@@ -488,7 +494,7 @@ class App {
     this.renderPanelLinks();
     for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
     if (this.tasks) this.tasks.onSnapshot(resumed);
-    else if (resumed && this.store.rooms.get(this.currentRoomId)) this.showTasks(this.store.rooms.get(this.currentRoomId));
+    else if (resumed && this.store.rooms.has(this.currentRoomId)) this.showTasks(this.store.rooms.get(this.currentRoomId));
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");

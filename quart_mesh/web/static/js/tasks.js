@@ -13,7 +13,7 @@ const ASKS = "input-required";
 const newer = (a, b) => !a || (b.updatedAt || "") >= (a.updatedAt || "");
 const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
 const button = (text, label, key, kind, click) =>
-  h("button", { type: "button", class: `small ${kind}`, text, "aria-label": label, dataset: { key }, on: { click } });
+  h("button", { type: "button", class: kind ? `small ${kind}` : "small", text, "aria-label": label, dataset: { key }, on: { click } });
 
 export class RoomTasks {
   constructor(app) {
