@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from tests.browser import PASSWORD, Person, call, chromium, in_browser, shot
 from tests.e2e.test_mcp import mcp_session
@@ -34,11 +35,20 @@ pytestmark = [
     ),
 ]
 
-#: what ``claude mcp add`` is given: the transport, the address and the header
+#: what ``claude mcp add`` is given: the transport, the address and the
+#: header, each one shell word (single-quoted)
 CLAUDE = re.compile(
-    r"^claude mcp add --transport http mesh (?P<url>\S+)/mcp "
-    r'--header "Authorization: Bearer (?P<token>[^"]+)"$'
+    r"^claude mcp add --transport http mesh '(?P<url>[^']+)/mcp' "
+    r"--header 'Authorization: Bearer (?P<token>[^']+)'$"
 )
+
+
+def field_values(person: Person) -> list[str]:
+    """What the page's fields hold (``page.content()`` has no input's value)."""
+    values: list[str] = person.page.evaluate(
+        "() => [...document.querySelectorAll('input, textarea')].map((e) => e.value)"
+    )
+    return values
 
 
 def open_connect(person: Person) -> Any:
@@ -97,9 +107,12 @@ async def test_an_agent_gets_a_bot_identity_and_its_commands(
 
             claude = dialog.get_by_role("textbox", name="Claude Code command").input_value()
             assert claude == (
-                f"claude mcp add --transport http mesh {mcp_url} "
-                f'--header "Authorization: Bearer {token}"'
+                f"claude mcp add --transport http mesh '{mcp_url}' "
+                f"--header 'Authorization: Bearer {token}'"
             )
+            # (what a shell makes of it: the same three words)
+            words = shlex.split(claude)
+            assert words[-3:] == [mcp_url, "--header", f"Authorization: Bearer {token}"]
             vscode = json.loads(
                 dialog.get_by_role("textbox", name="VS Code .vscode/mcp.json").input_value()
             )
@@ -169,7 +182,7 @@ async def test_an_agent_gets_a_bot_identity_and_its_commands(
                 "() => JSON.stringify([{...localStorage}, {...sessionStorage}])"
             )
             assert token not in kept
-            assert token not in alice.page.content()
+            assert not any(token in value for value in field_values(alice))
 
             # no name: said, nothing made
             dialog.get_by_role("button", name="Create the token").click()
@@ -222,7 +235,7 @@ async def test_an_agent_uses_the_persons_own_account(browser_ready: None, serve_
             assert token != bob.token()
             claude = dialog.get_by_role("textbox", name="Claude Code command").input_value()
             assert f"Bearer {token}" in claude
-            assert re.search(rf" {re.escape(node.url)}/mcp ", claude)
+            assert f" '{node.url}/mcp' " in claude
             # nothing makes the narrow page scroll sideways
             wide = bob.page.evaluate(
                 "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
@@ -243,3 +256,41 @@ async def test_an_agent_uses_the_persons_own_account(browser_ready: None, serve_
             bob.assert_clean(console=False)  # the wrong password: a 401 in the console
 
     await in_browser(scenario, timeout=180)
+
+
+async def test_the_connect_dialog_closed_while_the_token_is_made_keeps_no_token(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """An answer that comes after the dialog was closed (Escape) is dropped:
+    the token is drawn nowhere, the bot made is listed and the person told."""
+    node: Served = await serve_node()
+    alice_user, _, _ = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            expect(alice.heading("#Town Square")).to_be_visible()
+            held: list[Route] = []
+            alice.page.route("**/api/agents/bootstrap", lambda route: held.append(route))
+            open_bots(alice)
+            alice.button("Connect an AI agent").click()
+            dialog = alice.page.get_by_role("dialog", name="Connect an AI agent")
+            dialog.get_by_role("textbox", name="Bot name").fill("late-bot")
+            dialog.get_by_role("button", name="Create the token").click()
+            for _ in range(50):
+                if held:
+                    break
+                alice.page.wait_for_timeout(100)
+            assert held, "the bootstrap request was not made"
+            alice.page.keyboard.press("Escape")
+            expect(dialog).to_be_hidden()
+            with alice.page.expect_response("**/api/agents/bootstrap") as answer:
+                held[0].continue_()
+            token = answer.value.json()["token"]
+            alice.page.wait_for_timeout(500)
+            assert not any(token in value for value in field_values(alice))
+            # the bot was made all the same: the list has it, and the person is told
+            expect(alice.page.locator("#toast")).to_contain_text("The bot late-bot was made")
+            expect(bot_row(alice, "late-bot")).to_be_visible()
+
+    await in_browser(scenario, timeout=120)

@@ -17,7 +17,7 @@
 import { seg } from "./api.js";
 import { confirmAction } from "./dialogs.js";
 import { ago, bdi, fill, formatBytes, h, longTime, toast } from "./dom.js";
-import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 
 /** The frame's sandbox: scripts only (no same-origin, forms, popups, top navigation). */
 const SANDBOX = "allow-scripts";

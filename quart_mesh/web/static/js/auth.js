@@ -1,6 +1,116 @@
 // First run, sign in, register, guest (POST /api/setup/init, /api/auth/*).
+// Fetched by main.js, with css/auth.css, when first shown: a signed-in visit
+// never loads it.
 
-import { $ } from "./dom.js";
+import { $, h } from "./dom.js";
+
+const PASSWORD_HINT = "At least 8 characters, not a common password.";
+
+/** A label, its input and, with *hint*, the hint the input is described by. */
+function entry(id, label, attrs, hint = null) {
+  const described = hint ? `${id}-hint` : null;
+  return [
+    h("label", { for: id, text: label }),
+    h("input", { id, required: true, ...attrs, "aria-describedby": described }),
+    hint ? h("p", { id: described, class: "hint" }, hint) : null,
+  ];
+}
+
+function choices(legend, name, options) {
+  return h(
+    "fieldset",
+    {},
+    h("legend", { text: legend }),
+    options.map(([value, text], i) => h("label", {}, h("input", { type: "radio", name, value, checked: i === 0 }), ` ${text}`)),
+  );
+}
+
+const name = { name: "name", autocomplete: "username", autocapitalize: "off", spellcheck: "false" };
+const form = (id, submit, ...fields) =>
+  h("form", { id, class: "stack", hidden: true, novalidate: true }, fields, h("p", { class: "error", role: "alert" }), h("button", { type: "submit", class: "primary", text: submit }));
+
+/** The screen's markup, before the chat's. */
+function build() {
+  const newPassword = { name: "password", type: "password", autocomplete: "new-password", minlength: "8", maxlength: "256" };
+  const screen = h(
+    "main",
+    { id: "auth", class: "auth", hidden: true, "aria-labelledby": "auth-title" },
+    h(
+      "div",
+      { class: "auth-card" },
+      h("p", { class: "auth-mesh", id: "auth-mesh" }),
+      h("h1", { id: "auth-title", text: "Sign in" }),
+      h("p", { id: "auth-notice", class: "notice", role: "status", hidden: true }),
+      form(
+        "setup-form",
+        "Create mesh",
+        h("p", { text: "This node has no mesh yet. Create it: you become its owner." }),
+        entry("setup-name", "Your name", { ...name, maxlength: "64" }),
+        entry("setup-password", "Password", newPassword, PASSWORD_HINT),
+        entry("setup-mesh", "Mesh name", { name: "meshName", maxlength: "200" }),
+        h(
+          "div",
+          { id: "setup-code-field", class: "stack", hidden: true },
+          entry(
+            "setup-code",
+            "Setup code",
+            { name: "setupCode", maxlength: "64", autocomplete: "off", autocapitalize: "characters", spellcheck: "false", disabled: true, required: false },
+            "This node can be reached from the network, so it asks for the one-time code it wrote in its log when it started (a line with “setup code:”).",
+          ),
+        ),
+        choices("Visibility", "visibility", [
+          ["public", "Public: guests may look in"],
+          ["private", "Private: members only"],
+        ]),
+        choices("Registration", "registrationMode", [
+          ["open", "Open: anyone may register"],
+          ["closed", "Closed: no new accounts"],
+        ]),
+      ),
+      form(
+        "signin-form",
+        "Sign in",
+        entry("signin-name", "Name", name),
+        entry("signin-password", "Password", { name: "password", type: "password", autocomplete: "current-password" }),
+      ),
+      form(
+        "register-form",
+        "Create account",
+        entry("register-name", "Choose a name", { ...name, maxlength: "64" }, [
+          "Letters, digits, ",
+          h("code", { text: "_" }),
+          ", ",
+          h("code", { text: "." }),
+          " and ",
+          h("code", { text: "-" }),
+          "; no spaces.",
+        ]),
+        entry("register-password", "Choose a password", newPassword, PASSWORD_HINT),
+      ),
+      h(
+        "div",
+        { id: "auth-switch", class: "auth-switch", hidden: true },
+        h("button", { type: "button", id: "show-signin", class: "link", text: "I have an account: sign in" }),
+        h("button", { type: "button", id: "show-register", class: "link", text: "Create an account" }),
+        h("p", {
+          id: "registration-closed",
+          class: "hint",
+          hidden: true,
+          text: "Registration is closed on this mesh: ask an administrator for an account.",
+        }),
+      ),
+      h(
+        "section",
+        { id: "guest-section", class: "guest-section", hidden: true, "aria-labelledby": "guest-title" },
+        h("h2", { id: "guest-title", text: "Just looking?" }),
+        h("p", { text: "Guests can read and join rooms but cannot post, react or start conversations." }),
+        h("p", { class: "error", role: "alert" }),
+        h("button", { type: "button", id: "guest-button", text: "Continue as a guest" }),
+      ),
+    ),
+  );
+  $("chat").before(screen);
+}
 
 const FIELD_OF_CODE = {
   invalid_name: "name",
@@ -23,6 +133,7 @@ export class AuthScreen {
     this.signedIn = signedIn;
     this.status = null;
     this.busy = false;
+    build();
     $("setup-form").addEventListener("submit", (e) => this.submit(e, "setup"));
     $("signin-form").addEventListener("submit", (e) => this.submit(e, "signin"));
     $("register-form").addEventListener("submit", (e) => this.submit(e, "register"));

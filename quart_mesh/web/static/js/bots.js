@@ -10,7 +10,7 @@
 import { ApiError, seg } from "./api.js";
 import { ConnectDialog } from "./connect.js";
 import { fill, h } from "./dom.js";
-import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { available, decrypt, versionOf } from "./vaultcrypto.js";
 
 const REFRESH_MS = 10000; // the list is read again this often while shown

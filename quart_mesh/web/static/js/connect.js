@@ -3,14 +3,16 @@
 // it: Claude Code (`claude mcp add`), VS Code and Cursor (`mcp.json`), any MCP
 // client (the address and the header), and the node's A2A agent card.
 //
-// The identity is a bot of its own (POST /api/agents/bootstrap: a token valid
-// for a year) or the person's own account (POST /api/auth/login with their
+// The identity is a bot of its own (POST /api/agents/bootstrap: a long-lived
+// bot token) or the person's own account (POST /api/auth/login with their
 // password: a token of its own, so signing out here does not cut the agent
-// off, nor the other way round). The token is shown once, in this dialog, and
-// forgotten when it closes: nothing is stored by the page.
+// off, nor the other way round); how long the token lasts is the node's to
+// say (its lifetimes are settings), and the page reads it from the token. The
+// token is shown once, in this dialog, and forgotten when it closes: nothing
+// is stored by the page, and an answer that comes after a close is dropped.
 
-import { h } from "./dom.js";
-import { errorLine, field, guarded, statusLine } from "./panels.js";
+import { h, icon, toast } from "./dom.js";
+import { errorLine, field, reason, statusLine } from "./view.js";
 
 const SERVER_NAME = "mesh"; // the name the agent's tools know the node by
 
@@ -22,12 +24,27 @@ export function agentAddresses(origin, endpoints = {}) {
   };
 }
 
+/** *text* as one POSIX shell word: single-quoted, a quote inside as '\''. */
+export function shellWord(text) {
+  return `'${text.replace(/'/g, "'\\''")}'`;
+}
+
+/** When *token* expires, as the node wrote it in the token (a JWT's `exp`), or null. */
+export function expiry(token) {
+  try {
+    const claims = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+    return Number.isFinite(claims.exp) ? new Date(claims.exp * 1000) : null;
+  } catch {
+    return null;
+  }
+}
+
 /** What each client is given: its command or configuration, with *token*. */
 export function agentSetups(mcpUrl, token) {
   const auth = `Bearer ${token}`;
   const json = (servers) => JSON.stringify(servers, null, 2);
   return {
-    claude: `claude mcp add --transport http ${SERVER_NAME} ${mcpUrl} --header "Authorization: ${auth}"`,
+    claude: `claude mcp add --transport http ${SERVER_NAME} ${shellWord(mcpUrl)} --header ${shellWord(`Authorization: ${auth}`)}`,
     // VS Code: .vscode/mcp.json (a workspace) or the user's mcp.json, key "servers"
     vscode: json({ servers: { [SERVER_NAME]: { type: "http", url: mcpUrl, headers: { Authorization: auth } } } }),
     // Cursor: ~/.cursor/mcp.json (or .cursor/mcp.json in a project), key "mcpServers"
@@ -46,21 +63,6 @@ async function copyText(text, note) {
   }
 }
 
-const CLOSE_PATH = "M19 6.4 17.6 5 12 10.6 6.4 5 5 6.4 10.6 12 5 17.6 6.4 19 12 13.4 17.6 19 19 17.6 13.4 12z";
-
-function closeIcon() {
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", "0 0 24 24");
-  svg.setAttribute("aria-hidden", "true");
-  svg.setAttribute("focusable", "false");
-  svg.setAttribute("class", "icon");
-  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
-  path.setAttribute("fill", "currentColor");
-  path.setAttribute("d", CLOSE_PATH);
-  svg.append(path);
-  return svg;
-}
-
 export class ConnectDialog {
   /**
    * @param {object} app the page's App (api, store)
@@ -70,6 +72,7 @@ export class ConnectDialog {
     this.app = app;
     this.onBootstrapped = onBootstrapped;
     this.dialog = null;
+    this.generation = 0; // one more at every reset: a late answer is dropped
   }
 
   get canBootstrap() {
@@ -83,9 +86,11 @@ export class ConnectDialog {
     return Boolean(me) && me.kind === "human";
   }
 
-  /** Open the dialog (made on first use, emptied on every close). */
+  /** Open the dialog (made on first use, emptied on every close); who may
+   * choose what is asked again (a role or the mesh's settings may change). */
   open() {
     if (!this.dialog) this.build();
+    this.offer();
     this.reset();
     this.dialog.showModal();
     const first = this.dialog.querySelector("input:checked:not([disabled])") || this.closeButton;
@@ -98,13 +103,31 @@ export class ConnectDialog {
     if (this.dialog && this.dialog.open) this.dialog.close();
   }
 
-  /** Remove the dialog (the person signs out). */
+  /** Remove the dialog (the person signs out), and every reference to what it showed. */
   dispose() {
-    if (this.dialog) {
-      if (this.dialog.open) this.dialog.close();
-      this.dialog.remove();
+    if (!this.dialog) return;
+    this.reset();
+    if (this.dialog.open) this.dialog.close();
+    this.dialog.remove();
+    for (const key of ["dialog", "form", "result", "botName", "password", "submit", "error", "closeButton"]) this[key] = null;
+    this.choices = this.botField = this.passwordField = this.addresses = null;
+  }
+
+  /** The choices this person has now, each with why (not). */
+  offer() {
+    const hints = {
+      bot: this.canBootstrap
+        ? "Recommended: it appears as a bot, with a long-lived token of its own that you can revoke by killing the bot."
+        : "Only an administrator may register bots on this mesh.",
+      me: this.hasPassword
+        ? "It acts as you, with everything your role may do."
+        : "Only people who sign in with a password can hand their account to an agent.",
+    };
+    const enabled = { bot: this.canBootstrap, me: this.hasPassword };
+    for (const [value, { radio, hint }] of Object.entries(this.choices)) {
+      radio.disabled = !enabled[value];
+      hint.textContent = hints[value];
     }
-    this.dialog = null;
   }
 
   async readAddresses() {
@@ -127,24 +150,21 @@ export class ConnectDialog {
         "aria-label": "Close connect an AI agent",
         on: { click: () => this.dialog.close() },
       },
-      closeIcon(),
+      icon("close"),
     );
-    const choice = (value, label, hint, enabled) => {
+    this.choices = {};
+    const choice = (value, label) => {
       const hintId = `connect-${value}-hint`;
       const radio = h("input", {
         type: "radio",
         name: "connect-as",
         value,
-        disabled: !enabled,
         "aria-describedby": hintId,
         on: { change: () => this.showChoice() },
       });
-      return h(
-        "div",
-        { class: "connect-choice" },
-        h("label", {}, radio, " ", label),
-        h("p", { id: hintId, class: "hint", text: hint }),
-      );
+      const hint = h("p", { id: hintId, class: "hint" });
+      this.choices[value] = { radio, hint };
+      return h("div", { class: "connect-choice" }, h("label", {}, radio, " ", label), hint);
     };
     this.botName = h("input", { type: "text", autocomplete: "off", maxlength: "64", spellcheck: "false" });
     this.botField = field("Bot name", this.botName, "How the agent is called in the rooms.");
@@ -152,16 +172,10 @@ export class ConnectDialog {
     this.passwordField = field(
       "Your password",
       this.password,
-      "The page signs you in once more, for the agent: a token of its own, valid for 30 days.",
+      "The page signs you in once more, for the agent: a token of its own, which expires as a sign-in's does.",
     );
     this.error = errorLine();
     this.submit = h("button", { type: "submit", class: "primary", text: "Create the token" });
-    const bootHint = this.canBootstrap
-      ? "Recommended: it appears as a bot, with a token valid for a year that you can revoke by killing the bot."
-      : "Only an administrator may register bots on this mesh.";
-    const meHint = this.hasPassword
-      ? "It acts as you, with everything your role may do."
-      : "Only people who sign in with a password can hand their account to an agent.";
     this.form = h(
       "form",
       { class: "connect-form", novalidate: true, on: { submit: (event) => this.create(event) } },
@@ -169,8 +183,8 @@ export class ConnectDialog {
         "fieldset",
         { class: "stack" },
         h("legend", { text: "Who the agent is" }),
-        choice("bot", "A bot of its own", bootHint, this.canBootstrap),
-        choice("me", "Me: it uses my account", meHint, this.hasPassword),
+        choice("bot", "A bot of its own"),
+        choice("me", "Me: it uses my account"),
       ),
       this.botField,
       this.passwordField,
@@ -203,6 +217,7 @@ export class ConnectDialog {
   /** Back to the first step, forgetting any token shown. */
   reset() {
     if (!this.dialog) return;
+    this.generation += 1;
     this.result.replaceChildren();
     this.form.hidden = false;
     this.botName.value = "";
@@ -240,29 +255,41 @@ export class ConnectDialog {
       this.password.focus();
       return;
     }
-    const made = await guarded(this.submit, this.error, async () => {
+    const { submit, error, generation } = this;
+    submit.disabled = true;
+    error.textContent = "";
+    let made;
+    try {
       if (choice === "bot") {
         const bot = await this.app.api.post("/api/agents/bootstrap", {
           name: this.botName.value.trim(),
           type: "nanoclaw",
           description: "An AI agent connected over MCP",
         });
-        return { token: bot.token, name: bot.name, bot };
+        made = { token: bot.token, name: bot.name, bot };
+      } else {
+        const password = this.password.value;
+        this.password.value = ""; // forgotten at once, whatever happens next
+        const session = await this.app.api.post("/api/auth/login", { name: this.app.store.me.name, password });
+        made = { token: session.token, name: this.app.store.me.name, bot: null };
       }
-      const password = this.password.value;
-      this.password.value = ""; // forgotten at once, whatever happens next
-      const session = await this.app.api.post("/api/auth/login", { name: this.app.store.me.name, password });
-      return { token: session.token, name: this.app.store.me.name, bot: null };
-    });
-    if (made === undefined) return;
+    } catch (e) {
+      if (generation === this.generation) error.textContent = reason(e);
+    }
+    const closed = generation !== this.generation || !this.dialog || !this.dialog.open;
+    if (!closed) submit.disabled = false;
+    if (!made) return;
     if (made.bot) this.onBootstrapped(made.bot);
-    this.showSetups(made);
+    if (!closed) return this.showSetups(made);
+    // closed meanwhile: the token is dropped (the dialog shows it or nothing)
+    if (made.bot) toast(`The bot ${made.name} was made, but its token was not shown (the dialog was closed). Kill it if it is not wanted.`);
   }
 
   showSetups({ token, name, bot }) {
     const note = statusLine();
     const { mcp, agentCard } = this.addresses || agentAddresses(location.origin);
     const setups = agentSetups(mcp, token);
+    const expires = expiry(token);
     const copyButton = (value, label) =>
       h("button", {
         type: "button",
@@ -309,8 +336,8 @@ export class ConnectDialog {
         class: "notice",
         text:
           "Copy what you need now: the token is shown only here and is forgotten when this dialog closes. " +
-          "Anyone holding it acts as " +
-          (bot ? "this bot." : "you."),
+          `Anyone holding it acts as ${bot ? "this bot" : "you"}` +
+          (expires ? `, until ${expires.toLocaleDateString(undefined, { dateStyle: "long" })}.` : "."),
       }),
       line("Token", token, "Copy the token"),
       h("h3", { text: "Claude Code" }),

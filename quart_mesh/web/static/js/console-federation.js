@@ -13,7 +13,7 @@
 
 import { ago, fill, h, longTime, shortDid } from "./dom.js";
 import { confirmAction } from "./dialogs.js";
-import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { seg } from "./api.js";
 
 /** A table of many columns (panels.js's table() frames it for scrolling). */

@@ -8,7 +8,7 @@
 // who may upload and who is not counted against the quota.
 
 import { fill, h } from "./dom.js";
-import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 
 const RULES = {
   messages: "Sending and editing messages",

@@ -9,7 +9,7 @@
 // rules and shows the node's message when it refuses anyway.
 
 import { fill, h } from "./dom.js";
-import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { seg } from "./api.js";
 
 const byName = (a, b) => a.name.localeCompare(b.name, undefined, { sensitivity: "base" });

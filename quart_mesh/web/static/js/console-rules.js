@@ -7,7 +7,7 @@
 // docs/roles.md documents (and the node's ApplyPreset accepts).
 
 import { fill, h } from "./dom.js";
-import { errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { seg } from "./api.js";
 
 /** the permissions a room's rules decide (the node's ROOM_PERMISSIONS) */

@@ -7,7 +7,7 @@
 // the focus back (unless the form holds unsaved changes).
 
 import { $, fill, formatBytes, h } from "./dom.js";
-import { errorLine, field, guarded, reason, statusLine } from "./panels.js";
+import { errorLine, field, guarded, reason, statusLine } from "./view.js";
 
 const VISIBILITY = [
   ["public", "Public", "Anyone may look in as a guest; guests read (and post if allowed below)."],

@@ -8,7 +8,7 @@
 // `hide()` and `onEvent(event)`.
 
 import { fill, h } from "./dom.js";
-import { Panel } from "./panels.js";
+import { Panel } from "./view.js";
 import { FederationSection } from "./console-federation.js";
 import { LimitsSection } from "./console-limits.js";
 import { ModelsSection } from "./console-models.js";

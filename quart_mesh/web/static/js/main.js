@@ -5,9 +5,7 @@
 // reload keeps the session; signing out revokes it on the node.
 
 import { Api } from "./api.js";
-import { AuthScreen } from "./auth.js";
 import { Composer } from "./composer.js";
-import { DmPicker, RoomBrowser, confirmAction } from "./dialogs.js";
 import { $, bdi, cursorCompare, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
 import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
@@ -54,7 +52,7 @@ class App {
       () => this.refreshMe(),
     );
     this.store = new Store();
-    this.auth = new AuthScreen(this.api, (session) => this.signedIn(session));
+    this.auth = null; // auth.js, fetched when the sign-in screen is first shown
     this.live = null;
     this.currentRoomId = null;
     this.drafts = new Map();
@@ -95,13 +93,23 @@ class App {
       }
     }
     this.store.status = status;
-    $("boot").hidden = true;
     if (this.token && status.initialized) {
+      $("boot").hidden = true;
       await this.enter();
     } else {
       this.token = null;
-      this.auth.show(status);
+      await this.showAuth(status);
+      $("boot").hidden = true;
     }
+  }
+
+  /** The sign-in screen: its code is fetched when first shown (a signed-in
+   * visit never needs it). */
+  async showAuth(status, notice = "") {
+    this.authLoad ||= Promise.all([import("./auth.js"), loadStyle("auth.css").catch(() => {})]).then(
+      ([m]) => (this.auth = new m.AuthScreen(this.api, (session) => this.signedIn(session))),
+    );
+    (await this.authLoad).show(status, notice);
   }
 
   signedIn(session) {
@@ -125,7 +133,7 @@ class App {
       return;
     }
     this.store.me = me;
-    this.auth.hide();
+    if (this.auth) this.auth.hide();
     this.wire();
     // notifications turned on here earlier: their code is needed at once
     if (localStorage.getItem(`mesh.notify.${me.participantId}`) === "on") this.loadNotifier().catch(() => {});
@@ -198,7 +206,7 @@ class App {
       // show the sign-in form anyway
     }
     this.store.status = status;
-    this.auth.show(status, notice);
+    await this.showAuth(status, notice);
   }
 
   wire() {
@@ -217,17 +225,16 @@ class App {
     );
     this.composer = new Composer(this, $("composer-slot"), false);
     this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
-    this.roomBrowser = new RoomBrowser(this);
-    this.dmPicker = new DmPicker(this);
     this.tasks = null; // tasks.js, fetched when a room first has an open task
     this.search = null; // search.js, fetched when first used
     this.notifier = null; // notify.js, fetched when wanted
     this.wireSearch();
     this.wireSettings();
     $("signout").addEventListener("click", () => this.signOut());
-    $("browse-rooms").addEventListener("click", () => this.roomBrowser.open());
-    $("welcome-browse").addEventListener("click", () => this.roomBrowser.open());
-    $("new-dm").addEventListener("click", () => this.dmPicker.open());
+    const browse = () => this.dialog("RoomBrowser");
+    $("browse-rooms").addEventListener("click", browse);
+    $("welcome-browse").addEventListener("click", browse);
+    $("new-dm").addEventListener("click", () => this.dialog("DmPicker"));
     $("reconnect-now").addEventListener("click", () => this.live && this.live.reconnectNow());
     $("close-thread").addEventListener("click", () => this.closeThread(true));
     $("leave-room").addEventListener("click", () => this.leaveRoom(this.currentRoomId));
@@ -285,6 +292,19 @@ class App {
 
   withSearch(fn) {
     this.loadSearch().then(fn, (error) => toast(`Search could not be loaded: ${error.message}`));
+  }
+
+  /** Open the rooms or new-DM dialog (dialogs.js: fetched when one first opens). */
+  async dialog(name) {
+    let module;
+    try {
+      module = await import("./dialogs.js");
+    } catch (error) {
+      toast(`The dialog could not be loaded: ${error.message}`);
+      return;
+    }
+    this.dialogs ||= {};
+    (this.dialogs[name] ||= new module[name](this)).open();
   }
 
   /** The field and its shortcuts: `/` (not while typing) and Ctrl/Cmd+K. */
@@ -474,6 +494,7 @@ class App {
     this.renderPanelLinks();
     for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
     if (this.tasks) this.tasks.onSnapshot(resumed);
+    else if (resumed && this.store.rooms.has(this.currentRoomId)) this.showTasks(this.store.rooms.get(this.currentRoomId));
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");
@@ -577,21 +598,23 @@ class App {
   }
 
   // a room's open tasks (js/tasks.js): its code is fetched the first time a
-  // room has one; until then a room asks the node when it opens
+  // room has one; until then a room asks the node when it opens, and the
+  // answer is handed to the module (read once)
 
   async showTasks(room) {
+    let answer;
     if (!this.tasks) {
       if (this.tasksGone) return;
       try {
-        const { tasks } = await this.api.get(`/api/tasks?roomId=${encodeURIComponent(room.roomId)}&open=true&limit=1`);
-        if (!tasks.length) return;
+        answer = await this.api.get(`/api/tasks?roomId=${encodeURIComponent(room.roomId)}&open=true&limit=50`);
+        if (!answer.tasks.length) return;
       } catch (error) {
         this.tasksGone = error.code === "not_found"; // (a node without tasks)
         return;
       }
       await this.loadTasks();
     }
-    if (room.roomId === this.currentRoomId) this.tasks.show(room);
+    if (room.roomId === this.currentRoomId) this.tasks.show(room, answer);
   }
 
   loadTasks() {
@@ -604,8 +627,13 @@ class App {
 
   onTask(event) {
     if (this.tasks) return this.tasks.onEvent(event);
-    const room = this.store.rooms.get(this.currentRoomId);
-    if (room && event.task && event.task.roomId === room.roomId) this.showTasks(room);
+    // the first task seen: the module reads the open room's tasks (no probe)
+    const task = event.task;
+    if (!task || task.roomId !== this.currentRoomId || !/^(submitted|working|input-required)$/.test(task.state)) return;
+    const room = this.store.rooms.get(task.roomId);
+    this.loadTasks().then((tasks) => {
+      if (room.roomId === this.currentRoomId && tasks.roomId !== room.roomId) tasks.show(room);
+    });
   }
 
   /** A room rule or one's role changed what one may read: a room one may no
@@ -983,6 +1011,7 @@ class App {
   }
 
   async deleteRoom(roomId, name) {
+    const { confirmAction } = await import("./dialogs.js");
     const sure = await confirmAction(
       `Delete ${name}?`,
       "The room and all of its messages are deleted for everyone. This cannot be undone.",
@@ -1586,6 +1615,7 @@ class App {
   }
 
   async deleteMessage(message) {
+    const { confirmAction } = await import("./dialogs.js");
     const sure = await confirmAction(
       "Delete this message?",
       `“${message.content.slice(0, 120)}${message.content.length > 120 ? "…" : ""}” is deleted for everyone.`,

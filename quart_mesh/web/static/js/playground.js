@@ -6,7 +6,7 @@
 
 import { ApiError } from "./api.js";
 import { fill, h } from "./dom.js";
-import { Panel, errorLine, field, reason, statusLine } from "./panels.js";
+import { Panel, errorLine, field, reason, statusLine } from "./view.js";
 
 const COMPLETIONS = "/api/models/v1/chat/completions";
 

@@ -1,33 +1,23 @@
-// A room's open tasks (docs/agents-mcp-a2a.md#tasks): the "Tasks" region of
-// the room view, above the timeline (fetched by main.js, with css/tasks.css,
-// the first time a room has an open task). It lists the room's tasks that are
-// still open (submitted, working, input-required) from
-// GET /api/tasks?roomId=&open=true, keeps them live from the `task_created` and `task_updated` events (a task
-// leaves the list when it reaches a terminal state), opens a task's thread,
-// lets its creator answer a bot that asked back (POST /api/tasks/:id/reply),
-// and lets its creator (or whoever may command bots) cancel it.
+// A room's open tasks (docs/agents-mcp-a2a.md#tasks), above the timeline:
+// fetched by main.js the first time a room has one; live from task_created /
+// task_updated; a task's thread, its creator's answer to a bot that asked
+// back, a cancel (its creator, or whoever may command bots).
 
-import { $, bdi, fill, h, toast } from "./dom.js";
+import { $, bdi, h, toast } from "./dom.js";
 
 const OPEN = new Set(["submitted", "working", "input-required"]);
-const STATE_TEXT = {
-  submitted: "submitted",
-  working: "working",
-  "input-required": "needs an answer",
-};
-const LIMIT = 50; // the most open tasks listed for a room
-const TITLE_CHARS = 120;
+const STATE_TEXT = { submitted: "submitted", working: "working", "input-required": "needs an answer" };
+const ASKS = "input-required";
 
 /** A task's newer version wins (ISO times of one node sort as text). */
-function newer(a, b) {
-  return !a || (b.updatedAt || "") >= (a.updatedAt || "");
-}
+const newer = (a, b) => !a || (b.updatedAt || "") >= (a.updatedAt || "");
+const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
+const button = (text, label, key, kind, click) =>
+  h("button", { type: "button", class: kind ? `small ${kind}` : "small", text, "aria-label": label, dataset: { key }, on: { click } });
 
 export class RoomTasks {
   constructor(app) {
     this.app = app;
-    // drawn above the conversation, once (main.js fetches this module the
-    // first time a room has an open task)
     this.count = h("span", { class: "room-tasks-count" });
     this.list = h("ul", { class: "room-tasks-list" });
     this.section = h(
@@ -37,25 +27,34 @@ export class RoomTasks {
       this.count,
       this.list,
     );
-    this.news = h("p", { id: "room-tasks-news", class: "sr-only", role: "status" });
+    this.news = h("p", { class: "sr-only", role: "status" });
     $("timeline").before(this.section, this.news);
     this.roomId = null;
-    this.byRoom = new Map(); // roomId -> Map(taskId -> task), rooms read since the last snapshot
-    this.closed = new Set(); // tasks seen terminal (an older list answer may still hold them)
-    this.loads = 0;
-    this.answering = null; // the task whose answer is being written
-    this.draft = ""; // (kept across redraws)
-    this.unavailable = false; // the node has no tasks (404): never asked again
+    // roomId -> { tasks: its open ones (taskId -> task), closed: those seen
+    // terminal (a late event brings none back), read: the latest read's
+    // number, seen: events meanwhile }; dropped with the room
+    this.rooms = new Map();
+    this.reads = 0;
+    this.items = new Map(); // taskId -> its <li>, updated in place
+    this.answering = null; // the task whose answer is being written,
+    this.form = null; // and its form (kept: its text, caret and focus)
+    this.unavailable = false; // the node has no tasks (404)
   }
 
-  /** The room view shows *room*: its open tasks, read when not held. */
-  show(room) {
+  room(roomId) {
+    if (!this.rooms.has(roomId)) this.rooms.set(roomId, { tasks: null, closed: new Set(), read: 0, seen: null });
+    return this.rooms.get(roomId);
+  }
+
+  /** The room view shows *room*: what is held, then the node's list, read
+   * every time (task events reach members only); *answer*: main.js's read. */
+  show(room, answer) {
+    for (const id of this.rooms.keys()) if (!this.app.store.rooms.has(id)) this.rooms.delete(id);
     this.roomId = room.roomId;
     this.render();
-    if (!this.byRoom.has(room.roomId)) this.load(room.roomId);
+    this.load(room.roomId, answer);
   }
 
-  /** The room view is left (the welcome view, another view). */
   hide() {
     this.roomId = null;
     this.section.hidden = true;
@@ -65,284 +64,242 @@ export class RoomTasks {
   /** Signed out: everything is forgotten. */
   reset() {
     this.hide();
-    this.byRoom.clear();
-    this.closed.clear();
-    this.answering = null;
-    this.draft = "";
+    this.rooms.clear();
+    this.items.clear();
+    this.list.replaceChildren();
+    this.answering = this.form = null;
     this.unavailable = false;
   }
 
   /** A snapshot after a drop: what was missed is read again. */
   onSnapshot(resumed) {
     if (!resumed) return;
-    this.byRoom.clear();
+    this.rooms.clear();
     if (this.roomId) this.load(this.roomId);
   }
 
-  async load(roomId) {
+  async load(roomId, answer) {
     if (this.unavailable) return;
-    const load = ++this.loads;
-    let answer;
+    const room = this.room(roomId);
+    const read = (room.read = ++this.reads);
+    room.seen = new Map(); // (what was closed before is not in the answer)
+    room.closed = new Set();
     try {
-      answer = await this.app.api.get(`/api/tasks?roomId=${encodeURIComponent(roomId)}&open=true&limit=${LIMIT}`);
+      answer ||= await this.app.api.get(`/api/tasks?roomId=${encodeURIComponent(roomId)}&open=true&limit=50`);
     } catch (error) {
-      if (error.code === "not_found") this.unavailable = true; // (a node without tasks)
+      this.unavailable = error.code === "not_found";
       return; // shown without tasks; live events still add them
     }
-    if (load !== this.loads && this.byRoom.has(roomId)) return;
-    const held = this.byRoom.get(roomId) || new Map();
-    for (const task of (answer && answer.tasks) || []) {
-      if (this.closed.has(task.taskId) || !OPEN.has(task.state)) continue;
-      if (newer(held.get(task.taskId), task)) held.set(task.taskId, task);
+    if (this.rooms.get(roomId) !== room || room.read !== read) return; // forgotten, or read again
+    const tasks = new Map();
+    for (const task of [...(answer.tasks || []), ...room.seen.values()]) {
+      if (newer(tasks.get(task.taskId), task)) tasks.set(task.taskId, task);
     }
-    this.byRoom.set(roomId, held);
-    for (const task of held.values()) this.ensureNames(task);
+    room.seen = null;
+    for (const task of tasks.values()) {
+      if (!OPEN.has(task.state) || room.closed.has(task.taskId)) tasks.delete(task.taskId);
+      else this.ensureNames(task);
+    }
+    room.tasks = tasks;
+    const asked = tasks.get(this.answering);
+    if (asked && asked.state !== ASKS) this.answering = this.form = null;
     if (roomId === this.roomId) this.render();
   }
 
   onEvent(event) {
-    if (event.type !== "task_created" && event.type !== "task_updated") return;
     const task = event.task;
-    if (!task || !task.roomId) return;
+    if (!/^task_(created|updated)$/.test(event.type) || !task || !task.roomId) return;
     if (task.roomId === this.roomId) this.announce(task);
     this.apply(task);
   }
 
-  /** Say a change of the open room's tasks to screen readers (the list
-   * itself changes silently). */
+  /** Say a change of the open room's tasks to screen readers. */
   announce(task) {
-    const held = this.byRoom.get(task.roomId);
-    const before = held && held.get(task.taskId);
-    if (before && before.state === task.state) return;
-    if (!before && !OPEN.has(task.state) && this.closed.has(task.taskId)) return;
+    const known = this.rooms.get(task.roomId);
+    const before = known && known.tasks && known.tasks.get(task.taskId);
+    const open = OPEN.has(task.state);
+    if (before ? before.state === task.state : !open) return;
     const agent = this.app.store.nameOf(task.agentId);
     const title = this.titleOf(task);
-    let text;
-    if (!before && OPEN.has(task.state)) text = `New task for ${agent}: ${title}`;
-    else if (task.state === "input-required") text = `${agent} asks about ${title}: ${task.statusMessage || ""}`;
-    else if (OPEN.has(task.state)) text = `${agent} is working on ${title}`;
-    else text = `Task ${task.state}: ${title}`;
+    let text = `Task ${task.state}: ${title}`;
+    if (!before) text = `New task for ${agent}: ${title}`;
+    else if (task.state === ASKS) text = `${agent} asks about ${title}: ${clip(task.statusMessage || "", 200)}`;
+    else if (open) text = `${agent} is working on ${title}`;
     this.news.textContent = text;
   }
 
-  /** Keep what the node says of *task* (an event, a cancel's answer). */
+  /** Keep what the node says of *task* (an event, a reply's or cancel's answer). */
   apply(task) {
-    if (!OPEN.has(task.state)) this.closed.add(task.taskId);
-    let held = this.byRoom.get(task.roomId);
-    if (!held) {
-      if (task.roomId !== this.roomId) return; // read when the room is opened
-      held = new Map();
-      this.byRoom.set(task.roomId, held);
-    }
-    if (!OPEN.has(task.state)) held.delete(task.taskId);
-    if (this.answering === task.taskId && task.state !== "input-required") this.answering = null;
-    else if (!this.closed.has(task.taskId) && newer(held.get(task.taskId), task)) held.set(task.taskId, task);
+    const { roomId, taskId } = task;
+    if (!this.rooms.has(roomId) && roomId !== this.roomId) return; // read when the room is shown
+    const room = this.room(roomId);
+    if (room.seen && newer(room.seen.get(taskId), task)) room.seen.set(taskId, task);
+    if (!OPEN.has(task.state)) room.closed.add(taskId);
+    room.tasks ||= new Map();
+    if (!newer(room.tasks.get(taskId), task)) return;
+    if (this.answering === taskId && task.state !== ASKS) this.answering = this.form = null;
+    if (room.closed.has(taskId)) room.tasks.delete(taskId);
+    else room.tasks.set(taskId, task);
     this.ensureNames(task);
-    if (task.roomId === this.roomId) this.render();
+    if (roomId === this.roomId) this.render();
   }
 
   ensureNames(task) {
-    const { store } = this.app;
+    const { app } = this;
     for (const id of [task.agentId, task.creatorId]) {
       // (shown as "someone" until the node says who it is)
-      if (id && !store.participant(id)) this.app.ensureParticipant(id).then(() => this.render());
+      if (id && !app.store.participant(id)) app.ensureParticipant(id).then(() => this.render());
     }
   }
 
   /** What a task is called: its title, else the start of the request. */
   titleOf(task) {
-    let text = task.title;
-    if (!text) {
-      const room = this.app.store.rooms.get(task.roomId);
-      const request = room && room.find ? room.find(task.messageId) : null;
-      text = request ? request.content : "A task";
-    }
-    text = text.replace(/\s+/g, " ").trim();
-    return text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
+    const room = this.app.store.rooms.get(task.roomId);
+    const request = !task.title && room && room.find ? room.find(task.messageId) : null;
+    return clip((task.title || (request ? request.content : "A task")).replace(/\s+/g, " ").trim(), 120);
   }
 
-  mayCancel(task) {
-    const { store } = this.app;
-    return task.creatorId === store.me.participantId || store.can("agents.command");
-  }
-
+  /** Draw the open room's tasks, each item updated in place (an answer being
+   * written keeps its text, caret and focus); a focus on a button replaced
+   * goes to the new one (data-key). */
   render() {
-    const held = this.roomId && this.byRoom.get(this.roomId);
-    const tasks = held ? [...held.values()].sort((a, b) => (a.createdAt < b.createdAt ? 1 : -1)) : [];
-    // the focus stays on its button across a redraw
+    const room = this.roomId && this.rooms.get(this.roomId);
+    const tasks = room && room.tasks ? [...room.tasks.values()].sort((a, b) => (a.createdAt < b.createdAt ? 1 : -1)) : [];
     const active = document.activeElement;
-    const key = active && this.list.contains(active) ? active.dataset.key : null;
-    this.section.hidden = tasks.length === 0;
-    if (!tasks.length) {
-      this.list.replaceChildren();
-      if (key) $("timeline").focus();
-      return;
-    }
+    const inList = this.list.contains(active);
+    this.section.hidden = !tasks.length;
     this.count.textContent = `${tasks.length} open`;
-    fill(
-      this.list,
-      tasks.map((task) => this.item(task)),
-    );
-    if (key) {
-      const again = this.list.querySelector(`[data-key="${CSS.escape(key)}"]`);
-      (again || this.section.querySelector("h2")).focus();
+    const items = new Map();
+    let at = this.list.firstChild;
+    for (const task of tasks) {
+      const li = this.item(task);
+      items.set(task.taskId, li);
+      if (li === at) at = at.nextSibling;
+      else this.list.insertBefore(li, at);
+    }
+    while (at) {
+      const next = at.nextSibling;
+      at.remove();
+      at = next;
+    }
+    this.items = items;
+    if (inList && !this.list.contains(active)) {
+      const again = this.list.querySelector(`[data-key="${CSS.escape(active.dataset.key || "")}"]`);
+      (again || (tasks.length ? $("room-tasks-title") : $("timeline"))).focus();
     }
   }
 
   item(task) {
     const { store } = this.app;
+    const { taskId, state } = task;
     const title = this.titleOf(task);
-    const titleId = `task-${task.taskId}`;
-    const buttons = [
-      h("button", {
-        type: "button",
-        class: "small",
-        text: "Thread",
-        "aria-label": `Thread of ${title}`,
-        dataset: { key: `thread:${task.taskId}` },
-        on: { click: () => this.app.openThread(task.roomId, task.messageId) },
-      }),
-    ];
+    const li = this.items.get(taskId) || h("li", { "aria-labelledby": `task-${taskId}` });
+    li.className = `task task-${state}`;
     const mine = task.creatorId === store.me.participantId;
-    if (mine && task.state === "input-required" && this.answering !== task.taskId) {
-      buttons.push(
-        h("button", {
-          type: "button",
-          class: "small primary",
-          text: "Answer",
-          "aria-label": `Answer: ${title}`,
-          dataset: { key: `answer:${task.taskId}` },
-          on: { click: () => this.startAnswer(task) },
-        }),
-      );
-    }
-    if (this.mayCancel(task)) {
-      buttons.push(
-        h("button", {
-          type: "button",
-          class: "small danger",
-          text: "Cancel task",
-          "aria-label": `Cancel task: ${title}`,
-          dataset: { key: `cancel:${task.taskId}` },
-          on: { click: (event) => this.cancel(task, event.currentTarget) },
-        }),
-      );
-    }
-    return h(
-      "li",
-      { class: `task task-${task.state}`, "aria-labelledby": titleId },
+    const answering = this.answering === taskId;
+    const main = h(
+      "div",
+      { class: "task-main" },
+      h("span", { class: "task-title", id: `task-${taskId}` }, bdi(title)),
       h(
-        "div",
-        { class: "task-main" },
-        h("span", { class: "task-title", id: titleId }, bdi(title)),
-        h(
-          "span",
-          { class: "task-meta" },
-          "for ",
-          bdi(store.nameOf(task.agentId)),
-          " · ",
-          h("span", { class: `task-state task-state-${task.state}`, text: STATE_TEXT[task.state] || task.state }),
-        ),
-        task.state === "input-required" && task.statusMessage
-          ? h("span", { class: "task-status", dir: "auto" }, bdi(task.statusMessage))
-          : null,
+        "span",
+        { class: "task-meta" },
+        "for ",
+        bdi(store.nameOf(task.agentId)),
+        " · ",
+        h("span", { class: `task-state task-state-${state}`, text: STATE_TEXT[state] || state }),
       ),
-      h("div", { class: "task-actions" }, buttons),
-      this.answering === task.taskId ? this.answerForm(task, title) : null,
+      state === ASKS && task.statusMessage ? h("span", { class: "task-status", dir: "auto" }, bdi(task.statusMessage)) : null,
     );
+    const actions = h(
+      "div",
+      { class: "task-actions" },
+      button("Thread", `Thread of ${title}`, `thread:${taskId}`, "", () => this.app.openThread(task.roomId, task.messageId)),
+      mine && state === ASKS && !answering
+        ? button("Answer", `Answer: ${title}`, `answer:${taskId}`, "primary", () => this.startAnswer(task))
+        : null,
+      mine || store.can("agents.command")
+        ? button("Cancel task", `Cancel task: ${title}`, `cancel:${taskId}`, "danger", (e) => this.cancel(task, e.currentTarget))
+        : null,
+    );
+    if (li.firstChild) {
+      li.children[0].replaceWith(main);
+      li.children[1].replaceWith(actions);
+    } else li.append(main, actions);
+    const form = answering ? (this.form ||= this.answerForm(task, title)) : null;
+    for (const old of li.querySelectorAll(":scope > form")) if (old !== form) old.remove();
+    if (form && form.parentNode !== li) li.append(form);
+    return li;
   }
 
   startAnswer(task) {
     this.answering = task.taskId;
-    this.draft = "";
+    this.form = null;
     this.render();
-    const box = this.list.querySelector(`[data-key="${CSS.escape(`draft:${task.taskId}`)}"]`);
-    if (box) box.focus();
+    if (this.form) this.form.querySelector("input").focus();
   }
 
   stopAnswer(task) {
-    this.answering = null;
-    this.draft = "";
+    this.answering = this.form = null;
     this.render();
-    const again = this.list.querySelector(`[data-key="${CSS.escape(`answer:${task.taskId}`)}"]`);
-    (again || $("room-tasks-title")).focus();
+    (this.list.querySelector(`[data-key="${CSS.escape(`answer:${task.taskId}`)}"]`) || $("room-tasks-title")).focus();
   }
 
   /** The creator's answer to a bot that asked back: posted in the task's
    * thread by the node, and the task is working again. */
   answerForm(task, title) {
+    const id = task.taskId;
+    const escape = (event) => {
+      if (event.key !== "Escape") return;
+      event.preventDefault();
+      event.stopPropagation();
+      this.stopAnswer(task);
+    };
     const box = h("input", {
       type: "text",
       class: "task-answer-box",
       autocomplete: "off",
       "aria-label": `Your answer: ${title}`,
-      value: this.draft,
-      dataset: { key: `draft:${task.taskId}` },
-      on: {
-        input: (event) => {
-          this.draft = event.currentTarget.value;
-        },
-        keydown: (event) => {
-          if (event.key === "Escape") {
-            event.preventDefault();
-            event.stopPropagation();
-            this.stopAnswer(task);
-          }
-        },
-      },
+      dataset: { key: `draft:${id}` },
+      on: { keydown: escape },
     });
     const error = h("p", { class: "error", role: "alert" });
-    const send = h("button", { type: "submit", class: "small primary", text: "Send answer" });
-    return h(
-      "form",
-      {
-        class: "task-answer",
-        novalidate: true,
-        on: {
-          submit: async (event) => {
-            event.preventDefault();
-            const content = box.value.trim();
-            if (!content) {
-              error.textContent = "Write an answer first.";
-              box.focus();
-              return;
-            }
-            send.setAttribute("aria-disabled", "true");
-            try {
-              const answer = await this.app.api.post(`/api/tasks/${encodeURIComponent(task.taskId)}/reply`, { content });
-              this.answering = null;
-              this.draft = "";
-              this.apply((answer && answer.task) || answer);
-              $("room-tasks-title").focus();
-            } catch (e) {
-              send.removeAttribute("aria-disabled");
-              error.textContent = `Not sent: ${e.message}`;
-            }
-          },
-        },
-      },
-      box,
-      send,
-      h("button", { type: "button", class: "small", text: "Close", on: { click: () => this.stopAnswer(task) } }),
-      error,
-    );
+    const send = h("button", { type: "submit", class: "small primary", text: "Send answer", dataset: { key: `send:${id}` } });
+    const submit = async (event) => {
+      event.preventDefault();
+      const content = box.value.trim();
+      if (!content) {
+        error.textContent = "Write an answer first.";
+        return box.focus();
+      }
+      if (send.getAttribute("aria-disabled")) return;
+      send.setAttribute("aria-disabled", "true");
+      try {
+        const answer = await this.app.api.post(`/api/tasks/${encodeURIComponent(id)}/reply`, { content });
+        if (this.answering === id) this.answering = this.form = null;
+        this.apply((answer && answer.task) || answer);
+        this.render();
+        $("room-tasks-title").focus();
+      } catch (e) {
+        send.removeAttribute("aria-disabled");
+        error.textContent = `Not sent: ${e.message}`;
+      }
+    };
+    const close = button("Close", null, `close:${id}`, "", () => this.stopAnswer(task));
+    return h("form", { class: "task-answer", novalidate: true, on: { submit } }, box, send, close, error);
   }
 
-  async cancel(task, button) {
-    // (not disabled meanwhile: a disabled button drops the focus, which
-    // then could not move on when the task leaves the list)
-    if (button.getAttribute("aria-disabled") === "true") return;
-    button.setAttribute("aria-disabled", "true");
+  async cancel(task, target) {
+    // (not disabled meanwhile: a disabled button drops the focus)
+    if (target.getAttribute("aria-disabled")) return;
+    target.setAttribute("aria-disabled", "true");
     try {
       const answer = await this.app.api.post(`/api/tasks/${encodeURIComponent(task.taskId)}/cancel`, {});
       this.apply((answer && answer.task) || answer || { ...task, state: "canceled" });
     } catch (error) {
-      button.removeAttribute("aria-disabled");
-      if (error.code === "task_closed") {
-        this.apply({ ...task, state: "canceled" });
-        return;
-      }
-      toast(`The task could not be canceled: ${error.message}`);
+      target.removeAttribute("aria-disabled");
+      if (error.code === "task_closed") this.apply({ ...task, state: "canceled" });
+      else toast(`The task could not be canceled: ${error.message}`);
     }
   }
 }

@@ -6,7 +6,7 @@
 // no sessionStorage, no URL) and never sent to the node.
 
 import { ago, h, fill } from "./dom.js";
-import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./panels.js";
+import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { available, decrypt, encrypt, versionOf } from "./vaultcrypto.js";
 
 const ENTRIES = "/api/vault/entries";

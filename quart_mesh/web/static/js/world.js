@@ -6,7 +6,7 @@
 // for `move` frames): docs/decisions/0049-world-view.md.
 
 import { bdi, fill, h, isBot, shortDid } from "./dom.js";
-import { Panel, errorLine, field, statusLine } from "./panels.js";
+import { Panel, errorLine, field, statusLine } from "./view.js";
 
 /** A room's region spans -EXTENT..EXTENT in x and z (world units). Positions
  * beyond are drawn at the edge; your own moves stay inside. */
