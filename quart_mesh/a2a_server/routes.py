@@ -141,6 +141,17 @@ def a2a_app(node: Callable[[], Node]) -> Starlette:
 
     async def get_node_card(request: Request) -> Response:
         agents = await node().agents.a2a_agents()
+        if not agents:
+            # A2A 1.0 requires a card's skills; the node's are its bots
+            return JSONResponse(
+                error_body(
+                    "no bot of this mesh is an A2A agent yet (managed bots are; "
+                    "others opt in with a2a: true)",
+                    "no_a2a_agents",
+                ),
+                status_code=404,
+                headers={"Cache-Control": "no-cache"},
+            )
         card = node_card(mesh_name(), base_url(request), agents)
         return JSONResponse(agent_card_to_dict(card), headers={"Cache-Control": "no-cache"})
 

@@ -142,6 +142,9 @@ async def owner(mesh: Mesh) -> User:
 async def test_the_cards_list_the_bots_that_opted_in(
     base_url: str, mesh: Mesh, owner: User
 ) -> None:
+    # no A2A bot yet: no card (A2A 1.0 requires skills), and a clear answer
+    r = await mesh.http.get("/.well-known/agent-card.json")
+    assert_error(r, 404, "no_a2a_agents")
     echo = await spawn_echo(mesh, owner)
     quiet = await bootstrap(mesh, "quiet")  # external: not an agent unless it says so
     loud = await bootstrap(mesh, "loud", a2a=True)
