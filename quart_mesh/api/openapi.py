@@ -9,6 +9,12 @@ as ``ErrorBody`` (``4XX`` and ``5XX``). The JSON Schemas come from
 msgspec (``schema_components``: draft 2020-12, the dialect of OpenAPI 3.1),
 all types at once so each component has one name.
 
+The agents' protocols (``/mcp``, its OAuth resource metadata, the A2A cards
+and interfaces) are served in front of Quart, so they are no routes of the
+app: their paths are described here by hand (:data:`AGENT_PATHS`), their
+bodies as generic JSON-RPC 2.0 messages, since the MCP and A2A
+specifications type the messages themselves.
+
 ``GET /api/reference`` renders the same document as a plain HTML page: no
 script at all, every string escaped, a CSP that allows only its own inline
 style (by hash).
@@ -37,7 +43,7 @@ from .._version import __version__
 from .contract import Contract, OneOf, answers_media, contract_of, public
 from .objects import ErrorBody
 
-__all__ = ["bp", "openapi_document"]
+__all__ = ["AGENT_PATHS", "bp", "openapi_document"]
 
 bp = Blueprint("openapi", __name__)
 
@@ -105,6 +111,9 @@ def openapi_document(app: Quart) -> dict[str, Any]:
             operation["operationId"] += "_" + re.sub(r"\W+", "_", path.removeprefix(API_PREFIX))
         ids.add(operation["operationId"])
         paths.setdefault(path, {})[method.lower()] = operation
+    paths.update(_agent_operations())
+    clash = set(AGENT_SCHEMAS) & set(components)
+    assert not clash, f"hand-described components named like contract types: {clash}"
     return {
         "openapi": "3.1.0",
         "info": {
@@ -114,20 +123,22 @@ def openapi_document(app: Quart) -> dict[str, Any]:
                 "The REST API of a quart-mesh node. Errors are JSON objects "
                 "`{error, code}` with the status that fits. The realtime protocol "
                 "is on `/ws` (docs/websocket.md)."
-                " AI agents that speak the Model Context Protocol connect to `/mcp` "
-                "(Streamable HTTP, with the same bearer token; its protected-resource "
-                "metadata at `/.well-known/oauth-protected-resource/mcp`): its tools "
-                "are these operations (docs/agents-mcp-a2a.md)."
+                " AI agents join in their own protocols, with the same bearer token "
+                "(docs/agents-mcp-a2a.md): the Model Context Protocol at `/mcp` "
+                "(Streamable HTTP), whose tools act through these operations, and "
+                "A2A 1.0 at `/a2a` (the mesh's bots as agents). Their paths are "
+                "here too (tag agent-protocols); their messages are the protocols' "
+                f"own, typed by their specifications ({MCP_SPEC}, {A2A_SPEC})."
             ),
         },
         "servers": [{"url": "/"}],
         "tags": [
             {"name": name, "description": description}
-            for name, description in dict.fromkeys(TAGS.values())
+            for name, description in dict.fromkeys((*TAGS.values(), AGENTS_TAG))
         ],
         "paths": paths,
         "components": {
-            "schemas": components,
+            "schemas": components | AGENT_SCHEMAS,
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -215,6 +226,373 @@ def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
         del schema["anyOf"]
         schema.update(choices[0])
     return schema
+
+
+# --- the agents' protocols ---------------------------------------------------
+# Served in front of Quart (mcp_server/endpoint.py, a2a_server/routes.py), so
+# not among the app's routes: described here by hand. Their bodies are the
+# protocols' own messages, which the MCP and A2A specifications type; the
+# document gives them as generic JSON-RPC 2.0 objects.
+
+#: the tag of the agents' protocols: (name, description)
+AGENTS_TAG: Final = ("agent-protocols", "Agents (MCP, A2A)")
+MCP_SPEC: Final = "https://modelcontextprotocol.io/specification"
+A2A_SPEC: Final = "https://a2a-protocol.org/latest/specification/"
+_GUIDE: Final = "docs/agents-mcp-a2a.md"
+#: the hand-described schemas' components
+JSON_RPC: Final = "JsonRpcMessage"
+_JSON_RPC_SCHEMA: Final[dict[str, Any]] = {
+    "title": JSON_RPC,
+    "description": (
+        "A JSON-RPC 2.0 request, notification or response: a request has "
+        "`id` and `method`, a notification `method` only, a response `id` and "
+        "`result` or `error`. The protocol's own schemas govern `params`, "
+        f"`result` and `error.data` (MCP: {MCP_SPEC}; A2A: {A2A_SPEC})."
+    ),
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "method": {"type": "string"},
+        "params": {"type": ["object", "array"]},
+        "result": {},
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "integer"},
+                "message": {"type": "string"},
+                "data": {},
+            },
+            "required": ["code", "message"],
+        },
+    },
+    "required": ["jsonrpc"],
+}
+_RESOURCE_METADATA: Final[dict[str, Any]] = {
+    "title": "ProtectedResourceMetadata",
+    "description": "OAuth 2.0 protected-resource metadata (RFC 9728) of `/mcp`.",
+    "type": "object",
+    "properties": {
+        "resource": {"type": "string", "description": "the URL of `/mcp` on this node"},
+        "authorization_servers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "where its tokens come from: this node",
+        },
+        "bearer_methods_supported": {"type": "array", "items": {"type": "string"}},
+        "resource_name": {"type": "string"},
+        "resource_documentation": {"type": "string"},
+    },
+    "required": ["resource"],
+}
+_AGENT_CARD: Final[dict[str, Any]] = {
+    "title": "AgentCard",
+    "description": f"An A2A 1.0 agent card; the A2A specification types it ({A2A_SPEC}).",
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "supportedInterfaces": {"type": "array", "items": {"type": "object"}},
+        "skills": {"type": "array", "items": {"type": "object"}},
+        "securitySchemes": {"type": "object"},
+    },
+}
+_AGENT_ID: Final = {
+    "name": "agentId",
+    "in": "path",
+    "required": True,
+    "description": "the bot's `agentId` (a bot that is an A2A agent)",
+    "schema": {"type": "string"},
+}
+_SESSION_ID: Final = "Mcp-Session-Id"
+_MCP_TOOLS: Final = (
+    "list_rooms, join_room, read_messages, send_message, wait_for_messages, "
+    "search_messages, list_participants, react, edit_message, delete_message, "
+    "send_command, list_agents, update_task"
+)
+_A2A_METHODS: Final = (
+    "SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask, ListTasks"
+)
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _json(description: str, schema: dict[str, Any], **headers: str) -> dict[str, Any]:
+    """An answer with a JSON body, and the headers it carries (name: about)."""
+    answer: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+    }
+    if headers:
+        answer["headers"] = {
+            name.replace("_", "-"): {"description": about, "schema": {"type": "string"}}
+            for name, about in headers.items()
+        }
+    return answer
+
+
+def _agent_operations() -> dict[str, dict[str, Any]]:
+    """The path entries of ``/mcp``, its resource metadata and the A2A
+    routes (see the block's comment)."""
+    error = _ref("ErrorBody")
+    rpc = _ref(JSON_RPC)
+    either = {"anyOf": [error, rpc]}
+    tag = [AGENTS_TAG[0]]
+    unauthorized = _json(
+        "no token, or one that is not valid (a mesh error)",
+        error,
+        WWW_Authenticate=(
+            'Bearer, with error_description and resource_metadata="<node>'
+            '/.well-known/oauth-protected-resource/mcp" (RFC 9728)'
+        ),
+    )
+    session = {
+        "name": _SESSION_ID,
+        "in": "header",
+        "description": "the session, as the answer to `initialize` named it",
+        "schema": {"type": "string"},
+    }
+    version = {
+        "name": "MCP-Protocol-Version",
+        "in": "header",
+        "required": False,
+        "description": "the protocol revision the session negotiated (after `initialize`)",
+        "schema": {"type": "string"},
+    }
+    mcp_errors = {
+        "400": _json("not JSON-RPC, or no session header where one is needed", rpc),
+        "401": unauthorized,
+        "403": _json("a browser's request from another origin (a mesh error)", error),
+        "404": _json("no such session: unknown, expired, ended, or another participant's", rpc),
+        "4XX": _json("refused (the node's or the MCP SDK's answer)", either),
+        "5XX": _json("the node failed, or is starting or stopping", either),
+    }
+    mcp_about = (
+        "The node's MCP server (Model Context Protocol, Streamable HTTP, the "
+        "current revision and the previous one), for AI agents: they act as "
+        "the token's participant, with no more than its token can do over "
+        f"REST. Tools: {_MCP_TOOLS}; resources `mesh://rooms/{{id}}`; a prompt. "
+        f"The messages are the protocol's ({MCP_SPEC}); see {_GUIDE} (§ MCP)."
+    )
+    mcp: dict[str, Any] = {
+        "post": {
+            "operationId": "post_mcp",
+            "tags": tag,
+            "summary": "Send an MCP message (JSON-RPC request, notification or response)",
+            "description": (
+                f"{mcp_about} A request without `{_SESSION_ID}` opens a session "
+                "(`initialize`), at most `max_mcp_sessions_per_participant` each."
+            ),
+            "parameters": [{**session, "required": False}, version],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": rpc}},
+            },
+            "responses": {
+                "200": {
+                    "description": (
+                        "the answer, as JSON or as an event stream of messages "
+                        "(as the request's Accept allows)"
+                    ),
+                    "headers": {
+                        _SESSION_ID: {
+                            "description": "the session `initialize` opened",
+                            "schema": {"type": "string"},
+                        }
+                    },
+                    "content": {
+                        "application/json": {"schema": rpc},
+                        "text/event-stream": {"schema": {"type": "string"}},
+                    },
+                },
+                "202": {"description": "a notification or a response, accepted"},
+                **mcp_errors,
+                "413": {
+                    "description": "the body is over `max_body_bytes`",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                "429": _json(
+                    "too_many_sessions: the participant's MCP sessions are all open (a mesh error)",
+                    error,
+                    Retry_After="seconds",
+                ),
+            },
+        },
+        "get": {
+            "operationId": "get_mcp",
+            "tags": tag,
+            "summary": "Open the session's event stream (server-sent events)",
+            "description": (
+                f"{mcp_about} The stream carries the server's notifications "
+                "(a room's new messages, for `resources/subscribe`) and requests. "
+                "Not served with several workers (no sessions then)."
+            ),
+            "parameters": [{**session, "required": True}, version],
+            "responses": {
+                "200": {
+                    "description": "the event stream, until the session ends",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **mcp_errors,
+            },
+        },
+        "delete": {
+            "operationId": "delete_mcp",
+            "tags": tag,
+            "summary": "End the MCP session",
+            "description": f"{mcp_about} Gives the participant's session seat back.",
+            "parameters": [{**session, "required": True}, version],
+            "responses": {
+                "200": {"description": "the session is ended"},
+                **mcp_errors,
+            },
+        },
+    }
+    metadata = {
+        "get": {
+            "operationId": "get_mcp_resource_metadata",
+            "tags": tag,
+            "summary": "The OAuth protected-resource metadata of /mcp (RFC 9728)",
+            "description": (
+                "Where `/mcp`'s tokens come from (this node) and how they are "
+                "sent (the Authorization header); a 401 from `/mcp` points here. "
+                "Also served at `/.well-known/oauth-protected-resource`."
+            ),
+            "security": [],
+            "responses": {
+                "200": _json("the metadata", _ref(_RESOURCE_METADATA["title"])),
+                "4XX": _json("refused", error),
+                "5XX": _json("the node failed", error),
+            },
+        }
+    }
+    a2a_about = (
+        "The mesh's bots as A2A 1.0 agents (JSON-RPC binding): a message to a "
+        "bot becomes a conversation with it in the mesh and a task the caller "
+        f"can follow. Methods: {_A2A_METHODS}. The messages are the protocol's "
+        f"({A2A_SPEC}); see {_GUIDE} (§ A2A)."
+    )
+    a2a_version = {
+        "name": "A2A-Version",
+        "in": "header",
+        "required": False,
+        "description": "`1.0` (the A2A SDK takes a missing header as 0.3)",
+        "schema": {"type": "string", "examples": ["1.0"]},
+    }
+    rpc_errors = {
+        "401": _json(
+            "no token, or one that is not valid (a JSON-RPC error; the mesh's code "
+            "in `error.data.code`)",
+            rpc,
+            WWW_Authenticate='Bearer realm="mesh"',
+        ),
+        "413": _json("the body is over `max_body_bytes` (a JSON-RPC error)", rpc),
+        "4XX": _json("refused", either),
+        "5XX": _json("the node failed", either),
+    }
+
+    def rpc_operation(
+        operation_id: str, summary: str, description: str, *, agent: bool = False
+    ) -> dict[str, Any]:
+        errors = dict(rpc_errors)
+        if agent:
+            errors["404"] = _json(
+                "agent_not_found: no such bot, or not an A2A agent (a JSON-RPC error)", rpc
+            )
+        return {
+            "operationId": operation_id,
+            "tags": tag,
+            "summary": summary,
+            "description": f"{description} {a2a_about}",
+            "parameters": [_AGENT_ID, a2a_version] if agent else [a2a_version],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": rpc}},
+            },
+            "responses": {
+                "200": {
+                    "description": (
+                        "the JSON-RPC response (an error too), or for the streaming "
+                        "methods an event stream of them"
+                    ),
+                    "content": {
+                        "application/json": {"schema": rpc},
+                        "text/event-stream": {"schema": {"type": "string"}},
+                    },
+                },
+                **errors,
+            },
+        }
+
+    card = _ref(_AGENT_CARD["title"])
+    paths: dict[str, dict[str, Any]] = {
+        "/mcp": mcp,
+        "/.well-known/oauth-protected-resource/mcp": metadata,
+        "/.well-known/agent-card.json": {
+            "get": {
+                "operationId": "get_a2a_node_card",
+                "tags": tag,
+                "summary": "The node's A2A agent card (its skills are its A2A bots)",
+                "description": (
+                    "The node as an A2A agent: one skill per bot that is an A2A "
+                    "agent (the skill's id is its `agentId`), its interface `/a2a`, "
+                    f"and the mesh token as its security scheme. {a2a_about}"
+                ),
+                "security": [],
+                "responses": {
+                    "200": _json("the card", card),
+                    "404": _json("no_a2a_agents: no bot of this mesh is an A2A agent", error),
+                    "4XX": _json("refused", error),
+                    "5XX": _json("the node failed", either),
+                },
+            }
+        },
+        "/a2a": {
+            "post": rpc_operation(
+                "post_a2a",
+                "Call the node's A2A interface (JSON-RPC; the message names its bot)",
+                "The bot is named in `message.metadata.agentId`.",
+            )
+        },
+        "/a2a/agents/{agentId}": {
+            "post": rpc_operation(
+                "post_a2a_agent",
+                "Call one bot's A2A interface (JSON-RPC)",
+                "The bot is the path's.",
+                agent=True,
+            )
+        },
+        "/a2a/agents/{agentId}/.well-known/agent-card.json": {
+            "get": {
+                "operationId": "get_a2a_agent_card",
+                "tags": tag,
+                "summary": "One bot's A2A agent card",
+                "description": (
+                    f"The bot as an A2A agent, its interface `/a2a/agents/{{agentId}}`. {a2a_about}"
+                ),
+                "security": [],
+                "parameters": [_AGENT_ID],
+                "responses": {
+                    "200": _json("the card", card),
+                    "404": _json("agent_not_found: no such bot, or not an A2A agent", error),
+                    "4XX": _json("refused", error),
+                    "5XX": _json("the node failed", either),
+                },
+            }
+        },
+    }
+    for methods in paths.values():
+        for operation in methods.values():
+            operation["responses"] = dict(sorted(operation["responses"].items()))
+    return paths
+
+
+#: the hand-described components: (name, schema)
+AGENT_SCHEMAS: Final = {s["title"]: s for s in (_JSON_RPC_SCHEMA, _RESOURCE_METADATA, _AGENT_CARD)}
+#: the agents' protocol paths the document describes by hand
+AGENT_PATHS: Final = tuple(_agent_operations())
 
 
 def _document() -> dict[str, Any]:

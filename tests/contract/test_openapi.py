@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 from openapi_spec_validator import validate
 
@@ -22,8 +23,25 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: the agents' protocols, served in front of Quart and described by hand
+AGENT_OPERATIONS = {
+    ("post", "/mcp"),
+    ("get", "/mcp"),
+    ("delete", "/mcp"),
+    ("get", "/.well-known/oauth-protected-resource/mcp"),
+    ("get", "/.well-known/agent-card.json"),
+    ("post", "/a2a"),
+    ("post", "/a2a/agents/{agentId}"),
+    ("get", "/a2a/agents/{agentId}/.well-known/agent-card.json"),
+}
+
+
 def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
     return {(method, path) for path, methods in doc["paths"].items() for method in methods}
+
+
+def _api_operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(method, path) for method, path in _operations(doc) if path.startswith("/api/")}
 
 
 async def test_the_served_document_is_valid_openapi_3_1(http: httpx.AsyncClient) -> None:
@@ -45,7 +63,9 @@ def test_every_api_route_is_an_operation_with_its_answers_declared(tmp_path: Pat
             path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
             methods = set(rule.methods or ()) - {"HEAD", "OPTIONS"}
             routes |= {(m.lower(), path) for m in methods}
-    assert _operations(doc) == routes
+    assert _api_operations(doc) == routes
+    # everything else is one of the agents' protocols, each of them there
+    assert _operations(doc) - routes == AGENT_OPERATIONS
     ids = [op["operationId"] for methods in doc["paths"].values() for op in methods.values()]
     assert len(ids) == len(set(ids))
     undeclared = {
@@ -59,6 +79,89 @@ def test_every_api_route_is_an_operation_with_its_answers_declared(tmp_path: Pat
         for method, op in methods.items():
             assert op.get("summary"), (method, path)
             assert set(op["responses"]) >= {"4XX", "5XX"}
+
+
+async def test_the_mcp_operations_name_every_tool(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path))
+    tools = {tool.name for tool in await app.extensions["quart_mesh.mcp"].mcp.list_tools()}
+    described = openapi_document(app)["paths"]["/mcp"]["post"]["description"]
+    listed = re.search(r"Tools: ([^;]*);", described)
+    assert listed, described
+    assert set(listed[1].split(", ")) == tools
+
+
+def _assert_fits(r: httpx.Response, path: str, method: str) -> None:
+    """*r*'s status and body as the document describes *path*'s *method*."""
+    doc = document()
+    responses = doc["paths"][path][method]["responses"]
+    status = str(r.status_code)
+    assert status in responses, (path, method, status, sorted(responses))
+    for header in responses[status].get("headers", ()):
+        assert header in r.headers, (path, method, status, header)
+    if "content" not in responses[status]:
+        assert not r.content, (path, method, status, r.text[:500])
+        return
+    media = r.headers["content-type"].split(";")[0]
+    schema = responses[status]["content"][media]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**schema, "components": doc["components"]})
+    value = r.json() if media == "application/json" else r.text
+    errors = [f"{e.instance_path}: {e.message}" for e in validator.iter_errors(value)]
+    assert not errors, (path, method, status, errors, r.text[:500])
+
+
+async def test_the_agents_protocols_answer_as_the_document_describes(mesh: Mesh) -> None:
+    owner = await mesh.setup()
+    http = mesh.http
+    r = await http.get("/.well-known/oauth-protected-resource/mcp")
+    assert r.status_code == 200
+    _assert_fits(r, "/.well-known/oauth-protected-resource/mcp", "get")
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    r = await http.post("/mcp", json=ping, headers=accept)
+    assert r.status_code == 401
+    assert "resource_metadata=" in r.headers["www-authenticate"]
+    _assert_fits(r, "/mcp", "post")
+    r = await http.post("/mcp", json=ping, headers={**accept, "Origin": "https://evil.example"})
+    assert_error(r, 403, "forbidden")
+    _assert_fits(r, "/mcp", "post")
+    unknown = {**owner.headers, **accept, "Mcp-Session-Id": "no-such-session"}
+    for method in ("post", "get", "delete"):
+        r = await http.request(method.upper(), "/mcp", json=ping, headers=unknown)
+        assert r.status_code == 404, (method, r.text)
+        _assert_fits(r, "/mcp", method)
+    # a session opened, then ended
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "contract-test", "version": "1"},
+        },
+    }
+    r = await http.post("/mcp", json=initialize, headers={**owner.headers, **accept})
+    assert r.status_code == 200, r.text
+    _assert_fits(r, "/mcp", "post")
+    session = {**owner.headers, "Mcp-Session-Id": r.headers["mcp-session-id"]}
+    r = await http.delete("/mcp", headers=session)
+    assert r.status_code == 200, r.text
+    _assert_fits(r, "/mcp", "delete")
+    # no bot of the mesh is an A2A agent yet
+    r = await http.get("/.well-known/agent-card.json")
+    assert_error(r, 404, "no_a2a_agents")
+    _assert_fits(r, "/.well-known/agent-card.json", "get")
+    r = await http.get("/a2a/agents/nope/.well-known/agent-card.json")
+    assert_error(r, 404, "agent_not_found")
+    _assert_fits(r, "/a2a/agents/{agentId}/.well-known/agent-card.json", "get")
+    call = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"}}
+    r = await http.post("/a2a", json=call, headers={"A2A-Version": "1.0"})
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    _assert_fits(r, "/a2a", "post")
+    r = await http.post("/a2a/agents/nope", json=call, headers=owner.headers)
+    assert r.status_code == 404
+    _assert_fits(r, "/a2a/agents/{agentId}", "post")
 
 
 async def test_a_body_that_does_not_fit_its_type_is_refused_with_the_usual_codes(
@@ -145,7 +248,7 @@ def test_docs_rest_md_lists_exactly_the_documented_operations() -> None:
     doc = document()
     # docs/rest.md writes :roomId; the document names the handler's parameter
     by_shape = {
-        (method, re.sub(r"\{[^}]+\}", "{}", path)): path for method, path in _operations(doc)
+        (method, re.sub(r"\{[^}]+\}", "{}", path)): path for method, path in _api_operations(doc)
     }
     listed_shapes = {(m, re.sub(r"\{[^}]+\}", "{}", p)) for m, p in listed}
     assert listed_shapes == set(by_shape), (
