@@ -10,7 +10,7 @@
 import { ApiError, seg } from "./api.js";
 import { ConnectDialog } from "./connect.js";
 import { fill, h } from "./dom.js";
-import { Panel, errorLine, field, guarded, reason, statusLine, table } from "./view.js";
+import { Panel, copyText, errorLine, field, guarded, reason, statusLine, table } from "./view.js";
 import { available, decrypt, versionOf } from "./vaultcrypto.js";
 
 const REFRESH_MS = 10000; // the list is read again this often while shown
@@ -37,16 +37,6 @@ export function bridgeCommand(wsUrl, name) {
     "read -rs MESH_TOKEN && export MESH_TOKEN   # paste the token, then Enter",
     `mesh-bridge --mesh ${shellQuote(wsUrl)} --exec ./reply.sh --state ${shellQuote(state)}`,
   ].join("\n");
-}
-
-async function copyText(text, note) {
-  try {
-    if (!navigator.clipboard || !window.isSecureContext) throw new Error("no clipboard");
-    await navigator.clipboard.writeText(text);
-    note.textContent = "Copied.";
-  } catch {
-    note.textContent = "This browser does not let the page copy: select the text and copy it.";
-  }
 }
 
 export class BotsPanel extends Panel {

@@ -12,7 +12,7 @@
 // is stored by the page, and an answer that comes after a close is dropped.
 
 import { h, icon, toast } from "./dom.js";
-import { errorLine, field, reason, statusLine } from "./view.js";
+import { copyText, errorLine, field, reason, statusLine } from "./view.js";
 
 const SERVER_NAME = "mesh"; // the name the agent's tools know the node by
 
@@ -51,16 +51,6 @@ export function agentSetups(mcpUrl, token) {
     cursor: json({ mcpServers: { [SERVER_NAME]: { url: mcpUrl, headers: { Authorization: auth } } } }),
     header: `Authorization: ${auth}`,
   };
-}
-
-async function copyText(text, note) {
-  try {
-    if (!navigator.clipboard || !window.isSecureContext) throw new Error("no clipboard");
-    await navigator.clipboard.writeText(text);
-    note.textContent = "Copied.";
-  } catch {
-    note.textContent = "This browser does not let the page copy: select the text and copy it.";
-  }
 }
 
 export class ConnectDialog {

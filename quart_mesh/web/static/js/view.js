@@ -62,6 +62,17 @@ export function field(text, input, hint = "") {
 }
 
 /** An error line read out when it changes (empty and hidden until then). */
+/** Copy *text* to the clipboard and say in *note* whether it could. */
+export async function copyText(text, note) {
+  try {
+    if (!navigator.clipboard || !window.isSecureContext) throw new Error("no clipboard");
+    await navigator.clipboard.writeText(text);
+    note.textContent = "Copied.";
+  } catch {
+    note.textContent = "This browser does not let the page copy: select the text and copy it.";
+  }
+}
+
 export function errorLine() {
   return h("p", { class: "error", role: "alert" });
 }
