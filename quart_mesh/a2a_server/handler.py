@@ -75,6 +75,7 @@ from ..errors import (
     Unavailable,
 )
 from ..ids import is_ulid, new_id
+from ..services.delivery import ACCESS_ENDED, refuse_if_access_ended
 from .mapping import (
     STATES,
     TERMINAL,
@@ -124,13 +125,6 @@ MAX_LISTED = 5000
 SHOWN_ID_CHARS = 64
 #: states in which a sent message's wait ends (the agent has answered or asks back)
 _SETTLED = TERMINAL | {"input-required"}
-#: why a feed ended that ends the wait too (the caller's access is gone), as
-#: the refusal a new request would get (``services/polling.py``)
-_ACCESS_ENDED: dict[str, tuple[str, str]] = {
-    "signed_out": ("this token was signed out", "token_revoked"),
-    "revoked": ("this token was signed out", "token_revoked"),
-    "removed": ("the token's participant no longer exists", "invalid_token"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +257,9 @@ class MeshRequestHandler(RequestHandler):
 
     async def _follow(self, context: ServerCallContext) -> Feed:
         """The caller's feed for a wait, ended by a sign-out of its token."""
-        feed = await self._node().delivery.follow(self._actor(context), capacity=FEED_CAPACITY)
-        feed.sub.token_id = self._caller(context).token_id
-        return feed
+        return await self._node().delivery.follow(
+            self._actor(context), capacity=FEED_CAPACITY, token_id=self._caller(context).token_id
+        )
 
     @contextlib.contextmanager
     def _seat(self, context: ServerCallContext) -> Iterator[None]:
@@ -475,9 +469,10 @@ class MeshRequestHandler(RequestHandler):
                 participant deleted.
             TaskNotFoundError: the caller may no longer read the task.
         """
-        ended = _ACCESS_ENDED.get(feed.sub.failed or "")
-        if ended is not None:
-            raise a2a_error(Unauthorized(*ended))
+        try:
+            refuse_if_access_ended(feed.sub.failed)
+        except Unauthorized as refused:
+            raise a2a_error(refused) from None
         actor = await self._actor_now(context)
         return await self._visible_task(context, task["taskId"], actor)
 
@@ -495,7 +490,7 @@ class MeshRequestHandler(RequestHandler):
         while trio.current_time() < deadline:
             with trio.move_on_at(min(deadline, trio.current_time() + RECHECK_SECONDS)):
                 while True:
-                    if feed.sub.failed in _ACCESS_ENDED:
+                    if feed.sub.failed in ACCESS_ENDED:
                         break
                     if feed.sub.failed is not None:
                         await trio.sleep_forever()  # lagged: the re-reads go on

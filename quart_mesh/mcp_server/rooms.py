@@ -299,9 +299,8 @@ class RoomSubscriptions:
         node = self._node_of()
         lagged = False
         while True:
-            with await node.delivery.follow(who.actor) as feed:
+            with await node.delivery.follow(who.actor, token_id=who.token_id) as feed:
                 sub = feed.sub
-                sub.token_id = who.token_id
                 await node.accounts.authenticate(who.token)
                 changed: set[str] = set()
                 if lagged:

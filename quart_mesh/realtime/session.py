@@ -263,10 +263,9 @@ class ProtocolSession:
         services = self.services
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
-        with await services.delivery.follow(actor, chat=chat) as feed:
+        with await services.delivery.follow(actor, chat=chat, token_id=auth.token_id) as feed:
             sub = feed.sub
             self._sub = sub
-            sub.token_id = auth.token_id
             sub.hold()  # live events wait until auth_ok, snapshot and replay are out
             # the token's expiry (unix seconds) on trio's clock: the session
             # ends then, and the client authenticates again with a new one

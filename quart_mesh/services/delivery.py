@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Subscription
+from ..errors import Unauthorized
 from ..events import CommandIssued, Event, MessagePosted, RoomAccess
 from ..records import Message
 from ..store import Database
@@ -31,7 +32,12 @@ from .accounts import Accounts
 from .authz import Actor, Readable, readable_rooms
 from .commands import command_event
 
-__all__ = ["Backlog", "Delivery", "Feed"]
+__all__ = ["ACCESS_ENDED", "Backlog", "Delivery", "Feed", "refuse_if_access_ended"]
+
+#: why a feed ends when its caller's access did (its subscription's
+#: ``failed``): the token signed out, a guest's access ended, the
+#: participant deleted (:func:`refuse_if_access_ended`)
+ACCESS_ENDED = frozenset({"signed_out", "revoked", "removed"})
 
 #: most waiting commands taken at once
 _COMMANDS = 100
@@ -186,11 +192,20 @@ class Delivery:
         self._broker = broker
         self._accounts = accounts
 
-    async def follow(self, actor: Actor, *, capacity: int | None = None, chat: bool = True) -> Feed:
+    async def follow(
+        self,
+        actor: Actor,
+        *,
+        capacity: int | None = None,
+        chat: bool = True,
+        token_id: str | None = None,
+    ) -> Feed:
         """Subscribe *actor* to its events and hand out the feed to read its
         backlog from: nothing published after it returns is missed. Use the
         feed in a ``with`` block, right away: the subscription ends with
         the block (``with await delivery.follow(actor) as feed:``).
+        *token_id*: the token the caller came with; signing it out ends the
+        feed (``signed_out``, :func:`refuse_if_access_ended`).
 
         The rooms it may read are decided for the participant as it is now
         (its role may have changed since *actor* was resolved), and again
@@ -206,6 +221,7 @@ class Delivery:
             chat=chat,
             readable=None if readable.unrestricted else readable,
         )
+        sub.token_id = token_id
         return Feed(self._db, actor.participant_id, sub)
 
     async def refresh(self, participant_id: str | None = None) -> None:
@@ -230,3 +246,17 @@ class Delivery:
                 self._broker.send_to(target, RoomAccess(room_id, readable=False))
             for room_id in sorted(shown):
                 self._broker.send_to(target, RoomAccess(room_id, readable=True))
+
+
+def refuse_if_access_ended(ended: str | None) -> None:
+    """A wait whose caller's access ended meanwhile (its feed's ``failed``):
+    its token signed out (or a guest's access ended), or its participant
+    deleted, takes nothing more.
+
+    Raises:
+        Unauthorized: ``token_revoked`` or ``invalid_token``.
+    """
+    if ended in ("signed_out", "revoked"):
+        raise Unauthorized("this token was signed out", "token_revoked")
+    if ended == "removed":
+        raise Unauthorized("the token's participant no longer exists", "invalid_token")

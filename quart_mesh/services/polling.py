@@ -17,12 +17,12 @@ from typing import Any
 import trio
 
 from ..config import Settings
-from ..errors import BadRequest, Unauthorized
+from ..errors import BadRequest
 from ..records import Message
 from ..store.agents import CommandRow
 from .authz import Actor, authorize
 from .commands import Commands, command_event
-from .delivery import Delivery, Feed
+from .delivery import Delivery, Feed, refuse_if_access_ended
 from .presence import Presence
 from .seats import Seats
 from .validation import cursor_number
@@ -110,8 +110,10 @@ class Polling:
             if wait_seconds > 0
             else contextlib.nullcontext()
         )
-        with seat, await self._delivery.follow(actor, capacity=64, chat=chat) as feed:
-            feed.sub.token_id = token_id
+        with (
+            seat,
+            await self._delivery.follow(actor, capacity=64, chat=chat, token_id=token_id) as feed,
+        ):
             if wait_seconds == 0:
                 return await self._take(actor, feed, after, limit, mentions_of)
             async with self._presence.attached(actor.participant_id):
@@ -123,7 +125,9 @@ class Polling:
                         after = result.cursor
                         if not await feed.wait_for_more():
                             break
-            _refuse_if_signed_out(feed.sub.failed)
+            # signed out everywhere, or deleted, while it waited: the messages
+            # and commands stay for whoever signs in next
+            refuse_if_access_ended(feed.sub.failed)
             return await self._take(actor, feed, after, limit, mentions_of)
 
     async def _take(
@@ -141,20 +145,6 @@ class Polling:
         if backlog.commands:
             await self._commands.mark_delivered([c.command_id for c in backlog.commands])
         return PollResult(backlog.messages, backlog.cursor, tuple(backlog.commands))
-
-
-def _refuse_if_signed_out(ended: str | None) -> None:
-    """A poll whose caller was signed out everywhere, or deleted, while it
-    waited takes nothing more: the messages and commands stay for whoever
-    signs in next.
-
-    Raises:
-        Unauthorized: ``token_revoked`` or ``invalid_token``.
-    """
-    if ended in ("signed_out", "revoked"):
-        raise Unauthorized("this token was signed out", "token_revoked")
-    if ended == "removed":
-        raise Unauthorized("the token's participant no longer exists", "invalid_token")
 
 
 def _parse_cursor(value: str | int | None) -> int | None:
