@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Route, expect
 
-from tests.browser import Person, call, chromium, in_browser, shot
+from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.helpers import User
 from tests.web.conftest import Served
 
@@ -107,6 +107,8 @@ async def test_messages_live_pending_failed_edited_deleted(
             expect(pending).to_contain_text("sending…")
             expect(alice.message("wait for it")).to_have_count(0)
             shot(bob.page, "pending")
+            # the page shows "sending…" before the request reaches the route
+            until(bob, lambda: bool(held))
             assert len(held) == 1
             held[0].continue_()
             expect(pending).not_to_contain_text("sending…")
@@ -298,6 +300,7 @@ async def test_attachments_upload_with_progress(
                 "Wait until the files have uploaded."
             )
             shot(bob.page, "uploading")
+            until(bob, lambda: len(held) == 2)
             for route in held:
                 route.continue_()
             files = bob.page.get_by_role("list", name="Files to send")
