@@ -86,14 +86,14 @@ class HttpHandler:
                 snippet,
             )
             return
-        reply = self._reply(response, bytes(body), message)
+        reply = self._reply(response, bytes(body), message, label)
         if reply is None:
             log.info("%s gave no reply to message %s", self.url, label)
             return
         await self.outbox.put(reply)
 
     def _reply(
-        self, response: httpx.Response, body: bytes, message: dict[str, Any]
+        self, response: httpx.Response, body: bytes, message: dict[str, Any], label: object
     ) -> Reply | None:
         room_id = message["roomId"]
         media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -101,14 +101,19 @@ class HttpHandler:
             try:
                 data = json.loads(body)
             except ValueError:
-                log.warning("%s answered invalid JSON: no reply", self.url)
+                log.warning("%s answered invalid JSON on message %s: no reply", self.url, label)
                 return None
             if isinstance(data, dict):
                 return reply_from_object(data, room_id, self.max_reply_bytes, self.url)
             if isinstance(data, str):
                 text = data
             else:
-                log.warning("%s answered JSON that is neither an object nor a string", self.url)
+                log.warning(
+                    "%s answered JSON that is neither an object nor a string on message %s: "
+                    "no reply",
+                    self.url,
+                    label,
+                )
                 return None
         else:
             text = body.decode(response.encoding or "utf-8", errors="replace")
