@@ -24,9 +24,8 @@ from __future__ import annotations
 import ast
 import os
 import re
-import shlex
-import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -74,7 +73,22 @@ def code_blocks(path: Path) -> list[Snippet]:
     ]
 
 
-PYTHON_SNIPPETS = [s for doc in DOCUMENTS for s in code_blocks(doc) if s.language == "python"]
+_FILE = re.compile(r"\A# file: (\S+)\n")
+
+
+def file_name(snippet: Snippet) -> str | None:
+    """The name a block is saved under when its first line is ``# file: NAME``:
+    a file the page's shell sequence uses (run there, not on its own)."""
+    match = _FILE.match(snippet.code)
+    return match.group(1) if match else None
+
+
+PYTHON_SNIPPETS = [
+    s
+    for doc in DOCUMENTS
+    for s in code_blocks(doc)
+    if s.language == "python" and file_name(s) is None
+]
 
 
 def clean_environment() -> dict[str, str]:
@@ -94,10 +108,10 @@ class ServedNode:
 
 
 @asynccontextmanager
-async def serve_node(data_dir: Path) -> AsyncIterator[ServedNode]:
-    """A node served in this process on a free port, set up by its owner,
-    with a model ``gpt`` answered by the tests' fake OpenAI upstream;
-    stopped on exit."""
+async def serve_node(data_dir: Path, *, set_up: bool = True) -> AsyncIterator[ServedNode]:
+    """A node served in this process on a free port, set up by its owner
+    (unless not *set_up*: ``token`` is then empty), with a model ``gpt``
+    answered by the tests' fake OpenAI upstream; stopped on exit."""
     async with trio.open_nursery() as nursery:
         upstream = await Upstream().start(nursery)
         models = (ModelConfig("gpt", upstream, "echo-model"),)
@@ -107,8 +121,8 @@ async def serve_node(data_dir: Path) -> AsyncIterator[ServedNode]:
         )
         async with httpx.AsyncClient(base_url=url, timeout=15) as http:
             mesh = Mesh(http)
-            owner = await mesh.setup()
-            yield ServedNode(url, owner.token, mesh)
+            token = (await mesh.setup()).token if set_up else ""
+            yield ServedNode(url, token, mesh)
         nursery.cancel_scope.cancel()
 
 
@@ -145,7 +159,17 @@ def does_something(code: str) -> bool:
 def test_the_documents_have_python_snippets() -> None:
     # the extraction finds blocks (a parse that finds none would pass vacuously)
     names = {s.path.name for s in PYTHON_SNIPPETS}
-    assert {"embedding.md", "bridge.md", "vault.md", "models.md"} <= names, names
+    assert {"embedding.md", "vault.md", "models.md"} <= names, names
+
+
+def test_every_named_file_is_used_by_a_sequence_of_its_page() -> None:
+    for doc in DOCUMENTS:
+        blocks = code_blocks(doc)
+        shell = "\n".join(b.code for b in blocks if b.language in ("sh", "bash"))
+        for block in blocks:
+            name = file_name(block)
+            if block.language == "python" and name is not None:
+                assert name in shell, f"{block.name}: no sh block of the page uses {name}"
 
 
 @pytest.mark.parametrize("snippet", PYTHON_SNIPPETS, ids=lambda s: s.name)
@@ -163,3 +187,82 @@ async def test_python_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     output = (result.stdout + result.stderr).decode(errors="replace")
     assert result.returncode == 0, f"{snippet.name} exited {result.returncode}:\n{output}"
     assert "Traceback" not in output, output
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_bridge_sequence_runs_as_written(tmp_path: Path) -> None:
+    """docs/bridge.md, "From nothing to a running bot", pasted into bash in a
+    clone (the bridge's sources only) beside a fresh node: the bot answers."""
+    page = ROOT / "docs" / "bridge.md"
+    blocks = code_blocks(page)
+    (sequence,) = [b for b in blocks if b.language == "sh" and "build_pyz.py" in b.code]
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "bridge").symlink_to(ROOT / "bridge")
+    for block in blocks:
+        if (name := file_name(block)) is not None:
+            (clone / name).write_text(block.code)
+    env = clean_environment()
+    # `python` and `python3` are this interpreter (it has pip), as in a venv
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    env["PORT"] = str(free_port())
+    log = tmp_path / "sequence.log"
+    async with serve_node(tmp_path / "node", set_up=False) as node:
+        env["MESH_URL"] = node.url
+        with open(log, "wb") as out:
+            process = await trio.lowlevel.open_process(
+                ["bash", "-e", "-x", "-c", sequence.code],
+                cwd=clone,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # its own process group: handler and bridge
+            )
+        try:
+            # the build (pip), the set-up and the bridge's connection
+            async def connected() -> bool:
+                assert process.poll() is None, f"the sequence stopped:\n{_tail(log)}"
+                return "connected to" in log.read_text(errors="replace")
+
+            await wait_for(connected, seconds=90)
+            # the owner (set up by the sequence) writes in Town Square
+            login = await node.mesh.http.post(
+                "/api/auth/login", json={"name": "admin", "password": "a long passphrase"}
+            )
+            owner = login.json()
+            headers = {"Authorization": f"Bearer {owner['token']}"}
+            rooms = (await node.mesh.http.get("/api/rooms", headers=headers)).json()
+            (room_id,) = [r["roomId"] for r in rooms if r["name"] == "Town Square"]
+            sent = await node.mesh.http.post(
+                f"/api/rooms/{room_id}/messages", json={"content": "hello"}, headers=headers
+            )
+            assert sent.status_code == 201, sent.text
+
+            async def answered() -> bool:
+                page = await node.mesh.http.get(f"/api/rooms/{room_id}/messages", headers=headers)
+                return any(m["content"] == "admin said: hello" for m in page.json())
+
+            await wait_for(answered, seconds=20)
+        finally:
+            with trio.CancelScope(shield=True):
+                os.killpg(process.pid, signal.SIGTERM)
+                with trio.move_on_after(15):
+                    await process.wait()
+                if process.returncode is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    await process.wait()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, _tail(log)
+    assert "built dist/mesh-bridge.pyz" in text, _tail(log)
+    assert (clone / "dist" / "mesh-bridge.pyz").is_file()
+
+
+def _tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
