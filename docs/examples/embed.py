@@ -1,7 +1,9 @@
 """Embedding quart-mesh in your own Trio program (docs/embedding.md).
 
 Run it:  python docs/examples/embed.py
-It is also a test: tests/test_embedding.py runs ``main`` in a temporary folder.
+It keeps its meshes in ./embedded-mesh-data (ignored by git): a second run
+finds them set up and logs in instead. Delete the folder to start afresh.
+It is also a test: tests/test_embedding.py runs it, twice, in a clone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import httpx
 import trio
 
 from quart_mesh import Settings, create_app, open_node, serve
+from quart_mesh.errors import Conflict
+
+NAME, PASSWORD = "host", "a long passphrase"
 
 
 async def serve_and_use(data_dir: Path) -> list[str]:
@@ -27,13 +32,20 @@ async def serve_and_use(data_dir: Path) -> list[str]:
         async with httpx.AsyncClient(base_url=url) as http:
             r = await http.post(
                 "/api/setup/init",
-                json={"name": "host", "password": "a long passphrase", "meshName": "Embedded"},
+                json={"name": NAME, "password": PASSWORD, "meshName": "Embedded"},
             )
+            if r.status_code == 409:  # set up by an earlier run: log in
+                r = await http.post("/api/auth/login", json={"name": NAME, "password": PASSWORD})
+            r.raise_for_status()
             token = r.json()["token"]
 
             # 2. and your own code can call the node's services directly
             actor = await node.accounts.authenticate(token)
-            room = await node.rooms.create(actor, "from-python")
+            try:
+                room = await node.rooms.create(actor, "from-python")
+            except Conflict:  # created by an earlier run
+                rooms = await node.rooms.list_rooms(actor)
+                room = next(room for room, _joined in rooms if room.name == "from-python")
             await node.messages.send(actor, room.room_id, "hello from the host program")
 
             # what an HTTP client sees is what the services wrote
@@ -53,9 +65,12 @@ async def node_without_http(data_dir: Path) -> list[str]:
     # open_node opens the store (applying migrations) and builds every service
     async with open_node(Settings(data_dir=data_dir)) as node, trio.open_nursery() as nursery:
         await nursery.start(node.run)  # its background parts: the store's writer, bots, ...
-        owner = await node.accounts.init_setup(
-            name="solo", password="a long passphrase", mesh_name="Headless"
-        )
+        try:
+            owner = await node.accounts.init_setup(
+                name="solo", password=PASSWORD, mesh_name="Headless"
+            )
+        except Conflict:  # set up by an earlier run
+            owner = await node.accounts.login("solo", PASSWORD)
         actor = node.accounts.actor_for(owner.participant)
         rooms = await node.rooms.list_rooms(actor)
         nursery.cancel_scope.cancel()
