@@ -1,5 +1,6 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s typing``, ``nox -s bench``,
-``nox -s bench_cluster``, ``nox -s bridge_dist``, ``nox -s screenshots``, ``nox -s fuzz``.
+``nox -s bench_cluster``, ``nox -s bridge_dist``, ``nox -s screenshots``, ``nox -s fuzz``,
+``nox -s docs``.
 
 Each passes ``session.posargs`` through, e.g. ``nox -s tests -- -k rooms -x``.
 """
@@ -83,6 +84,19 @@ def bench_cluster(session: nox.Session) -> None:
     ``nox -s bench_cluster -- --seconds 5 --runs 5`` for a longer run."""
     session.install("-e", ".[test]")
     session.run("python", "bench/bench_cluster.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ with its API reference generated
+    from the docstrings (mkdocs + mkdocstrings, decision 0067); any warning (a
+    broken link or anchor, a docstring that does not render) fails it.
+    ``nox -s docs -- serve`` previews it instead: ``mkdocs serve``."""
+    session.install("-e", ".[test]")
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -266,3 +266,29 @@ async def test_bridge_sequence_runs_as_written(tmp_path: Path) -> None:
 
 def _tail(log: Path) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+
+
+async def test_the_site_and_its_api_reference_build_strictly(tmp_path: Path) -> None:
+    """``mkdocs build --strict``: a broken link or anchor, a page left out of
+    the build or a docstring mkdocstrings cannot render fails the build."""
+    site = tmp_path / "site"
+    with trio.fail_after(120):
+        result = await trio.run_process(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+            cwd=ROOT,
+            env=clean_environment(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    log = result.stderr.decode(errors="replace")
+    assert result.returncode == 0, log
+    assert "WARNING" not in log, log
+    # the reference pages hold what the docstrings say
+    services = (site / "reference" / "services" / "index.html").read_text()
+    for name in ("accounts.Accounts", "rooms.Rooms", "messages.Messages", "dms.DirectMessages"):
+        assert f'id="quart_mesh.services.{name}"' in services, name
+    assert 'id="quart_mesh.services.accounts.Accounts.init_setup"' in services
+    assert "the mesh is already initialized" in services  # from its Raises: section
+    node = (site / "reference" / "node" / "index.html").read_text()
+    assert 'id="quart_mesh.Node"' in node
