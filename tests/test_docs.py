@@ -144,16 +144,17 @@ async def run_snippet(
 
 
 def does_something(code: str) -> bool:
-    """Whether a program does more than define and import: a block of
-    definitions only would run without running anything."""
-    inert = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    body = ast.parse(code).body
-    return any(
-        not isinstance(statement, inert)
-        and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
-        and not isinstance(statement, ast.Assign | ast.AnnAssign)
-        for statement in body
-    )
+    """Whether a program calls something beyond defining and importing: a
+    block of definitions only would run without running anything."""
+    definitions = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for statement in ast.parse(code).body:
+        if isinstance(statement, definitions):
+            continue
+        if any(isinstance(node, ast.Call | ast.Await) for node in ast.walk(statement)):
+            return True
+        if not isinstance(statement, ast.Assign | ast.AnnAssign | ast.Expr):
+            return True  # a loop, a with block, an assert, ...
+    return False
 
 
 def test_the_documents_have_python_snippets() -> None:
