@@ -4,6 +4,10 @@
   program: it is written to a file in a fresh temporary folder and run there
   as ``python snippet.py`` (stdin empty, the repository on ``PYTHONPATH``,
   no ``MESH_*`` settings of this process), and must exit 0.
+- A block whose first line is ``# runs until Ctrl+C`` gets SIGINT once it
+  printed its first line, and must then exit 0.
+- A block whose first line is ``# file: NAME`` is a file a shell sequence of
+  its page uses: written there as NAME, not run on its own.
 - A block that reads ``MESH_URL`` from the environment talks to a node the
   reader already runs: the test serves a real one on a free loopback port (an
   owner set up, a model ``gpt`` on a fake OpenAI upstream) and gives the
@@ -126,11 +130,16 @@ async def serve_node(data_dir: Path, *, set_up: bool = True) -> AsyncIterator[Se
         nursery.cancel_scope.cancel()
 
 
+UNTIL_CTRL_C = "# runs until Ctrl+C"
+
+
 async def run_snippet(
     snippet: Snippet, cwd: Path, env: dict[str, str]
 ) -> subprocess.CompletedProcess[bytes]:
     script = cwd / "snippet.py"
     script.write_text(snippet.code)
+    if snippet.code.startswith(UNTIL_CTRL_C):
+        return await run_until_ctrl_c(script, cwd, env)
     with trio.fail_after(SNIPPET_SECONDS):
         return await trio.run_process(
             [sys.executable, str(script)],
@@ -141,6 +150,47 @@ async def run_snippet(
             capture_stderr=True,
             check=False,
         )
+
+
+async def run_until_ctrl_c(
+    script: Path, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    """A program that serves until Ctrl+C: SIGINT once it printed its first
+    line (that it is ready); what it printed, and how it exited."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    stdout, stderr = bytearray(), bytearray()
+    try:
+        with trio.fail_after(SNIPPET_SECONDS):
+            while b"\n" not in stdout:
+                chunk = await process.stdout.receive_some()
+                if not chunk:
+                    break  # it exited before it was ready: its status tells
+                stdout += chunk
+            process.send_signal(signal.SIGINT)
+            async with trio.open_nursery() as nursery:
+                for stream, into in ((process.stdout, stdout), (process.stderr, stderr)):
+                    nursery.start_soon(_read_all, stream, into)
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+async def _read_all(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+    while chunk := await stream.receive_some():
+        into += chunk
 
 
 def does_something(code: str) -> bool:
@@ -155,6 +205,24 @@ def does_something(code: str) -> bool:
         if not isinstance(statement, ast.Assign | ast.AnnAssign | ast.Expr):
             return True  # a loop, a with block, an assert, ...
     return False
+
+
+async def test_a_program_that_runs_until_ctrl_c_gets_it(tmp_path: Path) -> None:
+    # the harness itself, on a program that waits for SIGINT as documented ones do
+    code = (
+        f"{UNTIL_CTRL_C}\n"
+        "import signal\nimport trio\n\n\n"
+        "async def main() -> None:\n"
+        "    with trio.open_signal_receiver(signal.SIGINT) as signals:\n"
+        "        print('ready', flush=True)\n"
+        "        async for signum in signals:\n"
+        "            print('stopped by', signal.Signals(signum).name)\n"
+        "            return\n\n\n"
+        "trio.run(main)\n"
+    )
+    result = await run_snippet(Snippet(tmp_path / "a.md", 1, code, "python"), tmp_path, {})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["ready", "stopped by SIGINT"]
 
 
 def test_the_documents_have_python_snippets() -> None:
