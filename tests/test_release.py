@@ -362,7 +362,7 @@ async def test_a_store_written_by_a_newer_release_is_refused_and_left_as_it_was(
         assert_error(await http.get("/api/auth/me"), 401)
 
 
-@pytest.mark.sqlite_only
+@pytest.mark.store_free
 def test_the_fixtures_were_written_by_the_previous_release() -> None:
     """The backup's manifest names the release that wrote it, the dump is at
     0.1.0's newest migration; the fixtures stay small."""
