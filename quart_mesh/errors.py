@@ -17,8 +17,8 @@ The tree::
     ConfigError                   bad settings at start-up; never reaches a client
     Transient                     a peer, receiver or registry failed in a way worth
                                   trying again (carries after); never reaches a client
-    StreamLagged                  an in-process event stream fell behind (carries the
-                                  cursor to resume from); never reaches a client
+    StreamLagged                  an in-process event stream lost its place (fell behind);
+                                  carries the cursor to resume from; never reaches a client
     AccessEnded                   an in-process event stream's participant lost its
                                   access (deleted, signed out); never reaches a client
 
@@ -73,10 +73,12 @@ class Transient(Exception):
 
 
 class StreamLagged(Exception):
-    """An event stream (:meth:`Node.events <quart_mesh.Node.events>`) fell
-    behind: more events arrived than its buffer holds while its consumer did
-    not read, and the node dropped what was queued rather than block the
-    publisher. Nothing is lost for good: every message is stored before it
+    """An event stream (:meth:`Node.events <quart_mesh.Node.events>`) lost
+    its place: it fell behind (more events arrived than its buffer holds
+    while its consumer did not read, and the node dropped what was queued
+    rather than block the publisher), or the node's delivery started over
+    (on PostgreSQL, when it could not follow the other processes' commits).
+    Nothing is lost for good: every message is stored before it
     is published, so a new stream opened with ``since=error.cursor``
     delivers every message after the last one this stream handed out, in
     order.

@@ -412,7 +412,8 @@ class Node:
         Raises:
             AccessEnded: the participant no longer exists (on entering the
                 block); while iterating, it was deleted or signed out.
-            StreamLagged: while iterating, the consumer fell behind.
+            StreamLagged: while iterating, the consumer fell behind (or the
+                node's delivery started over): resume from its ``cursor``.
             Unavailable: the store could not be read.
             ValueError: *since* is negative, or *capacity* is not positive.
         """

@@ -264,12 +264,10 @@ async def test_a_deleted_participant_s_stream_raises_access_ended(tmp_path: Path
                 pytest.fail("a deleted participant opens no stream")
 
 
-async def test_the_stream_ends_after_what_was_queued_when_delivery_ends(
-    tmp_path: Path,
-) -> None:
-    # "unavailable": what ends every subscription when the node's delivery
-    # stops (the bus on PostgreSQL); the consumer gets what was queued, then
-    # the iteration ends
+async def test_a_closed_stream_ends_after_what_was_queued(tmp_path: Path) -> None:
+    # "closed": a subscription ended by the node (as its stop would, with
+    # ``disconnect_all``); the consumer gets what was queued, then the
+    # iteration ends
     async with running(tmp_path / "data") as mesh:
         node = mesh.node
         async with node.events(mesh.bob) as stream:
@@ -278,11 +276,35 @@ async def test_the_stream_ends_after_what_was_queued_when_delivery_ends(
             two = await node.messages.send(mesh.owner, mesh.town, "two")
             with trio.fail_after(CAP):
                 await last.wait()
-            node.broker.disconnect_all("unavailable")
+            node.broker.disconnect_all("closed")
             with trio.fail_after(CAP):
                 rest = await drain(stream)
         assert [e.message.content for e in rest if isinstance(e, MessagePosted)] == ["one", "two"]
         assert stream.cursor == two.seq
+
+
+async def test_delivery_starting_over_is_a_lost_place_not_an_end(tmp_path: Path) -> None:
+    # "unavailable": PostgreSQL's bus could not follow the cluster's stream
+    # and started over, ending every subscription; the node goes on. The
+    # stream hands out what was queued, then raises StreamLagged: a stream
+    # that just ended would lose what comes next
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        got: list[Event] = []
+        async with node.events(mesh.bob) as stream:
+            last = published(node, "two")
+            await node.messages.send(mesh.owner, mesh.town, "one")
+            two = await node.messages.send(mesh.owner, mesh.town, "two")
+            with trio.fail_after(CAP):
+                await last.wait()
+            node.broker.disconnect_all("unavailable")
+            with trio.fail_after(CAP), pytest.raises(StreamLagged) as lagged:
+                await drain(stream, got)
+        assert [e.message.content for e in got if isinstance(e, MessagePosted)] == ["one", "two"]
+        assert lagged.value.cursor == two.seq
+        await node.messages.send(mesh.owner, mesh.town, "three")
+        async with node.events(mesh.bob, since=lagged.value.cursor) as resumed:
+            assert contents(await messages(resumed, 1)) == ["three"]
 
 
 async def test_cancelling_between_events_loses_nothing(tmp_path: Path) -> None:

@@ -43,9 +43,11 @@ from .delivery import ACCESS_ENDED, Backlog, Delivery, Feed
 
 __all__ = ["EventStream", "open_event_stream"]
 
-#: a subscription's ends after which the consumer still gets what was
-#: queued (``Subscription.take``); None: live
-_GOES_ON = frozenset({None, "closed", "unavailable"})
+#: why a subscription ended that a stream reports as :class:`StreamLagged`:
+#: it could not keep up, or the node's delivery started over (the bus on
+#: PostgreSQL, ``services/bus.py``: the node goes on, so a stream that
+#: just ended would lose what comes next)
+_LOST_PLACE = frozenset({"lagging", "unavailable"})
 
 #: deliveries taken from the subscription at once (each handed out in turn)
 _BATCH = 64
@@ -59,10 +61,12 @@ class EventStream:
     instances (``MessagePosted`` for each message, then edits, reactions,
     joins, presence, typing, ... as a WebSocket client receives them).
 
-    Ending: the iteration ends (``StopAsyncIteration``) after what was
-    queued when the subscription is closed or the node's delivery becomes
-    unavailable; it raises :class:`StreamLagged` if the consumer fell
-    behind, :class:`AccessEnded` if the participant lost its access.
+    Ending: after handing out what it had already taken, it raises
+    :class:`StreamLagged` if it lost its place (the consumer fell behind,
+    or the node's delivery started over: PostgreSQL's bus) and
+    :class:`AccessEnded` if the participant lost its access; the iteration
+    ends (``StopAsyncIteration``) after what was queued when the
+    subscription is closed (the node stopping).
 
     Backpressure: at most ``capacity`` events wait in the subscription
     (plus a batch of up to 64 taken from it, and one backlog page of up to
@@ -113,10 +117,11 @@ class EventStream:
         """The next event, waiting for one.
 
         Raises:
-            StreamLagged: the consumer fell behind (see the class docstring).
+            StreamLagged: the stream lost its place (see the class docstring):
+                resume from its ``cursor``.
             AccessEnded: the participant was deleted or signed out.
             Unavailable: the store could not be read while catching up.
-            StopAsyncIteration: the stream ended.
+            StopAsyncIteration: the stream was closed (the node stopping).
         """
         sub = self._feed.sub
         while True:
@@ -127,10 +132,7 @@ class EventStream:
                 if isinstance(event, MessagePosted):
                     self._cursor = event.message.seq
                 return event
-            if self._catching_up and sub.failed in _GOES_ON:
-                # ended meanwhile but not for the consumer: what it held is
-                # dropped (it cannot be queued any more), but the store has
-                # the messages up to now
+            if self._catching_up and sub.failed is None:
                 await self._catch_up()
                 continue
             batch = await sub.get_batch(_BATCH)
@@ -140,9 +142,9 @@ class EventStream:
             # ended, and nothing more to hand out (a lagging subscription's
             # queue is dropped: the cursor covers it)
             failed = sub.failed
-            if failed == "lagging":
+            if failed in _LOST_PLACE:
                 raise StreamLagged(self._cursor)
-            if failed in ACCESS_ENDED:
+            if failed is not None and failed in ACCESS_ENDED:
                 raise AccessEnded(failed, self._cursor)
             raise StopAsyncIteration
 
@@ -201,4 +203,9 @@ async def open_event_stream(
         if await accounts.actor_of(actor.participant_id) is None:
             raise AccessEnded("removed", since)
         # commands wait only for agents, and every agent is a bot
-        yield EventStream(feed, since, max(1, page), commands=actor.kind == "bot")
+        stream = EventStream(feed, since, max(1, page), commands=actor.kind == "bot")
+        # the first page now: a stream caught up on entering (from now, or
+        # a short backlog) queues live events at once, however long its
+        # owner takes to iterate
+        await stream._catch_up()
+        yield stream
