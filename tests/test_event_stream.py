@@ -30,7 +30,7 @@ from quart_mesh import (
     open_node,
 )
 from quart_mesh.broker import Broker
-from quart_mesh.events import Typing
+from quart_mesh.events import RoomAccess, Typing
 from quart_mesh.services.delivery import Backlog, Delivery
 from quart_mesh.services.stream import open_event_stream
 from quart_mesh.store import messages as messages_repo
@@ -247,6 +247,37 @@ async def test_visibility_is_the_one_decision(tmp_path: Path) -> None:
             await node.messages.send(mesh.owner, mesh.town, "shown live")
             got = await messages(stream, 0, until=lambda c: c == "shown live")
         assert contents(got) == ["shown before", "shown live"]
+
+
+async def test_a_rule_set_while_following_applies_at_once(tmp_path: Path) -> None:
+    # bob follows live; the owner denies him rooms.read in the default room:
+    # he is told (room_access) and nothing more of it reaches him
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        other = await node.rooms.create(mesh.owner, "other")
+        await node.rooms.join(mesh.bob, other.room_id)
+        async with node.events(mesh.bob) as stream:
+            await node.messages.send(mesh.owner, mesh.town, "seen")
+            assert contents(await messages(stream, 1)) == ["seen"]
+            await node.roles.set_override(
+                mesh.owner,
+                mesh.town,
+                target_type="participant",
+                target=mesh.bob.participant_id,
+                permission="rooms.read",
+                effect="deny",
+            )
+            await node.messages.send(mesh.owner, mesh.town, "hidden")
+            await node.messages.send(mesh.owner, other.room_id, "elsewhere")
+            got: list[Event] = []
+            with trio.fail_after(CAP):
+                async for event in stream:
+                    got.append(event)
+                    if isinstance(event, MessagePosted):
+                        break
+        access = [e for e in got if isinstance(e, RoomAccess)]
+        assert [(e.room_id, e.readable) for e in access] == [(mesh.town, False)]
+        assert contents([e for e in got if isinstance(e, MessagePosted)]) == ["elsewhere"]
 
 
 async def test_a_deleted_participant_s_stream_raises_access_ended(tmp_path: Path) -> None:

@@ -166,7 +166,7 @@ def _documented(obj: object) -> bool:
     """A docstring of its own: not a dataclass's generated signature."""
     doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
     name = getattr(obj, "__name__", "")
-    return bool(doc and doc.strip()) and not doc.startswith(f"{name}(")
+    return isinstance(doc, str) and bool(doc.strip()) and not doc.startswith(f"{name}(")
 
 
 @pytest.mark.store_free
