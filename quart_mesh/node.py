@@ -403,8 +403,10 @@ class Node:
         *capacity*: events that may wait for the consumer (default
         ``settings.subscriber_buffer``); past it the stream raises
         :class:`~quart_mesh.StreamLagged`, whose ``cursor`` a new stream
-        resumes from, losing no message. The backlog is handed out in pages
-        of ``settings.max_replay`` messages, all of it.
+        resumes from, losing no message. The backlog is read in pages of
+        ``settings.max_replay`` messages, all of it: the first on entering
+        the block (from then on live events queue for the consumer), the
+        others as the consumer reaches them.
 
         Cancellation: safe, in the block and while iterating; leaving the
         block ends the subscription.
