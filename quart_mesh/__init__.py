@@ -1,23 +1,88 @@
-"""quart-mesh: a self-hostable chat and agent-coordination server.
+"""quart-mesh: a self-hostable chat and agent-coordination server, and a
+Trio library to embed it (``docs/embedding.md``).
 
-The public API::
+The public API is what this module exports (``__all__``), plus:
+
+- the module :mod:`quart_mesh.events` (:class:`Event` and its subclasses:
+  what :meth:`Node.events` yields);
+- the services reached as attributes of an open :class:`Node`, each the
+  same functions the REST handlers call, with the same permission checks:
+  ``node.accounts``, ``node.rooms``, ``node.messages``, ``node.dms``,
+  ``node.agents``, ``node.roles``, ``node.search``, ``node.tasks`` and
+  ``node.model_proxy`` (the models).
+
+Running a node::
 
     from quart_mesh import Settings, create_app, serve, open_node, Node
 
-See ``docs/embedding.md`` for running a node inside your own Trio program.
+    async with open_node(Settings(data_dir=path)) as node:  # or serve(create_app(...))
+        ...
+        async with node.events(actor, since=cursor) as stream:
+            async for event in stream:
+                ...
+
+Errors: the services raise :class:`MeshError` subclasses (each with an HTTP
+``status``, a machine ``code`` and a ``message``); an event stream raises
+:class:`StreamLagged` (resume from its ``cursor``) or :class:`AccessEnded`.
+
+Everything else (every other module and attribute: ``node.broker``,
+``node.db``, ``quart_mesh.store``, ``quart_mesh.services.*``'s other
+names, ...) is internal: it may change in any release without notice.
+Versions follow semantic versioning over this public API.
 """
 
 from ._version import __version__
 from .app import MeshApp, create_app
 from .config import Limits, Settings
+from .errors import (
+    AccessEnded,
+    BadRequest,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    MeshError,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    StreamLagged,
+    Unauthorized,
+    Unavailable,
+)
+from .events import Event, MessagePosted
 from .node import Node, open_node
+from .records import Message, Participant, Reaction, Room, Task, TaskState, Upload
 from .server import serve
+from .services.authz import Actor
+from .services.stream import EventStream
 
 __all__ = [
+    "AccessEnded",
+    "Actor",
+    "BadRequest",
+    "ConfigError",
+    "Conflict",
+    "Event",
+    "EventStream",
+    "Forbidden",
     "Limits",
     "MeshApp",
+    "MeshError",
+    "Message",
+    "MessagePosted",
     "Node",
+    "NotFound",
+    "Participant",
+    "PayloadTooLarge",
+    "RateLimited",
+    "Reaction",
+    "Room",
     "Settings",
+    "StreamLagged",
+    "Task",
+    "TaskState",
+    "Unauthorized",
+    "Unavailable",
+    "Upload",
     "__version__",
     "create_app",
     "open_node",

@@ -17,6 +17,10 @@ The tree::
     ConfigError                   bad settings at start-up; never reaches a client
     Transient                     a peer, receiver or registry failed in a way worth
                                   trying again (carries after); never reaches a client
+    StreamLagged                  an in-process event stream lost its place (fell behind);
+                                  carries the cursor to resume from; never reaches a client
+    AccessEnded                   an in-process event stream's participant lost its
+                                  access (deleted, signed out); never reaches a client
 
 Long-lived loops retry :class:`Unavailable` and :class:`Transient` with
 ``retry.retrying``; any other exception escaping them is a bug that ends the
@@ -33,6 +37,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "AccessEnded",
     "BadGateway",
     "BadRequest",
     "ConfigError",
@@ -44,6 +49,7 @@ __all__ = [
     "Overloaded",
     "PayloadTooLarge",
     "RateLimited",
+    "StreamLagged",
     "Transient",
     "Unauthorized",
     "Unavailable",
@@ -66,6 +72,45 @@ class Transient(Exception):
         self.after = after
 
 
+class StreamLagged(Exception):
+    """An event stream (:meth:`Node.events <quart_mesh.Node.events>`) lost
+    its place: it fell behind (more events arrived than its buffer holds
+    while its consumer did not read, and the node dropped what was queued
+    rather than block the publisher), or the node's delivery started over
+    (on PostgreSQL, when it could not follow the other processes' commits).
+    Nothing is lost for good: every message is stored before it
+    is published, so a new stream opened with ``since=error.cursor``
+    delivers every message after the last one this stream handed out, in
+    order.
+
+    Other events missed meanwhile (edits, reactions, presence, typing) are
+    not replayed, as on a WebSocket resume: read current state from the
+    services if you need it.
+    """
+
+    def __init__(self, cursor: int) -> None:
+        super().__init__(f"the event stream fell behind; resume with since={cursor}")
+        #: the sequence number of the last message the stream handed out (or
+        #: the cursor it started from): open the next stream with ``since=`` this
+        self.cursor = cursor
+
+
+class AccessEnded(Exception):
+    """The participant an event stream (:meth:`Node.events
+    <quart_mesh.Node.events>`) was opened for lost its access: it was
+    deleted (*reason* ``removed``), signed out everywhere (``signed_out``),
+    or, a guest, its access ended (``revoked``). A deleted participant's
+    next stream fails at once with this; one signed out may open another.
+    """
+
+    def __init__(self, reason: str, cursor: int) -> None:
+        super().__init__(f"the participant's access ended ({reason})")
+        #: ``removed``, ``signed_out`` or ``revoked``
+        self.reason = reason
+        #: where the stream was (as :attr:`StreamLagged.cursor`)
+        self.cursor = cursor
+
+
 class MeshError(Exception):
     """An error a client may see: an HTTP status, a machine code, a message."""
 
@@ -82,36 +127,50 @@ class MeshError(Exception):
 
 
 class BadRequest(MeshError):
+    """The request is malformed or a value is invalid (400)."""
+
     status = 400
     default_code = "bad_request"
 
 
 class Unauthorized(MeshError):
+    """No token, an invalid or expired one, or wrong credentials (401)."""
+
     status = 401
     default_code = "unauthorized"
 
 
 class Forbidden(MeshError):
+    """The actor may not do this: its role, the room's rules, the mesh's settings (403)."""
+
     status = 403
     default_code = "forbidden"
 
 
 class NotFound(MeshError):
+    """No such thing, or none the actor may see (404)."""
+
     status = 404
     default_code = "not_found"
 
 
 class Conflict(MeshError):
+    """The change conflicts with what is stored: a name taken, already done (409)."""
+
     status = 409
     default_code = "conflict"
 
 
 class PayloadTooLarge(MeshError):
+    """A body, message or upload over its limit (413)."""
+
     status = 413
     default_code = "too_large"
 
 
 class RateLimited(MeshError):
+    """Too many attempts: try again in *retry_after* seconds (429)."""
+
     status = 429
     default_code = "rate_limited"
 
@@ -135,6 +194,8 @@ class GatewayTimeout(MeshError):
 
 
 class Unavailable(MeshError):
+    """The store (or another part the node needs) cannot be used now; worth trying again (503)."""
+
     status = 503
     default_code = "unavailable"
 

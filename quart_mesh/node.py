@@ -44,7 +44,7 @@ from .services.accounts import Accounts
 from .services.admin import Admin
 from .services.agents import Agents
 from .services.apps import Apps
-from .services.authz import Policy
+from .services.authz import Actor, Policy
 from .services.bus import Bus
 from .services.commands import Commands
 from .services.delivery import Delivery
@@ -60,6 +60,7 @@ from .services.roles import Roles
 from .services.rooms import Rooms
 from .services.search import Search
 from .services.seats import Seats
+from .services.stream import EventStream, open_event_stream
 from .services.tasks import TaskReconciler, Tasks
 from .services.uploads import Uploads
 from .services.vault import Vault
@@ -383,6 +384,50 @@ class Node:
             "uptime": round(time.monotonic() - self.started_at, 3),
             "storage": {"ok": reachable, "backend": self.db.backend},
         }
+
+    def events(
+        self, actor: Actor, *, since: int | None = None, capacity: int | None = None
+    ) -> contextlib.AbstractAsyncContextManager[EventStream]:
+        """*actor*'s events, in-process: every message after the message
+        *since* (a cursor: a message's ``seq``, or :attr:`EventStream.cursor`)
+        then live events as they are committed, in order, with the same
+        visibility as every other path (rooms and DMs it is in and may read).
+        ``since=None``: from now on. The WebSocket resume, without a socket::
+
+            async with node.events(actor, since=cursor) as stream:
+                async for event in stream:
+                    ...
+
+        Live events need the node running (:meth:`run`, or ``serve``).
+
+        *capacity*: events that may wait for the consumer (default
+        ``settings.subscriber_buffer``); past it the stream raises
+        :class:`~quart_mesh.StreamLagged`, whose ``cursor`` a new stream
+        resumes from, losing no message. The backlog is read in pages of
+        ``settings.max_replay`` messages, all of it: the first on entering
+        the block (from then on live events queue for the consumer), the
+        others as the consumer reaches them.
+
+        Cancellation: safe, in the block and while iterating; leaving the
+        block ends the subscription.
+
+        Raises:
+            AccessEnded: the participant no longer exists (on entering the
+                block); while iterating, it was deleted or signed out.
+            StreamLagged: while iterating, the consumer fell behind (or the
+                node's delivery started over): resume from its ``cursor``.
+            Unavailable: the store could not be read.
+            ValueError: *since* is negative, or *capacity* is not positive.
+        """
+        return open_event_stream(
+            self.db,
+            self.delivery,
+            self.accounts,
+            actor,
+            since=since,
+            capacity=capacity,
+            page=self.settings.max_replay,
+        )
 
 
 @contextlib.asynccontextmanager
