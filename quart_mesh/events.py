@@ -93,6 +93,9 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class MessagePosted(Event):
+    """A message was posted (``message``): the event a stream's cursor
+    counts (``message.seq``)."""
+
     type: ClassVar[str] = "message"
     chat: ClassVar[bool] = True
     message: Message = field(kw_only=True)

@@ -70,6 +70,10 @@ class MeshConfig:
 
 @dataclass(frozen=True, slots=True)
 class Participant:
+    """A member of the mesh: a human, a guest or a bot (``kind``), with its
+    role. Returned by ``node.accounts``; ``to_json()`` is the REST participant
+    object."""
+
     participant_id: str
     name: str
     kind: str  # human | guest | bot
@@ -100,6 +104,9 @@ class Participant:
 
 @dataclass(frozen=True, slots=True)
 class Room:
+    """A room or a DM (``kind``). Returned by ``node.rooms`` and ``node.dms``;
+    ``to_json()`` is the REST room object."""
+
     room_id: str
     kind: str  # room | dm
     name: str
@@ -125,6 +132,8 @@ class Room:
 
 @dataclass(frozen=True, slots=True)
 class Reaction:
+    """One emoji on a message and who added it (``participant_ids``)."""
+
     emoji: str
     participant_ids: tuple[str, ...]
 
@@ -176,6 +185,10 @@ class Upload:
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A stored message. ``seq`` is its position in the node's order of
+    messages: the cursor of ``since`` (``node.events``, history, polling).
+    ``to_json()`` is the REST message object."""
+
     seq: int
     message_id: str
     room_id: str

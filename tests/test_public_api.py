@@ -170,12 +170,6 @@ def _documented(obj: object) -> bool:
 
 
 @pytest.mark.store_free
-@pytest.mark.xfail(
-    strict=True,
-    reason="Message, Participant, Reaction, Room (records.py) and MessagePosted (events.py)"
-    " have only their generated signatures: their docstrings come with the merge of issue 31"
-    " (then this marker goes)",
-)
 def test_every_public_name_has_a_docstring() -> None:
     missing = [
         name

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import quart_mesh
 from quart_mesh.config import Limits, ModelBudget, Settings
 from quart_mesh.errors import BadRequest, ConfigError
 from quart_mesh.ids import is_ulid, new_id
@@ -15,21 +14,6 @@ from quart_mesh.wire import Fields, parse_json_object
 
 # the same whatever the store: run once, on SQLite
 pytestmark = pytest.mark.store_free
-
-
-def test_public_api_exports() -> None:
-    assert set(quart_mesh.__all__) == {
-        "Limits",
-        "MeshApp",
-        "Node",
-        "Settings",
-        "__version__",
-        "create_app",
-        "open_node",
-        "serve",
-    }
-    for name in quart_mesh.__all__:
-        assert hasattr(quart_mesh, name)
 
 
 def test_ids_are_ulids_sorted_by_time() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+import quart_mesh
 from tests import stores
 from tests.helpers import Mesh, assert_error
 
@@ -88,7 +89,7 @@ async def test_health(http: httpx.AsyncClient) -> None:
     assert r.status_code == 200
     body = r.json()
     assert body["ok"] is True
-    assert body["version"] == "0.1.0"
+    assert body["version"] == quart_mesh.__version__
     assert isinstance(body["uptime"], float | int)
     assert body["uptime"] >= 0
     assert body["storage"] == {"ok": True, "backend": stores.backend()}
