@@ -49,6 +49,7 @@ __all__ = [
     "Overloaded",
     "PayloadTooLarge",
     "RateLimited",
+    "StoreFromNewerRelease",
     "StreamLagged",
     "Transient",
     "Unauthorized",
@@ -59,6 +60,11 @@ __all__ = [
 
 class ConfigError(Exception):
     """Settings that cannot be used; reported at start-up."""
+
+
+class StoreFromNewerRelease(ConfigError):
+    """The store was migrated by a newer quart-mesh than this one: it is left
+    as it is (downgrades are not supported, ``docs/upgrading.md``)."""
 
 
 class Transient(Exception):

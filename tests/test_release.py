@@ -37,8 +37,9 @@ import sqlalchemy as sa
 import trio
 
 import quart_mesh
-from quart_mesh import Settings, create_app, serve
+from quart_mesh import Settings, create_app, open_node, serve
 from quart_mesh.backup import restore
+from quart_mesh.errors import StoreFromNewerRelease
 from tests import stores
 from tests.helpers import Mesh, assert_error, cli
 
@@ -345,14 +346,22 @@ async def test_a_store_written_by_a_newer_release_is_refused_and_left_as_it_was(
     head = await trio.to_thread.run_sync(_set_revision, url, newer)
     assert head == "0029_a2a_opt_in"  # 0.2.0 adds no migration (CHANGELOG.md)
 
-    # the operator: serve exits EX_SOFTWARE before it listens, the revision named
+    # the operator: serve refuses it in one line (exit 2, as bad settings) before it listens
     env = stores.node_env(data_dir)
     with trio.fail_after(60):
         done = await cli("serve", "--port", "0", "--data-dir", str(data_dir), env=env)
-    assert done.returncode == 70
+    assert done.returncode == 2, done.stderr
     stderr = done.stderr.decode()
-    refusal = f"alembic.util.exc.CommandError: Can't locate revision identified by '{newer}'"
-    assert any(line.endswith(refusal) for line in stderr.splitlines()), stderr
+    assert "Traceback" not in stderr, stderr
+    refusal = (
+        f"cannot serve: the store was migrated by a newer quart-mesh (migration {newer});"
+        f" quart-mesh {quart_mesh.__version__} knows migrations up to {head}."
+    )
+    assert any(refusal in line for line in stderr.splitlines()), stderr
+    # in-process: open_node raises it, and leaves nothing open
+    with pytest.raises(StoreFromNewerRelease, match=newer):
+        async with open_node(settings):
+            pass
     assert "quart-mesh listening on" not in stderr
     # nothing was migrated or written: the newer release still finds its store
     assert await trio.to_thread.run_sync(_set_revision, url, head) == newer

@@ -35,11 +35,14 @@ import sqlalchemy as sa
 import trio
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from prometheus_client import Histogram
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from ..errors import Overloaded, Unavailable
+from .._version import __version__
+from ..errors import Overloaded, StoreFromNewerRelease, Unavailable
 from ..records import now_ms
 from . import outbox
 from .dialect import (
@@ -195,15 +198,22 @@ class Database:
             # would fail at once with "database is locked" when it upgrades.
             sa.event.listen(engine, "begin", _sqlite_begin)
         self._engine = engine
-        with engine.begin() as conn:
-            if self.backend == "postgresql":
-                # processes starting together: one migrates, the others wait
-                # here until it commits, then find the schema at head
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            cfg = AlembicConfig()
-            cfg.set_main_option("script_location", str(_MIGRATIONS))
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        try:
+            with engine.begin() as conn:
+                if self.backend == "postgresql":
+                    # processes starting together: one migrates, the others wait
+                    # here until it commits, then find the schema at head
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+                cfg = AlembicConfig()
+                cfg.set_main_option("script_location", str(_MIGRATIONS))
+                cfg.attributes["connection"] = conn
+                _refuse_a_newer_store(conn, ScriptDirectory.from_config(cfg))
+                command.upgrade(cfg, "head")
+        except BaseException:
+            # not opened: nothing is left for the garbage collector to close
+            self._engine = None
+            engine.dispose()
+            raise
         log.debug("store open at %s", engine.url.render_as_string(hide_password=True))
 
     def _writing(self) -> Engine:
@@ -690,3 +700,22 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+def _refuse_a_newer_store(conn: Connection, script: ScriptDirectory) -> None:
+    """A store migrated by a newer release names a migration this code does
+    not have: refuse it before anything is written (alembic would fail with
+    a traceback that does not say why).
+
+    Raises:
+        StoreFromNewerRelease: the store's migration is unknown here.
+    """
+    known = {revision.revision for revision in script.walk_revisions()}
+    unknown = sorted(set(MigrationContext.configure(conn).get_current_heads()) - known)
+    if unknown:
+        raise StoreFromNewerRelease(
+            f"the store was migrated by a newer quart-mesh (migration {', '.join(unknown)});"
+            f" quart-mesh {__version__} knows migrations up to {script.get_current_head()}."
+            " Run the newer release, or restore the backup taken before the upgrade"
+            " (docs/upgrading.md)"
+        )
