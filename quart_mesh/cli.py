@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -36,6 +35,7 @@ from .config import Settings, parse_log_format, parse_port, parse_public_url, pa
 from .errors import ConfigError
 from .logs import configure_logging
 from .server import serve
+from .signals import wait_for_signal
 from .workers import Worker, supervise
 
 __all__ = ["main"]
@@ -239,11 +239,23 @@ def _arg(fn: Callable[[str], object]) -> Callable[[str], object]:
     return parse
 
 
-async def _wait_for_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("received %s, shutting down", signal.Signals(signum).name)
-            return
+class _Listening:
+    """``serve``'s task status in :func:`run_server`: once the node listens,
+    note its URL and, as a worker, tell the parent (in *nursery*)."""
+
+    def __init__(
+        self, nursery: trio.Nursery, listening: list[str] | None, worker: Worker | None
+    ) -> None:
+        self._nursery = nursery
+        self._listening = listening
+        self._worker = worker
+
+    def started(self, value: str | None = None) -> None:
+        assert value is not None  # serve reports its URL
+        if self._listening is not None:
+            self._listening.append(value)
+        if self._worker is not None:
+            self._nursery.start_soon(self._worker.ready, value)
 
 
 async def run_server(
@@ -253,27 +265,24 @@ async def run_server(
 
     As a *worker* of ``--workers``, accept on the sockets the parent bound,
     tell it once serving, and stop on a signal or when the parent is gone.
+
+    ``serve`` runs in this task, trio's main task, so that a second Ctrl+C
+    while the node stops interrupts the stop (``KeyboardInterrupt``).
     """
     app = create_app(settings, freeze_heap=True)
     async with trio.open_nursery() as nursery:
-        url: str = await nursery.start(
-            partial(
-                serve,
-                app,
-                host=settings.host,
-                port=settings.port,
-                listeners=worker.listeners() if worker is not None else None,
-                shutdown_trigger=(
-                    partial(worker.wait_for_stop, _wait_for_signal)
-                    if worker is not None
-                    else _wait_for_signal
-                ),
-            )
+        await serve(
+            app,
+            host=settings.host,
+            port=settings.port,
+            listeners=worker.listeners() if worker is not None else None,
+            shutdown_trigger=(
+                partial(worker.wait_for_stop, wait_for_signal)
+                if worker is not None
+                else wait_for_signal
+            ),
+            task_status=_Listening(nursery, listening, worker),
         )
-        if listening is not None:
-            listening.append(url)
-        if worker is not None:
-            await worker.ready(url)
     if worker is not None:
         log.info("worker %d (pid %d) stopped", worker.number, os.getpid())
     else:
