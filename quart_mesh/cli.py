@@ -322,8 +322,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     listening: list[str] = []
     try:
         trio.run(run_server, settings, listening, worker)
-    except KeyboardInterrupt:  # a second Ctrl+C while draining
-        return 130
     except Exception as exc:
         leaves = list(_leaves(exc))
         if not listening and all(isinstance(leaf, OSError) for leaf in leaves):
@@ -333,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a part of the node failed: say so, and let whatever runs it start it again
         log.critical("the node stopped because one of its parts failed", exc_info=exc)
         return EX_SOFTWARE
+    except BaseException as exc:
+        # a second Ctrl+C while the node stops (alone, or in a group)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(exc)):
+            return 130
+        raise
     return 0
 
 

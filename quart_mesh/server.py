@@ -276,13 +276,14 @@ async def serve(
     # the served tree: shielded once listening, so that a cancel from outside
     # becomes a graceful stop instead of cutting connections (close 1006)
     tree = trio.CancelScope()
-    stopped = trio.Event()
+    stopped = trio.Event()  # the tree has ended (its store closed)
+    done = trio.Event()  # serve is returning: what Node.aclose waits for
 
     async def run_tree(*, task_status: trio.TaskStatus[str]) -> None:
         try:
             with tree:
                 async with app.node_opened() as node:
-                    node.served_by(stop, stopped)
+                    node.served_by(stop, done)
 
                     def listening(url: str) -> None:
                         tree.shield = True
@@ -327,6 +328,8 @@ async def serve(
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+    finally:
+        done.set()
 
 
 async def _serve_node(
