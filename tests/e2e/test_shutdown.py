@@ -277,3 +277,26 @@ async def test_aclose_without_serve_returns(tmp_path: Path) -> None:
         with trio.fail_after(1):
             await node.aclose()
         assert node.accounts.setup_status()["initialized"] is False
+
+
+async def test_cancelling_serve_stops_managed_bots(tmp_path: Path, nursery: trio.Nursery) -> None:
+    from tests.e2e.test_agents import bot_pids
+
+    settings = Settings(data_dir=tmp_path / "mesh-data")
+    async with _served(settings, nursery) as (_, url, scope, ended):
+        owner, room_id = await _setup(url)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            body = {"name": "echo-bot", "type": "echo", "model": "none", "rooms": [room_id]}
+            r = await http.post("/api/agents/spawn", json=body, headers=owner.headers)
+            assert r.status_code == 201, r.text
+
+            async def running() -> bool:
+                agents = (await http.get("/api/agents", headers=owner.headers)).json()
+                return [a["status"] for a in agents] == ["running"] and len(bot_pids(url)) == 1
+
+            await wait_for(running)
+        scope.cancel()
+        with trio.fail_after(settings.graceful_timeout + STOP_MARGIN):
+            await ended.wait()
+        assert scope.cancelled_caught
+        assert bot_pids(url) == []  # stopped with the node, not left behind
