@@ -2,13 +2,16 @@
 operator's ``quart-mesh backup FILE`` and ``quart-mesh restore FILE``.
 
 Options override ``MESH_*`` environment variables, which override defaults.
-SIGINT and SIGTERM shut the server down gracefully.
+SIGINT and SIGTERM shut the server down gracefully
+(:func:`~quart_mesh.signals.wait_for_signal`); a second SIGINT while it
+stops interrupts the stop.
 
 Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
 (``--workers 2`` or more on SQLite included); 1, the node cannot serve: the
 system refused it something (an ``OSError``, such as the port being taken)
 before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
-all once it listened: a part of the node failed, and the traceback is logged.
+all once it listened: a part of the node failed, and the traceback is logged;
+130, a second Ctrl+C (SIGINT) interrupted the graceful stop.
 
 ``--workers N`` (``MESH_WORKERS``) above 1 runs a parent that binds the
 socket and supervises N node processes (:mod:`quart_mesh.workers`, which
