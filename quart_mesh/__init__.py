@@ -44,6 +44,7 @@ from .errors import (
     NotFound,
     PayloadTooLarge,
     RateLimited,
+    StoreFromNewerRelease,
     StreamLagged,
     Unauthorized,
     Unavailable,
@@ -54,6 +55,7 @@ from .records import Message, Participant, Reaction, Room, Task, TaskState, Uplo
 from .server import serve
 from .services.authz import Actor
 from .services.stream import EventStream
+from .signals import wait_for_signal
 
 __all__ = [
     "AccessEnded",
@@ -77,6 +79,7 @@ __all__ = [
     "Reaction",
     "Room",
     "Settings",
+    "StoreFromNewerRelease",
     "StreamLagged",
     "Task",
     "TaskState",
@@ -87,4 +90,5 @@ __all__ = [
     "create_app",
     "open_node",
     "serve",
+    "wait_for_signal",
 ]

@@ -2,13 +2,16 @@
 operator's ``quart-mesh backup FILE`` and ``quart-mesh restore FILE``.
 
 Options override ``MESH_*`` environment variables, which override defaults.
-SIGINT and SIGTERM shut the server down gracefully.
+SIGINT and SIGTERM shut the server down gracefully
+(:func:`~quart_mesh.signals.wait_for_signal`); a second SIGINT while it
+stops interrupts the stop.
 
 Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
 (``--workers 2`` or more on SQLite included); 1, the node cannot serve: the
 system refused it something (an ``OSError``, such as the port being taken)
 before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
-all once it listened: a part of the node failed, and the traceback is logged.
+all once it listened: a part of the node failed, and the traceback is logged;
+130, a second Ctrl+C (SIGINT) interrupted the graceful stop.
 
 ``--workers N`` (``MESH_WORKERS``) above 1 runs a parent that binds the
 socket and supervises N node processes (:mod:`quart_mesh.workers`, which
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -36,6 +38,7 @@ from .config import Settings, parse_log_format, parse_port, parse_public_url, pa
 from .errors import ConfigError
 from .logs import configure_logging
 from .server import serve
+from .signals import wait_for_signal
 from .workers import Worker, supervise
 
 __all__ = ["main"]
@@ -239,11 +242,23 @@ def _arg(fn: Callable[[str], object]) -> Callable[[str], object]:
     return parse
 
 
-async def _wait_for_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("received %s, shutting down", signal.Signals(signum).name)
-            return
+class _Listening:
+    """``serve``'s task status in :func:`run_server`: once the node listens,
+    note its URL and, as a worker, tell the parent (in *nursery*)."""
+
+    def __init__(
+        self, nursery: trio.Nursery, listening: list[str] | None, worker: Worker | None
+    ) -> None:
+        self._nursery = nursery
+        self._listening = listening
+        self._worker = worker
+
+    def started(self, value: str | None = None) -> None:
+        assert value is not None  # serve reports its URL
+        if self._listening is not None:
+            self._listening.append(value)
+        if self._worker is not None:
+            self._nursery.start_soon(self._worker.ready, value)
 
 
 async def run_server(
@@ -253,27 +268,24 @@ async def run_server(
 
     As a *worker* of ``--workers``, accept on the sockets the parent bound,
     tell it once serving, and stop on a signal or when the parent is gone.
+
+    ``serve`` runs in this task, trio's main task, so that a second Ctrl+C
+    while the node stops interrupts the stop (``KeyboardInterrupt``).
     """
     app = create_app(settings, freeze_heap=True)
     async with trio.open_nursery() as nursery:
-        url: str = await nursery.start(
-            partial(
-                serve,
-                app,
-                host=settings.host,
-                port=settings.port,
-                listeners=worker.listeners() if worker is not None else None,
-                shutdown_trigger=(
-                    partial(worker.wait_for_stop, _wait_for_signal)
-                    if worker is not None
-                    else _wait_for_signal
-                ),
-            )
+        await serve(
+            app,
+            host=settings.host,
+            port=settings.port,
+            listeners=worker.listeners() if worker is not None else None,
+            shutdown_trigger=(
+                partial(worker.wait_for_stop, wait_for_signal)
+                if worker is not None
+                else wait_for_signal
+            ),
+            task_status=_Listening(nursery, listening, worker),
         )
-        if listening is not None:
-            listening.append(url)
-        if worker is not None:
-            await worker.ready(url)
     if worker is not None:
         log.info("worker %d (pid %d) stopped", worker.number, os.getpid())
     else:
@@ -313,8 +325,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     listening: list[str] = []
     try:
         trio.run(run_server, settings, listening, worker)
-    except KeyboardInterrupt:  # a second Ctrl+C while draining
-        return 130
     except Exception as exc:
         leaves = list(_leaves(exc))
         if not listening and all(isinstance(leaf, OSError) for leaf in leaves):
@@ -324,6 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a part of the node failed: say so, and let whatever runs it start it again
         log.critical("the node stopped because one of its parts failed", exc_info=exc)
         return EX_SOFTWARE
+    except BaseException as exc:
+        # a second Ctrl+C while the node stops (alone, or in a group)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(exc)):
+            return 130
+        raise
     return 0
 
 

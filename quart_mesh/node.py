@@ -221,6 +221,8 @@ class Node:
         )
         self.started_at = time.monotonic()
         self._running = False
+        #: each serve() running this node: its stop event and its stopped event
+        self._served: list[tuple[trio.Event, trio.Event]] = []
         if self.bus is not None:
             self._reload_on_change(self.bus)
 
@@ -335,6 +337,36 @@ class Node:
         finally:
             self.realtime.accepting = False
             self._running = False
+
+    def served_by(self, stop: trio.Event, stopped: trio.Event) -> None:
+        """For :func:`~quart_mesh.server.serve` (internal): until *stopped*
+        is set (once serve has stopped, its store closed), :meth:`aclose`
+        sets *stop* and waits for *stopped*."""
+        self._served = [served for served in self._served if not served[1].is_set()]
+        self._served.append((stop, stopped))
+
+    async def aclose(self) -> None:
+        """Stop the :func:`~quart_mesh.serve` serving this node, gracefully,
+        and return once it has stopped.
+
+        It is the stop a shutdown trigger or a cancel would start: the
+        listeners close, WebSocket clients get close code 1001, requests and
+        sends in flight finish (within ``graceful_timeout``), managed bots
+        are stopped and the store is closed (unless the node was opened by
+        the caller and given to ``create_app(node=...)``: then it stays open).
+        ``serve`` then returns normally. Harmless when nothing serves the
+        node (it returns at once) and when called again.
+
+        Cancellation: safe; the stop, once asked for, goes on without the
+        caller. Do not call it from a task that ``serve`` itself runs (a
+        request handler): the stop cancels that task.
+        """
+        await trio.lowlevel.checkpoint()
+        served = [served for served in self._served if not served[1].is_set()]
+        for stop, _ in served:
+            stop.set()
+        for _, stopped in served:
+            await stopped.wait()
 
     async def run_core(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -17,9 +17,13 @@ lifespan (driven by hypercorn's ``Lifespan``, as under ``hypercorn.trio.serve``)
 and the listeners share one nursery: a component that dies of a bug takes
 the server down with it (see :func:`serve`).
 
-Shutdown: when *shutdown_trigger* returns, the listeners close, WebSocket
-sessions are told the node is going away, hypercorn closes idle keep-alive
-connections, and anything still open after ``graceful_timeout`` is cancelled.
+Shutdown: when *shutdown_trigger* returns, :meth:`Node.aclose` is called or
+the caller cancels :func:`serve`, the listeners close, WebSocket sessions are
+told the node is going away (close code 1001), hypercorn closes idle
+keep-alive connections, and anything still open after ``graceful_timeout`` is
+cancelled; then the node's components stop and its store closes. The served
+tree is shielded while it stops, so a cancel from outside takes this same
+path (``docs/decisions/0066-graceful-shutdown.md``).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from .app import MeshApp
 from .client_address import is_loopback
 from .node import Node
 
-__all__ = ["listening_url", "serve"]
+__all__ = ["STOP_MARGIN", "listening_url", "serve"]
 
 log = logging.getLogger("quart_mesh")
 
@@ -49,6 +53,11 @@ log = logging.getLogger("quart_mesh")
 MAX_HEAD_BYTES = 16 * 1024
 #: hypercorn's keep-alive timeout: the wait for a later request and its head
 KEEP_ALIVE_TIMEOUT = 5.0
+#: a stop (a trigger, :meth:`Node.aclose`, a cancel) may take
+#: ``graceful_timeout`` (for requests and sends in flight) plus this (the
+#: app's shutdown, managed bots' SIGTERM then SIGKILL, saving and closing the
+#: store) before what is left of it is cancelled
+STOP_MARGIN = 10.0
 #: after a WebSocket connection's close frame, seconds to wait for the client
 #: to close its side before the socket is closed
 CLOSE_LINGER = 2.0
@@ -213,11 +222,11 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     listeners: Sequence[trio.SocketListener] | None = None,
-    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve *app* and run its node until *shutdown_trigger* returns or the
-    caller cancels.
+    """Serve *app* and run its node until *shutdown_trigger* returns,
+    :meth:`Node.aclose` is called, or the caller cancels.
 
     It binds *host* and *port* itself, once the node has started, and logs
     ``quart-mesh listening on <url>``; or it accepts on *listeners*, sockets
@@ -240,9 +249,87 @@ async def serve(
     listening, so ``url = await nursery.start(serve, app, port=0)`` works.
     Without ``public_url`` in the settings, the node uses that URL as its
     public address (managed bots wait for it).
+
+    Stopping: *shutdown_trigger* (e.g. :func:`quart_mesh.wait_for_signal`)
+    is awaited from the start; when it returns, when :meth:`Node.aclose` is
+    called, or when the caller cancels, the stop is graceful: the listeners
+    close, WebSocket clients get close code ``1001`` ("server shutting
+    down"), requests and sends in flight get ``graceful_timeout`` seconds to
+    finish (what they write is committed), managed bots get SIGTERM (then
+    SIGKILL after a few seconds), and the store is saved and closed. The
+    whole stop is bounded: ``graceful_timeout`` + :data:`STOP_MARGIN`.
+
+    Cancellation: safe. Once listening, cancelling ``serve`` starts the
+    graceful stop above (shielded, bounded), then ``serve`` re-raises
+    ``Cancelled``; cancelled before it listens, it stops at once (nothing
+    was served; the store is still closed). A second ``KeyboardInterrupt``
+    (Ctrl+C) while it stops interrupts the stop if ``serve`` runs in the
+    main task (``trio.run``'s function or its nursery's body); elsewhere
+    the stop runs to its bound first.
+
+    Raises:
+        OSError: the socket cannot be bound (e.g. the port is taken).
+        Unavailable: the store cannot be opened.
+        Exception: a part of the node failed (see above).
     """
-    async with app.node_opened() as node:
-        await _serve_node(app, node, host, port, listeners, shutdown_trigger, task_status)
+    stop = trio.Event()  # the served tree's own trigger
+    # the served tree: shielded once listening, so that a cancel from outside
+    # becomes a graceful stop instead of cutting connections (close 1006)
+    tree = trio.CancelScope()
+    stopped = trio.Event()  # the tree has ended (its store closed)
+    done = trio.Event()  # serve is returning: what Node.aclose waits for
+
+    async def run_tree(*, task_status: trio.TaskStatus[str]) -> None:
+        try:
+            with tree:
+                async with app.node_opened() as node:
+                    node.served_by(stop, done)
+
+                    def listening(url: str) -> None:
+                        tree.shield = True
+                        task_status.started(url)
+
+                    await _serve_node(app, node, host, port, listeners, stop.wait, listening)
+            if tree.cancelled_caught:
+                log.warning(
+                    "the node did not stop within %.0f seconds: the rest was cancelled",
+                    app.settings.graceful_timeout + STOP_MARGIN,
+                )
+        finally:
+            stopped.set()
+
+    async def trigger(wait: Callable[[], Awaitable[object]]) -> None:
+        await wait()
+        stop.set()
+
+    try:
+        async with trio.open_nursery() as outer:
+            try:
+                if shutdown_trigger is not None:
+                    # from the start: a signal during start-up stops it too
+                    outer.start_soon(trigger, shutdown_trigger)
+                url: str = await outer.start(run_tree)
+                task_status.started(url)
+                await stop.wait()
+            finally:
+                stop.set()
+                grace = app.settings.graceful_timeout + STOP_MARGIN
+                tree.deadline = min(tree.deadline, trio.current_time() + grace)
+                try:
+                    with trio.CancelScope(shield=True):
+                        await stopped.wait()
+                except BaseException:  # KeyboardInterrupt: a second Ctrl+C
+                    tree.cancel()
+                    raise
+                outer.cancel_scope.cancel()  # the trigger, if still waiting
+    except BaseExceptionGroup as group:
+        # the outer nursery's group of one: raise what it holds (Cancelled,
+        # a part's failure) as before, not one level deeper
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    finally:
+        done.set()
 
 
 async def _serve_node(
@@ -251,8 +338,8 @@ async def _serve_node(
     host: str,
     port: int,
     given: Sequence[trio.SocketListener] | None,
-    shutdown_trigger: Callable[[], Awaitable[None]] | None,
-    task_status: trio.TaskStatus[str],
+    shutdown_trigger: Callable[[], Awaitable[object]],
+    listening: Callable[[str], None],
 ) -> None:
     settings = node.settings
     config = hypercorn_config(settings.graceful_timeout, settings.request_head_timeout)
@@ -289,9 +376,7 @@ async def _serve_node(
                         trio.serve_listeners, server.handle, listeners, handler_nursery=connections
                     )
                 )
-                task_status.started(url)
-                if shutdown_trigger is None:
-                    await trio.sleep_forever()
+                listening(url)
                 await shutdown_trigger()
                 front.cancel_scope.cancel()  # stop accepting
             # drain: sessions get "going away", idle keep-alives close, the rest has a deadline

@@ -127,11 +127,11 @@ class Worker:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self._channel().send_all(READY)
 
-    async def wait_for_stop(self, wait_for_signal: Callable[[], Awaitable[None]]) -> None:
+    async def wait_for_stop(self, wait_for_signal: Callable[[], Awaitable[object]]) -> None:
         """Return on a signal (*wait_for_signal*) or when the parent is gone."""
         async with trio.open_nursery() as nursery:
 
-            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+            async def first(wait: Callable[[], Awaitable[object]]) -> None:
                 await wait()
                 nursery.cancel_scope.cancel()
 

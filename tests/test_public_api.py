@@ -54,10 +54,13 @@ EXPECTED = {
     "RateLimited",
     "Unavailable",
     "ConfigError",
+    "StoreFromNewerRelease",
     # the event stream
     "EventStream",
     "StreamLagged",
     "AccessEnded",
+    # stopping
+    "wait_for_signal",
 }
 
 #: the services a program reaches as attributes of an open node
