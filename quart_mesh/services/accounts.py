@@ -587,6 +587,10 @@ class Accounts:
         return self.actor_for(participant)
 
     def actor_for(self, participant: Participant) -> Actor:
+        """*participant* as an actor, carrying the node's roles and room rules
+        and the mesh's ``guests_can_send``: for a program embedding the node
+        that acts on behalf of a participant it holds. Checks and reads
+        nothing (no token; the record is taken as it is)."""
         mesh = self._mesh
         return Actor(
             participant_id=participant.participant_id,
@@ -599,6 +603,13 @@ class Accounts:
         )
 
     async def get(self, actor: Actor, participant_id: str) -> Participant:
+        """One participant with its live ``online`` flag, for anyone who may
+        read participants (``participants.read``).
+
+        Raises:
+            Forbidden: the actor may not read participants.
+            NotFound: no such participant (``participant_not_found``).
+        """
         authorize(actor, "participants.read")
         participant = await self._db.read(lambda conn: repo.get_participant(conn, participant_id))
         if participant is None:
@@ -606,6 +617,12 @@ class Accounts:
         return self.with_presence(participant)
 
     async def list_participants(self, actor: Actor) -> list[Participant]:
+        """Every participant, by name, each with its live ``online`` flag, for
+        anyone who may read participants (``participants.read``).
+
+        Raises:
+            Forbidden: the actor may not read participants.
+        """
         authorize(actor, "participants.read")
         return [self.with_presence(p) for p in await self._db.read(repo.list_participants)]
 

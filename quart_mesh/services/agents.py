@@ -108,6 +108,13 @@ class BotRunner(Protocol):
 
 
 class Agents:
+    """Owns the agents (module docstring): external bots' bootstrap, managed
+    bots' spawn, the agent list, which bots are A2A agents, and removal.
+    Used by ``POST /api/agents/bootstrap``, ``POST /api/agents/spawn``,
+    ``GET /api/agents`` and ``PATCH``/``DELETE /api/agents/:agentId``
+    (commands to agents are ``node.commands``'). Reached as ``node.agents``.
+    """
+
     def __init__(
         self,
         settings: Settings,

@@ -41,6 +41,12 @@ class Dm:
 
 
 class DirectMessages:
+    """Owns direct messages' rooms: one per pair of participants, opened,
+    listed and hidden per participant (what is said in them is
+    :class:`Messages`'). Used by ``GET``/``POST /api/dms`` and
+    ``DELETE /api/dms/:roomId``. Reached as ``node.dms``.
+    """
+
     def __init__(self, db: Database, broker: Broker, presence: Presence) -> None:
         self._db = db
         self._broker = broker
@@ -97,6 +103,14 @@ class DirectMessages:
         return replace(dm, other=self._presence.mark(dm.other)), created
 
     async def list_dms(self, actor: Actor) -> list[Dm]:
+        """The actor's DMs it has not hidden, latest message first (one
+        without messages by when it was opened), each with the other party
+        (with its live ``online`` flag), the time of its last message and
+        whether the actor muted it. Needs ``rooms.read``.
+
+        Raises:
+            Forbidden: the actor may not read rooms.
+        """
         authorize(actor, "rooms.read")
 
         def read(

@@ -116,6 +116,13 @@ class SharedRooms:
 
 
 class Messages:
+    """Owns the messages of rooms and DMs: sending (the one way in: module
+    docstring), paging, reading one, editing, deleting, reactions and
+    typing. Used by ``GET``/``POST /api/rooms/:roomId/messages``,
+    ``GET``/``PATCH``/``DELETE /api/rooms/:roomId/messages/:messageId`` and
+    its ``reactions`` routes. Reached as ``node.messages``.
+    """
+
     def __init__(
         self,
         db: Database,
@@ -420,6 +427,17 @@ class Messages:
         return message
 
     async def get(self, actor: Actor, message_id: str, *, room_id: str | None = None) -> Message:
+        """One message with its reactions, for a member who may read its
+        room (``rooms.read``, its rules included); with *room_id*, only if
+        the message is in that room.
+
+        Raises:
+            NotFound: no such message, or not in *room_id*
+                (``message_not_found``); or it is in a DM the actor is not
+                in (``room_not_found``).
+            Forbidden: the actor is not a member of the message's room
+                (``not_member``), or may not read it (``forbidden``).
+        """
         return await self._db.read(lambda conn: self._load(conn, actor, message_id, room_id))
 
     async def edit(

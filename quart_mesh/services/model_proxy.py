@@ -218,6 +218,18 @@ class ModelProxy:
         self._budgets = {(b.scope, b.subject): b for b in budgets}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read the models (:meth:`reload`), open the HTTP client for the
+        upstreams and the nursery that owns streams' upstream readers,
+        report started, and serve until cancelled: the node runs it in its
+        nursery. Until it has started, and once it ends, requests that would
+        reach an upstream are refused (503 ``api_error``, in OpenAI's shape).
+
+        Cancellation: how it stops; the client closes, and the streams still
+        relaying end with it.
+
+        Raises:
+            Unavailable: the store could not be read at start.
+        """
         await self.reload()
         timeout = self._settings.model_timeout
         async with (

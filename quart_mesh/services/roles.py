@@ -106,6 +106,15 @@ TEMPLATES: dict[str, tuple[str, int, str, tuple[str, ...]]] = {
 
 
 class Roles:
+    """Owns custom roles, role templates, role assignment and rooms'
+    permission rules (overrides and presets), and keeps the node's
+    :class:`Policy` in step after each commit (module docstring). Used by
+    ``GET /api/permissions``, ``/api/roles`` and its routes,
+    ``PUT /api/participants/:participantId/role`` and
+    ``/api/rooms/:roomId/permissions`` and its ``/preset``.
+    Reached as ``node.roles``.
+    """
+
     def __init__(
         self,
         db: Database,
@@ -133,15 +142,37 @@ class Roles:
     # the catalog and roles ----------------------------------------------------
 
     def permissions(self, actor: Actor) -> list[dict[str, object]]:
+        """The catalog of permissions the node checks, each with its
+        description, category and the lowest built-in role holding it by
+        default: for anyone who may read roles (``roles.read``).
+
+        Raises:
+            Forbidden: the actor may not read roles.
+        """
         authorize(actor, "roles.read")
         return [p.to_json() for p in PERMISSIONS.values()]
 
     def list_roles(self, actor: Actor) -> list[dict[str, object]]:
+        """Every role, built-in and custom, highest priority first (then by
+        name), with the permissions each holds: for anyone who may read roles
+        (``roles.read``).
+
+        Raises:
+            Forbidden: the actor may not read roles.
+        """
         authorize(actor, "roles.read")
         roles = sorted(self._policy.roles.values(), key=lambda r: (-r.priority, r.name))
         return [r.to_json() for r in roles]
 
     def templates(self, actor: Actor) -> list[dict[str, object]]:
+        """The templates a custom role can be made from
+        (:meth:`create_from_template`), each with its default name and
+        priority, description and permissions: for anyone who may read roles
+        (``roles.read``).
+
+        Raises:
+            Forbidden: the actor may not read roles.
+        """
         authorize(actor, "roles.read")
         return [
             {
@@ -191,6 +222,20 @@ class Roles:
     async def create_from_template(
         self, actor: Actor, template_id: str, *, name: str | None, priority: Any
     ) -> Role:
+        """A custom role made from the template *template_id*: its
+        description and permissions, and its name and priority unless
+        *name* or *priority* say otherwise. Checked as :meth:`create_role`
+        (``roles.manage``, no escalation).
+
+        Raises:
+            NotFound: no such template (``template_not_found``), before any
+                permission is checked.
+            Forbidden: may not manage roles, a priority at or above the
+                actor's (``role_too_high``), or a permission of the template
+                the actor does not hold (``permission_too_high``).
+            BadRequest: a bad name or priority.
+            Conflict: the name is taken, or a built-in role's (``role_exists``).
+        """
         template = TEMPLATES.get(template_id)
         if template is None:
             raise NotFound("no such template", "template_not_found")
@@ -439,6 +484,18 @@ class Roles:
         return stored
 
     async def remove_override(self, actor: Actor, room_id: str, override_id: str) -> None:
+        """Remove the rule *override_id* from a room (room creators, and
+        admins and above: ``rooms.permissions``); nobody removes a rule set
+        by someone at or above them. Open subscriptions see the change at
+        once.
+
+        Raises:
+            NotFound: no such room (``room_not_found``), or no such rule in
+                it (``override_not_found``).
+            BadRequest: the room is a DM (``is_dm``).
+            Forbidden: may not set the room's rules, or the rule was set by
+                someone at or above the actor (``rule_set_above``).
+        """
         room = await self._room(actor, room_id)
         authorize(actor, "rooms.permissions", RoomRef(room_id, room.kind, room.created_by))
         if not any(o.override_id == override_id for o in self._policy.overrides(room_id)):

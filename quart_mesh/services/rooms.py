@@ -131,6 +131,14 @@ def _me(conn: Connection, actor: Actor) -> Participant:
 
 
 class Rooms:
+    """Owns the ordinary rooms and their membership: listing, creating,
+    details, muting, deleting, joining and leaving (DMs are opened by
+    :class:`DirectMessages`). Used by ``GET``/``POST /api/rooms``,
+    ``GET``/``DELETE /api/rooms/:roomId``, ``POST /api/rooms/:roomId/join``
+    and ``/leave`` and ``PUT /api/rooms/:roomId/mute``.
+    Reached as ``node.rooms``.
+    """
+
     def __init__(
         self,
         db: Database,
@@ -251,6 +259,18 @@ class Rooms:
         return await self._db.write(write)
 
     async def get(self, actor: Actor, room_id: str) -> RoomDetails:
+        """A room (or a DM the actor is in) with its members, in the order
+        they joined and each with its live ``online`` flag; whether the actor
+        is in it, what it may do there (:func:`held_permissions`) and whether
+        it muted it. For anyone who may read the room (``rooms.read``, its
+        rules included): a room's details need no membership.
+
+        Raises:
+            Forbidden: the actor may not read rooms, or a rule of this room
+                keeps it from reading it (``forbidden``).
+            NotFound: no such room, or a DM the actor is not in
+                (``room_not_found``).
+        """
         authorize(actor, "rooms.read")
 
         def read(conn: Connection) -> RoomDetails:

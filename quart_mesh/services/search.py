@@ -143,6 +143,12 @@ def _moment(value: str, field: str, *, after: bool) -> tuple[int | None, int | N
 
 
 class Search:
+    """Owns message search (module docstring): the queries, over the rooms
+    the caller may read now, and the background indexing of messages stored
+    before the index (:meth:`run_indexer`). Used by ``GET /api/search``
+    (and the WebSocket ``search`` frame). Reached as ``node.search``.
+    """
+
     def __init__(
         self,
         db: Database,
