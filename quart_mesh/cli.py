@@ -7,7 +7,8 @@ SIGINT and SIGTERM shut the server down gracefully
 stops interrupts the stop.
 
 Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
-(``--workers 2`` or more on SQLite included); 1, the node cannot serve: the
+(``--workers 2`` or more on SQLite included) or a store a newer release
+migrated (``StoreFromNewerRelease``); 1, the node cannot serve: the
 system refused it something (an ``OSError``, such as the port being taken)
 before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
 all once it listened: a part of the node failed, and the traceback is logged;
@@ -331,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # e.g. the port is taken: before it served, nothing to restart
             log.error("cannot serve: %s", leaves[0])
             return 1
+        if not listening and all(isinstance(leaf, ConfigError) for leaf in leaves):
+            # e.g. a store a newer release migrated: found only once it is opened
+            log.error("cannot serve: %s", leaves[0])
+            return 2
         # a part of the node failed: say so, and let whatever runs it start it again
         log.critical("the node stopped because one of its parts failed", exc_info=exc)
         return EX_SOFTWARE

@@ -4,8 +4,9 @@
   program: it is written to a file in a fresh temporary folder and run there
   as ``python snippet.py`` (stdin empty, the repository on ``PYTHONPATH``,
   no ``MESH_*`` settings of this process), and must exit 0.
-- A block whose first line is ``# runs until Ctrl+C`` gets SIGINT once it
-  printed its first line, and must then exit 0.
+- A block whose first line is ``# runs until Ctrl+C`` serves on a free port
+  (``MESH_PORT=0``) and gets SIGINT once it is ready (it printed a line, or
+  logged ``quart-mesh listening on``), and must then exit 0.
 - A block whose first line is ``# file: NAME`` is a file a shell sequence of
   its page uses: written there as NAME, not run on its own.
 - A block that reads ``MESH_URL`` from the environment talks to a node the
@@ -131,6 +132,8 @@ async def serve_node(data_dir: Path, *, set_up: bool = True) -> AsyncIterator[Se
 
 
 UNTIL_CTRL_C = "# runs until Ctrl+C"
+#: what serve() logs once it listens
+READY_LOG = b"quart-mesh listening on"
 
 
 async def run_snippet(
@@ -155,12 +158,14 @@ async def run_snippet(
 async def run_until_ctrl_c(
     script: Path, cwd: Path, env: dict[str, str]
 ) -> subprocess.CompletedProcess[bytes]:
-    """A program that serves until Ctrl+C: SIGINT once it printed its first
-    line (that it is ready); what it printed, and how it exited."""
+    """A program that serves until Ctrl+C: SIGINT once it is ready (it
+    printed a line, or logged that it listens: ``quart-mesh listening on``);
+    what it printed, and how it exited. It serves on a free port
+    (``MESH_PORT=0``), as a reader would on 8000."""
     process = await trio.lowlevel.open_process(
         [sys.executable, str(script)],
         cwd=cwd,
-        env=env,
+        env={**env, "MESH_PORT": "0"},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -168,17 +173,26 @@ async def run_until_ctrl_c(
     assert process.stdout is not None
     assert process.stderr is not None
     stdout, stderr = bytearray(), bytearray()
+    ready = trio.Event()
+
+    def said_ready() -> bool:
+        return b"\n" in stdout or READY_LOG in stderr
+
+    async def read(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+        while chunk := await stream.receive_some():
+            into += chunk
+            if said_ready():
+                ready.set()
+        ready.set()  # it exited before it was ready: its status tells
+
     try:
         with trio.fail_after(SNIPPET_SECONDS):
-            while b"\n" not in stdout:
-                chunk = await process.stdout.receive_some()
-                if not chunk:
-                    break  # it exited before it was ready: its status tells
-                stdout += chunk
-            process.send_signal(signal.SIGINT)
             async with trio.open_nursery() as nursery:
-                for stream, into in ((process.stdout, stdout), (process.stderr, stderr)):
-                    nursery.start_soon(_read_all, stream, into)
+                nursery.start_soon(read, process.stdout, stdout)
+                nursery.start_soon(read, process.stderr, stderr)
+                await ready.wait()
+                if process.poll() is None:
+                    process.send_signal(signal.SIGINT)
             await process.wait()
     finally:
         if process.returncode is None:
@@ -186,11 +200,6 @@ async def run_until_ctrl_c(
             with trio.CancelScope(shield=True):
                 await process.wait()
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-async def _read_all(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
-    while chunk := await stream.receive_some():
-        into += chunk
 
 
 def does_something(code: str) -> bool:
