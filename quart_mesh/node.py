@@ -337,6 +337,10 @@ class Node:
         finally:
             self.realtime.accepting = False
             self._running = False
+            # nothing is delivered any more: in-process streams (node.events)
+            # and other waits end after what was queued (served, the sessions
+            # were closed with 1001 before this)
+            self.broker.disconnect_all("closed")
 
     def served_by(self, stop: trio.Event, stopped: trio.Event) -> None:
         """For :func:`~quart_mesh.server.serve` (internal): until *stopped*

@@ -314,6 +314,34 @@ async def test_a_closed_stream_ends_after_what_was_queued(tmp_path: Path) -> Non
         assert stream.cursor == two.seq
 
 
+async def test_a_stream_open_when_the_node_stops_ends_after_what_was_queued(
+    tmp_path: Path,
+) -> None:
+    async with open_node(Settings(data_dir=tmp_path)) as node, trio.open_nursery() as outer:
+        components = trio.CancelScope()
+
+        async def run_node(*, task_status: trio.TaskStatus[None]) -> None:
+            with components:
+                await node.run(task_status=task_status)
+
+        await outer.start(run_node)
+        owner = await node.accounts.init_setup(name="owner", password=PASSWORD, mesh_name="M")
+        actor = node.accounts.actor_for(owner.participant)
+        town = node.accounts.setup_status()["defaultRoomId"]
+        assert isinstance(town, str)
+        got: list[str] = []
+        with trio.fail_after(CAP):
+            async with node.events(actor) as stream:
+                await node.messages.send(actor, town, "the last one")
+                async for event in stream:
+                    if isinstance(event, MessagePosted):
+                        got.append(event.message.content)
+                        components.cancel()  # the node stops; the stream is open
+        # the iteration ended (it did not wait for ever, nor raise)
+        assert got == ["the last one"]
+        assert not node.running
+
+
 async def test_delivery_starting_over_is_a_lost_place_not_an_end(tmp_path: Path) -> None:
     # "unavailable": PostgreSQL's bus could not follow the cluster's stream
     # and started over, ending every subscription; the node goes on. The
