@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from quart_mesh import Settings, create_app, open_node, serve
-from quart_mesh.errors import Conflict
+from quart_mesh import Conflict, Settings, create_app, open_node, serve
 
 NAME, PASSWORD = "host", "a long passphrase"
 
