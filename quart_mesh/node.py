@@ -480,8 +480,10 @@ async def open_node(settings: Settings) -> AsyncIterator[Node]:
 
     Raises:
         Unavailable: the store cannot be opened.
-        DataFolderInUse: another process serves this SQLite data folder.
-        OSError: the data folder cannot be used.
+        StoreFromNewerRelease: a newer quart-mesh migrated the store (a
+            ``ConfigError``; nothing was written).
+        OSError: the data folder cannot be used, or another process serves
+            this SQLite data folder (its message says so).
     """
     with await trio.to_thread.run_sync(lock_data_folder, settings):
         async with _open_node(settings) as node:

@@ -257,7 +257,7 @@ async def serve(
     down"), requests and sends in flight get ``graceful_timeout`` seconds to
     finish (what they write is committed), managed bots get SIGTERM (then
     SIGKILL after a few seconds), and the store is saved and closed. The
-    whole stop is bounded: ``graceful_timeout`` + :data:`STOP_MARGIN`.
+    whole stop is bounded: ``graceful_timeout`` plus 10 seconds.
 
     Cancellation: safe. Once listening, cancelling ``serve`` starts the
     graceful stop above (shielded, bounded), then ``serve`` re-raises
@@ -268,8 +268,10 @@ async def serve(
     the stop runs to its bound first.
 
     Raises:
-        OSError: the socket cannot be bound (e.g. the port is taken).
+        OSError: the socket cannot be bound (e.g. the port is taken), or
+            another process serves this SQLite data folder.
         Unavailable: the store cannot be opened.
+        StoreFromNewerRelease: a newer quart-mesh migrated the store.
         Exception: a part of the node failed (see above).
     """
     stop = trio.Event()  # the served tree's own trigger
