@@ -459,6 +459,7 @@ class Node:
             since=since,
             capacity=capacity,
             page=self.settings.max_replay,
+            mark_delivered=self.commands.mark_delivered,
         )
 
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
 from ..errors import AccessEnded, StreamLagged
-from ..events import Event, MessagePosted
+from ..events import CommandIssued, Event, MessagePosted
 from ..store import Database
 from ..store import messages as messages_repo
 from .accounts import Accounts
@@ -83,13 +83,25 @@ class EventStream:
         "_cursor",
         "_feed",
         "_first",
+        "_mark_delivered",
         "_page",
         "_pending",
         "_read_to",
     )
 
-    def __init__(self, feed: Feed, cursor: int, page: int, *, commands: bool) -> None:
+    def __init__(
+        self,
+        feed: Feed,
+        cursor: int,
+        page: int,
+        *,
+        commands: bool,
+        mark_delivered: Callable[[list[str]], Awaitable[None]] | None = None,
+    ) -> None:
         self._feed = feed
+        #: marks a command delivered once handed out (as the WebSocket does),
+        #: so that the next stream does not hand it out again
+        self._mark_delivered = mark_delivered
         #: the last message handed out (or where the stream started)
         self._cursor = cursor
         #: the backlog is read up to here (its last message)
@@ -128,7 +140,13 @@ class EventStream:
             if self._pending:
                 # a cancellation point before an event leaves, never after
                 await trio.lowlevel.checkpoint()
-                event = self._pending.popleft()
+                event = self._pending[0]
+                if isinstance(event, CommandIssued) and self._mark_delivered is not None:
+                    # shielded: once marked, it is handed out (a cancel
+                    # arrives at the consumer's next checkpoint)
+                    with trio.CancelScope(shield=True):
+                        await self._mark_delivered([event.command_id])
+                self._pending.popleft()
                 if isinstance(event, MessagePosted):
                     self._cursor = event.message.seq
                 return event
@@ -164,6 +182,11 @@ class EventStream:
         )
         if backlog.messages:
             self._read_to = backlog.messages[-1].seq
+        elif not backlog.truncated and backlog.cursor < self._read_to:
+            # a cursor past the node's newest message (a store restored from
+            # an older backup, another node's cursor): the messages written
+            # next are at or below it, and none of them was delivered
+            self._read_to = self._cursor = backlog.cursor
         if not backlog.truncated:
             await feed.go_live(self._read_to, self._first)
             self._catching_up = False
@@ -179,6 +202,7 @@ async def open_event_stream(
     since: int | None,
     capacity: int | None,
     page: int,
+    mark_delivered: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> AsyncIterator[EventStream]:
     """The stream behind :meth:`Node.events <quart_mesh.Node.events>`:
     *actor*'s events after the message *since* (``None``: from now), read
@@ -203,7 +227,13 @@ async def open_event_stream(
         if await accounts.actor_of(actor.participant_id) is None:
             raise AccessEnded("removed", since)
         # commands wait only for agents, and every agent is a bot
-        stream = EventStream(feed, since, max(1, page), commands=actor.kind == "bot")
+        stream = EventStream(
+            feed,
+            since,
+            max(1, page),
+            commands=actor.kind == "bot",
+            mark_delivered=mark_delivered,
+        )
         # the first page now: a stream caught up on entering (from now, or
         # a short backlog) queues live events at once, however long its
         # owner takes to iterate
