@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
-from ..errors import AccessEnded, StreamLagged
+from ..errors import AccessEnded, MeshError, StreamLagged
 from ..events import CommandIssued, Event, MessagePosted
 from ..store import Database
 from ..store import messages as messages_repo
@@ -42,6 +43,8 @@ from .commands import command_event
 from .delivery import ACCESS_ENDED, Backlog, Delivery, Feed
 
 __all__ = ["EventStream", "open_event_stream"]
+
+log = logging.getLogger(__name__)
 
 #: why a subscription ended that a stream reports as :class:`StreamLagged`:
 #: it could not keep up, or the node's delivery started over (the bus on
@@ -145,7 +148,10 @@ class EventStream:
                     # shielded: once marked, it is handed out (a cancel
                     # arrives at the consumer's next checkpoint)
                     with trio.CancelScope(shield=True):
-                        await self._mark_delivered([event.command_id])
+                        try:
+                            await self._mark_delivered([event.command_id])
+                        except MeshError:  # as the WebSocket: handed out again next time
+                            log.warning("could not mark command %s delivered", event.command_id)
                 self._pending.popleft()
                 if isinstance(event, MessagePosted):
                     self._cursor = event.message.seq
