@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
 from quart_mesh import Settings, create_app, open_node, serve
+from quart_mesh.server import STOP_MARGIN
 from tests import stores
+from tests.e2e.test_shutdown import _served, _setup
 from tests.helpers import cli
 from tests.test_release import _set_revision
 
@@ -57,3 +60,34 @@ async def test_aclose_while_serve_starts_stops_it(tmp_path: Path) -> None:
         stopped = ended.is_set()
         nursery.cancel_scope.cancel()
     assert stopped, "aclose returned but serve goes on serving"
+
+
+async def test_a_long_poll_is_answered_at_the_stop_not_cut(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # a stop is graceful: WebSocket clients get 1001 at once; a long poll
+    # (a bot's only connection) must be answered too (an empty batch and its
+    # cursor), not held for the whole grace and then cut without an answer
+    settings = Settings(data_dir=tmp_path / "data", graceful_timeout=8, max_poll_timeout=60)
+    async with _served(settings, nursery) as (app, url, scope, ended):
+        owner, _ = await _setup(url)
+        answers: list[httpx.Response] = []
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+            async def poll() -> None:
+                answers.append(
+                    await http.post("/api/poll", json={"timeout": 50}, headers=owner.headers)
+                )
+
+            async with trio.open_nursery() as polls:
+                polls.start_soon(poll)
+                with trio.fail_after(10):
+                    while not app.node.broker.subscribed():
+                        await trio.sleep(0.01)
+                began = trio.current_time()
+                scope.cancel()
+                with trio.fail_after(settings.graceful_timeout + STOP_MARGIN):
+                    await ended.wait()
+        (answer,) = answers
+        assert answer.status_code == 200, answer.text
+        assert trio.current_time() - began < settings.graceful_timeout / 2
