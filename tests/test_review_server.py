@@ -14,7 +14,7 @@ from quart_mesh import Settings, create_app, open_node, serve
 from quart_mesh.server import STOP_MARGIN
 from tests import stores
 from tests.e2e.test_shutdown import _served, _setup
-from tests.helpers import cli
+from tests.helpers import Mesh, cli, connect
 from tests.test_release import _set_revision
 
 
@@ -91,3 +91,23 @@ async def test_a_long_poll_is_answered_at_the_stop_not_cut(
         (answer,) = answers
         assert answer.status_code == 200, answer.text
         assert trio.current_time() - began < settings.graceful_timeout / 2
+
+
+async def test_a_websocket_resume_past_the_head_does_not_swallow_new_messages(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # the WebSocket resume shares the stream's defect: with ``since`` past the
+    # newest message (a client's cursor from before a restore), the messages
+    # written next were dropped as "already replayed"
+    settings = Settings(data_dir=tmp_path / "data")
+    async with _served(settings, nursery) as (_, url, scope, ended):
+        owner, room_id = await _setup(url)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            head = await Mesh(http).send(owner, room_id, "head")
+            ahead = str(int(head["cursor"]) + 100)
+            async with connect(url, owner, since=ahead) as socket:
+                await Mesh(http).send(owner, room_id, "after")
+                await socket.expect("message", content="after")
+        scope.cancel()
+        with trio.fail_after(settings.graceful_timeout + STOP_MARGIN):
+            await ended.wait()
