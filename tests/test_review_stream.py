@@ -4,11 +4,13 @@ A real node (``open_node`` + ``node.run``), as tests/test_event_stream.py."""
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+import pytest
 import trio
 
-from quart_mesh import Event, MessagePosted
+from quart_mesh import AccessEnded, Event, EventStream, MessagePosted
 from quart_mesh.events import CommandIssued
 from tests.test_event_stream import CAP, running
 from tests.test_event_stream import messages as _messages
@@ -61,3 +63,32 @@ async def test_commands_a_stream_hands_out_are_not_handed_out_again(tmp_path: Pa
         assert again == [], "the same command handed out by the next stream"
         waiting = await node.commands.pending_commands(bot.participant_id)
         assert waiting == []
+
+
+async def test_a_guest_s_stream_on_a_mesh_gone_private_is_refused(tmp_path: Path) -> None:
+    # a guest's access ends when the mesh goes private: its tokens are refused
+    # and its sessions end (revoked); a new in-process stream must not give
+    # it the rooms' messages again (AccessEnded: revoked)
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        await node.admin.update_settings(mesh.owner, visibility="public")
+        signed = await node.accounts.guest()
+        guest = node.accounts.actor_for(signed.participant)
+        await node.rooms.join(guest, mesh.town)
+        async with node.events(guest) as stream:
+            await node.admin.update_settings(mesh.owner, visibility="private")
+            with trio.fail_after(5), pytest.raises(AccessEnded) as ended:
+                async for _ in stream:
+                    pass
+            assert ended.value.reason == "revoked"
+        await node.messages.send(mesh.owner, mesh.town, "private now")
+        guest = await node.accounts.actor_of(guest.participant_id) or guest
+        with trio.fail_after(5), pytest.raises(AccessEnded) as refused:
+            await _read_all(node.events(guest, since=0))
+        assert refused.value.reason == "revoked"
+
+
+async def _read_all(opened: AbstractAsyncContextManager[EventStream]) -> None:
+    async with opened as stream:
+        got = [event async for event in stream]
+    raise AssertionError(f"the guest reads a private mesh: {got}")

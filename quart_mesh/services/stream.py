@@ -215,7 +215,8 @@ async def open_event_stream(
     in pages of *page* messages while catching up.
 
     Raises:
-        AccessEnded: the participant no longer exists.
+        AccessEnded: the participant no longer exists, or is a guest on a
+            mesh that is not public (any more).
         Unavailable: the store could not be read.
         ValueError: *since* is negative, *capacity* not positive.
     """
@@ -230,8 +231,13 @@ async def open_event_stream(
     # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
     chat = actor.type != "simple"
     with await delivery.follow(actor, capacity=capacity, chat=chat) as feed:
-        if await accounts.actor_of(actor.participant_id) is None:
+        current = await accounts.actor_of(actor.participant_id)
+        if current is None:
             raise AccessEnded("removed", since)
+        if current.kind == "guest" and not accounts.guests_allowed:
+            # the mesh went private: a guest's access ended (its tokens are
+            # refused, its sessions were closed as ``revoked``)
+            raise AccessEnded("revoked", since)
         # commands wait only for agents, and every agent is a bot
         stream = EventStream(
             feed,
