@@ -111,3 +111,16 @@ async def test_a_websocket_resume_past_the_head_does_not_swallow_new_messages(
         scope.cancel()
         with trio.fail_after(settings.graceful_timeout + STOP_MARGIN):
             await ended.wait()
+
+
+async def test_listeners_given_to_serve_are_closed_when_it_stops_before_listening(
+    tmp_path: Path,
+) -> None:
+    # serve's docstring: "either way the listeners are closed when it
+    # returns"; cancelled (or failing) during start-up, it left them open:
+    # the port stays bound and the socket leaks
+    settings = Settings(data_dir=tmp_path / "data")
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    with trio.move_on_after(0):
+        await serve(create_app(settings), listeners=listeners)
+    assert all(listener.socket.fileno() == -1 for listener in listeners)
