@@ -133,35 +133,32 @@ async def test_a_signal_stops_the_example_gracefully(
 
 
 async def test_a_second_ctrl_c_interrupts_the_stop(tmp_path: Path, nursery: trio.Nursery) -> None:
-    example = Example(tmp_path / "mesh-data")
+    metrics = "a-metrics-token-for-the-test"
+    example = Example(
+        tmp_path / "mesh-data", MESH_METRICS_TOKEN=metrics, MESH_MAX_POLL_TIMEOUT="60"
+    )
     url = await example.start(nursery)
     async with httpx.AsyncClient(base_url=url, timeout=90) as http:
-        await Mesh(http).setup()
-        async with trio.open_nursery() as requests:
-            # a request in flight (its body still coming) holds the stop for
-            # the whole grace (5 s); a long poll no longer does: it is answered
-            sending, exited = trio.Event(), trio.Event()
-
-            async def body() -> AsyncIterator[bytes]:
-                yield b'{"name": '
-                sending.set()
-                await exited.wait()
-                yield b'"owner"}'
-
-            async def held() -> None:
+        owner = await Mesh(http).setup()
+        async with trio.open_nursery() as polls:
+            # a long poll in flight holds the stop for the whole grace (5 s)
+            async def poll() -> None:
                 # cut by the interrupted process: no answer
-                with pytest.raises(httpx.TransportError):
-                    await http.post("/api/auth/login", content=body())
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await http.post("/api/poll", json={"timeout": 50}, headers=owner.headers)
 
-            requests.start_soon(held)
-            with trio.fail_after(10):
-                await sending.wait()
+            polls.start_soon(poll)
+
+            async def waiting() -> bool:
+                scrape = await http.get("/metrics", headers={"Authorization": f"Bearer {metrics}"})
+                return "mesh_subscriptions 1.0" in scrape.text
+
+            await wait_for(waiting)
             example.process.send_signal(signal.SIGINT)
             await example.wait_for(re.compile(rb"received SIGINT"), 10)
             example.process.send_signal(signal.SIGINT)
             # interrupted: a stop that ran its course would have exited 0
             assert await example.wait(20) == 130
-            exited.set()
     assert b"Traceback" not in example.output
 
 
