@@ -448,8 +448,10 @@ class Node:
         block ends the subscription.
 
         Raises:
-            AccessEnded: the participant no longer exists (on entering the
-                block); while iterating, it was deleted or signed out.
+            AccessEnded: the participant no longer exists, or is a guest of
+                a mesh that is not public (on entering the block); while
+                iterating, it was deleted or signed out, or, a guest, the
+                mesh went private.
             StreamLagged: while iterating, the consumer fell behind (or the
                 node's delivery started over): resume from its ``cursor``.
             Unavailable: the store could not be read.
@@ -463,6 +465,7 @@ class Node:
             since=since,
             capacity=capacity,
             page=self.settings.max_replay,
+            mark_delivered=self.commands.mark_delivered,
         )
 
 

@@ -331,6 +331,12 @@ async def serve(
             raise group.exceptions[0] from None
         raise
     finally:
+        if listeners:
+            # closed by serving them, but not if it stopped before (a cancel
+            # or a failure during start-up)
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
         done.set()
 
 
@@ -364,12 +370,19 @@ async def _serve_node(
         await lifespan.wait_for_startup()
 
         listeners = list(given) if given else await trio.open_tcp_listeners(port, host=host)
-        url = listening_url(listeners)
-        node.address.bind(url)
-        if not given:
-            log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
-        # before the first connection is accepted
-        await claim_node(node, public=not all(_is_loopback(lst) for lst in listeners))
+        try:
+            url = listening_url(listeners)
+            node.address.bind(url)
+            if not given:
+                log.info("quart-mesh listening on %s (data in %s)", url, node.settings.data_dir)
+            # before the first connection is accepted
+            await claim_node(node, public=not all(_is_loopback(lst) for lst in listeners))
+        except BaseException:
+            # not served (serving them closes them): close them here
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
+            raise
 
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as front:

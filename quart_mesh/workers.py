@@ -28,7 +28,9 @@ and exits 1.
 
 Exit status of the parent: 0 when stopped by a signal and every worker
 stopped cleanly; 1 when it cannot serve (the port is taken, workers cannot
-start); 130 after a second signal cut the drain short; 70 when a worker
+start); 2 when the workers could not serve because of their settings or
+store (they exited 2: a store a newer release migrated, say), as a single
+process would; 130 after a second signal cut the drain short; 70 when a worker
 did not stop cleanly (it failed while draining, or had to be killed).
 """
 
@@ -64,6 +66,8 @@ STOP_MARGIN = 30.0
 READY = b"ready\n"
 #: the worker's exit statuses that say it cannot serve (``cli``)
 _CANNOT_SERVE = (1, 2)
+#: the exit status of a worker that cannot use its settings or store (``cli``)
+_BAD_SETTINGS = 2
 #: the exit status of a worker whose part failed (``cli.EX_SOFTWARE``)
 _EX_SOFTWARE = 70
 
@@ -174,6 +178,9 @@ class _Pool:
         self.stopping = trio.Event()
         self.ever_ready = False
         self.cannot_serve = False
+        #: the workers that could not serve exited 2 (settings, a newer store):
+        #: the parent says so too, a status supervisors take as final
+        self.refused_settings = False
         self.signals = 0
         self.unclean: list[str] = []
         self._kill_deadline = float("inf")
@@ -199,7 +206,7 @@ class _Pool:
         for listener in self.listeners:
             await listener.aclose()
         if self.cannot_serve:
-            return 1
+            return 2 if self.refused_settings else 1
         if self.unclean:
             log.error("workers that did not stop cleanly: %s", "; ".join(self.unclean))
             return 130 if self.signals > 1 else _EX_SOFTWARE
@@ -255,6 +262,7 @@ class _Pool:
                         slot.start_failures,
                     )
                     self.cannot_serve = True
+                    self.refused_settings = status == _BAD_SETTINGS
                     self._stop(signal.SIGTERM)
                     return
             else:

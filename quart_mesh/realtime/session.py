@@ -387,7 +387,16 @@ class ProtocolSession:
                     "replay_truncated",
                 ),
             )
-        replayed_to = backlog.messages[-1].seq if backlog.messages else since
+        # with nothing replayed: no message after *since* existed, so drop
+        # none after the node's newest (a *since* past it, from before a
+        # restore, would otherwise swallow the messages written next)
+        replayed_to = (
+            backlog.messages[-1].seq
+            if backlog.messages
+            else None
+            if since is None
+            else min(since, backlog.cursor)
+        )
         await feed.go_live(replayed_to, backlog)
 
     # writer ------------------------------------------------------------------

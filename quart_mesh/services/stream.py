@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
-from ..errors import AccessEnded, StreamLagged
-from ..events import Event, MessagePosted
+from ..errors import AccessEnded, MeshError, StreamLagged
+from ..events import CommandIssued, Event, MessagePosted
 from ..store import Database
 from ..store import messages as messages_repo
 from .accounts import Accounts
@@ -42,6 +43,8 @@ from .commands import command_event
 from .delivery import ACCESS_ENDED, Backlog, Delivery, Feed
 
 __all__ = ["EventStream", "open_event_stream"]
+
+log = logging.getLogger(__name__)
 
 #: why a subscription ended that a stream reports as :class:`StreamLagged`:
 #: it could not keep up, or the node's delivery started over (the bus on
@@ -83,13 +86,25 @@ class EventStream:
         "_cursor",
         "_feed",
         "_first",
+        "_mark_delivered",
         "_page",
         "_pending",
         "_read_to",
     )
 
-    def __init__(self, feed: Feed, cursor: int, page: int, *, commands: bool) -> None:
+    def __init__(
+        self,
+        feed: Feed,
+        cursor: int,
+        page: int,
+        *,
+        commands: bool,
+        mark_delivered: Callable[[list[str]], Awaitable[None]] | None = None,
+    ) -> None:
         self._feed = feed
+        #: marks a command delivered once handed out (as the WebSocket does),
+        #: so that the next stream does not hand it out again
+        self._mark_delivered = mark_delivered
         #: the last message handed out (or where the stream started)
         self._cursor = cursor
         #: the backlog is read up to here (its last message)
@@ -128,7 +143,16 @@ class EventStream:
             if self._pending:
                 # a cancellation point before an event leaves, never after
                 await trio.lowlevel.checkpoint()
-                event = self._pending.popleft()
+                event = self._pending[0]
+                if isinstance(event, CommandIssued) and self._mark_delivered is not None:
+                    # shielded: once marked, it is handed out (a cancel
+                    # arrives at the consumer's next checkpoint)
+                    with trio.CancelScope(shield=True):
+                        try:
+                            await self._mark_delivered([event.command_id])
+                        except MeshError:  # as the WebSocket: handed out again next time
+                            log.warning("could not mark command %s delivered", event.command_id)
+                self._pending.popleft()
                 if isinstance(event, MessagePosted):
                     self._cursor = event.message.seq
                 return event
@@ -164,6 +188,11 @@ class EventStream:
         )
         if backlog.messages:
             self._read_to = backlog.messages[-1].seq
+        elif not backlog.truncated and backlog.cursor < self._read_to:
+            # a cursor past the node's newest message (a store restored from
+            # an older backup, another node's cursor): the messages written
+            # next are at or below it, and none of them was delivered
+            self._read_to = self._cursor = backlog.cursor
         if not backlog.truncated:
             await feed.go_live(self._read_to, self._first)
             self._catching_up = False
@@ -179,13 +208,15 @@ async def open_event_stream(
     since: int | None,
     capacity: int | None,
     page: int,
+    mark_delivered: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> AsyncIterator[EventStream]:
     """The stream behind :meth:`Node.events <quart_mesh.Node.events>`:
     *actor*'s events after the message *since* (``None``: from now), read
     in pages of *page* messages while catching up.
 
     Raises:
-        AccessEnded: the participant no longer exists.
+        AccessEnded: the participant no longer exists, or is a guest on a
+            mesh that is not public (any more).
         Unavailable: the store could not be read.
         ValueError: *since* is negative, *capacity* not positive.
     """
@@ -200,10 +231,21 @@ async def open_event_stream(
     # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
     chat = actor.type != "simple"
     with await delivery.follow(actor, capacity=capacity, chat=chat) as feed:
-        if await accounts.actor_of(actor.participant_id) is None:
+        current = await accounts.actor_of(actor.participant_id)
+        if current is None:
             raise AccessEnded("removed", since)
+        if current.kind == "guest" and not accounts.guests_allowed:
+            # the mesh went private: a guest's access ended (its tokens are
+            # refused, its sessions were closed as ``revoked``)
+            raise AccessEnded("revoked", since)
         # commands wait only for agents, and every agent is a bot
-        stream = EventStream(feed, since, max(1, page), commands=actor.kind == "bot")
+        stream = EventStream(
+            feed,
+            since,
+            max(1, page),
+            commands=actor.kind == "bot",
+            mark_delivered=mark_delivered,
+        )
         # the first page now: a stream caught up on entering (from now, or
         # a short backlog) queues live events at once, however long its
         # owner takes to iterate

@@ -1,0 +1,94 @@
+"""Review of issue 31's in-process event stream: defects found and pinned.
+
+A real node (``open_node`` + ``node.run``), as tests/test_event_stream.py."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+import trio
+
+from quart_mesh import AccessEnded, Event, EventStream, MessagePosted
+from quart_mesh.events import CommandIssued
+from tests.test_event_stream import CAP, running
+from tests.test_event_stream import messages as _messages
+
+
+async def messages(stream: object, count: int) -> list[MessagePosted]:
+    with trio.fail_after(5):
+        return await _messages(stream, count)  # type: ignore[arg-type]
+
+
+async def test_a_cursor_past_the_head_does_not_swallow_new_messages(tmp_path: Path) -> None:
+    # a cursor from a store restored from an older backup (or another node)
+    # is past the head: the messages written next have seq <= that cursor,
+    # and the stream must still hand them out (the backlog delivered none of them)
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        head = (await node.messages.send(mesh.owner, mesh.town, "head")).seq
+        async with node.events(mesh.bob, since=head + 100) as stream:
+            sent = await node.messages.send(mesh.alice, mesh.town, "after")
+            assert sent.seq <= head + 100
+            (got,) = await messages(stream, 1)
+            assert got.message.content == "after"
+
+
+async def test_commands_a_stream_hands_out_are_not_handed_out_again(tmp_path: Path) -> None:
+    # the WebSocket marks a command delivered once it is sent; a stream
+    # must do the same, or every new stream (a resume after StreamLagged)
+    # hands out every command again, and they count as waiting
+    # (max_pending_commands) for ever
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        boot = await node.agents.bootstrap(
+            mesh.owner, name="helper", bot_type="nanoclaw", base_url="http://x"
+        )
+        bot = node.accounts.actor_for(boot.participant)
+        row = await node.commands.send_command(mesh.owner, bot.participant_id, "ping")
+
+        async def first_command() -> list[Event]:
+            got: list[Event] = []
+            async with node.events(bot, since=0) as stream:
+                with trio.move_on_after(1):
+                    async for event in stream:
+                        got.append(event)
+            return [e for e in got if isinstance(e, CommandIssued)]
+
+        with trio.fail_after(CAP):
+            first = await first_command()
+            assert [c.command_id for c in first if isinstance(c, CommandIssued)] == [row.command_id]
+            again = await first_command()
+        assert again == [], "the same command handed out by the next stream"
+        waiting = await node.commands.pending_commands(bot.participant_id)
+        assert waiting == []
+
+
+async def test_a_guest_s_stream_on_a_mesh_gone_private_is_refused(tmp_path: Path) -> None:
+    # a guest's access ends when the mesh goes private: its tokens are refused
+    # and its sessions end (revoked); a new in-process stream must not give
+    # it the rooms' messages again (AccessEnded: revoked)
+    async with running(tmp_path / "data") as mesh:
+        node = mesh.node
+        await node.admin.update_settings(mesh.owner, visibility="public")
+        signed = await node.accounts.guest()
+        guest = node.accounts.actor_for(signed.participant)
+        await node.rooms.join(guest, mesh.town)
+        async with node.events(guest) as stream:
+            await node.admin.update_settings(mesh.owner, visibility="private")
+            with trio.fail_after(5), pytest.raises(AccessEnded) as ended:
+                async for _ in stream:
+                    pass
+            assert ended.value.reason == "revoked"
+        await node.messages.send(mesh.owner, mesh.town, "private now")
+        guest = await node.accounts.actor_of(guest.participant_id) or guest
+        with trio.fail_after(5), pytest.raises(AccessEnded) as refused:
+            await _read_all(node.events(guest, since=0))
+        assert refused.value.reason == "revoked"
+
+
+async def _read_all(opened: AbstractAsyncContextManager[EventStream]) -> None:
+    async with opened as stream:
+        got = [event async for event in stream]
+    raise AssertionError(f"the guest reads a private mesh: {got}")
