@@ -359,7 +359,11 @@ class Node:
         are stopped and the store is closed (unless the node was opened by
         the caller and given to ``create_app(node=...)``: then it stays open).
         ``serve`` then returns normally. Harmless when nothing serves the
-        node (it returns at once) and when called again.
+        node (it returns at once) and when called again. It stops a
+        ``serve`` that has begun serving this node: start it with
+        ``await nursery.start(serve, app)`` (which returns once it listens),
+        not ``start_soon``, before you may need to stop it, or the stop
+        finds nothing to stop.
 
         Cancellation: safe; the stop, once asked for, goes on without the
         caller. Do not call it from a task that ``serve`` itself runs (a

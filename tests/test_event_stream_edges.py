@@ -1,4 +1,5 @@
-"""Review of issue 31's in-process event stream: defects found and pinned.
+"""The in-process event stream at its edges: a cursor past the newest
+message, commands handed out once, a guest on a mesh gone private.
 
 A real node (``open_node`` + ``node.run``), as tests/test_event_stream.py."""
 
