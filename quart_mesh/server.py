@@ -280,6 +280,7 @@ async def serve(
     tree = trio.CancelScope()
     stopped = trio.Event()  # the tree has ended (its store closed)
     done = trio.Event()  # serve is returning: what Node.aclose waits for
+    interrupted = False  # the stop itself was interrupted (a second Ctrl+C)
 
     async def run_tree(*, task_status: trio.TaskStatus[str]) -> None:
         try:
@@ -292,7 +293,9 @@ async def serve(
                         task_status.started(url)
 
                     await _serve_node(app, node, host, port, listeners, stop.wait, listening)
-            if tree.cancelled_caught:
+            if tree.cancelled_caught and interrupted:
+                log.warning("the stop was interrupted: the rest of it was cancelled")
+            elif tree.cancelled_caught:
                 log.warning(
                     "the node did not stop within %.0f seconds: the rest was cancelled",
                     app.settings.graceful_timeout + STOP_MARGIN,
@@ -321,6 +324,7 @@ async def serve(
                     with trio.CancelScope(shield=True):
                         await stopped.wait()
                 except BaseException:  # KeyboardInterrupt: a second Ctrl+C
+                    interrupted = True
                     tree.cancel()
                     raise
                 outer.cancel_scope.cancel()  # the trigger, if still waiting
