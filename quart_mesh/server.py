@@ -397,6 +397,7 @@ async def _serve_node(
             # drain: sessions get "going away", idle keep-alives close, the rest has a deadline
             await server.context.terminated.set()
             node.realtime.shut_down()
+            node.polling.shut_down()  # long polls are answered, not held then cut
             connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         stopping = True
         await lifespan.wait_for_shutdown()
