@@ -67,6 +67,9 @@ async def test_a_long_poll_is_answered_at_the_stop_not_cut(
                     await ended.wait()
         (answer,) = answers
         assert answer.status_code == 200, answer.text
+        # what a wait that ends empty answers: nothing new, and the cursor
+        assert answer.json()["messages"] == [], answer.text
+        assert answer.json()["cursor"], answer.text
         assert trio.current_time() - began < settings.graceful_timeout / 2
 
 
