@@ -254,7 +254,8 @@ async def serve(
     is awaited from the start; when it returns, when :meth:`Node.aclose` is
     called, or when the caller cancels, the stop is graceful: the listeners
     close, WebSocket clients get close code ``1001`` ("server shutting
-    down"), requests and sends in flight get ``graceful_timeout`` seconds to
+    down"), long polls waiting are answered at once (an empty batch and its
+    cursor), requests and sends in flight get ``graceful_timeout`` seconds to
     finish (what they write is committed), managed bots get SIGTERM (then
     SIGKILL after a few seconds), and the store is saved and closed. The
     whole stop is bounded: ``graceful_timeout`` plus 10 seconds.
@@ -401,6 +402,7 @@ async def _serve_node(
             # drain: sessions get "going away", idle keep-alives close, the rest has a deadline
             await server.context.terminated.set()
             node.realtime.shut_down()
+            node.polling.shut_down()  # long polls are answered, not held then cut
             connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         stopping = True
         await lifespan.wait_for_shutdown()

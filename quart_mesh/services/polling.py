@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from ..broker import Subscription
 from ..config import Settings
 from ..errors import BadRequest
 from ..records import Message
@@ -62,6 +63,18 @@ class Polling:
         self._presence = presence
         self._world = world
         self._commands = commands
+        #: the subscriptions of the polls waiting now (:meth:`shut_down`)
+        self._waiting: set[Subscription] = set()
+        self._closing = False
+
+    def shut_down(self) -> None:
+        """The node is stopping: polls waiting now are answered at once with
+        what they have (as WebSocket sessions get 1001), and polls that come
+        later do not wait, instead of each holding the stop for the whole
+        grace and then being cut without an answer."""
+        self._closing = True
+        for sub in list(self._waiting):
+            sub.fail("closed")
 
     async def poll(
         self,
@@ -114,17 +127,21 @@ class Polling:
             seat,
             await self._delivery.follow(actor, capacity=64, chat=chat, token_id=token_id) as feed,
         ):
-            if wait_seconds == 0:
+            if wait_seconds == 0 or self._closing:
                 return await self._take(actor, feed, after, limit, mentions_of)
-            async with self._presence.attached(actor.participant_id):
-                with trio.move_on_after(wait_seconds):
-                    while True:
-                        result = await self._take(actor, feed, after, limit, mentions_of)
-                        if result.messages or result.commands:
-                            return result
-                        after = result.cursor
-                        if not await feed.wait_for_more():
-                            break
+            self._waiting.add(feed.sub)
+            try:
+                async with self._presence.attached(actor.participant_id):
+                    with trio.move_on_after(wait_seconds):
+                        while True:
+                            result = await self._take(actor, feed, after, limit, mentions_of)
+                            if result.messages or result.commands:
+                                return result
+                            after = result.cursor
+                            if not await feed.wait_for_more():
+                                break
+            finally:
+                self._waiting.discard(feed.sub)
             # signed out everywhere, or deleted, while it waited: the messages
             # and commands stay for whoever signs in next
             refuse_if_access_ended(feed.sub.failed)

@@ -17,6 +17,7 @@ waits on events (a frame, a log line, a handler reached), not sleeps.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh.server import STOP_MARGIN
 from tests.helpers import Mesh, User, connect, wait_for
 from tests.stores import node_env
+from tests.upstream import Upstream
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "serve_until_signal.py"
 _LISTENING = re.compile(rb"listening on (http://\S+)")
@@ -132,28 +134,44 @@ async def test_a_signal_stops_the_example_gracefully(
     assert example.output.rstrip().endswith(b"stopped")  # main() returned
 
 
-async def test_a_second_ctrl_c_interrupts_the_stop(tmp_path: Path, nursery: trio.Nursery) -> None:
-    metrics = "a-metrics-token-for-the-test"
+async def test_a_second_ctrl_c_interrupts_the_stop(
+    tmp_path: Path, nursery: trio.Nursery, upstream: Upstream
+) -> None:
+    # a model request whose upstream never answers (tests/upstream.py's
+    # ``hang-model``) is in flight at the stop: it holds the stop for the
+    # whole grace (5 s; its own deadline, MESH_MODEL_TIMEOUT, is far longer).
+    # (Not a long poll: a stop answers those at once.)
+    models = [
+        {
+            "name": "hang",
+            "baseUrl": f"http://127.0.0.1:{upstream.port}/v1",
+            "upstreamModel": "hang-model",
+        }
+    ]
     example = Example(
-        tmp_path / "mesh-data", MESH_METRICS_TOKEN=metrics, MESH_MAX_POLL_TIMEOUT="60"
+        tmp_path / "mesh-data", MESH_MODELS=json.dumps(models), MESH_MODEL_TIMEOUT="120"
     )
     url = await example.start(nursery)
     async with httpx.AsyncClient(base_url=url, timeout=90) as http:
         owner = await Mesh(http).setup()
-        async with trio.open_nursery() as polls:
-            # a long poll in flight holds the stop for the whole grace (5 s)
-            async def poll() -> None:
+        async with trio.open_nursery() as requests:
+
+            async def complete() -> None:
                 # cut by the interrupted process: no answer
                 with pytest.raises(httpx.RemoteProtocolError):
-                    await http.post("/api/poll", json={"timeout": 50}, headers=owner.headers)
+                    await http.post(
+                        "/api/models/v1/chat/completions",
+                        json={"model": "hang", "messages": [{"role": "user", "content": "hi"}]},
+                        headers=owner.headers,
+                    )
 
-            polls.start_soon(poll)
+            requests.start_soon(complete)
 
-            async def waiting() -> bool:
-                scrape = await http.get("/metrics", headers={"Authorization": f"Bearer {metrics}"})
-                return "mesh_subscriptions 1.0" in scrape.text
+            async def forwarded() -> bool:
+                # the node has sent it upstream: its handler waits for the answer
+                return any(seen.path.endswith("/chat/completions") for seen in upstream.requests)
 
-            await wait_for(waiting)
+            await wait_for(forwarded)
             example.process.send_signal(signal.SIGINT)
             await example.wait_for(re.compile(rb"received SIGINT"), 10)
             example.process.send_signal(signal.SIGINT)

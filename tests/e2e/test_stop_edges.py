@@ -39,11 +39,6 @@ async def test_workers_on_a_store_from_a_newer_release_exit_2(tmp_path: Path) ->
     assert done.returncode == 2, done.stderr.decode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a long poll holds the stop for the whole grace, then is cut (fix: 414cc25,"
-    " reverted: test_a_second_ctrl_c_interrupts_the_stop relies on a poll holding the stop)",
-)
 async def test_a_long_poll_is_answered_at_the_stop_not_cut(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
@@ -72,6 +67,9 @@ async def test_a_long_poll_is_answered_at_the_stop_not_cut(
                     await ended.wait()
         (answer,) = answers
         assert answer.status_code == 200, answer.text
+        # what a wait that ends empty answers: nothing new, and the cursor
+        assert answer.json()["messages"] == [], answer.text
+        assert answer.json()["cursor"], answer.text
         assert trio.current_time() - began < settings.graceful_timeout / 2
 
 
