@@ -462,7 +462,6 @@ class Node:
             ValueError: *since* is negative, or *capacity* is not positive.
         """
         return open_event_stream(
-            self.db,
             self.delivery,
             self.accounts,
             actor,

@@ -437,7 +437,6 @@ async def test_a_quiet_wait_is_cancellable_and_backpressure_never_blocks(
     store, accounts = _EmptyStore(), _Known()
     delivery = Delivery(store, broker, accounts)  # type: ignore[arg-type]
     opened = open_event_stream(
-        store,  # type: ignore[arg-type]
         delivery,
         accounts,  # type: ignore[arg-type]
         _member("bob"),

@@ -263,6 +263,8 @@ class ProtocolSession:
         services = self.services
         # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
         chat = actor.type != "simple"
+        # a cursor past the newest message (from before a restore) resumes from it
+        since = None if auth.since is None else await services.delivery.resume_point(auth.since)
         with await services.delivery.follow(actor, chat=chat, token_id=auth.token_id) as feed:
             sub = feed.sub
             self._sub = sub
@@ -284,7 +286,7 @@ class ProtocolSession:
                 sub.park(self._wake_writer)
                 try:
                     try:
-                        await self._start(actor, auth.since, feed)
+                        await self._start(actor, since, feed)
                     except MeshError as error:  # e.g. the store is unavailable
                         self._ending = True
                         sub.push(None, error_frame(error.message, error.code))
@@ -387,16 +389,7 @@ class ProtocolSession:
                     "replay_truncated",
                 ),
             )
-        # with nothing replayed: no message after *since* existed, so drop
-        # none after the node's newest (a *since* past it, from before a
-        # restore, would otherwise swallow the messages written next)
-        replayed_to = (
-            backlog.messages[-1].seq
-            if backlog.messages
-            else None
-            if since is None
-            else min(since, backlog.cursor)
-        )
+        replayed_to = backlog.messages[-1].seq if backlog.messages else since
         await feed.go_live(replayed_to, backlog)
 
     # writer ------------------------------------------------------------------

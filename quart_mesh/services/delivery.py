@@ -224,6 +224,19 @@ class Delivery:
         sub.token_id = token_id
         return Feed(self._db, actor.participant_id, sub)
 
+    async def resume_point(self, since: int | None) -> int:
+        """Where a resume from the message *since* starts: *since*, or the
+        node's newest message if *since* is past it (a cursor kept from
+        before a restore of an older backup); ``None``: the newest, from now.
+        Read it *before* :meth:`follow`: every message written after is then
+        after it, and none of them is taken for one already delivered.
+
+        Raises:
+            Unavailable: the store could not be read.
+        """
+        head = await self._db.read(messages_repo.head_seq)
+        return head if since is None else min(since, head)
+
     async def refresh(self, participant_id: str | None = None) -> None:
         """Decide again which rooms *participant_id* (``None``: everyone
         subscribed here) may read, after its role or the room rules

@@ -35,8 +35,6 @@ import trio
 
 from ..errors import AccessEnded, MeshError, StreamLagged
 from ..events import CommandIssued, Event, MessagePosted
-from ..store import Database
-from ..store import messages as messages_repo
 from .accounts import Accounts
 from .authz import Actor
 from .commands import command_event
@@ -188,11 +186,6 @@ class EventStream:
         )
         if backlog.messages:
             self._read_to = backlog.messages[-1].seq
-        elif not backlog.truncated and backlog.cursor < self._read_to:
-            # a cursor past the node's newest message (a store restored from
-            # an older backup, another node's cursor): the messages written
-            # next are at or below it, and none of them was delivered
-            self._read_to = self._cursor = backlog.cursor
         if not backlog.truncated:
             await feed.go_live(self._read_to, self._first)
             self._catching_up = False
@@ -200,7 +193,6 @@ class EventStream:
 
 @contextlib.asynccontextmanager
 async def open_event_stream(
-    db: Database,
     delivery: Delivery,
     accounts: Accounts,
     actor: Actor,
@@ -224,10 +216,10 @@ async def open_event_stream(
         raise ValueError("since must be a message's sequence number (>= 0)")
     if capacity is not None and capacity < 1:
         raise ValueError("capacity must be at least 1")
-    if since is None:
-        # from now: the newest message before subscribing (what is committed
-        # meanwhile is then both read and held; go_live drops the copies)
-        since = await db.read(messages_repo.head_seq)
+    # before subscribing: from now (None), or from a cursor past the newest
+    # message, the newest (what is committed meanwhile is then both read and
+    # held; go_live drops the copies)
+    since = await delivery.resume_point(since)
     # tool-only ``simple`` bots are not sent chat traffic (docs/agents.md)
     chat = actor.type != "simple"
     with await delivery.follow(actor, capacity=capacity, chat=chat) as feed:
