@@ -649,6 +649,7 @@ class Settings:
             "ws_idle_timeout",
             "request_head_timeout",
             "max_poll_timeout",
+            "graceful_timeout",
             "webhook_timeout",
             "webhook_max_backoff",
             "model_timeout",

@@ -146,6 +146,7 @@ def test_realtime_settings_from_env() -> None:
             "MESH_WS_SEND_TIMEOUT": "5",
             "MESH_MAX_REPLAY": "10",
             "MESH_MAX_POLL_TIMEOUT": "60",
+            "MESH_GRACEFUL_TIMEOUT": "20",
         }
     )
     assert settings.subscriber_buffer == 64
@@ -154,6 +155,7 @@ def test_realtime_settings_from_env() -> None:
     assert settings.ws_send_timeout == 5.0
     assert settings.max_replay == 10
     assert settings.max_poll_timeout == 60.0
+    assert settings.graceful_timeout == 20.0
     for bad in (
         {"MESH_AUTH_TIMEOUT": "soon"},
         {"MESH_AUTH_TIMEOUT": "0"},
