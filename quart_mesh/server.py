@@ -339,10 +339,15 @@ async def serve(
         if listeners:
             # closed by serving them, but not if it stopped before (a cancel
             # or a failure during start-up)
-            with trio.CancelScope(shield=True):
-                for listener in listeners:
-                    await listener.aclose()
+            await _close_listeners(listeners)
         done.set()
+
+
+async def _close_listeners(listeners: Sequence[trio.SocketListener]) -> None:
+    """Close *listeners* (again: closing is idempotent), even while cancelled."""
+    with trio.CancelScope(shield=True):
+        for listener in listeners:
+            await listener.aclose()
 
 
 async def _serve_node(
@@ -384,9 +389,7 @@ async def _serve_node(
             await claim_node(node, public=not all(_is_loopback(lst) for lst in listeners))
         except BaseException:
             # not served (serving them closes them): close them here
-            with trio.CancelScope(shield=True):
-                for listener in listeners:
-                    await listener.aclose()
+            await _close_listeners(listeners)
             raise
 
         async with trio.open_nursery() as connections:
