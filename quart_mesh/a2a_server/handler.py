@@ -29,6 +29,7 @@ import contextlib
 import functools
 import inspect
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
@@ -74,6 +75,7 @@ from ..errors import (
     Unauthorized,
     Unavailable,
 )
+from ..events import TaskUpdated
 from ..ids import is_ulid, new_id
 from ..services.delivery import ACCESS_ENDED, refuse_if_access_ended
 from .mapping import (
@@ -440,6 +442,9 @@ class MeshRequestHandler(RequestHandler):
         # no yield inside a cancel scope or nursery: every wait is scoped
         # inside _next_change, between the yields
         deadline = trio.current_time() + STREAM_SECONDS
+        # each change the feed carries, in order: two quick updates are two
+        # status events, not the later one alone (a re-read would merge them)
+        changes: deque[dict[str, Any]] = deque()
         with await self._follow(context) as feed:
             yield await self._a2a_task(self._actor(context), task)
             sent_result = task.get("result")
@@ -457,7 +462,7 @@ class MeshRequestHandler(RequestHandler):
                     task = current
                 if task["state"] in until:
                     return
-                current = await self._next_change(context, feed, task, deadline)
+                current = await self._next_change(context, feed, task, deadline, changes)
 
     async def _reread(
         self, context: ServerCallContext, feed: Feed, task: dict[str, Any]
@@ -477,7 +482,12 @@ class MeshRequestHandler(RequestHandler):
         return await self._visible_task(context, task["taskId"], actor)
 
     async def _next_change(
-        self, context: ServerCallContext, feed: Feed, task: dict[str, Any], deadline: float
+        self,
+        context: ServerCallContext,
+        feed: Feed,
+        task: dict[str, Any],
+        deadline: float,
+        changes: deque[dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
         """Wait for the stored task to differ from *task*; None at *deadline*.
 
@@ -485,9 +495,23 @@ class MeshRequestHandler(RequestHandler):
         there may complete the task: ``Tasks.get`` reconciles; the room
         hidden from the caller), when the feed ends because the caller's
         access did (then :meth:`_reread` raises), and every
-        :data:`RECHECK_SECONDS` regardless. Cancellation: safe."""
+        :data:`RECHECK_SECONDS` regardless.
+
+        With *changes* (a stream's), the task's ``task_updated`` events are
+        kept there and given one at a time, oldest first, each after the
+        caller's access is checked again: a stream shows every change, where
+        a re-read alone would show only the latest of two quick ones. A
+        change no newer than *task* (one the first read already saw) is
+        passed over. Cancellation: safe."""
         room_id = task["roomId"]
-        while trio.current_time() < deadline:
+        while True:
+            while changes:
+                change = changes.popleft()
+                if _newer(change, task):
+                    await self._reread(context, feed, task)  # may the caller still?
+                    return change
+            if trio.current_time() >= deadline:
+                return None
             with trio.move_on_at(min(deadline, trio.current_time() + RECHECK_SECONDS)):
                 while True:
                     if feed.sub.failed in ACCESS_ENDED:
@@ -495,12 +519,20 @@ class MeshRequestHandler(RequestHandler):
                     if feed.sub.failed is not None:
                         await trio.sleep_forever()  # lagged: the re-reads go on
                     batch = await feed.sub.get_batch()
+                    if changes is not None:
+                        changes.extend(
+                            event.task.to_json()
+                            for event, _ in batch
+                            if isinstance(event, TaskUpdated)
+                            and event.task.task_id == task["taskId"]
+                        )
                     if any(getattr(event, "room_id", None) == room_id for event, _ in batch):
                         break
+            if changes and any(_newer(change, task) for change in changes):
+                continue
             fresh = await self._reread(context, feed, task)
             if fresh != task:
                 return fresh
-        return None
 
     # reading and cancelling ------------------------------------------------
 
@@ -607,3 +639,13 @@ class MeshRequestHandler(RequestHandler):
         raise UnsupportedOperationError(
             message="no extended card: the public card is the whole card"
         )
+
+
+def _newer(change: dict[str, Any], task: dict[str, Any]) -> bool:
+    """Whether *change* (a ``task_updated`` event's task) comes after *task*
+    (the last one a stream gave): a later ``updatedAt``; or the same
+    millisecond, a different task, and *task* not finished (nothing follows
+    a finished task)."""
+    if change["updatedAt"] != task["updatedAt"]:
+        return bool(change["updatedAt"] > task["updatedAt"])
+    return change != task and task["state"] not in TERMINAL
