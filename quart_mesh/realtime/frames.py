@@ -261,6 +261,8 @@ class Participant(_Shape):
 
     participant_id: str
     name: str
+    #: shown beside the unique name (spaces allowed); null when unset
+    display_name: str | None
     type: str
     role: str
     online: bool

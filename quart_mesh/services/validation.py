@@ -19,6 +19,7 @@ __all__ = [
     "check_client_id",
     "check_content",
     "check_description",
+    "check_display_name",
     "check_emoji",
     "check_id",
     "check_name",
@@ -123,6 +124,38 @@ def check_room_name(name: str, limits: Limits) -> str:
     if any(ord(ch) < 32 for ch in name) or _BIDI_CONTROLS.search(name):
         raise BadRequest("name must not contain control characters", "invalid_name")
     return name
+
+
+def check_display_name(display_name: str | None, limits: Limits) -> str | None:
+    """A display name (shown beside the unique name, issue 32): in NFKC,
+    trimmed, at most ``max_name_chars`` characters; spaces are allowed but
+    control characters, line breaks and bidirectional controls are not.
+    Not unique: the unique name is always shown beside it.
+
+    Returns:
+        The display name to store, or None (none, or only spaces: cleared).
+    """
+    if display_name is None:
+        return None
+    display_name = normalize(display_name).strip()
+    if not display_name:
+        return None
+    if len(display_name) > limits.max_name_chars:
+        raise BadRequest(
+            f"displayName must be at most {limits.max_name_chars} characters",
+            "invalid_display_name",
+        )
+    if (
+        any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in display_name)
+        or "\u2028" in display_name
+        or "\u2029" in display_name
+        or _BIDI_CONTROLS.search(display_name)
+    ):
+        raise BadRequest(
+            "displayName must not contain control characters or line breaks",
+            "invalid_display_name",
+        )
+    return display_name
 
 
 def name_refused(found: tuple[str, str]) -> Conflict:

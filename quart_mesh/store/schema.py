@@ -79,6 +79,9 @@ participants = Table(
     # (docs/decisions/0056-trusted-names-and-inert-uploads.md)
     Column("name_skeleton", String(400), nullable=True),
     Column("folded_skeleton", String(400), nullable=True),
+    # a name to show beside the unique one, spaces allowed; NULL: none
+    # (migration 0030, issue 32)
+    Column("display_name", String(200), nullable=True),
     Index("ix_participants_name_skeleton", "name_skeleton", unique=True),
     Index("ix_participants_folded_skeleton", "folded_skeleton", unique=True),
 )
@@ -735,6 +738,11 @@ issued_tokens = Table(
     Column("kind", String(16), nullable=False),
     Column("issued_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
+    # the User-Agent of the request that signed it in, and when it was last
+    # used (unix seconds, written at most once a ``last_seen_interval``);
+    # NULL: not known (migration 0030)
+    Column("user_agent", String(300), nullable=True),
+    Column("last_used_at", BigInteger, nullable=True),
     Index("ix_issued_tokens_participant_id", "participant_id"),
     Index("ix_issued_tokens_expires_at", "expires_at"),
 )

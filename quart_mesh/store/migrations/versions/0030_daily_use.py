@@ -1,0 +1,37 @@
+"""Daily use (issue 32): a participant's display name beside its unique
+name, and what the list of one's sessions shows of each token (the user
+agent that signed it in, when it was last used).
+
+Every column is nullable: the rows that exist have no display name, and
+tokens issued before this migration show neither a user agent nor a last
+use until they are used again.
+
+Revision ID: 0030_daily_use
+Revises: 0029_a2a_opt_in
+Create Date: 2026-11-28
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0030_daily_use"
+down_revision = "0029_a2a_opt_in"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # nullable columns: a plain ALTER TABLE on SQLite too
+    op.add_column("participants", sa.Column("display_name", sa.String(200), nullable=True))
+    op.add_column("issued_tokens", sa.Column("user_agent", sa.String(300), nullable=True))
+    op.add_column("issued_tokens", sa.Column("last_used_at", sa.BigInteger(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("issued_tokens") as batch:
+        batch.drop_column("last_used_at")
+        batch.drop_column("user_agent")
+    with op.batch_alter_table("participants") as batch:
+        batch.drop_column("display_name")
