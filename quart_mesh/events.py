@@ -32,6 +32,7 @@ __all__ = [
     "RoomDeleted",
     "RoomMuted",
     "RoomRead",
+    "RoomUpdated",
     "TaskCreated",
     "TaskUpdated",
     "Typing",
@@ -173,6 +174,25 @@ class RoomDeleted(Event):
 
     def payload(self) -> dict[str, Any]:
         return {"roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class RoomUpdated(Event):
+    """Extension: a room's description changed (``PATCH /api/rooms/:roomId``);
+    sent to its members."""
+
+    type: ClassVar[str] = "room_updated"
+    name: str = field(kw_only=True)
+    description: str = field(kw_only=True)
+    updated_by: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "name": self.name,
+            "description": self.description,
+            "updatedBy": self.updated_by,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,12 @@ class CreateRoom(Body):
     description: str | None = None
 
 
+class RoomChange(Body):
+    #: the new description (at most ``max_description_chars``); absent or
+    #: null: no change
+    description: str | None = None
+
+
 class RoomDetails(RoomView):
     """A room with its members and what the caller may do in it."""
 
@@ -169,6 +175,17 @@ async def get_room(room_id: str) -> tuple[Any, int]:
             "muted": details.muted,
         }
     )
+
+
+@bp.patch("/api/rooms/<room_id>")
+@accepts(RoomChange)
+@answers(RoomView)
+async def change_room(room_id: str, data: RoomChange) -> tuple[Any, int]:
+    """Change a room's description (its creator, or with
+    ``rooms.permissions``); its members get ``room_updated``."""
+    actor = await caller()
+    room, joined = await node().rooms.update(actor, room_id, data.description)
+    return reply({**room.to_json(), "joined": joined})
 
 
 @bp.delete("/api/rooms/<room_id>")

@@ -474,6 +474,16 @@ class RoomDeleted(_Server, tag="room_deleted"):
     room_id: str
 
 
+class RoomUpdated(_Server, tag="room_updated"):
+    """A room's description changed (its name is as before)."""
+
+    room_id: str
+    name: str
+    description: str
+    #: who changed it
+    updated_by: str
+
+
 class RoomRead(_Server, tag="room_read"):
     """The participant's read position in a room moved."""
 
@@ -584,6 +594,7 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantJoined,
     ParticipantLeft,
     RoomDeleted,
+    RoomUpdated,
     RoomRead,
     RoomMuted,
     RoomAccess,
@@ -608,6 +619,7 @@ ServerFrame = (
     | ParticipantJoined
     | ParticipantLeft
     | RoomDeleted
+    | RoomUpdated
     | RoomRead
     | RoomMuted
     | RoomAccess

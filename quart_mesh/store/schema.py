@@ -109,6 +109,9 @@ rooms = Table(
     # NULL for DMs
     Column("name_skeleton", String(400), nullable=True),
     Column("folded_skeleton", String(400), nullable=True),
+    # bumped by each change to the room's description (PATCH
+    # /api/rooms/:roomId): the snapshot's fingerprint sums it (migration 0030)
+    Column("revision", Integer, nullable=False, server_default="0"),
     Index("ix_rooms_name_skeleton", "name_skeleton", unique=True),
     Index("ix_rooms_folded_skeleton", "folded_skeleton", unique=True),
 )

@@ -27,9 +27,9 @@ ParticipantRow = tuple[str, str, str, str, int | None, int, str | None, str | No
 
 # every column of participants the snapshot shows can change only by an
 # insert, a delete, a new role, a new display name or a new lastSeen (names
-# are fixed): the
-# aggregates below change with each of those. Rooms change by insert or
-# delete (member counts and positions: the events that change them)
+# are fixed): the aggregates below change with each of those. Rooms change
+# by insert, delete or a new description (its revision); member counts and
+# positions by the events that change them
 _SQLITE = Statement(
     "SELECT (SELECT count(*) FROM participants),"
     " (SELECT max(rowid) FROM participants),"
@@ -37,6 +37,7 @@ _SQLITE = Statement(
     " (SELECT group_concat(role, ',') FROM participants),"
     " (SELECT group_concat(coalesce(display_name, ''), char(31)) FROM participants),"
     " (SELECT count(*) FROM rooms), (SELECT max(room_id) FROM rooms),"
+    " (SELECT total(revision) FROM rooms),"
     " (SELECT count(*) FROM positions), (SELECT max(updated_at) FROM positions),"
     " (SELECT coalesce(max(seq), 0) FROM messages)"
 )

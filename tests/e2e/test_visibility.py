@@ -527,6 +527,9 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "GET /api/roles/templates": "roles",
     "POST /api/rooms": "creates a room",
     "DELETE /api/rooms/<room_id>": "deletes a room",
+    "PATCH /api/rooms/<room_id>": (
+        "changes a room's description; refused (403) to one who may not read the room"
+    ),
     "POST /api/rooms/<room_id>/join": "membership",
     "POST /api/rooms/<room_id>/leave": "membership",
     "POST /api/rooms/<room_id>/messages": "posting: refused where one may not read (tested)",

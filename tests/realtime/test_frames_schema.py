@@ -340,6 +340,11 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             await c.expect("room_access", roomId=room_id, readable=False)
             await c.settle()
             seen += c.seen
+        r = await mesh.http.patch(
+            f"/api/rooms/{room_id}", json={"description": "soon gone"}, headers=owner.headers
+        )
+        assert r.status_code == 200, r.text
+        await a.expect("room_updated", roomId=room_id, description="soon gone")
         r = await mesh.http.delete(f"/api/rooms/{room_id}", headers=owner.headers)
         assert r.status_code == 200, r.text
         await a.expect("room_deleted", roomId=room_id)

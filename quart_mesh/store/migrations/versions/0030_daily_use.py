@@ -1,8 +1,9 @@
 """Daily use (issue 32): a participant's display name beside its unique
-name, and what the list of one's sessions shows of each token (the user
-agent that signed it in, when it was last used).
+name, what the list of one's sessions shows of each token (the user agent
+that signed it in, when it was last used), and a room's revision (bumped by
+each change to its description, so that a cached snapshot sees it).
 
-Every column is nullable: the rows that exist have no display name, and
+Every new column but the revision (0) is nullable: the rows that exist have no display name, and
 tokens issued before this migration show neither a user agent nor a last
 use until they are used again.
 
@@ -27,9 +28,12 @@ def upgrade() -> None:
     op.add_column("participants", sa.Column("display_name", sa.String(200), nullable=True))
     op.add_column("issued_tokens", sa.Column("user_agent", sa.String(300), nullable=True))
     op.add_column("issued_tokens", sa.Column("last_used_at", sa.BigInteger(), nullable=True))
+    op.add_column("rooms", sa.Column("revision", sa.Integer(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("rooms") as batch:
+        batch.drop_column("revision")
     with op.batch_alter_table("issued_tokens") as batch:
         batch.drop_column("last_used_at")
         batch.drop_column("user_agent")
