@@ -20,7 +20,9 @@ __all__ = [
     "Event",
     "MessageDeleted",
     "MessageEdited",
+    "MessagePinned",
     "MessagePosted",
+    "MessageUnpinned",
     "ParticipantJoined",
     "ParticipantLeft",
     "ParticipantMoved",
@@ -128,6 +130,40 @@ class MessageDeleted(Event):
 
     def payload(self) -> dict[str, Any]:
         return {"messageId": self.message_id, "roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePinned(Event):
+    """Extension: a message of the room was pinned (decision 0069)."""
+
+    type: ClassVar[str] = "message_pinned"
+    message_id: str = field(kw_only=True)
+    pinned_by: str = field(kw_only=True)
+    pinned_at: int = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "messageId": self.message_id,
+            "pinnedBy": self.pinned_by,
+            "pinnedAt": iso(self.pinned_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageUnpinned(Event):
+    """Extension: a message of the room was unpinned, or deleted while pinned."""
+
+    type: ClassVar[str] = "message_unpinned"
+    message_id: str = field(kw_only=True)
+    unpinned_by: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "messageId": self.message_id,
+            "unpinnedBy": self.unpinned_by,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ from typing import Any
 
 from quart import Blueprint
 
+from ..records import iso
 from ._common import caller, node, reply
 from .contract import Body, OneOf, Query, Shape, accepts, answers, query
-from .objects import Id, Message, Ok, ParticipantView, RoomView
+from .objects import Id, Message, Ok, ParticipantView, RoomView, Timestamp
 
 bp = Blueprint("rooms", __name__)
 
@@ -100,6 +101,22 @@ class ReadPositions(Shape):
     rooms: list[ReadPosition]
 
 
+class PinState(Shape):
+    """Whether the message is pinned now."""
+
+    room_id: Id
+    message_id: Id
+    pinned: bool
+
+
+class PinnedMessage(Shape):
+    """A pinned message, who pinned it and when."""
+
+    message: Message
+    pinned_by: Id
+    pinned_at: Timestamp
+
+
 class Deleted(Ok):
     message_id: Id
 
@@ -186,6 +203,45 @@ async def change_room(room_id: str, data: RoomChange) -> tuple[Any, int]:
     actor = await caller()
     room, joined = await node().rooms.update(actor, room_id, data.description)
     return reply({**room.to_json(), "joined": joined})
+
+
+@bp.get("/api/rooms/<room_id>/pins")
+@answers(list[PinnedMessage])
+async def list_pins(room_id: str) -> tuple[Any, int]:
+    """The room's pinned messages, the most recently pinned first (a member
+    who may read the room)."""
+    actor = await caller()
+    found = await node().messages.pins(actor, room_id)
+    return reply(
+        [
+            {
+                "message": message.to_json(),
+                "pinnedBy": pin.pinned_by,
+                "pinnedAt": iso(pin.pinned_at),
+            }
+            for message, pin in found
+        ]
+    )
+
+
+@bp.put("/api/rooms/<room_id>/pins/<message_id>")
+@answers(PinState)
+async def pin_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """Pin a message of the room (whoever may post in it; idempotent); its
+    members get ``message_pinned``."""
+    actor = await caller()
+    await node().messages.pin(actor, room_id, message_id)
+    return reply({"roomId": room_id, "messageId": message_id, "pinned": True})
+
+
+@bp.delete("/api/rooms/<room_id>/pins/<message_id>")
+@answers(PinState)
+async def unpin_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """Unpin a message of the room (whoever may post in it; idempotent); its
+    members get ``message_unpinned``."""
+    actor = await caller()
+    await node().messages.unpin(actor, room_id, message_id)
+    return reply({"roomId": room_id, "messageId": message_id, "pinned": False})
 
 
 @bp.delete("/api/rooms/<room_id>")

@@ -474,6 +474,24 @@ class RoomDeleted(_Server, tag="room_deleted"):
     room_id: str
 
 
+class MessagePinned(_Server, tag="message_pinned"):
+    """A message of the room was pinned."""
+
+    room_id: str
+    message_id: str
+    pinned_by: str
+    pinned_at: Timestamp
+
+
+class MessageUnpinned(_Server, tag="message_unpinned"):
+    """A message of the room was unpinned (or deleted while pinned)."""
+
+    room_id: str
+    message_id: str
+    #: who unpinned or deleted it
+    unpinned_by: str
+
+
 class RoomUpdated(_Server, tag="room_updated"):
     """A room's description changed (its name is as before)."""
 
@@ -595,6 +613,8 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantLeft,
     RoomDeleted,
     RoomUpdated,
+    MessagePinned,
+    MessageUnpinned,
     RoomRead,
     RoomMuted,
     RoomAccess,
@@ -620,6 +640,8 @@ ServerFrame = (
     | ParticipantLeft
     | RoomDeleted
     | RoomUpdated
+    | MessagePinned
+    | MessageUnpinned
     | RoomRead
     | RoomMuted
     | RoomAccess

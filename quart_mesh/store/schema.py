@@ -195,6 +195,23 @@ reactions = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 
+#: pinned messages (migration 0030, decision 0069): at most ``MAX_PINS`` a
+#: room; a message's pin goes with it
+pins = Table(
+    "pins",
+    metadata,
+    Column(
+        "message_id",
+        String(26),
+        ForeignKey("messages.message_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("room_id", String(26), ForeignKey("rooms.room_id", ondelete="CASCADE"), nullable=False),
+    Column("pinned_by", String(26), nullable=False),
+    Column("pinned_at", BigInteger, nullable=False),
+    Index("ix_pins_room_id", "room_id"),
+)
+
 positions = Table(
     "positions",
     metadata,
