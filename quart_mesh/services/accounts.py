@@ -567,17 +567,22 @@ class Accounts:
                 raise Forbidden("the current password is wrong", "wrong_password")
             participant = repo.get_participant(conn, participant_id)
             assert participant is not None
+            listed = tokens_repo.list_tokens(
+                conn, participant_id, now, participant.tokens_not_before
+            )
+            # this token may have been signed out while the password was
+            # verified (one session, or everywhere): then it changes nothing
+            # (nor lowers "not before" below a sign-out-everywhere's)
+            not_before = participant.tokens_not_before
+            if (not_before is not None and claims.issued_at < not_before) or any(
+                t.token_id == claims.token_id and t.revoked for t in listed
+            ):
+                raise Unauthorized("this token was signed out", "token_revoked")
             repo.set_password(conn, participant_id, new_hash)
             # tokens issued before this one are refused by "not before" (also
             # those issued before the token list existed); those of its own
             # second or later, but this one, one by one
-            others = [
-                t
-                for t in tokens_repo.list_tokens(
-                    conn, participant_id, now, participant.tokens_not_before
-                )
-                if not t.revoked and t.token_id != claims.token_id
-            ]
+            others = [t for t in listed if not t.revoked and t.token_id != claims.token_id]
             repo.prune_revoked_tokens(conn, now)
             repo.set_tokens_not_before(conn, participant_id, claims.issued_at)
             for other in others:

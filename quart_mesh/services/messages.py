@@ -529,15 +529,16 @@ class Messages:
         def write(conn: Connection) -> bool:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.send", RoomRef(message.room_id))
-            if pins_repo.count_pins(conn, message.room_id) >= MAX_PINS:
+            at = now_ms()
+            found = pins_repo.Pin(message_id, message.room_id, actor.participant_id, at)
+            if not pins_repo.pin(conn, found):
+                return False  # pinned already: idempotent, even in a full room
+            # counted with this pin (the unit is undone if it is one too many)
+            if pins_repo.count_pins(conn, message.room_id) > MAX_PINS:
                 raise Conflict(
                     f"this room has {MAX_PINS} pinned messages, the most it may: unpin one first",
                     "too_many_pins",
                 )
-            at = now_ms()
-            found = pins_repo.Pin(message_id, message.room_id, actor.participant_id, at)
-            if not pins_repo.pin(conn, found):
-                return False
             outbox.emit(
                 conn,
                 MessagePinned(

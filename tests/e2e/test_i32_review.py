@@ -68,7 +68,7 @@ async def test_a_token_signed_out_during_a_password_change_cannot_complete_it(
     thief_id = next(s["tokenId"] for s in sessions if s["userAgent"] == "Thief/1.0")
 
     accounts = served_app.node.accounts
-    passwords: Any = accounts._passwords  # noqa: SLF001
+    passwords: Any = accounts._passwords
     verify = passwords.verify
     signed_out = False
 
@@ -106,7 +106,7 @@ async def test_a_password_change_does_not_undo_a_sign_out_everywhere(
     token = await login(mesh, "bob")
     await trio.sleep(1.1)  # "not before" counts whole seconds
     accounts = served_app.node.accounts
-    passwords: Any = accounts._passwords  # noqa: SLF001
+    passwords: Any = accounts._passwords
     verify = passwords.verify
     done = False
 
