@@ -126,3 +126,20 @@ async def test_a_password_change_does_not_undo_a_sign_out_everywhere(
     )
     assert done
     assert_error(await mesh.http.get("/api/auth/me", headers=token.headers), 401, "token_revoked")
+
+
+@pytest.mark.parametrize(
+    "invisible",
+    ["\u200b", "\u2060\u2060", "a\u200fb", "\ufeffbob", "a\u061cb", "\u00ad"],
+)
+async def test_a_display_name_refuses_invisible_and_format_characters(
+    mesh: Mesh, invisible: str
+) -> None:
+    """check_display_name refuses C0/C1 controls and the bidi embeddings, but
+    lets other format characters through: a display name of zero-width
+    spaces (shown as nothing beside, or instead of, the @name), or hidden
+    RLM/ALM/BOM/soft hyphen marks inside one."""
+    await mesh.setup()
+    bob = await mesh.register("bob")
+    r = await mesh.http.patch("/api/auth/me", json={"displayName": invisible}, headers=bob.headers)
+    assert_error(r, 400, "invalid_display_name")
