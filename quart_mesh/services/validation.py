@@ -7,6 +7,7 @@ characters) so that REST, WebSocket and bots are held to the same rules.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import httpx
 
@@ -34,6 +35,8 @@ __all__ = [
 _NAME_RE = re.compile(r"\w[\w.-]*")
 # bidirectional embeddings, overrides and isolates: they reorder what follows
 # them, so a room name could show as another's
+#: what a display name may not hold (Unicode general categories)
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _COMMON_PASSWORDS = frozenset(
@@ -145,11 +148,14 @@ def check_display_name(display_name: str | None, limits: Limits) -> str | None:
             f"displayName must be at most {limits.max_name_chars} characters",
             "invalid_display_name",
         )
+    # controls, line breaks and every format character (zero-width spaces,
+    # bidi marks, BOM, soft hyphen...) but the joiner of emoji sequences
     if (
-        any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in display_name)
-        or "\u2028" in display_name
-        or "\u2029" in display_name
-        or _BIDI_CONTROLS.search(display_name)
+        any(
+            unicodedata.category(ch) in _INVISIBLE_CATEGORIES and ch != "\u200d"
+            for ch in display_name
+        )
+        or not display_name.replace("\u200d", "").strip()
     ):
         raise BadRequest(
             "displayName must not contain control characters or line breaks",
