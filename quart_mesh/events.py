@@ -20,7 +20,9 @@ __all__ = [
     "Event",
     "MessageDeleted",
     "MessageEdited",
+    "MessagePinned",
     "MessagePosted",
+    "MessageUnpinned",
     "ParticipantJoined",
     "ParticipantLeft",
     "ParticipantMoved",
@@ -32,6 +34,7 @@ __all__ = [
     "RoomDeleted",
     "RoomMuted",
     "RoomRead",
+    "RoomUpdated",
     "TaskCreated",
     "TaskUpdated",
     "Typing",
@@ -130,6 +133,40 @@ class MessageDeleted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class MessagePinned(Event):
+    """Extension: a message of the room was pinned (decision 0069)."""
+
+    type: ClassVar[str] = "message_pinned"
+    message_id: str = field(kw_only=True)
+    pinned_by: str = field(kw_only=True)
+    pinned_at: int = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "messageId": self.message_id,
+            "pinnedBy": self.pinned_by,
+            "pinnedAt": iso(self.pinned_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageUnpinned(Event):
+    """Extension: a message of the room was unpinned, or deleted while pinned."""
+
+    type: ClassVar[str] = "message_unpinned"
+    message_id: str = field(kw_only=True)
+    unpinned_by: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "messageId": self.message_id,
+            "unpinnedBy": self.unpinned_by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ReactionAdded(Event):
     type: ClassVar[str] = "reaction_added"
     chat: ClassVar[bool] = True
@@ -173,6 +210,25 @@ class RoomDeleted(Event):
 
     def payload(self) -> dict[str, Any]:
         return {"roomId": self.room_id}
+
+
+@dataclass(frozen=True, slots=True)
+class RoomUpdated(Event):
+    """Extension: a room's description changed (``PATCH /api/rooms/:roomId``);
+    sent to its members."""
+
+    type: ClassVar[str] = "room_updated"
+    name: str = field(kw_only=True)
+    description: str = field(kw_only=True)
+    updated_by: str = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "name": self.name,
+            "description": self.description,
+            "updatedBy": self.updated_by,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,11 +87,14 @@ class Participant:
     origin: str | None = None
     #: its tokens issued before this time (unix seconds) are refused
     tokens_not_before: int | None = None
+    #: a name to show beside the unique one (spaces allowed); None: none set
+    display_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "participantId": self.participant_id,
             "name": self.name,
+            "displayName": self.display_name,
             "type": self.type,
             "role": self.role,
             "online": self.online,

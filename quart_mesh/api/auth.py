@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response, g
+import msgspec
+from quart import Blueprint, Response, g, request
 
 from ..services.authz import held_permissions, tier_of
 from ._common import bearer_token, caller, client_address, node, reply
-from .contract import Body, accepts, answers, public
-from .objects import Ok, ParticipantView, Session
+from .contract import Body, Shape, accepts, answers, public
+from .objects import Ok, ParticipantView, Session, Timestamp
 
 bp = Blueprint("auth", __name__)
 
@@ -28,6 +29,44 @@ class GuestName(Body):
     name: str | None = None
 
 
+class MeChange(Body):
+    #: a name shown beside the unique name: spaces allowed, at most as long
+    #: as a name, no control characters; ``null`` or ``""`` clears it;
+    #: absent: no change
+    display_name: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class PasswordChange(Body):
+    #: the password now
+    current: str
+    #: the new password, held to the rules of a registration's
+    new: str
+
+
+class PasswordChanged(Ok):
+    """The password was changed; the caller's other tokens were signed out."""
+
+    #: how many other tokens were signed out
+    signed_out: int
+
+
+class SignInSessionView(Shape):
+    """One of the caller's tokens that is still good (a signed-in session)."""
+
+    #: what ``DELETE /api/auth/sessions/{tokenId}`` takes
+    token_id: str
+    #: how it was issued: setup, register, login, guest, bot, did, managed
+    kind: str
+    created_at: Timestamp
+    #: to about a minute; null: not known (not used since the node recorded uses)
+    last_used_at: Timestamp | None
+    expires_at: Timestamp
+    #: the User-Agent that signed it in; null: not recorded
+    user_agent: str | None
+    #: the token of this request
+    current: bool
+
+
 class Me(ParticipantView):
     """The caller, with its rank and what it may do."""
 
@@ -43,7 +82,9 @@ class Me(ParticipantView):
 @answers(Session, 201)
 async def register(data: Credentials) -> tuple[Any, int]:
     """Register a person (while the mesh's registration is open)."""
-    session = await node().accounts.register(data.name, data.password, address=client_address())
+    session = await node().accounts.register(
+        data.name, data.password, address=client_address(), user_agent=_user_agent()
+    )
     return reply(session.to_json(), 201)
 
 
@@ -62,7 +103,11 @@ async def login(data: Credentials) -> tuple[Any, int]:
         g.login_delay = seconds
 
     session = await node().accounts.login(
-        data.name, data.password, address=client_address(), waited=waited
+        data.name,
+        data.password,
+        address=client_address(),
+        waited=waited,
+        user_agent=_user_agent(),
     )
     return reply(session.to_json())
 
@@ -81,8 +126,14 @@ async def _login_delay(response: Response) -> Response:
 @answers(Session, 201)
 async def guest(data: GuestName) -> tuple[Any, int]:
     """Join as a guest (while the mesh allows guests): a short-lived token."""
-    session = await node().accounts.guest(data.name, address=client_address())
+    session = await node().accounts.guest(
+        data.name, address=client_address(), user_agent=_user_agent()
+    )
     return reply(session.to_json(), 201)
+
+
+def _user_agent() -> str | None:
+    return request.headers.get("User-Agent")
 
 
 @bp.get("/api/auth/me")
@@ -100,6 +151,65 @@ async def me() -> tuple[Any, int]:
             "permissions": held_permissions(actor),
         }
     )
+
+
+@bp.patch("/api/auth/me")
+@accepts(MeChange)
+@answers(Me)
+async def change_me(data: MeChange) -> tuple[Any, int]:
+    """Change the caller's own settings (its display name); answers the
+    caller as ``GET /api/auth/me`` does."""
+    actor = await caller()
+    accounts = node().accounts
+    if data.display_name is not msgspec.UNSET:
+        participant = await accounts.set_display_name(actor, data.display_name)
+    else:
+        participant = await accounts.get(actor, actor.participant_id)
+    return reply(
+        {
+            **participant.to_json(),
+            "kind": participant.kind,
+            "priority": actor.priority,
+            "tier": tier_of(actor.priority),
+            "permissions": held_permissions(actor),
+        }
+    )
+
+
+@bp.post("/api/auth/password")
+@accepts(PasswordChange)
+@answers(PasswordChanged)
+async def change_password(data: PasswordChange) -> tuple[Any, int]:
+    """Change the caller's password (403 ``wrong_password`` for a wrong
+    current one; attempts count as logins for the caller's name). Every
+    other token of the caller is signed out (their WebSocket sessions end);
+    this request's token stays good."""
+    actor = await caller()
+    signed_out = await node().accounts.change_password(
+        actor, bearer_token(), data.current, data.new, address=client_address()
+    )
+    return reply({"ok": True, "signedOut": signed_out})
+
+
+@bp.get("/api/auth/sessions")
+@answers(list[SignInSessionView])
+async def sessions() -> tuple[Any, int]:
+    """The caller's tokens that are still good (its signed-in sessions),
+    oldest first; the one of this request is ``current``."""
+    actor = await caller()
+    found = await node().accounts.list_sessions(actor, bearer_token())
+    return reply([session.to_json() for session in found])
+
+
+@bp.delete("/api/auth/sessions/<token_id>")
+@answers(Ok)
+async def sign_out_session(token_id: str) -> tuple[Any, int]:
+    """Sign one of the caller's tokens out (404 ``session_not_found`` if it
+    is not one of its good tokens): it is refused from now on and its
+    WebSocket sessions end. The current one too (as a logout)."""
+    actor = await caller()
+    await node().accounts.sign_out_session(actor, bearer_token(), token_id)
+    return reply({"ok": True})
 
 
 @bp.post("/api/auth/logout")

@@ -50,6 +50,8 @@ class ParticipantView(Shape):
 
     participant_id: Id
     name: str
+    #: shown beside the unique name (spaces allowed); null when unset
+    display_name: str | None
     type: str
     role: str
     online: bool

@@ -6,9 +6,10 @@ from typing import Any
 
 from quart import Blueprint
 
+from ..records import iso
 from ._common import caller, node, reply
 from .contract import Body, OneOf, Query, Shape, accepts, answers, query
-from .objects import Id, Message, Ok, ParticipantView, RoomView
+from .objects import Id, Message, Ok, ParticipantView, RoomView, Timestamp
 
 bp = Blueprint("rooms", __name__)
 
@@ -18,6 +19,12 @@ class CreateRoom(Body):
     #: `room_name_taken`) or one that looks like it (409 `name_confusable`)
     name: str
     #: null counts as ""
+    description: str | None = None
+
+
+class RoomChange(Body):
+    #: the new description (at most ``max_description_chars``); absent or
+    #: null: no change
     description: str | None = None
 
 
@@ -92,6 +99,22 @@ class ReadPositions(Shape):
     """The caller's read position in each of its rooms and DMs after the move."""
 
     rooms: list[ReadPosition]
+
+
+class PinState(Shape):
+    """Whether the message is pinned now."""
+
+    room_id: Id
+    message_id: Id
+    pinned: bool
+
+
+class PinnedMessage(Shape):
+    """A pinned message, who pinned it and when."""
+
+    message: Message
+    pinned_by: Id
+    pinned_at: Timestamp
 
 
 class Deleted(Ok):
@@ -169,6 +192,56 @@ async def get_room(room_id: str) -> tuple[Any, int]:
             "muted": details.muted,
         }
     )
+
+
+@bp.patch("/api/rooms/<room_id>")
+@accepts(RoomChange)
+@answers(RoomView)
+async def change_room(room_id: str, data: RoomChange) -> tuple[Any, int]:
+    """Change a room's description (its creator, or with
+    ``rooms.permissions``); its members get ``room_updated``."""
+    actor = await caller()
+    room, joined = await node().rooms.update(actor, room_id, data.description)
+    return reply({**room.to_json(), "joined": joined})
+
+
+@bp.get("/api/rooms/<room_id>/pins")
+@answers(list[PinnedMessage])
+async def list_pins(room_id: str) -> tuple[Any, int]:
+    """The room's pinned messages, the most recently pinned first (a member
+    who may read the room)."""
+    actor = await caller()
+    found = await node().messages.pins(actor, room_id)
+    return reply(
+        [
+            {
+                "message": message.to_json(),
+                "pinnedBy": pin.pinned_by,
+                "pinnedAt": iso(pin.pinned_at),
+            }
+            for message, pin in found
+        ]
+    )
+
+
+@bp.put("/api/rooms/<room_id>/pins/<message_id>")
+@answers(PinState)
+async def pin_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """Pin a message of the room (whoever may post in it; idempotent); its
+    members get ``message_pinned``."""
+    actor = await caller()
+    await node().messages.pin(actor, room_id, message_id)
+    return reply({"roomId": room_id, "messageId": message_id, "pinned": True})
+
+
+@bp.delete("/api/rooms/<room_id>/pins/<message_id>")
+@answers(PinState)
+async def unpin_message(room_id: str, message_id: str) -> tuple[Any, int]:
+    """Unpin a message of the room (whoever may post in it; idempotent); its
+    members get ``message_unpinned``."""
+    actor = await caller()
+    await node().messages.unpin(actor, room_id, message_id)
+    return reply({"roomId": room_id, "messageId": message_id, "pinned": False})
 
 
 @bp.delete("/api/rooms/<room_id>")

@@ -145,6 +145,7 @@ class SearchPage(_Wire):
 class Participant(_Wire):
     participantId: str
     name: str
+    displayName: str | None = None
     type: str
     role: str
     online: bool

@@ -261,6 +261,8 @@ class Participant(_Shape):
 
     participant_id: str
     name: str
+    #: shown beside the unique name (spaces allowed); null when unset
+    display_name: str | None
     type: str
     role: str
     online: bool
@@ -472,6 +474,34 @@ class RoomDeleted(_Server, tag="room_deleted"):
     room_id: str
 
 
+class MessagePinned(_Server, tag="message_pinned"):
+    """A message of the room was pinned."""
+
+    room_id: str
+    message_id: str
+    pinned_by: str
+    pinned_at: Timestamp
+
+
+class MessageUnpinned(_Server, tag="message_unpinned"):
+    """A message of the room was unpinned (or deleted while pinned)."""
+
+    room_id: str
+    message_id: str
+    #: who unpinned or deleted it
+    unpinned_by: str
+
+
+class RoomUpdated(_Server, tag="room_updated"):
+    """A room's description changed (its name is as before)."""
+
+    room_id: str
+    name: str
+    description: str
+    #: who changed it
+    updated_by: str
+
+
 class RoomRead(_Server, tag="room_read"):
     """The participant's read position in a room moved."""
 
@@ -582,6 +612,9 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     ParticipantJoined,
     ParticipantLeft,
     RoomDeleted,
+    RoomUpdated,
+    MessagePinned,
+    MessageUnpinned,
     RoomRead,
     RoomMuted,
     RoomAccess,
@@ -606,6 +639,9 @@ ServerFrame = (
     | ParticipantJoined
     | ParticipantLeft
     | RoomDeleted
+    | RoomUpdated
+    | MessagePinned
+    | MessageUnpinned
     | RoomRead
     | RoomMuted
     | RoomAccess

@@ -15,7 +15,7 @@ from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
 from ..ids import is_ulid, new_id
-from ..records import MeshConfig, Participant, Room, now_ms
+from ..records import MeshConfig, Participant, Room, iso, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database, outbox
 from ..store import accounts as repo
@@ -28,6 +28,7 @@ from .ratelimit import RateLimiter
 from .setup_claim import SetupClaim
 from .validation import (
     check_description,
+    check_display_name,
     check_name,
     check_password,
     check_room_name,
@@ -36,6 +37,7 @@ from .validation import (
 
 __all__ = [
     "Accounts",
+    "SignInSession",
     "SignedIn",
     "check_mesh_name",
     "check_registration_mode",
@@ -47,6 +49,38 @@ _KNOWN_MAX = 10_000
 REGISTRATION_MODES = ("open", "closed")
 #: the room setup creates for everyone to start in (as Mattermost's Town Square)
 DEFAULT_ROOM_NAME = "Town Square"
+#: the longest User-Agent recorded with a token (characters)
+_USER_AGENT_CHARS = 300
+
+
+def clean_user_agent(user_agent: str | None) -> str | None:
+    """What is recorded of a User-Agent header: printable, at most 300
+    characters; None for none."""
+    if not user_agent:
+        return None
+    cleaned = "".join(ch for ch in user_agent if 32 <= ord(ch) < 127 or ord(ch) > 159).strip()
+    return cleaned[:_USER_AGENT_CHARS] or None
+
+
+@dataclass(frozen=True, slots=True)
+class SignInSession:
+    """One of a participant's tokens, as the list of its sessions shows it."""
+
+    token: IssuedToken
+    #: the token of the request that asked
+    current: bool
+
+    def to_json(self) -> dict[str, object]:
+        token = self.token
+        return {
+            "tokenId": token.token_id,
+            "kind": token.kind,
+            "createdAt": iso(token.issued_at * 1000),
+            "lastUsedAt": None if token.last_used_at is None else iso(token.last_used_at * 1000),
+            "expiresAt": iso(token.expires_at * 1000),
+            "userAgent": token.user_agent,
+            "current": self.current,
+        }
 
 
 def check_mesh_name(mesh_name: str) -> str:
@@ -125,6 +159,9 @@ class Accounts:
         self._revoked: dict[str, int] = {}
         #: when this process last pruned expired issued tokens (unix seconds)
         self._pruned_at = 0
+        #: when this process last wrote each token's last use (token id -> unix
+        #: seconds), the most recent last (see _note_used)
+        self._token_used: dict[str, int] = {}
         #: the setup code a node reachable from the network asks for
         self.claim = SetupClaim(settings)
 
@@ -236,7 +273,14 @@ class Accounts:
         await self.claim.discard()
         return session
 
-    async def register(self, name: str, password: str, *, address: str | None = None) -> SignedIn:
+    async def register(
+        self,
+        name: str,
+        password: str,
+        *,
+        address: str | None = None,
+        user_agent: str | None = None,
+    ) -> SignedIn:
         """Register a human participant with role ``member``; *address* is the
         client's (rate-limited per address).
 
@@ -252,7 +296,9 @@ class Accounts:
         if mesh.registration_mode != "open":
             raise Forbidden("registration is closed on this mesh", "registration_closed")
         await self.rate_limits.address("registration_address", address)
-        _, session = await self._new_human(name, password, "member", via="register")
+        _, session = await self._new_human(
+            name, password, "member", via="register", user_agent=user_agent
+        )
         assert session is not None
         return session
 
@@ -272,7 +318,7 @@ class Accounts:
         return participant
 
     async def _new_human(
-        self, name: str, password: str, role: str, *, via: str | None
+        self, name: str, password: str, role: str, *, via: str | None, user_agent: str | None = None
     ) -> tuple[Participant, SignedIn | None]:
         """A new human participant; with *via*, signed in (recorded so)."""
         name = check_name(name, self._limits)
@@ -282,7 +328,9 @@ class Accounts:
             raise name_refused(found)
         password_hash = await self._passwords.hash(password)
         participant = Participant(new_id(), name, "human", "human", role, now_ms())
-        session, issued = self._mint(participant, via) if via is not None else (None, None)
+        session, issued = (
+            self._mint(participant, via, user_agent) if via is not None else (None, None)
+        )
 
         def write(conn: Connection) -> None:
             self._insert(conn, participant, password_hash)
@@ -299,6 +347,7 @@ class Accounts:
         *,
         address: str | None = None,
         waited: Callable[[float], None] | None = None,
+        user_agent: str | None = None,
     ) -> SignedIn:
         """Log in; *address* is the client's. A name with many failed logins
         is slowed down, never locked (decision 0055): the attempt waits up to
@@ -327,9 +376,17 @@ class Accounts:
         if participant is None or not ok:
             await self.rate_limits.login_failed(name)
             raise Unauthorized("wrong name or password", "invalid_credentials")
-        return await self.sign_in(participant, "login", password_hash=password_hash)
+        return await self.sign_in(
+            participant, "login", password_hash=password_hash, user_agent=user_agent
+        )
 
-    async def guest(self, name: str | None = None, *, address: str | None = None) -> SignedIn:
+    async def guest(
+        self,
+        name: str | None = None,
+        *,
+        address: str | None = None,
+        user_agent: str | None = None,
+    ) -> SignedIn:
         """A guest (role ``spectator``) on a public mesh; *address* is the
         client's (rate-limited per address, like registrations).
 
@@ -345,7 +402,7 @@ class Accounts:
             name = f"guest-{secrets.token_hex(4)}"
         name = check_name(name, self._limits)
         participant = Participant(new_id(), name, "guest", "guest", "spectator", now_ms())
-        session, issued = self._mint(participant, "guest")
+        session, issued = self._mint(participant, "guest", user_agent)
 
         def write(conn: Connection) -> None:
             self._insert(conn, participant, None)
@@ -417,13 +474,26 @@ class Accounts:
         if not_before is not None and claims.issued_at < not_before:
             raise Unauthorized("this token was signed out", "token_revoked")
         now = now_ms()
+        interval = self._settings.last_seen_interval
         last = participant.last_seen_at
-        if last is None or now - last > self._settings.last_seen_interval * 1000:
+        seen_due = last is None or now - last > interval * 1000
+        used = self._token_used.get(claims.token_id)
+        used_due = used is None or now // 1000 - used > interval
+        if seen_due or used_due:
             generation = self._generation
-            await self._db.write(
-                lambda conn: repo.set_last_seen(conn, {participant.participant_id: now})
-            )
-            self._remember(replace(participant, last_seen_at=now), generation)
+            token_id = claims.token_id
+
+            def write(conn: Connection) -> None:
+                if seen_due:
+                    repo.set_last_seen(conn, {participant.participant_id: now})
+                if used_due:
+                    tokens_repo.set_last_used(conn, {token_id: now // 1000})
+
+            await self._db.write(write)
+            if seen_due:
+                self._remember(replace(participant, last_seen_at=now), generation)
+            if used_due:
+                self._note_used(token_id, now // 1000)
         # after the last await: the caller subscribes before the mesh can change
         if participant.kind == "guest" and not self.guests_allowed:
             raise Unauthorized("guest access to this mesh has ended", "token_revoked")
@@ -435,6 +505,140 @@ class Accounts:
         with it end. The participant's other tokens stay valid."""
         claims = self._tokens.check(token)
         await self.revoke_tokens(actor.participant_id, [(claims.token_id, claims.expires_at)])
+
+    async def set_display_name(self, actor: Actor, display_name: str | None) -> Participant:
+        """Set (None or blank: clear) the actor's own display name, shown as
+        ``displayName`` in participant objects beside its unique name.
+
+        Raises:
+            BadRequest: too long, or with control characters (``invalid_display_name``).
+            NotFound: the actor was deleted meanwhile.
+        """
+        display_name = check_display_name(display_name, self._limits)
+        participant_id = actor.participant_id
+
+        def write(conn: Connection) -> Participant | None:
+            outbox.change(conn, "invalidate", "participant", participant_id)
+            return repo.set_display_name(conn, participant_id, display_name)
+
+        updated = await self._db.write(write)
+        self.forget(participant_id)
+        if updated is None:
+            raise NotFound("no such participant", "participant_not_found")
+        return self.with_presence(updated)
+
+    async def change_password(
+        self, actor: Actor, token: str, current: str, new: str, *, address: str | None = None
+    ) -> int:
+        """Change the actor's password from *current* to *new* (argon2id) and
+        sign out every other token of the actor, keeping *token* (the one of
+        this request, just authenticated): the other tokens are refused from
+        now on and their WebSocket sessions end (``signed_out``). Attempts
+        count as logins for the actor's name (a wrong *current* slows its
+        logins down as a failed login does). Returns how many other tokens
+        were signed out.
+
+        Raises:
+            Forbidden: a wrong *current* password, or a participant without
+                one (guests, bots): ``wrong_password``.
+            BadRequest: a weak or invalid *new* password.
+            RateLimited: too many attempts from *address* for the name.
+        """
+        claims = self._tokens.check(token)
+        delay = await self.rate_limits.login_attempt(actor.name, address)
+        if delay > 0:
+            await trio.sleep(delay)
+        if len(current) > self._limits.max_password_chars:
+            await self.rate_limits.login_failed(actor.name)
+            raise Forbidden("the current password is wrong", "wrong_password")
+        check_password(new, actor.name, self._limits)
+        participant_id = actor.participant_id
+        found = await self._db.read(lambda conn: repo.password_hash_of(conn, participant_id))
+        old_hash = found[0] if found is not None else None
+        if not await self._passwords.verify(old_hash, current):
+            await self.rate_limits.login_failed(actor.name)
+            raise Forbidden("the current password is wrong", "wrong_password")
+        new_hash = await self._passwords.hash(new)
+
+        def write(conn: Connection) -> list[IssuedToken]:
+            now = int(time.time())
+            hashed = repo.password_hash_of(conn, participant_id)
+            if hashed is None or hashed[0] != old_hash:  # changed meanwhile: it wins
+                raise Forbidden("the current password is wrong", "wrong_password")
+            participant = repo.get_participant(conn, participant_id)
+            assert participant is not None
+            listed = tokens_repo.list_tokens(
+                conn, participant_id, now, participant.tokens_not_before
+            )
+            # this token may have been signed out while the password was
+            # verified (one session, or everywhere): then it changes nothing
+            # (nor lowers "not before" below a sign-out-everywhere's)
+            not_before = participant.tokens_not_before
+            if (not_before is not None and claims.issued_at < not_before) or any(
+                t.token_id == claims.token_id and t.revoked for t in listed
+            ):
+                raise Unauthorized("this token was signed out", "token_revoked")
+            repo.set_password(conn, participant_id, new_hash)
+            # tokens issued before this one are refused by "not before" (also
+            # those issued before the token list existed); those of its own
+            # second or later, but this one, one by one
+            others = [t for t in listed if not t.revoked and t.token_id != claims.token_id]
+            repo.prune_revoked_tokens(conn, now)
+            repo.set_tokens_not_before(conn, participant_id, claims.issued_at)
+            for other in others:
+                if other.issued_at >= claims.issued_at:
+                    repo.revoke_token(conn, other.token_id, participant_id, other.expires_at)
+                    outbox.change(
+                        conn, "invalidate", "revoked", f"{other.token_id} {other.expires_at}"
+                    )
+                outbox.change(
+                    conn, "disconnect_token", participant_id, other.token_id, "signed_out"
+                )
+            outbox.change(conn, "invalidate", "participant", participant_id)
+            return others
+
+        def then(others: list[IssuedToken]) -> None:
+            self.forget(participant_id)
+            self.revoked_all(
+                [(t.token_id, t.expires_at) for t in others if t.issued_at >= claims.issued_at]
+            )
+
+        others = await self._db.write(write, then=then)
+        return len(others)
+
+    async def list_sessions(self, actor: Actor, token: str) -> list[SignInSession]:
+        """The actor's own tokens that are still good, oldest first, the one
+        of this request (*token*) marked ``current``. Tokens issued before
+        the node listed them (migration 0020) are not shown."""
+        claims = self._tokens.check(token)
+        participant_id = actor.participant_id
+
+        def read(conn: Connection) -> list[IssuedToken]:
+            participant = repo.get_participant(conn, participant_id)
+            if participant is None:
+                return []
+            tokens = tokens_repo.list_tokens(
+                conn, participant_id, int(time.time()), participant.tokens_not_before
+            )
+            return [t for t in tokens if not t.revoked and t.token_id not in self._revoked]
+
+        return [SignInSession(t, t.token_id == claims.token_id) for t in await self._db.read(read)]
+
+    async def sign_out_session(self, actor: Actor, token: str, token_id: str) -> None:
+        """Sign out one of the actor's own tokens (*token_id*, as
+        :meth:`list_sessions` lists it; the current one too, as a logout):
+        it is refused from now on and its WebSocket sessions end.
+
+        Raises:
+            NotFound: not one of the actor's good tokens (``session_not_found``).
+        """
+        for session in await self.list_sessions(actor, token):
+            if session.token.token_id == token_id:
+                await self.revoke_tokens(
+                    actor.participant_id, [(token_id, session.token.expires_at)]
+                )
+                return
+        raise NotFound("no such session", "session_not_found")
 
     async def revoke_tokens(self, participant_id: str, tokens: Sequence[tuple[str, int]]) -> None:
         """Sign *participant_id*'s *tokens* (token id, expiry) out: each is
@@ -511,6 +715,14 @@ class Accounts:
         revoked = {t: exp for t, exp in self._revoked.items() if exp > now}
         revoked.update(tokens)
         self._revoked = revoked
+
+    def _note_used(self, token_id: str, at: int) -> None:
+        """Remember that *token_id*'s last use at *at* (unix seconds) is stored."""
+        used = self._token_used
+        used.pop(token_id, None)
+        used[token_id] = at
+        if len(used) > _KNOWN_MAX:
+            del used[next(iter(used))]  # the least recently written
 
     def _remember(self, participant: Participant, generation: int) -> None:
         """Cache *participant*, read when :attr:`_generation` was *generation*:
@@ -656,7 +868,12 @@ class Accounts:
         }.get(kind, settings.token_ttl_seconds)
 
     async def sign_in(
-        self, participant: Participant, via: str, *, password_hash: str | None = None
+        self,
+        participant: Participant,
+        via: str,
+        *,
+        password_hash: str | None = None,
+        user_agent: str | None = None,
     ) -> SignedIn:
         """A fresh token for *participant* (known to exist), recorded as
         issued *via* (``login``, ``did``...) so that it can be listed.
@@ -668,7 +885,7 @@ class Accounts:
             Unauthorized: the participant was deleted, or its password
                 changed, meanwhile.
         """
-        session, issued = self._mint(participant, via)
+        session, issued = self._mint(participant, via, user_agent)
 
         def write(conn: Connection) -> None:
             if password_hash is not None:
@@ -684,14 +901,23 @@ class Accounts:
         await self._db.write(write, quick=True)
         return session
 
-    def _mint(self, participant: Participant, via: str) -> tuple[SignedIn, IssuedToken]:
+    def _mint(
+        self, participant: Participant, via: str, user_agent: str | None = None
+    ) -> tuple[SignedIn, IssuedToken]:
         """A token for *participant*, and its row for ``issued_tokens``
-        (:meth:`_record` it in the unit that creates or signs it in)."""
+        (:meth:`_record` it in the unit that creates or signs it in), with
+        the *user_agent* that asked for it."""
         token, claims = self._tokens.mint(
             participant.participant_id, participant.kind, self.token_ttl(participant.kind)
         )
         issued = IssuedToken(
-            claims.token_id, participant.participant_id, via, claims.issued_at, claims.expires_at
+            claims.token_id,
+            participant.participant_id,
+            via,
+            claims.issued_at,
+            claims.expires_at,
+            user_agent=clean_user_agent(user_agent),
+            last_used_at=claims.issued_at,
         )
         return SignedIn(participant, token), issued
 
@@ -699,6 +925,7 @@ class Accounts:
         """Record *issued* in the unit of work on *conn*, and (once a minute
         per process) prune the expired ones."""
         tokens_repo.record_token(conn, issued)
+        self._note_used(issued.token_id, issued.issued_at)
         if issued.issued_at - self._pruned_at >= 60:
             self._pruned_at = issued.issued_at
             tokens_repo.prune_tokens(conn, issued.issued_at)

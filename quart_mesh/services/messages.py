@@ -17,7 +17,9 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..events import (
     MessageDeleted,
     MessageEdited,
+    MessagePinned,
     MessagePosted,
+    MessageUnpinned,
     ReactionAdded,
     ReactionRemoved,
     Typing,
@@ -27,6 +29,7 @@ from ..records import Message, now_ms
 from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import messages as repo
+from ..store import pins as pins_repo
 from ..store import relay as relay_repo
 from ..store import rooms as rooms_repo
 from ..store import state as state_repo
@@ -36,7 +39,7 @@ from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
 from .validation import check_client_id, check_content, check_emoji, check_id, cursor_number
 
-__all__ = ["Messages", "RelaySource", "Relayed", "parse_cursor"]
+__all__ = ["MAX_PINS", "Messages", "RelaySource", "Relayed", "parse_cursor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,10 @@ class SharedRooms:
 
     def __contains__(self, room_id: object) -> bool:
         return self.everywhere or room_id in self.current
+
+
+#: the most pinned messages a room has (decision 0069)
+MAX_PINS = 50
 
 
 class Messages:
@@ -489,6 +496,13 @@ class Messages:
         def write(conn: Connection) -> Message:
             message = self._load(conn, actor, message_id, room_id)
             authorize(actor, "messages.delete", self._ref(conn, message))
+            if pins_repo.unpin(conn, message_id):
+                outbox.emit(
+                    conn,
+                    MessageUnpinned(
+                        message.room_id, message_id=message_id, unpinned_by=actor.participant_id
+                    ),
+                )
             repo.delete_message(conn, message_id)
             body: dict[str, object] = {"messageId": message_id}
             self._record(
@@ -498,6 +512,91 @@ class Messages:
             return message
 
         return await self._db.write(write)
+
+    async def pin(self, actor: Actor, room_id: str, message_id: str) -> bool:
+        """Pin a message of *room_id* (idempotent: False if it was pinned):
+        whoever may post in the room (``messages.send`` there, its rules
+        included; decision 0069), at most :data:`MAX_PINS` a room; its
+        members get ``message_pinned``. Counts against the ``reactions`` rate.
+
+        Raises:
+            NotFound: no such message in the room (``message_not_found``).
+            Forbidden: not a member, may not read or post in the room.
+            Conflict: the room has :data:`MAX_PINS` pins (``too_many_pins``).
+        """
+        self._rate.participant("reactions", actor)
+
+        def write(conn: Connection) -> bool:
+            message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.send", RoomRef(message.room_id))
+            at = now_ms()
+            found = pins_repo.Pin(message_id, message.room_id, actor.participant_id, at)
+            if not pins_repo.pin(conn, found):
+                return False  # pinned already: idempotent, even in a full room
+            # counted with this pin (the unit is undone if it is one too many)
+            if pins_repo.count_pins(conn, message.room_id) > MAX_PINS:
+                raise Conflict(
+                    f"this room has {MAX_PINS} pinned messages, the most it may: unpin one first",
+                    "too_many_pins",
+                )
+            outbox.emit(
+                conn,
+                MessagePinned(
+                    message.room_id,
+                    message_id=message_id,
+                    pinned_by=actor.participant_id,
+                    pinned_at=at,
+                ),
+            )
+            return True
+
+        return await self._db.write(write)
+
+    async def unpin(self, actor: Actor, room_id: str, message_id: str) -> bool:
+        """Unpin a message of *room_id* (idempotent: False if it was not
+        pinned); the same permission as :meth:`pin`; its members get
+        ``message_unpinned``.
+
+        Raises:
+            NotFound: no such message in the room (``message_not_found``).
+            Forbidden: not a member, may not read or post in the room.
+        """
+        self._rate.participant("reactions", actor)
+
+        def write(conn: Connection) -> bool:
+            message = self._load(conn, actor, message_id, room_id)
+            authorize(actor, "messages.send", RoomRef(message.room_id))
+            if not pins_repo.unpin(conn, message_id):
+                return False
+            outbox.emit(
+                conn,
+                MessageUnpinned(
+                    message.room_id, message_id=message_id, unpinned_by=actor.participant_id
+                ),
+            )
+            return True
+
+        return await self._db.write(write)
+
+    async def pins(self, actor: Actor, room_id: str) -> list[tuple[Message, pins_repo.Pin]]:
+        """A room's pinned messages, the most recently pinned first, for a
+        member who may read the room (the one visibility decision).
+
+        Raises:
+            NotFound: no such room (``room_not_found``).
+            Forbidden: not a member, or may not read the room.
+        """
+
+        def read(conn: Connection) -> list[tuple[Message, pins_repo.Pin]]:
+            require_member(conn, actor, room_id)
+            found = []
+            for pin in pins_repo.list_pins(conn, room_id):
+                message = repo.get_message(conn, pin.message_id)
+                if message is not None:
+                    found.append((message, pin))
+            return found
+
+        return await self._db.read(read)
 
     async def add_reaction(
         self,

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from ..broker import Broker
 from ..config import DEFAULT_ROOM_QUOTAS, Limits
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
-from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted, RoomMuted
+from ..events import ParticipantJoined, ParticipantLeft, RoomDeleted, RoomMuted, RoomUpdated
 from ..ids import is_ulid, new_id
 from ..permissions import BUILTIN_ROLES
 from ..records import Participant, Room, now_ms
@@ -339,6 +339,49 @@ class Rooms:
             outbox.change(conn, "invalidate", "room_rules", room_id)
 
         await self._db.write(write, then=lambda _: actor.policy.forget_room(room_id))
+
+    async def update(
+        self, actor: Actor, room_id: str, description: str | None
+    ) -> tuple[Room, bool]:
+        """Change a room's description (None: no change): its creator, or
+        whoever holds ``rooms.permissions`` (admins; decision 0069). Its
+        members are told (``room_updated``). The name stays: it is how the
+        room is addressed. Returns the room and whether the actor is in it.
+
+        Raises:
+            NotFound: no such room (or a DM the actor is not in).
+            BadRequest: a DM (``is_dm``), or an invalid description.
+            Conflict: a room another node shares here (``not_home_room``).
+            Forbidden: neither its creator nor ``rooms.permissions``.
+        """
+        if description is not None:
+            description = check_description(description, self._limits)
+
+        def write(conn: Connection) -> tuple[Room, bool]:
+            room = require_room(conn, actor, room_id)
+            if room.kind == "dm":
+                raise BadRequest("a direct-message room has no description", "is_dm")
+            # one who may not read the room learns nothing of it (decision 0069)
+            authorize(actor, "rooms.read", RoomRef(room.room_id, room.kind))
+            authorize(actor, "rooms.permissions", RoomRef(room.room_id, room.kind, room.created_by))
+            if room.origin is not None:
+                raise Conflict("only a room of this node can be changed here", "not_home_room")
+            joined = repo.is_member(conn, room_id, actor.participant_id)
+            if description is None or description == room.description:
+                return room, joined
+            repo.set_description(conn, room_id, description)
+            outbox.emit(
+                conn,
+                RoomUpdated(
+                    room_id,
+                    name=room.name,
+                    description=description,
+                    updated_by=actor.participant_id,
+                ),
+            )
+            return replace(room, description=description), joined
+
+        return await self._db.write(write)
 
     async def join(self, actor: Actor, room_id: str) -> Room:
         """Join a room (idempotent). DMs cannot be joined."""

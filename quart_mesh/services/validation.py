@@ -7,6 +7,7 @@ characters) so that REST, WebSocket and bots are held to the same rules.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import httpx
 
@@ -19,6 +20,7 @@ __all__ = [
     "check_client_id",
     "check_content",
     "check_description",
+    "check_display_name",
     "check_emoji",
     "check_id",
     "check_name",
@@ -33,6 +35,8 @@ __all__ = [
 _NAME_RE = re.compile(r"\w[\w.-]*")
 # bidirectional embeddings, overrides and isolates: they reorder what follows
 # them, so a room name could show as another's
+#: what a display name may not hold (Unicode general categories)
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _COMMON_PASSWORDS = frozenset(
@@ -123,6 +127,41 @@ def check_room_name(name: str, limits: Limits) -> str:
     if any(ord(ch) < 32 for ch in name) or _BIDI_CONTROLS.search(name):
         raise BadRequest("name must not contain control characters", "invalid_name")
     return name
+
+
+def check_display_name(display_name: str | None, limits: Limits) -> str | None:
+    """A display name (shown beside the unique name, issue 32): in NFKC,
+    trimmed, at most ``max_name_chars`` characters; spaces are allowed but
+    control characters, line breaks and bidirectional controls are not.
+    Not unique: the unique name is always shown beside it.
+
+    Returns:
+        The display name to store, or None (none, or only spaces: cleared).
+    """
+    if display_name is None:
+        return None
+    display_name = normalize(display_name).strip()
+    if not display_name:
+        return None
+    if len(display_name) > limits.max_name_chars:
+        raise BadRequest(
+            f"displayName must be at most {limits.max_name_chars} characters",
+            "invalid_display_name",
+        )
+    # controls, line breaks and every format character (zero-width spaces,
+    # bidi marks, BOM, soft hyphen...) but the joiner of emoji sequences
+    if (
+        any(
+            unicodedata.category(ch) in _INVISIBLE_CATEGORIES and ch != "\u200d"
+            for ch in display_name
+        )
+        or not display_name.replace("\u200d", "").strip()
+    ):
+        raise BadRequest(
+            "displayName must not contain control characters or line breaks",
+            "invalid_display_name",
+        )
+    return display_name
 
 
 def name_refused(found: tuple[str, str]) -> Conflict:

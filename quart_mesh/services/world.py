@@ -102,9 +102,17 @@ def _read_fresh(conn: Connection, shared: _Shared | None) -> tuple[_Fresh | None
 def _participant_fragment(row: ParticipantRow, position: repo.Position | None) -> tuple[str, str]:
     """A participant's JSON, as ``{**participant.to_json(), "position": ...}``
     serializes, split around the value of ``online``."""
-    participant_id, name, type_, role, last_seen_at, created_at, origin = row
+    participant_id, name, type_, role, last_seen_at, created_at, origin, display_name = row
     item = Participant(
-        participant_id, name, "", type_, role, created_at, last_seen_at, origin=origin
+        participant_id,
+        name,
+        "",
+        type_,
+        role,
+        created_at,
+        last_seen_at,
+        origin=origin,
+        display_name=display_name,
     ).to_json()
     item["position"] = None if position is None else position.to_json()
     keys = list(item)

@@ -31,6 +31,7 @@ __all__ = [
     "password_hash_of",
     "prune_revoked_tokens",
     "revoke_token",
+    "set_display_name",
     "set_last_seen",
     "set_password",
     "set_role",
@@ -85,6 +86,7 @@ def participant_from_row(row: Any) -> Participant:
         origin=row.origin_did,
         # queries that pick columns of the participant may leave it out
         tokens_not_before=row._mapping.get("tokens_not_before"),
+        display_name=row._mapping.get("display_name"),
     )
 
 
@@ -130,6 +132,7 @@ def insert_participant(
             created_at=participant.created_at,
             last_seen_at=participant.last_seen_at,
             origin_did=participant.origin,
+            display_name=participant.display_name,
         )
     )
 
@@ -178,6 +181,19 @@ def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:
             .where(participants.c.participant_id == participant_id)
             .values(last_seen_at=at)
         )
+
+
+def set_display_name(
+    conn: Connection, participant_id: str, display_name: str | None
+) -> Participant | None:
+    """Set (None: clear) *participant_id*'s display name; the participant
+    as it is now, or None if there is no such participant."""
+    conn.execute(
+        participants.update()
+        .where(participants.c.participant_id == participant_id)
+        .values(display_name=display_name)
+    )
+    return get_participant(conn, participant_id)
 
 
 def delete_participant(conn: Connection, participant_id: str) -> bool:

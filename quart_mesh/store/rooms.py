@@ -35,6 +35,7 @@ __all__ = [
     "remove_member",
     "room_from_row",
     "room_name_conflict",
+    "set_description",
     "set_hidden",
     "set_muted",
     "unhide_all",
@@ -146,6 +147,15 @@ def get_room(conn: Connection, room_id: str) -> Room | None:
 def get_dm_by_key(conn: Connection, key: str) -> Room | None:
     row = conn.execute(sa.select(rooms, _member_count).where(rooms.c.dm_key == key)).first()
     return None if row is None else room_from_row(row)
+
+
+def set_description(conn: Connection, room_id: str, description: str) -> None:
+    """Set a room's description, bumping its revision (the snapshot's cache)."""
+    conn.execute(
+        rooms.update()
+        .where(rooms.c.room_id == room_id)
+        .values(description=description, revision=rooms.c.revision + 1)
+    )
 
 
 def list_rooms(conn: Connection) -> Sequence[Room]:

@@ -79,6 +79,9 @@ participants = Table(
     # (docs/decisions/0056-trusted-names-and-inert-uploads.md)
     Column("name_skeleton", String(400), nullable=True),
     Column("folded_skeleton", String(400), nullable=True),
+    # a name to show beside the unique one, spaces allowed; NULL: none
+    # (migration 0030, issue 32)
+    Column("display_name", String(200), nullable=True),
     Index("ix_participants_name_skeleton", "name_skeleton", unique=True),
     Index("ix_participants_folded_skeleton", "folded_skeleton", unique=True),
 )
@@ -106,6 +109,9 @@ rooms = Table(
     # NULL for DMs
     Column("name_skeleton", String(400), nullable=True),
     Column("folded_skeleton", String(400), nullable=True),
+    # bumped by each change to the room's description (PATCH
+    # /api/rooms/:roomId): the snapshot's fingerprint sums it (migration 0030)
+    Column("revision", Integer, nullable=False, server_default="0"),
     Index("ix_rooms_name_skeleton", "name_skeleton", unique=True),
     Index("ix_rooms_folded_skeleton", "folded_skeleton", unique=True),
 )
@@ -187,6 +193,23 @@ reactions = Table(
     Column("participant_id", String(26), primary_key=True),
     Column("emoji", String(64), primary_key=True),
     Column("created_at", BigInteger, nullable=False),
+)
+
+#: pinned messages (migration 0030, decision 0069): at most ``MAX_PINS`` a
+#: room; a message's pin goes with it
+pins = Table(
+    "pins",
+    metadata,
+    Column(
+        "message_id",
+        String(26),
+        ForeignKey("messages.message_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("room_id", String(26), ForeignKey("rooms.room_id", ondelete="CASCADE"), nullable=False),
+    Column("pinned_by", String(26), nullable=False),
+    Column("pinned_at", BigInteger, nullable=False),
+    Index("ix_pins_room_id", "room_id"),
 )
 
 positions = Table(
@@ -735,6 +758,11 @@ issued_tokens = Table(
     Column("kind", String(16), nullable=False),
     Column("issued_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
+    # the User-Agent of the request that signed it in, and when it was last
+    # used (unix seconds, written at most once a ``last_seen_interval``);
+    # NULL: not known (migration 0030)
+    Column("user_agent", String(300), nullable=True),
+    Column("last_used_at", BigInteger, nullable=True),
     Index("ix_issued_tokens_participant_id", "participant_id"),
     Index("ix_issued_tokens_expires_at", "expires_at"),
 )

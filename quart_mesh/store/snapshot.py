@@ -22,19 +22,22 @@ from .rooms import memberships, room_from_row
 
 __all__ = ["ActorParts", "ParticipantRow", "actor_parts", "fingerprint", "participant_rows"]
 
-#: (participant_id, name, type, role, last_seen_at, created_at, origin_did)
-ParticipantRow = tuple[str, str, str, str, int | None, int, str | None]
+#: (participant_id, name, type, role, last_seen_at, created_at, origin_did, display_name)
+ParticipantRow = tuple[str, str, str, str, int | None, int, str | None, str | None]
 
 # every column of participants the snapshot shows can change only by an
-# insert, a delete, a new role or a new lastSeen (names are fixed): the
-# aggregates below change with each of those. Rooms change by insert or
-# delete (member counts and positions: the events that change them)
+# insert, a delete, a new role, a new display name or a new lastSeen (names
+# are fixed): the aggregates below change with each of those. Rooms change
+# by insert, delete or a new description (its revision); member counts and
+# positions by the events that change them
 _SQLITE = Statement(
     "SELECT (SELECT count(*) FROM participants),"
     " (SELECT max(rowid) FROM participants),"
     " (SELECT total(last_seen_at) FROM participants),"
     " (SELECT group_concat(role, ',') FROM participants),"
+    " (SELECT group_concat(coalesce(display_name, ''), char(31)) FROM participants),"
     " (SELECT count(*) FROM rooms), (SELECT max(room_id) FROM rooms),"
+    " (SELECT total(revision) FROM rooms),"
     " (SELECT count(*) FROM positions), (SELECT max(updated_at) FROM positions),"
     " (SELECT coalesce(max(seq), 0) FROM messages)"
 )
@@ -51,14 +54,15 @@ _POSTGRESQL = Statement(
 )
 
 _PARTICIPANTS = sa.text(
-    "SELECT participant_id, name, type, role, last_seen_at, created_at, origin_did"
-    " FROM participants ORDER BY name_key"
+    "SELECT participant_id, name, type, role, last_seen_at, created_at, origin_did,"
+    " display_name FROM participants ORDER BY name_key"
 )
 
 
 def fingerprint(conn: Connection) -> tuple[tuple[Any, ...], int]:
     """A value that changes whenever a participant, a room or a position is
-    added or removed, or a participant's role or ``lastSeen`` changes; and
+    added or removed, or a participant's role, display name or ``lastSeen``
+    changes; and
     the node's newest message cursor (0 without messages), read with it."""
     query = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
     row = tuple(query.run(conn, {}).fetchone())

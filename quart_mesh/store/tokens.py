@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from .schema import issued_tokens, revoked_tokens
 
-__all__ = ["IssuedToken", "list_tokens", "prune_tokens", "record_token"]
+__all__ = ["IssuedToken", "list_tokens", "prune_tokens", "record_token", "set_last_used"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,10 @@ class IssuedToken:
     expires_at: int
     #: signed out (one token, or everything issued before a "sign out everywhere")
     revoked: bool = False
+    #: the User-Agent of the request that signed it in (None: not recorded)
+    user_agent: str | None = None
+    #: when it was last used, unix seconds, to ``last_seen_interval`` (None: not known)
+    last_used_at: int | None = None
 
 
 def record_token(conn: Connection, token: IssuedToken) -> None:
@@ -40,8 +44,21 @@ def record_token(conn: Connection, token: IssuedToken) -> None:
             kind=token.kind,
             issued_at=token.issued_at,
             expires_at=token.expires_at,
+            user_agent=token.user_agent,
+            last_used_at=token.last_used_at,
         )
     )
+
+
+def set_last_used(conn: Connection, used: dict[str, int]) -> None:
+    """Note when each token (id -> unix seconds) was last used; a token not
+    listed (issued before migration 0020, or expired and pruned) is skipped."""
+    for token_id, at in used.items():
+        conn.execute(
+            issued_tokens.update()
+            .where(issued_tokens.c.token_id == token_id)
+            .values(last_used_at=at)
+        )
 
 
 def list_tokens(
@@ -69,6 +86,8 @@ def list_tokens(
             expires_at=int(row.expires_at),
             revoked=row.revoked_id is not None
             or (not_before is not None and row.issued_at < not_before),
+            user_agent=row.user_agent,
+            last_used_at=None if row.last_used_at is None else int(row.last_used_at),
         )
         for row in conn.execute(query)
     ]

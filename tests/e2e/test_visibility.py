@@ -94,6 +94,20 @@ async def message_by_id(w: World) -> set[str]:
     return seen
 
 
+async def pins(w: World) -> set[str]:
+    """The owner (whom no rule stops) pins the room's messages; alice lists the pins."""
+    for message in await w.mesh.messages(w.owner, w.secret):
+        r = await w.mesh.http.put(
+            f"/api/rooms/{w.secret}/pins/{message['messageId']}", headers=w.owner.headers
+        )
+        assert r.status_code == 200, r.text
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}/pins", headers=w.alice.headers)
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return _texts([pin["message"] for pin in r.json()])
+
+
 async def search(w: World) -> set[str]:
     r = await w.mesh.http.get("/api/search", params={"q": "secret"}, headers=w.alice.headers)
     assert r.status_code == 200, r.text
@@ -407,6 +421,7 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "message by id": (message_by_id, ("GET /api/rooms/<room_id>/messages/<message_id>",)),
     "room details": (room_details, ("GET /api/rooms/<room_id>",)),
     "search": (search, ("GET /api/search",)),
+    "pins": (pins, ("GET /api/rooms/<room_id>/pins",)),
     "room list": (room_list, ("GET /api/rooms",)),
     "short poll": (short_poll, ("POST /api/poll",)),
     "long poll": (long_poll, ("POST /api/poll",)),
@@ -451,6 +466,10 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "POST /api/auth/login": "accounts",
     "POST /api/auth/logout": "accounts",
     "GET /api/auth/me": "accounts",
+    "PATCH /api/auth/me": "accounts",
+    "POST /api/auth/password": "accounts",
+    "GET /api/auth/sessions": "accounts: the caller's own tokens",
+    "DELETE /api/auth/sessions/<token_id>": "accounts: the caller's own tokens",
     "POST /api/auth/register": "accounts",
     "A2A GET /.well-known/agent-card.json": "the node's agent card: bots' names, public",
     "A2A GET /a2a/agents/{agent_id}/.well-known/agent-card.json": "a bot's agent card, public",
@@ -523,6 +542,15 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "GET /api/roles/templates": "roles",
     "POST /api/rooms": "creates a room",
     "DELETE /api/rooms/<room_id>": "deletes a room",
+    "PUT /api/rooms/<room_id>/pins/<message_id>": (
+        "pins a message: answers its ids only; refused (403) to one who may not read the room"
+    ),
+    "DELETE /api/rooms/<room_id>/pins/<message_id>": (
+        "unpins a message: answers its ids only; refused (403) to one who may not read the room"
+    ),
+    "PATCH /api/rooms/<room_id>": (
+        "changes a room's description; refused (403) to one who may not read the room"
+    ),
     "POST /api/rooms/<room_id>/join": "membership",
     "POST /api/rooms/<room_id>/leave": "membership",
     "POST /api/rooms/<room_id>/messages": "posting: refused where one may not read (tested)",

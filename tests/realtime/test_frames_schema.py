@@ -255,6 +255,13 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             await send(b, type="search", q="hello", sort="relevance", clientId="s-1")
             found = await b.expect("search_results", clientId="s-1")
             assert [r["message"]["messageId"] for r in found["results"]] == [reply["messageId"]]
+            pin = f"/api/rooms/{room_id}/pins/{reply['messageId']}"
+            r = await mesh.http.put(pin, headers=owner.headers)
+            assert r.status_code == 200, r.text
+            await b.expect("message_pinned", messageId=reply["messageId"])
+            r = await mesh.http.delete(pin, headers=owner.headers)
+            assert r.status_code == 200, r.text
+            await b.expect("message_unpinned", messageId=reply["messageId"])
             await send(b, type="delete_message", messageId=reply["messageId"])
             await a.expect("message_deleted", messageId=reply["messageId"])
             # errors: with the frame's type, its clientId, a retry time
@@ -340,6 +347,11 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             await c.expect("room_access", roomId=room_id, readable=False)
             await c.settle()
             seen += c.seen
+        r = await mesh.http.patch(
+            f"/api/rooms/{room_id}", json={"description": "soon gone"}, headers=owner.headers
+        )
+        assert r.status_code == 200, r.text
+        await a.expect("room_updated", roomId=room_id, description="soon gone")
         r = await mesh.http.delete(f"/api/rooms/{room_id}", headers=owner.headers)
         assert r.status_code == 200, r.text
         await a.expect("room_deleted", roomId=room_id)
