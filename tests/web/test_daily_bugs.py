@@ -18,6 +18,44 @@ from tests.web.test_chat import signed_in, two_people
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
+async def test_an_over_size_message_comes_back_to_the_composer(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Bug 1: the text is not lost far above; it is back in the box, the
+    reason next to it in human units, and no Retry that cannot succeed."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    for i in range(30):
+        await node.mesh.send(bob_user, room_id, f"earlier {i}")
+    text = "too long " * 2000  # 18000 bytes, over the 16 KB limit
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            expect(alice.message("earlier 29")).to_be_visible()
+            alice.composer.fill(text)
+            alice.composer.press("Enter")
+            form = alice.page.get_by_role("form", name="Send a message")
+            reason = form.get_by_role("alert")
+            expect(reason).to_contain_text("Not sent: content is 17.6 KB; the limit is 16 KB")
+            expect(alice.composer).to_have_value(text.rstrip())
+            expect(alice.composer).to_be_focused()
+            expect(alice.composer).to_be_in_viewport()
+            expect(reason).to_be_in_viewport()
+            # no failed message left behind with a Retry that can never succeed
+            expect(alice.message("too long too long")).to_have_count(0)
+            expect(alice.timeline.get_by_role("button", name="Retry")).to_have_count(0)
+            shot(alice.page, "too-large")
+            # shortened, it goes
+            alice.composer.fill("the short version")
+            expect(form).not_to_contain_text("Not sent")
+            alice.composer.press("Enter")
+            expect(alice.message("the short version")).not_to_contain_text("sending…")
+            alice.assert_clean(console=False)  # the refused send (413) is logged
+
+    await in_browser(scenario)
+
+
 async def test_limits_are_said_in_human_units(
     browser_ready: None, serve_node: Any, tmp_path: Path
 ) -> None:
