@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from quart_mesh.config import Limits
-from tests.browser import Person, chromium, in_browser, shot
+from tests.browser import call, chromium, in_browser, shot
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -76,5 +76,65 @@ async def test_limits_are_said_in_human_units(
             expect(files).to_contain_text("at most 1 MB")
             expect(files).not_to_contain_text("1048576")
             alice.assert_clean(console=False)  # the refused upload (413) is logged
+
+    await in_browser(scenario)
+
+
+async def test_the_newest_stays_in_view(browser_ready: None, serve_node: Any) -> None:
+    """Bug 4: the message box growing, a received edit lengthening the last
+    message, the edit box of the last message: the newest stays in view;
+    away from it, new messages show a pill."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    for i in range(30):
+        await node.mesh.send(bob_user, room_id, f"earlier {i}")
+    last = await node.mesh.send(bob_user, room_id, "the last word")
+
+    async def edit(content: str) -> None:
+        r = await node.mesh.http.patch(
+            f"/api/rooms/{room_id}/messages/{last['messageId']}",
+            json={"content": content},
+            headers=bob_user.headers,
+        )
+        assert r.status_code == 200, r.text
+
+    async def send(content: str) -> None:
+        await node.mesh.send(bob_user, room_id, content)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            newest = alice.message("the last word")
+            expect(newest).to_be_in_viewport(ratio=1)
+            # the message box grows by six lines
+            alice.composer.press_sequentially("a draft")
+            for _ in range(6):
+                alice.composer.press("Shift+Enter")
+                alice.composer.press_sequentially("more")
+            expect(newest).to_be_in_viewport(ratio=1)
+            # a received edit makes the last message longer
+            call(edit, "the last word\n" + "\n".join(f"and line {i}" for i in range(10)))
+            expect(newest).to_contain_text("and line 9")
+            expect(newest).to_be_in_viewport(ratio=1)
+            alice.composer.fill("")
+            # the edit box of one's own last message opens whole
+            own = alice.send("mine, to edit")
+            expect(own).not_to_contain_text("sending…")
+            own.hover()
+            own.get_by_role("button", name="Edit message").click()
+            expect(alice.timeline.get_by_role("textbox", name="Edit message")).to_be_in_viewport(
+                ratio=1
+            )
+            expect(alice.timeline.get_by_role("button", name="Save")).to_be_in_viewport(ratio=1)
+            alice.page.keyboard.press("Escape")
+            # away from the newest: a pill says there is more below
+            alice.timeline.evaluate("el => { el.scrollTop = 0; }")
+            call(send, "news from bob")
+            pill = alice.button("New messages below")
+            expect(pill).to_be_visible()
+            pill.click()
+            expect(alice.message("news from bob")).to_be_in_viewport(ratio=1)
+            expect(pill).to_be_hidden()
+            alice.assert_clean()
 
     await in_browser(scenario)

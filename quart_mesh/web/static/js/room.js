@@ -84,6 +84,14 @@ export class Timeline {
     this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
+    // the newest stays in view when the log shrinks (the message box grows:
+    // lines, attachments) or a message in it grows (an edit received, a
+    // toolbar or an edit box opened)
+    const follow = new ResizeObserver(() => {
+      if (this.stuck) this.scrollToBottom();
+    });
+    follow.observe(els.scroll);
+    follow.observe(els.list);
     if (els.jump) {
       els.jump.addEventListener("click", () => {
         this.scrollToBottom();
@@ -443,9 +451,11 @@ export class Timeline {
             click: () => {
               this.editing = message.messageId;
               this.upsert(message);
-              const box = this.views.get(message.messageId).querySelector("textarea");
-              box.focus();
+              const form = this.views.get(message.messageId).querySelector(".edit-form");
+              const box = form.querySelector("textarea");
+              box.focus({ preventScroll: true });
               box.setSelectionRange(box.value.length, box.value.length);
+              form.scrollIntoView({ block: "nearest" }); // the whole box, Save too
             },
           },
         }),
