@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from quart_mesh.config import Limits
-from tests.browser import call, chromium, in_browser, shot
+from tests.browser import Person, call, chromium, in_browser, shot
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -76,6 +76,99 @@ async def test_limits_are_said_in_human_units(
             expect(files).to_contain_text("at most 1 MB")
             expect(files).not_to_contain_text("1048576")
             alice.assert_clean(console=False)  # the refused upload (413) is logged
+
+    await in_browser(scenario)
+
+
+#: where the toolbar of the message *el* is against its text and the log
+_LAYOUT = """el => {
+  const box = (e) => {
+    const r = e.getBoundingClientRect();
+    return [r.top, r.bottom, r.left, r.right];
+  };
+  return {
+    toolbar: box(el.querySelector('[role=toolbar]')),
+    text: box(el.querySelector('.msg-body')),
+    log: box(el.closest('[role=log]')),
+  };
+}"""
+
+
+def overlaps(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def shown_toolbars(person: Person) -> list[str]:
+    """The names of the message toolbars one can see (opacity, not clipped)."""
+    names: list[str] = person.page.evaluate(
+        """() => [...document.querySelectorAll('[role=toolbar]')]
+          .filter((t) => getComputedStyle(t).opacity !== '0' && t.getBoundingClientRect().width > 1)
+          .map((t) => t.closest('article').textContent.slice(0, 40))"""
+    )
+    return names
+
+
+async def test_on_a_phone_the_toolbar_does_not_cover_the_message(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Bug 2: at 390x844, tapping one's own message shows its actions under
+    it, not over its text; Edit opens fully in view."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    for i in range(12):
+        await node.mesh.send(bob_user, room_id, f"earlier {i}")
+    await node.mesh.send(alice_user, room_id, "my own words, short")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user, width=390, height=844)
+            own = alice.message("my own words, short")
+            expect(own).to_be_visible()
+            own.click()
+            toolbar = own.get_by_role("toolbar", name="Actions for the message from alice")
+            expect(toolbar.get_by_role("button", name="Delete message")).to_be_in_viewport()
+            layout = own.evaluate(_LAYOUT)
+            assert not overlaps(layout["toolbar"], layout["text"]), layout
+            shot(alice.page, "phone-toolbar")
+            toolbar.get_by_role("button", name="Edit message").click()
+            editor = alice.timeline.get_by_role("textbox", name="Edit message")
+            expect(editor).to_be_focused()
+            expect(editor).to_be_in_viewport(ratio=1)
+            expect(alice.timeline.get_by_role("button", name="Save")).to_be_in_viewport(ratio=1)
+            alice.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_one_toolbar_at_a_time_and_never_under_the_header(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Bug 5: the topmost message's toolbar is whole (not clipped by the
+    header above the log); focus on one message and the pointer on another
+    show one toolbar, the pointer's."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    for i in range(40):
+        await node.mesh.send(bob_user, room_id, f"message number {i:02}")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            top = alice.message("message number 20")
+            expect(alice.message("message number 39")).to_be_visible()
+            top.evaluate("el => el.scrollIntoView({block: 'start'})")
+            top.hover()
+            layout = top.evaluate(_LAYOUT)
+            assert layout["toolbar"][0] >= layout["log"][0], layout
+            expect(top.get_by_role("button", name="Add reaction")).to_be_in_viewport(ratio=1)
+            assert shown_toolbars(alice) == [top.text_content()[:40]]
+
+            focused = alice.message("message number 25")
+            focused.focus()
+            hovered = alice.message("message number 23")
+            hovered.hover()
+            assert shown_toolbars(alice) == [hovered.text_content()[:40]]
+            alice.assert_clean()
 
     await in_browser(scenario)
 
