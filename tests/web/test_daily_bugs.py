@@ -14,6 +14,7 @@ from quart_mesh.config import Limits
 from tests.browser import Person, call, chromium, in_browser, shot
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
+from tests.web.test_usable import tab_to
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
@@ -228,6 +229,52 @@ async def test_the_newest_stays_in_view(browser_ready: None, serve_node: Any) ->
             pill.click()
             expect(alice.message("news from bob")).to_be_in_viewport(ratio=1)
             expect(pill).to_be_hidden()
+            alice.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_the_timeline_is_one_tab_stop(browser_ready: None, serve_node: Any) -> None:
+    """Bug 3: a roving tabindex. Tab into the log stays at the newest, Tab
+    leaves it for the message box at once; Up/Down move between messages,
+    Enter or the menu key open a message's actions, Escape comes back."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    for i in range(20):
+        await node.mesh.send(bob_user, room_id, f"message number {i:02}")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            keyboard = alice.page.keyboard
+            newest = alice.message("message number 19")
+            expect(newest).to_be_in_viewport(ratio=1)
+            # Shift+Tab from the message box reaches the log in a press or two…
+            alice.composer.focus()
+            tab_to(alice, alice.timeline, key="Shift+Tab", limit=3)
+            expect(newest).to_be_in_viewport(ratio=1)  # …without scrolling to the oldest
+            # …and Tab from the log reaches the message box as quickly
+            tab_to(alice, alice.composer, limit=3)
+            alice.timeline.focus()
+            keyboard.press("ArrowUp")
+            expect(newest).to_be_focused()
+            keyboard.press("ArrowUp")
+            previous = alice.message("message number 18")
+            expect(previous).to_be_focused()
+            # Enter opens the message's actions; arrows move along them
+            keyboard.press("Enter")
+            expect(previous.get_by_role("button", name="Add reaction")).to_be_focused()
+            keyboard.press("ArrowRight")
+            expect(previous.get_by_role("button", name="Reply in thread")).to_be_focused()
+            keyboard.press("Escape")
+            expect(previous).to_be_focused()
+            # the menu key too
+            keyboard.press("ArrowDown")
+            expect(newest).to_be_focused()
+            keyboard.press("ContextMenu")
+            expect(newest.get_by_role("button", name="Add reaction")).to_be_focused()
+            # from a message's actions, Tab still leaves the log in a few presses
+            tab_to(alice, alice.composer, limit=6)
             alice.assert_clean()
 
     await in_browser(scenario)

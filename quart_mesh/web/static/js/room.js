@@ -10,6 +10,8 @@ export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏"
 const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"]);
 const NEAR_BOTTOM = 80;
 const NEAR_TOP = 150;
+/** what a message holds that could take the focus (one message's at a time do) */
+const CONTROLS = "a[href], button, textarea, input, select";
 
 /** Attachments: raster images inline, anything else as a download link. */
 function attachmentsView(message) {
@@ -84,6 +86,12 @@ export class Timeline {
     this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
+    // a roving tabindex: only the controls of the message with the focus are
+    // tab stops (the log itself is one), so Tab leaves the log at once
+    els.list.addEventListener("focusin", () => this.rovingFocus());
+    els.list.addEventListener("focusout", (event) => {
+      if (!event.relatedTarget || !els.list.contains(event.relatedTarget)) this.rovingFocus(null);
+    });
     // the newest stays in view when the log shrinks (the message box grows:
     // lines, attachments) or a message in it grows (an edit received, a
     // toolbar or an edit box opened)
@@ -222,6 +230,7 @@ export class Timeline {
     const stick = this.atBottom();
     for (const el of this.els.list.querySelectorAll(".msg.pending")) el.remove();
     for (const item of this.pending()) this.els.list.append(this.pendingView(item));
+    this.rovingFocus();
     if (stick) this.scrollToBottom();
   }
 
@@ -235,23 +244,76 @@ export class Timeline {
     }
   }
 
-  /** Up/Down move between messages; the timeline is one tab stop. */
+  /** The timeline is one tab stop: Up/Down (Home/End) move between
+   * messages, Enter or the menu key go to a message's actions, Left/Right
+   * between them, Escape back to the message. */
   onKeyDown(event) {
-    if (event.key !== "ArrowUp" && event.key !== "ArrowDown") return;
     const target = event.target;
-    if (target.closest("textarea, input")) return;
+    if (target.closest("textarea, input, select")) return;
+    const msg = target.closest(".msg");
+    if (msg && target === msg && (event.key === "Enter" || event.key === "ContextMenu" || (event.key === "F10" && event.shiftKey))) {
+      const first = msg.querySelector(".msg-actions button") || msg.querySelector(CONTROLS);
+      if (first) {
+        event.preventDefault();
+        first.focus();
+      }
+      return;
+    }
+    if (msg && target !== msg && event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation(); // only out of the toolbar, not out of a panel
+      msg.focus();
+      return;
+    }
+    const bar = target.closest(".msg-actions");
+    if (bar && (event.key === "ArrowLeft" || event.key === "ArrowRight")) {
+      const buttons = [...bar.querySelectorAll("button")];
+      const step = event.key === "ArrowRight" ? 1 : -1;
+      const next = buttons[(buttons.indexOf(target) + step + buttons.length) % buttons.length];
+      event.preventDefault();
+      next.focus();
+      return;
+    }
+    if (!["ArrowUp", "ArrowDown", "Home", "End"].includes(event.key)) return;
     const items = [...this.els.list.querySelectorAll(".msg")];
     if (!items.length) return;
-    let index = items.indexOf(target.closest(".msg"));
-    if (index === -1) index = event.key === "ArrowUp" ? items.length : -1;
-    const next = items[Math.max(0, Math.min(items.length - 1, index + (event.key === "ArrowUp" ? -1 : 1)))];
+    let next;
+    if (event.key === "Home") next = items[0];
+    else if (event.key === "End") next = items[items.length - 1];
+    else {
+      const up = event.key === "ArrowUp";
+      let index = items.indexOf(msg);
+      if (index === -1) {
+        // from the log itself: the newest (Up) or oldest (Down) message in view
+        const view = this.els.scroll.getBoundingClientRect();
+        const seen = items.filter((el) => {
+          const r = el.getBoundingClientRect();
+          return r.bottom > view.top && r.top < view.bottom;
+        });
+        next = up ? seen[seen.length - 1] || items[items.length - 1] : seen[0] || items[0];
+      } else {
+        next = items[Math.max(0, Math.min(items.length - 1, index + (up ? -1 : 1)))];
+      }
+    }
     event.preventDefault();
     next.focus();
+    next.scrollIntoView({ block: "nearest" });
   }
 
-  rovingFocus() {
-    const items = this.els.list.querySelectorAll(".msg");
-    items.forEach((el) => el.setAttribute("tabindex", "-1"));
+  /** Messages are not tab stops; the controls of the one with the focus
+   * (*current*, by default the one holding document.activeElement) are. */
+  rovingFocus(current = undefined) {
+    if (current === undefined) {
+      const active = document.activeElement;
+      current = active && this.els.list.contains(active) ? active.closest(".msg") : null;
+    }
+    for (const el of this.els.list.querySelectorAll(".msg")) {
+      el.setAttribute("tabindex", "-1");
+      const stop = el === current ? "0" : "-1";
+      for (const control of el.querySelectorAll(CONTROLS)) {
+        if (control.getAttribute("tabindex") !== stop) control.setAttribute("tabindex", stop);
+      }
+    }
   }
 
   // views ---------------------------------------------------------------------
