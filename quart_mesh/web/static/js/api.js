@@ -7,7 +7,7 @@ import { sayBytes } from "./dom.js";
  * reached), the node's stable `code`, its human `message`. */
 export class ApiError extends Error {
   constructor(status, code, message, retryAfter = null) {
-    super(sayBytes(message)); // "the limit is 16 KB", not 16384
+    super(sayBytes(message));
     this.status = status;
     this.code = code;
     this.retryAfter = retryAfter;

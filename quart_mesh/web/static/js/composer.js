@@ -328,8 +328,7 @@ export class Composer {
 
   // sending ------------------------------------------------------------------------
 
-  /** A message the node refused for good (too large): its text back in the
-   * box (before what was typed since), the reason next to it, in view. */
+  /** A message refused for good: its text back, the reason beside it. */
   giveBack(content, reason) {
     const typed = this.box.value;
     this.box.value = typed.trim() ? `${content}\n${typed}` : content;

@@ -127,14 +127,11 @@ export function ago(iso) {
 export function formatBytes(n) {
   if (n < 1024) return `${n} B`;
   const [value, unit] = n < 1024 * 1024 ? [n / 1024, "KB"] : n < 1024 ** 3 ? [n / 1024 ** 2, "MB"] : [n / 1024 ** 3, "GB"];
-  // one decimal under 100, none where it would be ".0" ("16 KB", "17.4 KB", "10 MB")
   const text = value < 100 ? value.toFixed(1).replace(/\.0$/, "") : value.toFixed(0);
   return `${text} ${unit}`;
 }
 
-/** A node's message with its byte counts said in human units: "content is
- * 17792 bytes; the limit is 16384" becomes "content is 17.4 KB; the limit is
- * 16 KB", "at most 10485760 bytes" becomes "at most 10 MB". */
+/** A node's message with bytes in human units ("the limit is 16 KB"). */
 export function sayBytes(text) {
   if (typeof text !== "string" || !/\bbytes?\b/.test(text)) return text;
   return text

@@ -1600,13 +1600,11 @@ class App {
   }
 
   outboxChanged() {
-    // a message too large for the node can never be sent as it is: not a
-    // failed message with a Retry at the end of the timeline, but its text
-    // back in the box it came from, with the reason said next to it
+    // too large: never sendable, its text goes back to its box
     for (const item of this.outbox.items.filter((i) => i.status === "failed" && i.code === "content_too_large")) {
       this.outbox.discard(item.clientId);
       this.giveBack(item);
-      return; // discard() called this again
+      return;
     }
     if (this.timeline) this.timeline.renderPending();
     if (this.threadTimeline && this.threadRootId) this.threadTimeline.renderPending();

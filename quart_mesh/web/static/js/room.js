@@ -10,7 +10,7 @@ export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏"
 const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"]);
 const NEAR_BOTTOM = 80;
 const NEAR_TOP = 150;
-/** what a message holds that could take the focus (one message's at a time do) */
+// focusable in a message: tab stops in the focused one only
 const CONTROLS = "a[href], button, textarea, input, select";
 
 /** Attachments: raster images inline, anything else as a download link. */
@@ -86,15 +86,11 @@ export class Timeline {
     this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
-    // a roving tabindex: only the controls of the message with the focus are
-    // tab stops (the log itself is one), so Tab leaves the log at once
     els.list.addEventListener("focusin", () => this.rovingFocus());
     els.list.addEventListener("focusout", (event) => {
       if (!event.relatedTarget || !els.list.contains(event.relatedTarget)) this.rovingFocus(null);
     });
-    // the newest stays in view when the log shrinks (the message box grows:
-    // lines, attachments) or a message in it grows (an edit received, a
-    // toolbar or an edit box opened)
+    // the newest stays in view as the log shrinks or a message grows
     const follow = new ResizeObserver(() => {
       if (this.stuck) this.scrollToBottom();
     });
@@ -244,14 +240,13 @@ export class Timeline {
     }
   }
 
-  /** The timeline is one tab stop: Up/Down (Home/End) move between
-   * messages, Enter or the menu key go to a message's actions, Left/Right
-   * between them, Escape back to the message. */
+  /** One tab stop: Up/Down between messages, Enter or the menu key to its
+   * actions, Left/Right along them, Escape back. */
   onKeyDown(event) {
     const target = event.target;
     if (target.closest("textarea, input, select")) return;
     const msg = target.closest(".msg");
-    if (msg && target === msg && (event.key === "Enter" || event.key === "ContextMenu" || (event.key === "F10" && event.shiftKey))) {
+    if (msg && target === msg && (event.key === "Enter" || event.key === "ContextMenu")) {
       const first = msg.querySelector(".msg-actions button") || msg.querySelector(CONTROLS);
       if (first) {
         event.preventDefault();
@@ -261,7 +256,7 @@ export class Timeline {
     }
     if (msg && target !== msg && event.key === "Escape") {
       event.preventDefault();
-      event.stopPropagation(); // only out of the toolbar, not out of a panel
+      event.stopPropagation();
       msg.focus();
       return;
     }
@@ -274,34 +269,27 @@ export class Timeline {
       next.focus();
       return;
     }
-    if (!["ArrowUp", "ArrowDown", "Home", "End"].includes(event.key)) return;
+    if (event.key !== "ArrowUp" && event.key !== "ArrowDown") return;
     const items = [...this.els.list.querySelectorAll(".msg")];
     if (!items.length) return;
-    let next;
-    if (event.key === "Home") next = items[0];
-    else if (event.key === "End") next = items[items.length - 1];
-    else {
-      const up = event.key === "ArrowUp";
-      let index = items.indexOf(msg);
-      if (index === -1) {
-        // from the log itself: the newest (Up) or oldest (Down) message in view
-        const view = this.els.scroll.getBoundingClientRect();
-        const seen = items.filter((el) => {
-          const r = el.getBoundingClientRect();
-          return r.bottom > view.top && r.top < view.bottom;
-        });
-        next = up ? seen[seen.length - 1] || items[items.length - 1] : seen[0] || items[0];
-      } else {
-        next = items[Math.max(0, Math.min(items.length - 1, index + (up ? -1 : 1)))];
-      }
+    const up = event.key === "ArrowUp";
+    const index = items.indexOf(msg);
+    let next = items[Math.max(0, Math.min(items.length - 1, index + (up ? -1 : 1)))];
+    if (index === -1) {
+      // from the log: the last (Up) or first (Down) message in view
+      const view = this.els.scroll.getBoundingClientRect();
+      const seen = items.filter((el) => {
+        const r = el.getBoundingClientRect();
+        return r.bottom > view.top && r.top < view.bottom;
+      });
+      next = (up ? seen[seen.length - 1] : seen[0]) || next;
     }
     event.preventDefault();
     next.focus();
     next.scrollIntoView({ block: "nearest" });
   }
 
-  /** Messages are not tab stops; the controls of the one with the focus
-   * (*current*, by default the one holding document.activeElement) are. */
+  /** Only the controls of *current* (default: the focused message) are tab stops. */
   rovingFocus(current = undefined) {
     if (current === undefined) {
       const active = document.activeElement;
@@ -517,7 +505,7 @@ export class Timeline {
               const box = form.querySelector("textarea");
               box.focus({ preventScroll: true });
               box.setSelectionRange(box.value.length, box.value.length);
-              form.scrollIntoView({ block: "nearest" }); // the whole box, Save too
+              form.scrollIntoView({ block: "nearest" });
             },
           },
         }),
