@@ -1,11 +1,13 @@
 // The node's public REST API, as any client uses it (docs/rest.md). The token
 // travels only in the Authorization header, never in a URL.
 
+import { sayBytes } from "./dom.js";
+
 /** A refused or failed request: `status` (0 when the node could not be
  * reached), the node's stable `code`, its human `message`. */
 export class ApiError extends Error {
   constructor(status, code, message, retryAfter = null) {
-    super(message);
+    super(sayBytes(message));
     this.status = status;
     this.code = code;
     this.retryAfter = retryAfter;

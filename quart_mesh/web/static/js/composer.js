@@ -328,6 +328,18 @@ export class Composer {
 
   // sending ------------------------------------------------------------------------
 
+  /** A message refused for good: its text back, the reason beside it. */
+  giveBack(content, reason) {
+    const typed = this.box.value;
+    this.box.value = typed.trim() ? `${content}\n${typed}` : content;
+    this.resize();
+    this.error.textContent = reason;
+    this.box.focus();
+    this.box.setSelectionRange(0, 0);
+    this.box.scrollTop = 0;
+    this.form.scrollIntoView({ block: "nearest" });
+  }
+
   submit() {
     if (!this.room || this.row.hidden) return;
     if (this.uploads.some((u) => !u.result && !u.error)) {

@@ -365,8 +365,8 @@ export class LimitsSection {
       h("p", {
         class: "hint",
         text:
-          "The size of one file (MESH_MAX_UPLOAD_BYTES, 10 MiB by default) and the bytes one participant may keep " +
-          "(MESH_UPLOAD_QUOTA_BYTES, 1 GiB by default) are set when the node starts; the node does not report them, " +
+          "The size of one file (MESH_MAX_UPLOAD_BYTES, 10 MB by default) and the bytes one participant may keep " +
+          "(MESH_UPLOAD_QUOTA_BYTES, 1 GB by default) are set when the node starts; the node does not report them, " +
           "nor how much is stored, through its API. Change who may upload in Roles.",
       }),
     );

@@ -126,8 +126,17 @@ export function ago(iso) {
 
 export function formatBytes(n) {
   if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+  const [value, unit] = n < 1024 * 1024 ? [n / 1024, "KB"] : n < 1024 ** 3 ? [n / 1024 ** 2, "MB"] : [n / 1024 ** 3, "GB"];
+  const text = value < 100 ? value.toFixed(1).replace(/\.0$/, "") : value.toFixed(0);
+  return `${text} ${unit}`;
+}
+
+/** A node's message with bytes in human units ("the limit is 16 KB"). */
+export function sayBytes(text) {
+  if (typeof text !== "string" || !/\bbytes?\b/.test(text)) return text;
+  return text
+    .replace(/\b(\d+) bytes?\b/g, (_, n) => formatBytes(Number(n)))
+    .replace(/\b(limit is|at most|over|up to) (\d+)\b(?! ?[A-Za-z])/g, (_, words, n) => `${words} ${formatBytes(Number(n))}`);
 }
 
 /** A did:key shortened for display ("did:key:z6Mk…Xy12"). */

@@ -1600,8 +1600,28 @@ class App {
   }
 
   outboxChanged() {
+    // too large: never sendable, its text goes back to its box
+    for (const item of this.outbox.items.filter((i) => i.status === "failed" && i.code === "content_too_large")) {
+      this.outbox.discard(item.clientId);
+      this.giveBack(item);
+      return;
+    }
     if (this.timeline) this.timeline.renderPending();
     if (this.threadTimeline && this.threadRootId) this.threadTimeline.renderPending();
+  }
+
+  /** A message the node refused for good: its text back in its composer. */
+  giveBack(item) {
+    const reason = `Not sent: ${item.error}. Shorten it, or attach the text as a file.`;
+    const inThread = item.threadId && this.threadRootId === item.threadId && this.threadComposer.room;
+    const composer = inThread ? this.threadComposer : this.composer;
+    if (composer.room && composer.room.roomId === item.roomId && (inThread || !item.threadId)) {
+      composer.giveBack(item.content, reason);
+    } else {
+      const draft = this.drafts.get(item.roomId);
+      if (!item.threadId) this.drafts.set(item.roomId, draft ? `${item.content}\n${draft}` : item.content);
+      toast(reason);
+    }
   }
 
   async editMessage(message, content) {

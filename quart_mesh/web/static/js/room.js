@@ -10,6 +10,8 @@ export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏"
 const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"]);
 const NEAR_BOTTOM = 80;
 const NEAR_TOP = 150;
+// focusable in a message: tab stops in the focused one only
+const CONTROLS = "a[href], button, textarea, input, select";
 
 /** Attachments: raster images inline, anything else as a download link. */
 function attachmentsView(message) {
@@ -84,6 +86,16 @@ export class Timeline {
     this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
+    els.list.addEventListener("focusin", () => this.rovingFocus());
+    els.list.addEventListener("focusout", (event) => {
+      if (!event.relatedTarget || !els.list.contains(event.relatedTarget)) this.rovingFocus(null);
+    });
+    // the newest stays in view as the log shrinks or a message grows
+    const follow = new ResizeObserver(() => {
+      if (this.stuck) this.scrollToBottom();
+    });
+    follow.observe(els.scroll);
+    follow.observe(els.list);
     if (els.jump) {
       els.jump.addEventListener("click", () => {
         this.scrollToBottom();
@@ -214,6 +226,7 @@ export class Timeline {
     const stick = this.atBottom();
     for (const el of this.els.list.querySelectorAll(".msg.pending")) el.remove();
     for (const item of this.pending()) this.els.list.append(this.pendingView(item));
+    this.rovingFocus();
     if (stick) this.scrollToBottom();
   }
 
@@ -227,23 +240,68 @@ export class Timeline {
     }
   }
 
-  /** Up/Down move between messages; the timeline is one tab stop. */
+  /** One tab stop: Up/Down between messages, Enter or the menu key to its
+   * actions, Left/Right along them, Escape back. */
   onKeyDown(event) {
-    if (event.key !== "ArrowUp" && event.key !== "ArrowDown") return;
     const target = event.target;
-    if (target.closest("textarea, input")) return;
+    if (target.closest("textarea, input, select")) return;
+    const msg = target.closest(".msg");
+    if (msg && target === msg && (event.key === "Enter" || event.key === "ContextMenu")) {
+      const first = msg.querySelector(".msg-actions button") || msg.querySelector(CONTROLS);
+      if (first) {
+        event.preventDefault();
+        first.focus();
+      }
+      return;
+    }
+    if (msg && target !== msg && event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      msg.focus();
+      return;
+    }
+    const bar = target.closest(".msg-actions");
+    if (bar && (event.key === "ArrowLeft" || event.key === "ArrowRight")) {
+      const buttons = [...bar.querySelectorAll("button")];
+      const step = event.key === "ArrowRight" ? 1 : -1;
+      const next = buttons[(buttons.indexOf(target) + step + buttons.length) % buttons.length];
+      event.preventDefault();
+      next.focus();
+      return;
+    }
+    if (event.key !== "ArrowUp" && event.key !== "ArrowDown") return;
     const items = [...this.els.list.querySelectorAll(".msg")];
     if (!items.length) return;
-    let index = items.indexOf(target.closest(".msg"));
-    if (index === -1) index = event.key === "ArrowUp" ? items.length : -1;
-    const next = items[Math.max(0, Math.min(items.length - 1, index + (event.key === "ArrowUp" ? -1 : 1)))];
+    const up = event.key === "ArrowUp";
+    const index = items.indexOf(msg);
+    let next = items[Math.max(0, Math.min(items.length - 1, index + (up ? -1 : 1)))];
+    if (index === -1) {
+      // from the log: the last (Up) or first (Down) message in view
+      const view = this.els.scroll.getBoundingClientRect();
+      const seen = items.filter((el) => {
+        const r = el.getBoundingClientRect();
+        return r.bottom > view.top && r.top < view.bottom;
+      });
+      next = (up ? seen[seen.length - 1] : seen[0]) || next;
+    }
     event.preventDefault();
     next.focus();
+    next.scrollIntoView({ block: "nearest" });
   }
 
-  rovingFocus() {
-    const items = this.els.list.querySelectorAll(".msg");
-    items.forEach((el) => el.setAttribute("tabindex", "-1"));
+  /** Only the controls of *current* (default: the focused message) are tab stops. */
+  rovingFocus(current = undefined) {
+    if (current === undefined) {
+      const active = document.activeElement;
+      current = active && this.els.list.contains(active) ? active.closest(".msg") : null;
+    }
+    for (const el of this.els.list.querySelectorAll(".msg")) {
+      el.setAttribute("tabindex", "-1");
+      const stop = el === current ? "0" : "-1";
+      for (const control of el.querySelectorAll(CONTROLS)) {
+        if (control.getAttribute("tabindex") !== stop) control.setAttribute("tabindex", stop);
+      }
+    }
   }
 
   // views ---------------------------------------------------------------------
@@ -443,9 +501,11 @@ export class Timeline {
             click: () => {
               this.editing = message.messageId;
               this.upsert(message);
-              const box = this.views.get(message.messageId).querySelector("textarea");
-              box.focus();
+              const form = this.views.get(message.messageId).querySelector(".edit-form");
+              const box = form.querySelector("textarea");
+              box.focus({ preventScroll: true });
               box.setSelectionRange(box.value.length, box.value.length);
+              form.scrollIntoView({ block: "nearest" });
             },
           },
         }),

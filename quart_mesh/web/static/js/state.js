@@ -399,6 +399,7 @@ export class Outbox {
           } else {
             item.status = "failed";
             item.error = error.message;
+            item.code = error.code;
             this.changed();
           }
         }
