@@ -61,10 +61,8 @@ class App {
     this.typingTimer = 0;
     this.readTimer = 0;
     this.readDue = 0;
-    this.threadRoomId = null;
-    this.threadRootId = null;
-    this.threadHasOlder = false;
-    this.threadLoading = false;
+    this.thread = null; // thread.js's pane, made when a thread first opens
+    this.keptReplies = new Map(); // "roomId threadId" -> a refused reply's {content, reason}
     this.wired = false;
     this.panels = new Map(); // view id -> Panel, made when first opened
     this.currentPanel = null;
@@ -181,6 +179,7 @@ class App {
     if (this.tasks) this.tasks.reset();
     this.tasksGone = false;
     this.drafts.clear();
+    this.keptReplies.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
     if (this.notifier) this.notifier.forget();
@@ -218,13 +217,7 @@ class App {
       { scroll: $("timeline"), list: $("message-list"), status: $("history-status"), jump: $("jump-newest") },
       false,
     );
-    this.threadTimeline = new Timeline(
-      this,
-      { scroll: $("thread-timeline"), list: $("thread-list"), status: $("thread-status") },
-      true,
-    );
     this.composer = new Composer(this, $("composer-slot"), false);
-    this.threadComposer = new Composer(this, $("thread-composer-slot"), true);
     this.tasks = null; // tasks.js, fetched when a room first has an open task
     this.search = null; // search.js, fetched when first used
     this.notifier = null; // notify.js, fetched when wanted
@@ -233,15 +226,12 @@ class App {
     $("signout").addEventListener("click", () => this.signOut());
     const browse = () => this.dialog("RoomBrowser");
     $("browse-rooms").addEventListener("click", browse);
-    $("welcome-browse").addEventListener("click", browse);
     $("new-dm").addEventListener("click", () => this.dialog("DmPicker"));
     $("reconnect-now").addEventListener("click", () => this.live && this.live.reconnectNow());
-    $("close-thread").addEventListener("click", () => this.closeThread(true));
     $("leave-room").addEventListener("click", () => this.leaveRoom(this.currentRoomId));
     $("hide-dm").addEventListener("click", () => this.hideDm(this.currentRoomId));
     $("mute-room").addEventListener("click", () => this.toggleMute(this.currentRoomId));
     $("mark-all-read").addEventListener("click", () => this.markAllRead());
-    $("join-default").addEventListener("click", () => this.joinOffered());
     $("nav-toggle").addEventListener("click", () => this.toggleNav());
     $("sidebar").addEventListener("click", (event) => {
       if (event.target.closest("a.nav-item")) this.toggleNav(false);
@@ -266,11 +256,7 @@ class App {
     document.addEventListener("keydown", (event) => {
       if (event.key !== "Escape" || event.defaultPrevented) return;
       if (document.querySelector("dialog[open]")) return;
-      if (!$("thread-panel").hidden && $("thread-panel").contains(document.activeElement)) {
-        this.closeThread(true);
-      } else if ($("chat").classList.contains("nav-open")) {
-        this.toggleNav(false);
-      }
+      if ($("chat").classList.contains("nav-open")) this.toggleNav(false);
     });
   }
 
@@ -393,7 +379,8 @@ class App {
   renderMe() {
     const { me } = this.store;
     $("me-role").textContent = me.kind === "guest" ? "guest" : me.role;
-    this.renderGuestBanner();
+    if (me.kind === "guest") this.later("welcome.js", "renderGuestBanner");
+    else $("guest-banner").hidden = true;
     $("new-dm").hidden = !this.store.can("dms.create");
   }
 
@@ -431,29 +418,6 @@ class App {
     else if (this.currentPanel) this.showPanel(this.currentPanel, this.currentArg);
   }
 
-  renderGuestBanner() {
-    const { store } = this;
-    const banner = $("guest-banner");
-    if (store.me.kind !== "guest") {
-      banner.hidden = true;
-      return;
-    }
-    const missing = [
-      ["messages.send", "post messages"],
-      ["messages.react", "react"],
-      ["files.upload", "share files"],
-      ["rooms.create", "create rooms"],
-      ["dms.create", "start direct messages"],
-    ]
-      .filter(([permission]) => !store.can(permission))
-      .map(([, what]) => what);
-    banner.textContent =
-      `You are a guest: you can read and join rooms` +
-      (missing.length ? `, but you cannot ${missing.join(", ")}.` : ".") +
-      " Sign out and create an account to take part.";
-    banner.hidden = false;
-  }
-
   onConnection(state, seconds) {
     const el = $("connection");
     const button = $("reconnect-now");
@@ -486,7 +450,7 @@ class App {
       }
       const current = this.store.rooms.get(this.currentRoomId);
       if (current) this.loadNewest(current);
-      if (this.threadRootId) this.loadThread();
+      if (this.threadRootId) this.thread.load();
     }
     this.flushReads();
     this.refreshStatus();
@@ -716,8 +680,8 @@ class App {
       room.roomId === this.threadRoomId &&
       (message.threadId === this.threadRootId || message.messageId === this.threadRootId)
     ) {
-      if (message.messageId === this.threadRootId) this.renderThreadRoot();
-      else this.threadTimeline.upsert(message);
+      if (message.messageId === this.threadRootId) this.thread.renderRoot();
+      else this.thread.timeline.upsert(message);
     }
     return fresh;
   }
@@ -731,8 +695,8 @@ class App {
       room.held = room.held.filter((m) => m.messageId !== event.messageId);
       if (room.roomId === this.currentRoomId) this.timeline.remove(event.messageId);
       if (room.roomId === this.threadRoomId) {
-        this.threadTimeline.remove(event.messageId);
-        if (event.messageId === this.threadRootId) this.renderThreadRoot();
+        this.thread.timeline.remove(event.messageId);
+        if (event.messageId === this.threadRootId) this.thread.renderRoot();
       }
       return;
     }
@@ -940,121 +904,70 @@ class App {
     return this.showWelcome();
   }
 
-  /** The welcome view: an empty mesh never greets anyone; the default room
-   * (or *offer*, a room the person followed a link to) is offered. */
+  /** The welcome view (welcome.js): no room open, the default room (or
+   * *offer*, a room the person followed a link to) offered. */
   showWelcome(notice = "", offer = null) {
-    const { store } = this;
     this.leavePanel();
     this.currentRoomId = null;
     if (this.tasks) this.tasks.hide();
     $("room-view").hidden = true;
-    $("welcome").hidden = false;
     this.closeThread();
-    $("welcome-title").textContent = `Welcome to ${store.status.meshName || "the mesh"}, ${store.me.name}`;
-    const noticeEl = $("welcome-notice");
-    noticeEl.textContent = notice;
-    noticeEl.hidden = !notice;
-    const room = offer || store.rooms.get(store.status.defaultRoomId);
-    const button = $("join-default");
-    if (room && !room.joined && store.can("rooms.join")) {
-      button.textContent = `Join ${room.name}`;
-      button.dataset.roomId = room.roomId;
-      button.hidden = false;
-      fill(
-        $("welcome-text"),
-        offer ? "You are not in " : "Everyone starts in ",
-        bdi(room.name),
-        offer ? " yet." : ". Join it to see what people are saying, or browse the other rooms.",
-      );
-    } else {
-      button.hidden = true;
-      $("welcome-text").textContent = store.joinedRooms().length
-        ? "Pick a room from the list, or browse the rooms of this mesh."
-        : "Browse the rooms of this mesh and join one to start.";
-    }
     this.sidebar.render();
     this.renderTitle();
+    const shown = (this.welcomes = (this.welcomes || 0) + 1);
+    // (unless a room or a view was opened meanwhile)
+    const still = () => shown === this.welcomes && this.currentRoomId === null && $("panel-view").hidden;
+    this.later("welcome.js", "showWelcome", still, notice, offer);
   }
 
-  async joinOffered() {
-    const roomId = $("join-default").dataset.roomId;
-    try {
-      await this.joinRoom(roomId);
-    } catch (error) {
-      toast(`Could not join: ${error.message}`);
-    }
-  }
-
-  async joinRoom(roomId) {
-    const data = await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/join`);
-    const room = this.rememberRoom(data);
-    room.joined = true;
-    room.muted = Boolean(data.muted); // (none kept from before leaving)
-    room.permissions = null;
-    this.sidebar.render();
-    this.go(room.roomId);
-  }
-
-  async leaveRoom(roomId) {
-    const room = this.store.rooms.get(roomId);
-    if (!room) return;
-    const told = room.membershipTold || 0;
-    await this.api.post(`/api/rooms/${encodeURIComponent(roomId)}/leave`);
-    // the node's participant_left (and perhaps a join since, from another
-    // device) came first: it is what is true now
-    if ((room.membershipTold || 0) !== told) return;
-    room.joined = false;
-    room.muted = false; // the node forgets a mute on leaving
-    room.forgetMessages();
-    if (roomId === this.currentRoomId) this.showWelcome(`You left ${room.name}.`);
-    this.sidebar.render();
-  }
-
-  async deleteRoom(roomId, name) {
-    const { confirmAction } = await import("./dialogs.js");
-    const sure = await confirmAction(
-      `Delete ${name}?`,
-      "The room and all of its messages are deleted for everyone. This cannot be undone.",
-      "Delete room",
+  /** Call *name*(app, ...args) of the lazily loaded module *file* (when
+   * *when*, if given, still holds once it is in). */
+  later(file, name, when, ...args) {
+    return import(`./${file}`).then(
+      (module) => (!when || when()) && this.store.me && module[name](this, ...args),
+      (error) => toast(`This part of the page could not be loaded: ${error.message}`),
     );
-    if (!sure) return;
-    await this.api.delete(`/api/rooms/${encodeURIComponent(roomId)}`);
-    this.store.rooms.delete(roomId);
-    if (roomId === this.currentRoomId) this.showWelcome(`The room ${name} was deleted.`);
-    this.sidebar.render();
   }
 
-  async openDm(participantId) {
-    const dm = await this.api.post("/api/dms", { participantId });
-    this.store.participants.set(dm.participant.participantId, {
-      ...this.store.participant(dm.participant.participantId),
-      ...dm.participant,
-    });
-    const room = this.rememberRoom({
-      roomId: dm.roomId,
-      kind: "dm",
-      name: "dm",
-      description: "",
-      joined: true,
-      with: dm.participant.participantId,
-    });
-    room.hidden = false;
-    this.sidebar.render();
-    this.go(room.roomId);
+  /** Hide the welcome view (when it was ever made). */
+  hideWelcome() {
+    const welcome = $("welcome");
+    if (welcome) welcome.hidden = true;
   }
 
-  async hideDm(roomId) {
-    const room = this.store.rooms.get(roomId);
-    if (!room) return;
-    try {
-      await this.api.delete(`/api/dms/${encodeURIComponent(roomId)}`);
-    } catch (error) {
-      toast(error.message);
-      return;
-    }
-    room.hidden = true;
-    if (roomId === this.currentRoomId) this.showWelcome(`The conversation with ${this.store.roomLabel(room)} is hidden until someone writes in it.`);
-    this.sidebar.render();
+  // joining, leaving, hiding, muting… (actions.js, fetched on first use)
+
+  async act(name, ...args) {
+    const module = await import("./actions.js");
+    return module[name](this, ...args);
+  }
+
+  joinRoom(roomId) {
+    return this.act("joinRoom", roomId);
+  }
+
+  leaveRoom(roomId) {
+    return this.act("leaveRoom", roomId);
+  }
+
+  deleteRoom(roomId, name) {
+    return this.act("deleteRoom", roomId, name);
+  }
+
+  openDm(participantId) {
+    return this.act("openDm", participantId);
+  }
+
+  hideDm(roomId) {
+    return this.act("hideDm", roomId);
+  }
+
+  toggleMute(roomId) {
+    return this.act("toggleMute", roomId);
+  }
+
+  markAllRead() {
+    return this.act("markAllRead");
   }
 
   /** Bring a hidden DM back to the list, here and on the node (as opening it
@@ -1082,7 +995,7 @@ class App {
       room.forgetMessages();
       room.hasNewer = true;
     }
-    $("welcome").hidden = true;
+    this.hideWelcome();
     $("room-view").hidden = false;
     this.renderRoomHeader(room);
     if (changed) {
@@ -1170,7 +1083,7 @@ class App {
     this.timeline.setTarget(messageId);
     this.timeline.renderAll();
     this.highlight(messageId);
-    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
+    if (room.roomId === this.threadRoomId) this.thread.load(); // its messages were forgotten
     await this.loadNewer(room);
     if (jump === this.jumps) this.fillViewport();
   }
@@ -1225,7 +1138,7 @@ class App {
       this.timeline.scrollToBottom();
     }
     this.loadNewest(room);
-    if (room.roomId === this.threadRoomId) this.loadThread(); // its messages were forgotten
+    if (room.roomId === this.threadRoomId) this.thread.load(); // its messages were forgotten
   }
 
   renderRoomHeader(room) {
@@ -1271,7 +1184,7 @@ class App {
       this.composer.refreshPermission();
       this.timeline.renderAll();
     }
-    if (room.roomId === this.threadRoomId) this.threadComposer.refreshPermission();
+    if (room.roomId === this.threadRoomId) this.thread.composer.refreshPermission();
   }
 
   /** Fetch the newest page of a room and merge it with what is loaded: what
@@ -1321,7 +1234,7 @@ class App {
 
   /** Load older messages when the person scrolls near the top. */
   async loadOlder(timeline) {
-    if (timeline === this.threadTimeline) return this.loadOlderReplies();
+    if (this.thread && timeline === this.thread.timeline) return this.thread.loadOlder();
     const room = this.store.rooms.get(this.currentRoomId);
     if (!room || !room.loaded || !room.hasOlder || room.loadingOlder) return;
     room.loadingOlder = true;
@@ -1463,7 +1376,7 @@ class App {
     this.currentRoomId = null;
     if (this.tasks) this.tasks.hide();
     this.toggleNav(false);
-    $("welcome").hidden = true;
+    this.hideWelcome();
     $("room-view").hidden = true;
     $("panel-view").hidden = false;
     $("panel-title").textContent = view.title;
@@ -1529,47 +1442,6 @@ class App {
     if (link && link.getAttribute("href") !== icon) link.setAttribute("href", icon);
   }
 
-  // mutes, read-all ------------------------------------------------------------------
-
-  /** Mute or unmute a room or DM (stored on the node: every tab and device
-   * follows, through `room_muted`). */
-  async toggleMute(roomId) {
-    const room = this.store.rooms.get(roomId);
-    if (!room) return;
-    const muted = !room.muted;
-    let answer;
-    try {
-      answer = await this.api.put(`/api/rooms/${encodeURIComponent(roomId)}/mute`, { muted });
-    } catch (error) {
-      toast(`Not changed: ${error.message}`);
-      return;
-    }
-    room.muted = answer && typeof answer.muted === "boolean" ? answer.muted : muted;
-    if (room.roomId === this.currentRoomId) this.renderRoomHeader(room);
-    this.renderCounts();
-  }
-
-  /** Mark every room and DM read at its newest message (`POST /api/read-all`). */
-  async markAllRead() {
-    let answer;
-    try {
-      answer = await this.api.post("/api/read-all", {});
-    } catch (error) {
-      toast(`Not marked read: ${error.message}`);
-      return;
-    }
-    for (const item of (answer && answer.rooms) || []) {
-      const room = this.store.rooms.get(item.roomId);
-      if (!room) continue;
-      room.unread = item.unread || 0;
-      room.mentions = item.mentions || 0;
-      if (item.cursor && cursorCompare(item.cursor, room.markedRead) > 0) room.markedRead = item.cursor;
-      if (item.cursor && cursorCompare(item.cursor, room.seenCursor) > 0) room.seenCursor = item.cursor;
-    }
-    this.renderCounts();
-    toast("Everything is marked read.");
-  }
-
   // messages ------------------------------------------------------------------------
 
   send(room, { content, to, threadId, attachments }) {
@@ -1607,21 +1479,28 @@ class App {
       return;
     }
     if (this.timeline) this.timeline.renderPending();
-    if (this.threadTimeline && this.threadRootId) this.threadTimeline.renderPending();
+    if (this.threadRootId) this.thread.timeline.renderPending();
   }
 
-  /** A message the node refused for good: its text back in its composer. */
+  /** A message the node refused for good: its text back in its composer
+   * (a thread's reply waits for its thread to be opened again). */
   giveBack(item) {
     const reason = `Not sent: ${item.error}. Shorten it, or attach the text as a file.`;
-    const inThread = item.threadId && this.threadRootId === item.threadId && this.threadComposer.room;
-    const composer = inThread ? this.threadComposer : this.composer;
+    const inThread = item.threadId && this.threadRootId === item.threadId && this.threadRoomId === item.roomId;
+    const composer = inThread ? this.thread.composer : this.composer;
     if (composer.room && composer.room.roomId === item.roomId && (inThread || !item.threadId)) {
       composer.giveBack(item.content, reason);
+      return;
+    }
+    if (item.threadId) {
+      const key = `${item.roomId} ${item.threadId}`;
+      const kept = this.keptReplies.get(key);
+      this.keptReplies.set(key, { content: kept ? `${item.content}\n${kept.content}` : item.content, reason });
     } else {
       const draft = this.drafts.get(item.roomId);
-      if (!item.threadId) this.drafts.set(item.roomId, draft ? `${item.content}\n${draft}` : item.content);
-      toast(reason);
+      this.drafts.set(item.roomId, draft ? `${item.content}\n${draft}` : item.content);
     }
+    toast(item.threadId ? `${reason} It is kept for when you open the thread again.` : reason);
   }
 
   async editMessage(message, content) {
@@ -1672,95 +1551,31 @@ class App {
     if (this.live && this.live.send({ type: "typing", roomId: room.roomId })) this.typingSent.set(room.roomId, now);
   }
 
-  // threads ------------------------------------------------------------------------
+  // threads (thread.js: fetched when a thread first opens) -----------------------------
+
+  get threadRoomId() {
+    return this.thread ? this.thread.roomId : null;
+  }
+
+  get threadRootId() {
+    return this.thread ? this.thread.rootId : null;
+  }
 
   async openThread(roomId, rootId) {
-    const room = this.store.rooms.get(roomId);
-    if (!room) return;
-    this.threadRoomId = roomId;
-    this.threadRootId = rootId;
-    $("thread-panel").hidden = false;
-    $("chat").classList.add("thread-open");
-    this.threadComposer.setTarget(room, rootId);
-    this.threadTimeline.show(room, rootId);
-    this.renderThreadRoot();
-    await this.loadThread();
-    this.threadComposer.focus();
+    if (!this.thread) {
+      try {
+        const [module] = await Promise.all([import("./thread.js"), loadStyle("thread.css")]);
+        this.thread ||= new module.ThreadPane(this);
+      } catch (error) {
+        toast(`The thread could not be loaded: ${error.message}`);
+        return;
+      }
+    }
+    await this.thread.open(roomId, rootId);
   }
 
   closeThread(returnFocus = false) {
-    const rootId = this.threadRootId;
-    this.threadRoomId = null;
-    this.threadRootId = null;
-    $("thread-panel").hidden = true;
-    $("chat").classList.remove("thread-open");
-    if (returnFocus && rootId) {
-      const el = $("message-list").querySelector(`[data-message-id="${rootId}"]`);
-      if (el) el.focus();
-    }
-  }
-
-  renderThreadRoot() {
-    const room = this.store.rooms.get(this.threadRoomId);
-    const root = room && room.find(this.threadRootId);
-    const slot = $("thread-root");
-    if (root) {
-      const view = this.threadTimeline.view(root);
-      this.threadTimeline.views.delete(root.messageId);
-      slot.replaceChildren(view);
-    } else {
-      slot.replaceChildren(h("p", { class: "hint", text: room && room.loaded ? "The first message of this thread was deleted or is not loaded." : "" }));
-    }
-  }
-
-  /** The thread's root and its newest replies (older ones on scrolling up). */
-  async loadThread() {
-    const room = this.store.rooms.get(this.threadRoomId);
-    const rootId = this.threadRootId;
-    if (!room || !rootId) return;
-    const base = `/api/rooms/${encodeURIComponent(room.roomId)}/messages`;
-    this.threadTimeline.status("Loading the thread…");
-    try {
-      if (!room.find(rootId)) {
-        try {
-          room.keep(await this.api.get(`${base}/${encodeURIComponent(rootId)}`), HELD_MAX);
-        } catch (error) {
-          if (error.code !== "message_not_found") throw error;
-        }
-      }
-      const replies = await this.api.get(`${base}?threadId=${encodeURIComponent(rootId)}&limit=${PAGE}`);
-      for (const m of replies) room.keep(m, HELD_MAX);
-      this.threadHasOlder = replies.length === PAGE;
-    } catch (error) {
-      this.threadTimeline.status(`The thread could not be loaded: ${error.message}`);
-      return;
-    }
-    if (this.threadRootId !== rootId) return;
-    this.threadTimeline.status("");
-    this.renderThreadRoot();
-    this.threadTimeline.renderAll();
-    this.threadTimeline.scrollToBottom();
-    if (room.roomId === this.currentRoomId) this.timeline.renderAll();
-  }
-
-  async loadOlderReplies() {
-    const room = this.store.rooms.get(this.threadRoomId);
-    if (!room || !this.threadHasOlder || this.threadLoading) return;
-    const replies = this.threadTimeline.messages();
-    if (!replies.length) return;
-    this.threadLoading = true;
-    try {
-      const page = await this.api.get(
-        `/api/rooms/${encodeURIComponent(room.roomId)}/messages?threadId=${encodeURIComponent(this.threadRootId)}&limit=${PAGE}&before=${replies[0].cursor}`,
-      );
-      for (const m of page) room.keep(m, HELD_MAX);
-      this.threadHasOlder = page.length === PAGE;
-    } catch {
-      return;
-    } finally {
-      this.threadLoading = false;
-    }
-    this.threadTimeline.renderKeepingPosition();
+    if (this.thread) this.thread.close(returnFocus);
   }
 }
 

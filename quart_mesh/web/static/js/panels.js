@@ -42,9 +42,10 @@ export function offered(view, store) {
   return view.anyOf === null || view.anyOf.some((permission) => store.can(permission));
 }
 
-/** Load a view's style sheets (once) and module; resolves with its class. */
+/** Load a view's style sheets (once; with css/panels.css, what they share)
+ * and module; resolves with its class. */
 export async function loadView(view) {
-  await Promise.all(view.css.map(loadStyle));
+  await Promise.all(["panels.css", ...view.css].map(loadStyle));
   const module = await import(view.module);
   return module[view.name];
 }

@@ -10,7 +10,7 @@
 // the field and the shortcuts until then, and forwards them (open, schedule,
 // run, onFocus).
 
-import { $, bdi, fill, h, shortTime, longTime } from "./dom.js";
+import { $, bdi, fill, h, icon, shortTime, longTime } from "./dom.js";
 
 const PAGE = 20;
 const DEBOUNCE = 250;
@@ -43,12 +43,32 @@ const TOGGLES = [
   ["mentionsMe", "Mentions me"],
 ];
 
+/** The results panel under the top bar's field (made with this module). */
+function makePanel() {
+  return h(
+    "section",
+    { id: "search-panel", class: "search-panel", hidden: true, "aria-labelledby": "search-title" },
+    h(
+      "div",
+      { class: "search-head" },
+      h("h2", { id: "search-title", text: "Search" }),
+      h("button", { type: "button", id: "close-search", class: "icon-button", "aria-label": "Close search" }, icon("close")),
+    ),
+    h("div", { id: "search-filters", class: "search-filters", role: "group", "aria-label": "Filters" }),
+    h("p", { id: "search-status", class: "search-status", role: "status" }),
+    h("div", { id: "search-results", class: "search-results" }),
+    h("p", { class: "search-more" }, h("button", { type: "button", id: "search-more", hidden: true, text: "More results" })),
+  );
+}
+
 export class Search {
   constructor(app) {
     this.app = app;
     this.form = $("search-form");
     this.input = $("search-input");
-    this.panel = $("search-panel");
+    this.panel = makePanel();
+    this.form.after(this.panel);
+    this.input.setAttribute("aria-controls", "search-panel");
     this.timer = 0;
     this.controller = null;
     this.cursor = null;
