@@ -211,6 +211,10 @@ class Message:
     #: relayed with a time outside the sane window: dated when it arrived
     #: instead (``timestampReplaced``, ``docs/federation.md``)
     time_replaced: bool = False
+    #: a thread's root: how many replies it has and when the newest came
+    #: (counted when the message is read from the store; 0 and None otherwise)
+    thread_replies: int = 0
+    last_reply_at: int | None = None
 
     @property
     def cursor(self) -> str:
@@ -238,6 +242,10 @@ class Message:
             data["clientId"] = self.client_id
         if self.time_replaced:
             data["timestampReplaced"] = True  # likewise, only when it was
+        if self.thread_replies:
+            # a thread's root, read from the store: absent means no replies
+            data["threadReplies"] = self.thread_replies
+            data["lastReplyAt"] = iso(self.last_reply_at)
         return data
 
 

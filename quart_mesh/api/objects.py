@@ -114,6 +114,11 @@ class Message(Shape):
     #: only on a relayed message whose claimed time was outside the sane
     #: window (``timestamp`` is then when it arrived here)
     timestamp_replaced: bool | msgspec.UnsetType = msgspec.UNSET
+    #: only on a thread's root read from the node (history, threads…): how
+    #: many replies it has
+    thread_replies: int | msgspec.UnsetType = msgspec.UNSET
+    #: with ``threadReplies``: when its newest reply was posted
+    last_reply_at: Timestamp | msgspec.UnsetType = msgspec.UNSET
 
 
 class Session(Shape):

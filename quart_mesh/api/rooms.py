@@ -117,6 +117,22 @@ class PinnedMessage(Shape):
     pinned_at: Timestamp
 
 
+class ThreadsQuery(Query):
+    #: threads whose newest reply is before this cursor (a page's ``nextBefore``)
+    before: str | None = None
+    #: at most this many (the node caps it)
+    limit: int | None = None
+
+
+class ThreadPage(Shape):
+    """A page of a room's threads, the most recently replied to first: each
+    thread's root message (with ``threadReplies`` and ``lastReplyAt``), and
+    the ``before`` of the next page (null: the last page)."""
+
+    threads: list[Message]
+    next_before: str | None
+
+
 class Deleted(Ok):
     message_id: Id
 
@@ -288,6 +304,19 @@ async def list_messages(room_id: str, args: MessagesQuery) -> tuple[Any, int]:
         thread_id=args.thread_id,
     )
     return reply([m.to_json() for m in messages])
+
+
+@bp.get("/api/rooms/<room_id>/threads")
+@query(ThreadsQuery)
+@answers(ThreadPage)
+async def list_threads(room_id: str, args: ThreadsQuery) -> tuple[Any, int]:
+    """A page of the room's threads (messages with replies), the most
+    recently replied to first."""
+    actor = await caller()
+    roots, next_before = await node().messages.threads(
+        actor, room_id, before=args.before, limit=args.limit
+    )
+    return reply({"threads": [m.to_json() for m in roots], "nextBefore": next_before})
 
 
 @bp.post("/api/rooms/<room_id>/messages")

@@ -384,6 +384,10 @@ class Message(_Shape):
     #: only on a relayed message whose claimed time was outside the sane
     #: window (``timestamp`` is then when it arrived here)
     timestamp_replaced: bool | msgspec.UnsetType = msgspec.UNSET
+    #: only on a thread's root read from the store (a replayed message): how
+    #: many replies it has, and when the newest was posted
+    thread_replies: int | msgspec.UnsetType = msgspec.UNSET
+    last_reply_at: Timestamp | msgspec.UnsetType = msgspec.UNSET
 
 
 class MessagePosted(_Server, Message, tag="message"):

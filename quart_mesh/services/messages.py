@@ -423,6 +423,35 @@ class Messages:
             )
         return page
 
+    async def threads(
+        self, actor: Actor, room_id: str, *, before: str | None = None, limit: int | None = None
+    ) -> tuple[list[Message], str | None]:
+        """A page of the room's threads, the most recently replied to first:
+        their roots (``threadReplies``, ``lastReplyAt``) and the ``before`` of
+        the next page (None: the last page), for a member who may read the
+        room (the one visibility decision, as the history).
+
+        Raises:
+            BadRequest: a bad ``before`` or ``limit``.
+            NotFound: no such room (``room_not_found``).
+            Forbidden: not a member, or may not read the room.
+        """
+        authorize(actor, "rooms.read", RoomRef(room_id))
+        if limit is None:
+            limit = self._limits.default_page_size
+        if not 1 <= limit <= self._limits.max_page_size:
+            raise BadRequest(
+                f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
+            )
+
+        def read(conn: Connection) -> tuple[list[Message], str | None]:
+            require_member(conn, actor, room_id)
+            before_seq = None if before is None else parse_cursor(conn, room_id, before, "before")
+            roots, after = repo.list_threads(conn, room_id, before=before_seq, limit=limit)
+            return roots, None if after is None else str(after)
+
+        return await self._db.read(read)
+
     def _load(
         self, conn: Connection, actor: Actor, message_id: str, room_id: str | None = None
     ) -> Message:

@@ -27,6 +27,7 @@ __all__ = [
     "head_seq",
     "insert_message",
     "list_messages",
+    "list_threads",
     "mentions",
     "messages_after",
     "messages_around",
@@ -91,14 +92,40 @@ def _attachments_for(conn: Connection, message_ids: list[str]) -> dict[str, list
     return grouped
 
 
+def _threads_for(conn: Connection, message_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(how many replies, the newest reply's time) of those of these
+    messages that are threads' roots: counted from the replies themselves,
+    so a reply's insert or delete changes them in its own transaction."""
+    if not message_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(messages.c.thread_id, sa.func.count(), sa.func.max(messages.c.created_at))
+        .where(messages.c.thread_id.in_(message_ids))
+        .group_by(messages.c.thread_id)
+    )
+    return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+
+
 def _messages(conn: Connection, rows: Sequence[Any]) -> list[Message]:
     ids = [row.message_id for row in rows]
     reacts = _reactions_for(conn, ids)
     attached = _attachments_for(conn, ids)
-    return [
+    # (a reply is no root: only top-level messages are counted)
+    threads = _threads_for(conn, [row.message_id for row in rows if row.thread_id is None])
+    found = [
         _message(row, reacts.get(row.message_id, ()), attached.get(row.message_id, ()))
         for row in rows
     ]
+    if threads:
+        found = [
+            dataclasses.replace(
+                m, thread_replies=threads[m.message_id][0], last_reply_at=threads[m.message_id][1]
+            )
+            if m.message_id in threads
+            else m
+            for m in found
+        ]
+    return found
 
 
 def add_attachments(conn: Connection, message_id: str, upload_ids: Sequence[str]) -> None:
@@ -276,6 +303,43 @@ def list_messages(
         query = query.order_by(messages.c.seq.desc()).limit(limit)
         rows = list(conn.execute(query))[::-1]
     return _messages(conn, rows)
+
+
+def list_threads(
+    conn: Connection, room_id: str, *, before: int | None, limit: int
+) -> tuple[list[Message], int | None]:
+    """A page of a room's threads, the most recently replied to first: their
+    roots (with ``thread_replies`` and ``last_reply_at``), and the cursor of
+    the page's last newest reply (the next page's *before*; None when this
+    page is the last). A thread whose root was deleted is left out.
+
+    With *before*: the threads whose newest reply is before that cursor.
+    """
+    newest = sa.func.max(messages.c.seq)
+    query = (
+        sa.select(messages.c.thread_id, newest.label("newest"))
+        .where(messages.c.room_id == room_id, messages.c.thread_id.is_not(None))
+        .group_by(messages.c.thread_id)
+    )
+    if before is not None:
+        query = query.having(newest < before)
+    groups = list(conn.execute(query.order_by(newest.desc()).limit(limit)))
+    ids = [group.thread_id for group in groups]
+    rows = (
+        {
+            row.message_id: row
+            for row in conn.execute(
+                sa.select(messages).where(
+                    messages.c.message_id.in_(ids), messages.c.room_id == room_id
+                )
+            )
+        }
+        if ids
+        else {}
+    )
+    roots = _messages(conn, [rows[i] for i in ids if i in rows])
+    after = int(groups[-1].newest) if len(groups) == limit else None
+    return roots, after
 
 
 def messages_around(

@@ -108,6 +108,18 @@ async def pins(w: World) -> set[str]:
     return _texts([pin["message"] for pin in r.json()])
 
 
+async def threads(w: World) -> set[str]:
+    """The owner (whom no rule stops) replies to the room's newest message;
+    alice lists the room's threads (their roots)."""
+    roots = [m for m in await w.mesh.messages(w.owner, w.secret) if m["threadId"] is None]
+    await w.mesh.send(w.owner, w.secret, "a reply", threadId=roots[-1]["messageId"])
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}/threads", headers=w.alice.headers)
+    if r.status_code == 403:
+        return set()
+    assert r.status_code == 200, r.text
+    return _texts(r.json()["threads"])
+
+
 async def search(w: World) -> set[str]:
     r = await w.mesh.http.get("/api/search", params={"q": "secret"}, headers=w.alice.headers)
     assert r.status_code == 200, r.text
@@ -422,6 +434,7 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "room details": (room_details, ("GET /api/rooms/<room_id>",)),
     "search": (search, ("GET /api/search",)),
     "pins": (pins, ("GET /api/rooms/<room_id>/pins",)),
+    "threads": (threads, ("GET /api/rooms/<room_id>/threads",)),
     "room list": (room_list, ("GET /api/rooms",)),
     "short poll": (short_poll, ("POST /api/poll",)),
     "long poll": (long_poll, ("POST /api/poll",)),
