@@ -118,7 +118,13 @@ def _web_url(url: str) -> bool:
         parts.port  # noqa: B018 (raises ValueError for a bad port)
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and len(url) <= MAX_URL
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and parts.username is None  # never send credentials someone wrote
+        and parts.password is None
+        and len(url) <= MAX_URL
+    )
 
 
 def image_type(content_type: str, data: bytes) -> str | None:
