@@ -357,7 +357,8 @@ class LinkPreviews:
                 signature, or no image to show there (``image_not_found``).
         """
         self._check_on()
-        if not hmac.compare_digest(self._sign(url), signature) or not _web_url(url):
+        expected = self._sign(url).encode()
+        if not hmac.compare_digest(expected, signature.encode()) or not _web_url(url):
             raise NotFound("no such image", "image_not_found")
         image = await self._once("image " + url, self._images, lambda: self._fetch_image(url))
         if not isinstance(image, Image):

@@ -168,8 +168,9 @@ async def test_a_link_gets_a_card_and_its_image_is_proxied_inert(
     forged = image.replace("img.png", "other.png")
     assert_error(await mesh.http.get(forged), 404, "image_not_found")
     url = site.url("/plan")
-    r = await mesh.http.get("/api/link-preview/image", params={"url": url, "sig": "0" * 32})
-    assert_error(r, 404, "image_not_found")
+    for sig in ("0" * 32, "\u00e9t\u00e9", "x" * 5000):
+        r = await mesh.http.get("/api/link-preview/image", params={"url": url, "sig": sig})
+        assert_error(r, 404, "image_not_found")
     assert_error(await mesh.http.get("/api/link-preview/image"), 400, "invalid_query")
     assert site.hits == ["/plan", "/img.png"]
 
