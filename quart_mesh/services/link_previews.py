@@ -127,6 +127,15 @@ def _web_url(url: str) -> bool:
     )
 
 
+def _host(url: str) -> str:
+    """What a log line says of a URL: its host only (a message's link may
+    carry a secret in its path or query)."""
+    try:
+        return (urlsplit(url).hostname or "?")[:200]
+    except ValueError:
+        return "?"
+
+
 def image_type(content_type: str, data: bytes) -> str | None:
     """The image type of a body, if its header says an allowed one and its
     first bytes agree; else ``None``."""
@@ -500,12 +509,12 @@ class LinkPreviews:
                 cut=True,
             )
             if got is None:
-                log.info("link preview: nothing to show at %s", url[:200])
+                log.info("link preview: nothing to show at %s", _host(url))
                 return None, 0
             final, content_type, body = got
             preview = await trio.to_thread.run_sync(parse_head, body, content_type, final)
         except (httpx.HTTPError, MeshError, OSError, ValueError) as error:
-            log.info("link preview: %s failed: %s", url[:200], type(error).__name__)
+            log.info("link preview: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         return preview, 0
 
@@ -519,10 +528,10 @@ class LinkPreviews:
                 cut=False,
             )
         except (httpx.HTTPError, Transient, MeshError, OSError, ValueError) as error:
-            log.info("link preview image: %s failed: %s", url[:200], type(error).__name__)
+            log.info("link preview image: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         kind = None if got is None else image_type(got[1], got[2])
         if got is None or kind is None:
-            log.info("link preview image: nothing to show at %s", url[:200])
+            log.info("link preview image: nothing to show at %s", _host(url))
             return None, 0
         return Image(kind, got[2]), len(got[2])
