@@ -23,7 +23,7 @@ import trio
 
 from quart_mesh import Settings
 from quart_mesh.config import Rate, RateLimits
-from tests.helpers import Mesh, User, assert_error
+from tests.helpers import PASSWORD, Mesh, User, assert_error
 from tests.receiver import read_request
 
 pytestmark = pytest.mark.e2e
@@ -202,7 +202,21 @@ async def test_only_those_who_may_read_the_message_get_its_preview(
     r = await mesh.http.post("/api/auth/logout", headers=bob.headers)
     assert r.status_code == 200, r.text
     assert_error(await mesh.http.get(path, headers=bob.headers), 401)
-    assert site.hits == []  # nobody who was refused made the node fetch anything
+    # a bot may read it too; deleted, its token is refused at once
+    r = await mesh.http.post("/api/auth/login", json={"name": "owner", "password": PASSWORD})
+    owner = {"Authorization": f"Bearer {r.json()['token']}"}
+    r = await mesh.http.post(
+        "/api/agents/bootstrap", json={"name": "dave", "type": "simple"}, headers=owner
+    )
+    assert r.status_code == 201, r.text
+    dave = User(r.json()["agentId"], "dave", r.json()["token"])
+    await mesh.join(dave, room_id)
+    assert (await mesh.http.get(path, headers=dave.headers)).status_code == 200
+    hits = list(site.hits)
+    r = await mesh.http.delete(f"/api/agents/{dave.participant_id}", headers=owner)
+    assert r.is_success, r.text
+    assert_error(await mesh.http.get(path, headers=dave.headers), 401)
+    assert site.hits == hits  # nobody who was refused made the node fetch anything
     # a guest of the public mesh: as the one visibility decision says for the
     # message itself
     guest = await mesh.guest()
