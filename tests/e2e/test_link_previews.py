@@ -58,6 +58,8 @@ class Site:
     host: str = "127.0.0.1"
     port: int = 0
     hits: list[str] = field(default_factory=list)
+    #: path -> an event its answer waits for
+    gates: dict[str, trio.Event] = field(default_factory=dict)
 
     async def start(self, nursery: trio.Nursery) -> Site:
         async def serve(task_status: trio.TaskStatus[int]) -> None:
@@ -81,6 +83,8 @@ class Site:
             if request is None:
                 return
             self.hits.append(request.path)
+            if request.path in self.gates:
+                await self.gates[request.path].wait()
             route = self.routes.get(request.path)
             answer = route() if route else (404, [], b"")
             if answer is None:
@@ -359,3 +363,28 @@ async def test_fetches_are_rate_limited_but_cached_previews_are_not(
     # the rule is per participant
     assert (await mesh.http.get(path(2), headers=bob.headers)).status_code == 200
     assert site.hits == ["/0", "/1", "/2"]
+
+
+async def test_readers_asking_at_once_share_one_fetch(mesh: Mesh, nursery: trio.Nursery) -> None:
+    site = await Site().start(nursery)
+    site.page("/p", PAGE)
+    site.gates["/p"] = gate = trio.Event()
+    alice, bob, room_id = await _room(mesh)
+    sent = await mesh.send(alice, room_id, site.url("/p"))
+    path = f"/api/rooms/{room_id}/messages/{sent['messageId']}/preview"
+    answers: list[Any] = []
+
+    async def ask(user: User) -> None:
+        r = await mesh.http.get(path, headers=user.headers)
+        answers.append(r.json()["preview"])
+
+    async with trio.open_nursery() as asking:
+        for user in (alice, bob, alice):
+            asking.start_soon(ask, user)
+        with trio.fail_after(5):
+            while not site.hits:
+                await trio.sleep(0.01)
+        await trio.sleep(0.2)  # the others are waiting on the first by now
+        gate.set()
+    assert [a["title"] for a in answers] == ["The & plan for 2027"] * 3
+    assert site.hits == ["/p"]
