@@ -202,6 +202,7 @@ RATE_RULES = (
     "typing",
     "models",
     "search",
+    "link_previews",
     "login_name",
     "login_slowdown",
     "login_address",
@@ -271,6 +272,9 @@ class RateLimits:
     models: Rate | None = Rate(60, 60)
     #: searches (``GET /api/search`` and every other way in)
     search: Rate | None = Rate(30, 10)
+    #: link previews the node fetches for a participant (cache misses only:
+    #: a preview it has is never counted)
+    link_previews: Rate | None = Rate(30, 60, 60)
     #: login attempts for one name from one client address (refused beyond)
     login_name: Rate | None = Rate(10, 60)
     #: failed logins for one name from anywhere; beyond, every login for the
@@ -542,6 +546,29 @@ class Settings:
     #: Off, such a URL fails as unreachable (an SSRF guard): turn it on only
     #: for a lab or a private network.
     outbound_allow_private: bool = False
+    #: Link previews (decision 0072): whether the node fetches previews of
+    #: links in messages, until the owner sets ``linkPreviews`` in the mesh
+    #: settings, which then wins.
+    link_previews: bool = True
+    #: Networks (``10.0.0.0/8``, ``127.0.0.1/32``) link previews may reach
+    #: even though they are not public, on any port: an intranet's wiki. Every
+    #: other private address is refused (as with ``outbound_allow_private``,
+    #: which lets all of them through).
+    link_preview_allow_networks: tuple[str, ...] = ()
+    #: Seconds one preview (the page, or its image) may take in all: name
+    #: resolution, redirects, connection and reading.
+    link_preview_timeout: float = 5.0
+    #: Most bytes of a page read for its preview (the head is near the top).
+    link_preview_max_bytes: int = 512 * 1024
+    #: Largest preview image proxied (bytes); a larger one is not shown.
+    link_preview_image_max_bytes: int = 1024 * 1024
+    #: Previews (pages and images) kept in memory at once; the least recently
+    #: used go first.
+    link_preview_cache_entries: int = 1000
+    #: Bytes of preview images kept in memory at once.
+    link_preview_cache_bytes: int = 32 * 1024 * 1024
+    #: Seconds a preview (or a failure to get one) is kept before it is fetched again.
+    link_preview_ttl: float = 3600.0
 
     def __post_init__(self) -> None:
         check_room_quotas(self.room_quotas)
@@ -554,6 +581,13 @@ class Settings:
         except ValueError:
             raise ConfigError(
                 f"trusted proxies must be addresses or networks: {', '.join(self.trusted_proxies)}"
+            ) from None
+        try:
+            parse_networks(self.link_preview_allow_networks)
+        except ValueError:
+            raise ConfigError(
+                "link preview networks must be addresses or networks: "
+                + ", ".join(self.link_preview_allow_networks)
             ) from None
         if self.forwarded_header not in FORWARDED_HEADERS:
             raise ConfigError(
@@ -726,7 +760,13 @@ class Settings:
         for name in ("registry_verify_ttl", "registry_fetch_timeout"):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _positive_float(v, "MESH_" + name.upper())
-        for name in ("registry_enabled", "outbound_allow_private"):
+        if v := env.get("MESH_LINK_PREVIEW_ALLOW_NETWORKS"):
+            values["link_preview_allow_networks"] = tuple(
+                p.strip() for p in v.split(",") if p.strip()
+            )
+        if v := env.get("MESH_LINK_PREVIEW_TIMEOUT"):
+            values["link_preview_timeout"] = _positive_float(v, "MESH_LINK_PREVIEW_TIMEOUT")
+        for name in ("registry_enabled", "outbound_allow_private", "link_previews"):
             if v := env.get("MESH_" + name.upper()):
                 values[name] = _bool(v, "MESH_" + name.upper())
         if (v := env.get("MESH_TRUSTED_PROXIES")) is not None:

@@ -50,6 +50,7 @@ from .services.commands import Commands
 from .services.delivery import Delivery
 from .services.did_auth import DidAuth
 from .services.dms import DirectMessages
+from .services.link_previews import LinkPreviews
 from .services.messages import Messages, SharedRooms
 from .services.model_proxy import ModelProxy
 from .services.operator import Operator
@@ -209,6 +210,10 @@ class Node:
             self.presence,
             self.broker,
             sessions=lambda: self.realtime.sessions,
+        )
+        #: previews of links in messages (decision 0072)
+        self.link_previews = LinkPreviews(
+            settings, self.messages, self.rate_limits, secret, lambda: self.admin.link_previews
         )
         #: the operator's chores (``quart-mesh user|tokens|status``)
         self.operator = Operator(settings, db, self.accounts, self.passwords)

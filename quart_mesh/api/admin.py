@@ -105,13 +105,18 @@ class AdminMeshSettings(Shape):
     registry_enabled: bool
     #: admin: switched in these settings; settings: as MESH_REGISTRY_ENABLED says
     registry_enabled_source: Literal["admin", "settings"]
-    #: by rule: messages, reactions, typing, models, loginName, loginSlowdown,
-    #: loginAddress, registrationAddress, challengeAddress, federationRelay,
-    #: federationStrangerAddress, registryDid, registryAddress
+    #: by rule: messages, reactions, typing, models, search, linkPreviews,
+    #: loginName, loginSlowdown, loginAddress, registrationAddress,
+    #: challengeAddress, federationRelay, federationStrangerAddress,
+    #: registryDid, registryAddress
     rate_limits: dict[str, RateRule]
     #: role name -> factor on its rate limits
     role_multipliers: dict[str, float]
     role_multipliers_source: Literal["admin", "settings"]
+    #: whether the node fetches previews of links in messages (decision 0072)
+    link_previews: bool
+    #: admin: switched in these settings; settings: as MESH_LINK_PREVIEWS says
+    link_previews_source: Literal["admin", "settings"]
     rate_limits_enabled: bool
     rate_limit_exempt_addresses: list[str]
 
@@ -136,6 +141,9 @@ class MeshSettingsChange(Body):
     rate_limits: dict[str, Any] | None = None
     #: a whole new map of role name -> number (0.01 to 1000), or "default"
     role_multipliers: dict[str, Any] | str | None = None
+    #: fetch previews of links in messages (or not), whatever
+    #: MESH_LINK_PREVIEWS says
+    link_previews: bool | None = None
 
 
 @bp.get("/api/admin/stats")
@@ -179,5 +187,6 @@ async def update_mesh_settings(data: MeshSettingsChange) -> tuple[Any, int]:
         registry_enabled=data.registry_enabled,
         rate_limits=data.rate_limits,
         role_multipliers=data.role_multipliers,
+        link_previews=data.link_previews,
     )
     return reply(result)

@@ -52,6 +52,7 @@ RULE_FIELDS: Final = {
     "typing": ("typing", "participant and room"),
     "models": ("models", "participant"),
     "search": ("search", "participant"),
+    "link_previews": ("linkPreviews", "participant"),
     "login_name": ("loginName", "login name and client address"),
     "login_slowdown": ("loginSlowdown", "login name (failed logins slow its logins down)"),
     "login_address": ("loginAddress", "client address"),
@@ -77,10 +78,15 @@ def is_registry(settings: Settings, mesh: MeshConfig | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class RateOverrides:
     """The rate limits an admin changed: a rule's new rate (``None``: off),
-    and the role multipliers if changed. Everything else is the settings'."""
+    and the role multipliers if changed. Everything else is the settings'.
+
+    Stored with them (``mesh_config.rate_limits``, a JSON object): whether
+    link previews are on, when the owner switched them (``None``: as
+    ``MESH_LINK_PREVIEWS`` says; decision 0072)."""
 
     rules: Mapping[str, Rate | None] = field(default_factory=dict)
     multipliers: Mapping[str, float] | None = None
+    link_previews: bool | None = None
 
     def apply(self, base: RateLimits) -> RateLimits:
         changes: dict[str, Any] = dict(self.rules)
@@ -90,7 +96,7 @@ class RateOverrides:
 
     def to_text(self) -> str | None:
         """As stored (JSON), or ``None`` when nothing is changed."""
-        if not self.rules and self.multipliers is None:
+        if not self.rules and self.multipliers is None and self.link_previews is None:
             return None
         data: dict[str, Any] = {
             "rules": {
@@ -99,6 +105,8 @@ class RateOverrides:
         }
         if self.multipliers is not None:
             data["roleMultipliers"] = dict(self.multipliers)
+        if self.link_previews is not None:
+            data["linkPreviews"] = self.link_previews
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -130,7 +138,8 @@ class RateOverrides:
             except ConfigError as error:
                 log.warning("ignoring stored role multipliers: %s", error)
                 multipliers = None
-        return cls(rules, multipliers)
+        previews = data.get("linkPreviews") if isinstance(data, dict) else None
+        return cls(rules, multipliers, previews if isinstance(previews, bool) else None)
 
 
 class Admin:
@@ -253,6 +262,7 @@ class Admin:
         registry_enabled: bool | None = None,
         rate_limits: Any = None,
         role_multipliers: Any = None,
+        link_previews: bool | None = None,
     ) -> dict[str, Any]:
         """``PUT /api/admin/mesh/settings``: change what is given (``None``:
         unchanged), all or nothing, and apply it at once.
@@ -262,7 +272,8 @@ class Admin:
         *role_multipliers* is a whole new map of role to number, or ``"default"``.
         *default_room_id* is an ordinary room of this node, or ``""`` for none.
         *registry_enabled* makes this node a registry of public meshes (or
-        not), whatever ``MESH_REGISTRY_ENABLED`` says.
+        not), whatever ``MESH_REGISTRY_ENABLED`` says; *link_previews* turns
+        link previews on or off, whatever ``MESH_LINK_PREVIEWS`` says.
 
         Raises:
             Forbidden: the actor lacks ``mesh.settings``, or before setup.
@@ -291,6 +302,8 @@ class Admin:
             if registry_enabled is not None:
                 mesh = replace(mesh, registry_enabled=registry_enabled)
             overrides = self._changed_overrides(rate_limits, role_multipliers)
+            if link_previews is not None:
+                overrides = replace(overrides, link_previews=link_previews)
             effective = overrides.apply(self._settings.rate_limits)
             text = overrides.to_text()
 
@@ -353,7 +366,7 @@ class Admin:
             multipliers = None
         elif role_multipliers is not None:
             multipliers = self._checked_multipliers(role_multipliers)
-        return RateOverrides(rules, multipliers)
+        return RateOverrides(rules, multipliers, self._overrides.link_previews)
 
     def _checked_multipliers(self, value: Any) -> dict[str, float]:
         if not isinstance(value, dict):
@@ -370,6 +383,14 @@ class Admin:
             if role not in roles:
                 raise BadRequest(f"no role named {role[:64]!r}", "invalid_role_multipliers")
         return {role: float(factor) for role, factor in value.items()}
+
+    @property
+    def link_previews(self) -> bool:
+        """Whether the node fetches link previews: as the owner switched
+        them (``linkPreviews``), else as ``MESH_LINK_PREVIEWS`` says."""
+        if self._overrides.link_previews is not None:
+            return self._overrides.link_previews
+        return self._settings.link_previews
 
     def _mesh(self) -> MeshConfig:
         mesh = self._accounts.mesh
@@ -402,6 +423,8 @@ class Admin:
             "rateLimits": rules,
             "roleMultipliers": dict(config.role_multipliers),
             "roleMultipliersSource": "settings" if self._overrides.multipliers is None else "admin",
+            "linkPreviews": self.link_previews,
+            "linkPreviewsSource": "settings" if self._overrides.link_previews is None else "admin",
             "rateLimitsEnabled": config.enabled,
             "rateLimitExemptAddresses": list(config.exempt_addresses),
         }

@@ -28,7 +28,11 @@ import trio
 
 from ..errors import Transient
 
+#: an IPv4 or IPv6 network (the operator's allow-list)
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
 __all__ = [
+    "Network",
     "PrivateAddress",
     "PublicOnlyTransport",
     "RefusedAddress",
@@ -128,13 +132,55 @@ async def public_addresses(host: str, port: int, *, allowed_by: str) -> list[str
     return addresses
 
 
-class _PublicOnly(httpcore.AsyncNetworkBackend):
-    """Connects only to public addresses, each connection to an address it
-    checked (a name is resolved once per connection, never again by the socket)."""
+def _in(address: str, networks: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return False
+    return any(ip.version == net.version and ip in net for net in networks)
 
-    def __init__(self, allowed_by: str) -> None:
+
+class _PublicOnly(httpcore.AsyncNetworkBackend):
+    """Connects only to public addresses (or those in *allowed*), each
+    connection to an address it checked (a name is resolved once per
+    connection, never again by the socket); with *ports*, a public address
+    only on those ports."""
+
+    def __init__(
+        self,
+        allowed_by: str,
+        allowed: tuple[Network, ...] = (),
+        ports: frozenset[int] | None = None,
+    ) -> None:
         self._allowed_by = allowed_by
+        self._allowed = allowed
+        self._ports = ports
         self._backend = httpcore.TrioBackend()
+
+    async def _addresses(self, host: str, port: int) -> list[str]:
+        if not self._allowed:
+            addresses = await public_addresses(host, port, allowed_by=self._allowed_by)
+        else:
+            try:
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+            except (OSError, UnicodeError) as error:
+                raise Transient(f"cannot resolve {host[:300]}: {error}") from None
+            addresses = [str(info[4][0]) for info in infos]
+            if not addresses or any(
+                is_private_address(a) and not _in(a, self._allowed) for a in addresses
+            ):
+                raise PrivateAddress(f"{host[:300]} is a private address; {self._allowed_by}")
+        ports = self._ports
+        if (
+            ports is not None
+            and port not in ports
+            and not all(_in(a, self._allowed) for a in addresses)
+        ):
+            raise PrivateAddress(
+                f"port {port} of {host[:300]} is refused: only ports "
+                + ", ".join(str(p) for p in sorted(ports))
+            )
+        return addresses
 
     async def connect_tcp(
         self,
@@ -145,7 +191,7 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            addresses = await public_addresses(host, port, allowed_by=self._allowed_by)
+            addresses = await self._addresses(host, port)
         except PrivateAddress as error:
             raise RefusedAddress(error.reason) from None
         except Transient as error:
@@ -191,9 +237,18 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
 
     Args:
         allowed_by: what lets a private address through (named in the error).
+        allowed: networks reached even though they are not public (the
+            operator's allow-list), on any port.
+        ports: the only ports a public address is reached on (``None``: any).
     """
 
-    def __init__(self, *, allowed_by: str) -> None:
+    def __init__(
+        self,
+        *,
+        allowed_by: str,
+        allowed: tuple[Network, ...] = (),
+        ports: frozenset[int] | None = None,
+    ) -> None:
         context = httpx.create_ssl_context(trust_env=False)
         super().__init__(verify=context, trust_env=False)
         # the pool httpx builds for a client by default (its limits: 100
@@ -203,5 +258,5 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
-            network_backend=_PublicOnly(allowed_by),
+            network_backend=_PublicOnly(allowed_by, allowed, ports),
         )

@@ -202,6 +202,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "typing",
         "models",
         "search",
+        "linkPreviews",
         "loginName",
         "loginSlowdown",
         "loginAddress",
@@ -368,11 +369,13 @@ async def test_settings_survive_a_restart(tmp_path: Path) -> None:
                 "visibility": "private",
                 "rateLimits": {"reactions": {"count": 2, "per": 5}, "models": "off"},
                 "roleMultipliers": {"agent": 4},
+                "linkPreviews": False,
             },
             headers=headers,
         )
         assert r.status_code == 200, await r.get_data()
         saved = await r.get_json()
+        assert (saved["linkPreviews"], saved["linkPreviewsSource"]) == (False, "admin")
     app = create_app(settings)
     async with app.test_app():
         client = app.test_client()
@@ -385,6 +388,7 @@ async def test_settings_survive_a_restart(tmp_path: Path) -> None:
         assert limiter.models is None
         assert dict(limiter.role_multipliers) == {"agent": 4}
         assert (await (await client.get("/api/mesh/settings")).get_json())["name"] == "Two"
+        assert app.node.admin.link_previews is False
 
 
 async def test_going_private_ends_guest_access(base_url: str, mesh: Mesh) -> None:

@@ -94,6 +94,23 @@ async def message_by_id(w: World) -> set[str]:
     return seen
 
 
+async def link_preview(w: World) -> set[str]:
+    """Alice asks for the preview of each of the room's messages (none has a
+    link: the room's id is what an answer would hand out)."""
+    r = await w.mesh.http.get(f"/api/rooms/{w.secret}/messages", headers=w.owner.headers)
+    seen: set[str] = set()
+    for message in r.json():
+        one = await w.mesh.http.get(
+            f"/api/rooms/{w.secret}/messages/{message['messageId']}/preview",
+            headers=w.alice.headers,
+        )
+        if one.status_code == 200:
+            seen.add(one.json()["roomId"])
+        else:
+            assert_error(one, 403)
+    return seen
+
+
 async def pins(w: World) -> set[str]:
     """The owner (whom no rule stops) pins the room's messages; alice lists the pins."""
     for message in await w.mesh.messages(w.owner, w.secret):
@@ -435,6 +452,7 @@ PATHS: dict[str, tuple[Probe, tuple[str, ...]]] = {
     "search": (search, ("GET /api/search",)),
     "pins": (pins, ("GET /api/rooms/<room_id>/pins",)),
     "threads": (threads, ("GET /api/rooms/<room_id>/threads",)),
+    "link preview": (link_preview, ("GET /api/rooms/<room_id>/messages/<message_id>/preview",)),
     "room list": (room_list, ("GET /api/rooms",)),
     "short poll": (short_poll, ("POST /api/poll",)),
     "long poll": (long_poll, ("POST /api/poll",)),
@@ -587,6 +605,10 @@ NO_ROOM_CONTENT: dict[str, str] = {
     "GET /uploads/<name>": (
         "a file by its unguessable name, to anyone with the URL (spec §4.16, decision 0052);"
         " the message that carries it is room content and goes through the decision"
+    ),
+    "GET /api/link-preview/image": (
+        "an image of the web, only at an address the node signed in a preview it handed out"
+        " through the decision (decision 0072); no room content"
     ),
     "POST /api/tasks": "creates a task: refused where one may not read (through the decision)",
     "POST /api/tasks/<task_id>/cancel": "finds the task through the decision (404)",

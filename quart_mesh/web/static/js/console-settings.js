@@ -116,6 +116,7 @@ export class SettingsSection {
     );
     f.guests = h("input", { type: "checkbox" });
     f.registry = h("input", { type: "checkbox" });
+    f.previews = h("input", { type: "checkbox" });
     f.defaultRoom = h("select", {});
     f.status = statusLine();
     f.error = errorLine();
@@ -144,6 +145,11 @@ export class SettingsSection {
         class: "hint",
         text: "Other nodes may then announce their public meshes here; each is listed only while its address serves its own manifest.",
       }),
+      h("label", { class: "console-check" }, f.previews, h("span", { text: "Show previews of links in messages" })),
+      h("p", {
+        class: "hint",
+        text: "This node fetches the linked page (public addresses only) and shows its title, description and image under the message.",
+      }),
       field("Default room", f.defaultRoom, "The room offered to people who are in none."),
       h("div", { class: "row" }, f.save, f.revert),
       f.status,
@@ -161,6 +167,7 @@ export class SettingsSection {
       registrationMode: f.registration(),
       guestsCanSend: f.guests.checked,
       registryEnabled: f.registry.checked,
+      linkPreviews: f.previews.checked,
       defaultRoomId: f.defaultRoom.value,
     };
   }
@@ -186,6 +193,7 @@ export class SettingsSection {
     f.setRegistration(settings.registrationMode);
     f.guests.checked = Boolean(settings.guestsCanSend);
     f.registry.checked = Boolean(settings.registryEnabled);
+    f.previews.checked = Boolean(settings.linkPreviews);
     this.chooseRoom(settings.defaultRoomId || "");
   }
 
@@ -251,7 +259,7 @@ export class SettingsSection {
     this.fillForm(saved);
     const names = { name: "name", description: "description", visibility: "visibility",
       registrationMode: "registration", guestsCanSend: "guests' posting", registryEnabled: "registry",
-      defaultRoomId: "default room" };
+      linkPreviews: "link previews", defaultRoomId: "default room" };
     f.status.textContent = `Saved: ${Object.keys(changed).map((k) => names[k]).join(", ")}.`;
     this.showInPage(saved);
     if (this.app.store.can("admin.stats")) this.refreshChecklist();

@@ -347,6 +347,10 @@ export class Timeline {
       this.actions(message, mine),
     );
     this.views.set(message.messageId, el);
+    if (el.querySelector(".msg-body a[href^='http']")) {
+      const grew = () => this.stuck && this.scrollToBottom();
+      import("./previews.js").then((m) => m.attach(this.app.api, message, el, grew), () => {});
+    }
     for (const img of el.querySelectorAll("img")) {
       img.addEventListener("load", () => {
         if (this.stuck) this.scrollToBottom();
