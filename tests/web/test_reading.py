@@ -58,11 +58,17 @@ async def test_messages_are_grouped_with_avatars_and_days(
     ]
     backdate(node, [old["messageId"]], 3)
     backdate(node, yesterday, 1, minutes=10)
-    for text in ("first today", "second today"):
-        await node.mesh.send(bob_user, room_id, text)
+    first_id = (await node.mesh.send(bob_user, room_id, "first today"))["messageId"]
+    await node.mesh.send(bob_user, room_id, "second today")
     await node.mesh.send(alice_user, room_id, "alice speaks")
     await node.mesh.send(bob_user, room_id, "bob again")
     three_days = datetime.now() - timedelta(days=3)
+
+    async def delete(message_id: str) -> None:
+        r = await node.mesh.http.delete(
+            f"/api/rooms/{room_id}/messages/{message_id}", headers=bob_user.headers
+        )
+        assert r.status_code in (200, 204), r.text
 
     def scenario() -> None:
         with chromium() as browser:
@@ -99,6 +105,11 @@ async def test_messages_are_grouped_with_avatars_and_days(
             call(node.mesh.send, bob_user, room_id, "bob once more")
             expect(alice.message("bob once more")).to_be_visible()
             expect(alice.message("bob once more").locator(".avatar")).to_be_hidden()
+            # the first of a group deleted: the next one shows avatar and name
+            call(delete, first_id)
+            expect(first).to_have_count(0)
+            expect(second.locator(".avatar")).to_be_visible()
+            assert second.locator(".who").evaluate("el => el.getBoundingClientRect().width") > 1
             # one's own message, live, starts a group of its own after bob's
             alice.send("and alice again")
             expect(alice.message("and alice again")).not_to_contain_text("sending…")

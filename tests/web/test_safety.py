@@ -186,7 +186,8 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             # (the name of the next message is at its start, beside the avatar)
             assert (
                 after.locator(".msg-sender").evaluate(
-                    "el => el.getBoundingClientRect().left - el.closest('article').getBoundingClientRect().left"
+                    "el => el.getBoundingClientRect().left"
+                    " - el.closest('article').getBoundingClientRect().left"
                 )
                 < 70
             )
