@@ -168,6 +168,16 @@ async def test_the_profile_card(browser_ready: None, serve_node: Any) -> None:
             expect(card.get_by_role("button", name="Message")).to_be_focused()
             card.get_by_role("button", name="Close").click()
             expect(card).to_be_hidden()
+            # in a thread, its root too
+            said.hover()
+            said.get_by_role("button", name="Reply in thread").click()
+            thread = alice.page.get_by_role("complementary", name="Thread")
+            root = thread.get_by_role("article").filter(has_text="a word from bob")
+            root.get_by_role("button", name="bob", exact=True).click()
+            card = alice.page.get_by_role("dialog", name="bob")
+            expect(card).to_be_visible()
+            alice.page.keyboard.press("Escape")
+            expect(card).to_be_hidden()
             # "Message" opens the direct messages
             said.get_by_role("button", name="bob", exact=True).click()
             alice.page.get_by_role("dialog", name="bob").get_by_role(

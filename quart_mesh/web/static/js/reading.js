@@ -17,8 +17,9 @@ export async function clicked(timeline, el) {
     el.textContent = said;
     setTimeout(() => (el.textContent = "Copy"), 2000);
   } else if (el.tagName === "A") {
-    const images = timeline
-      .messages()
+    // (a thread's root is shown above its replies)
+    const root = timeline.inThread && timeline.room.find(timeline.threadId);
+    const images = (root ? [root, ...timeline.messages()] : timeline.messages())
       .flatMap((m) => (m.attachments || []).filter((a) => IMAGES.test(a.contentType) && String(a.url).startsWith("/uploads/")));
     const [{ showImages }] = await Promise.all([import("./viewer.js"), loadStyle("viewer.css")]);
     showImages(images, Math.max(0, images.findIndex((a) => a.url === el.getAttribute("href"))), el);

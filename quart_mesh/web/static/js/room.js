@@ -108,7 +108,7 @@ export class Timeline {
     // (.keys: the focused message's toolbar shows, not the pointer's, app.css)
     els.scroll.addEventListener("keydown", () => els.scroll.classList.add("keys"), true);
     els.scroll.addEventListener("pointermove", () => els.scroll.classList.remove("keys"), { passive: true });
-    els.list.addEventListener("click", (event) => this.onClick(event));
+    els.scroll.addEventListener("click", (event) => this.onClick(event));
     els.list.addEventListener("focusin", () => this.rovingFocus());
     els.list.addEventListener("focusout", (event) => {
       if (!event.relatedTarget || !els.list.contains(event.relatedTarget)) this.rovingFocus(null);
