@@ -183,8 +183,16 @@ async def test_hostile_content_is_shown_as_text(browser_ready: None, serve_node:
             )
             assert lefts is not None
             assert lefts[0] < lefts[1], lefts
+            # (the name of the next message is at its start, beside the avatar)
             assert (
-                after.locator(".msg-sender").evaluate("el => el.getBoundingClientRect().left") < 300
+                after.locator(".msg-sender").evaluate(
+                    "el => el.getBoundingClientRect().left"
+                    " - el.closest('article').getBoundingClientRect().left"
+                )
+                < 70
+            )
+            assert (
+                after.locator(".msg-sender").evaluate("el => el.getBoundingClientRect().left") < 350
             )
             # hostile names of rooms and of the mesh are text too
             evil_link = alice.page.get_by_role(

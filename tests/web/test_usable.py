@@ -111,6 +111,8 @@ async def test_the_keyboard_alone_and_names_for_everything(
             keyboard.press("ArrowUp")
             target = alice.message("react to me")
             expect(target).to_be_focused()
+            keyboard.press("Tab")  # the author's name (the profile card)
+            expect(target.get_by_role("button", name="bob", exact=True)).to_be_focused()
             keyboard.press("Tab")
             expect(target.get_by_role("button", name="Add reaction")).to_be_focused()
             keyboard.press("Enter")
@@ -124,6 +126,7 @@ async def test_the_keyboard_alone_and_names_for_everything(
             # edit one's own message from the keyboard; Escape cancels, Enter saves
             own = alice.message("typed, not clicked")
             own.focus()
+            keyboard.press("Tab")  # alice (the profile card)
             keyboard.press("Tab")  # Add reaction
             keyboard.press("Tab")  # Reply in thread
             keyboard.press("Tab")  # Edit message

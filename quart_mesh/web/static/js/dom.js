@@ -124,19 +124,34 @@ export function ago(iso) {
   return longTime(iso);
 }
 
-export function formatBytes(n) {
-  if (n < 1024) return `${n} B`;
-  const [value, unit] = n < 1024 * 1024 ? [n / 1024, "KB"] : n < 1024 ** 3 ? [n / 1024 ** 2, "MB"] : [n / 1024 ** 3, "GB"];
-  const text = value < 100 ? value.toFixed(1).replace(/\.0$/, "") : value.toFixed(0);
-  return `${text} ${unit}`;
+/** Bytes in human units: 3 significant digits, the unit chosen after
+ * rounding (1048575 is "1 MB", not "1024 KB"); *extra* adds decimals. */
+export function formatBytes(n, extra = 0) {
+  let unit = 0;
+  while (unit < 3 && n >= 1024 ** (unit + 1)) unit += 1;
+  for (;;) {
+    const value = n / 1024 ** unit;
+    const text = unit ? value.toFixed((value < 100) + extra) : String(n);
+    if (unit < 3 && Number(text) >= 1024) unit += 1;
+    else return `${text.includes(".") ? text.replace(/\.?0+$/, "") : text} ${["B", "KB", "MB", "GB"][unit]}`;
+  }
 }
 
-/** A node's message with bytes in human units ("the limit is 16 KB"). */
+/** A node's message with bytes in human units ("the limit is 16 KB"). Numbers
+ * that differ never read the same: more decimals, or else exact bytes
+ * ("content is 16.02 KB; the limit is 16 KB"). */
 export function sayBytes(text) {
   if (typeof text !== "string" || !/\bbytes?\b/.test(text)) return text;
-  return text
-    .replace(/\b(\d+) bytes?\b/g, (_, n) => formatBytes(Number(n)))
-    .replace(/\b(limit is|at most|over|up to) (\d+)\b(?! ?[A-Za-z])/g, (_, words, n) => `${words} ${formatBytes(Number(n))}`);
+  const found = /\b(\d+) bytes?\b|\b(limit is|at most|over|up to) (\d+)\b(?! ?[A-Za-z])/g;
+  const numbers = [...new Set([...text.matchAll(found)].map((m) => Number(m[1] || m[3])))];
+  let say = (n) => `${n.toLocaleString("en")} bytes`;
+  for (const extra of [0, 1, 2]) {
+    if (new Set(numbers.map((n) => formatBytes(n, extra))).size === numbers.length) {
+      say = (n) => formatBytes(n, extra);
+      break;
+    }
+  }
+  return text.replace(found, (_, n, words, m) => (words ? `${words} ${say(Number(m))}` : say(Number(n))));
 }
 
 /** A did:key shortened for display ("did:key:z6Mk…Xy12"). */

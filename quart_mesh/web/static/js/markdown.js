@@ -1,6 +1,7 @@
 // Message content → DOM, with a small, safe Markdown subset:
 //
-//   **bold**  *italic* or _italic_  `inline code`  ```code blocks```
+//   **bold**  *italic* or _italic_  ~~struck~~  `inline code`  ```code blocks```
+//   lines: "# " to "### " headings, "- " / "1. " lists, "> " quotes
 //   [text](https://…) and bare http(s):// and mailto: links
 //   @name mentions (highlighted when they name a participant)
 //
@@ -58,7 +59,7 @@ export function render(content, ctx) {
     if (open === -1) break;
     const close = content.indexOf("```", open + 3);
     if (close === -1) break;
-    if (open > i) fragment.append(inline(content.slice(i, open), ctx, 0));
+    if (open > i) fragment.append(blocks(content.slice(i, open), ctx));
     let code = content.slice(open + 3, close);
     // an optional language name on the opening line is not shown
     const newline = code.indexOf("\n");
@@ -68,8 +69,43 @@ export function render(content, ctx) {
     fragment.append(h("pre", { class: "code-block" }, h("code", {}, textWithMarks(code))));
     i = close + 3;
   }
-  if (i < content.length) fragment.append(inline(content.slice(i), ctx, 0));
+  if (i < content.length) fragment.append(blocks(content.slice(i), ctx));
   return fragment;
+}
+
+// a line's block: "# " to "### ", "- " (or * +), "1. " (or 1)), "> "
+const BLOCK = /^ {0,3}(?:(#{1,3}) |([-*+]) |(\d{1,9})[.)] |(> ?))/;
+
+function kindOf(line) {
+  const m = BLOCK.exec(line) || [""];
+  const kind = m[1] ? `h${m[1].length + 2}` : m[2] ? "ul" : m[3] ? "ol" : m[4] ? "blockquote" : "p";
+  return [kind, line.slice(m[0].length), m[3]];
+}
+
+/** Lines as headings, lists, quotes (one level) and text, newlines kept. */
+function blocks(text, ctx, quoted) {
+  const out = document.createDocumentFragment();
+  const lines = text.split("\n");
+  // (in a quote, a quote is text)
+  const kinds = lines.map((line) => (quoted && line.startsWith(">") ? ["p", line] : kindOf(line)));
+  for (let i = 0; i < lines.length; ) {
+    const [kind, , number] = kinds[i];
+    let end = i + 1;
+    while (end < lines.length && kinds[end][0] === kind && kind[0] !== "h") end += 1;
+    const items = kinds.slice(i, end).map((k) => k[1]);
+    i = end;
+    if (kind === "p") {
+      // (a last line break shows no empty line: one more keeps a blank line before a block)
+      out.append(inline(items.join("\n") + (i < lines.length ? "\n" : ""), ctx, 0));
+    } else if (kind === "blockquote") {
+      out.append(h(kind, {}, blocks(items.join("\n"), ctx, true)));
+    } else if (kind[0] === "h") {
+      out.append(h(kind, {}, inline(items[0], ctx, 0)));
+    } else {
+      out.append(h(kind, { start: number > 1 && String(+number) }, items.map((item) => h("li", {}, inline(item, ctx, 0)))));
+    }
+  }
+  return out;
 }
 
 /** Text, with direction overrides replaced by visible marks. */
@@ -165,6 +201,12 @@ function inline(text, ctx, depth) {
         !(ch === "*" && after === "*")
       ) {
         taken = [h("em", {}, inline(inner, ctx, depth + 1)), close + 1];
+      }
+    } else if (ch === "~" && text[i + 1] === "~" && depth < MAX_DEPTH) {
+      const close = finder.find("~~", i + 2);
+      const inner = close === -1 ? "" : text.slice(i + 2, close);
+      if (close > i + 2 && close <= finder.lineEnd(i) && inner.trim() === inner) {
+        taken = [h("del", {}, inline(inner, ctx, depth + 1)), close + 2];
       }
     } else if (ch === "[") {
       const mid = finder.find("](", i + 1);

@@ -13,7 +13,26 @@ const NEAR_TOP = 150;
 // focusable in a message: tab stops in the focused one only
 const CONTROLS = "a[href], button, textarea, input, select";
 
-/** Attachments: raster images inline, anything else as a download link. */
+/** Initials on a colour from the id (decorative: the name says it). */
+export function avatar(id, name) {
+  const [a, b] = name.split(/[\s._-]+/).filter(Boolean);
+  const el = h("span", { class: "avatar", "aria-hidden": "true", text: (b ? [...a][0] + [...b][0] : [...name].slice(0, 2).join("")).toUpperCase() });
+  let hue = 0;
+  for (const ch of id) hue = (hue * 31 + ch.charCodeAt(0)) % 360;
+  el.style.background = `hsl(${hue} 50% 32%)`;
+  return el;
+}
+
+/** "Today", "Yesterday", "Monday, November 23" (the year when not this one). */
+function dayLabel(date) {
+  const now = new Date();
+  const days = Math.round((new Date(now.toDateString()) - new Date(date.toDateString())) / 864e5);
+  if (days < 2) return days ? "Yesterday" : "Today";
+  const year = date.getFullYear() !== now.getFullYear() && "numeric";
+  return date.toLocaleDateString(undefined, { weekday: "long", day: "numeric", month: "long", year: year || undefined });
+}
+
+/** Attachments: raster images inline (opening the viewer), anything else as a download link. */
 function attachmentsView(message) {
   const items = (message.attachments || []).filter((a) => typeof a.url === "string" && a.url.startsWith("/uploads/"));
   if (!items.length) return null;
@@ -27,7 +46,7 @@ function attachmentsView(message) {
           { class: "attachment image" },
           h(
             "a",
-            { href: a.url, target: "_blank", rel: "noopener noreferrer", title: `${a.filename} (${formatBytes(a.size)})` },
+            { href: a.url, title: `${a.filename} (${formatBytes(a.size)})`, "aria-haspopup": "dialog" },
             h("img", { src: a.url, alt: a.filename, loading: "lazy", decoding: "async" }),
           ),
         );
@@ -86,6 +105,10 @@ export class Timeline {
     this.target = null; // the message opened by a link or a search (highlighted)
     els.scroll.addEventListener("scroll", () => this.onScroll(), { passive: true });
     els.scroll.addEventListener("keydown", (event) => this.onKeyDown(event));
+    // (.keys: the focused message's toolbar shows, not the pointer's, app.css)
+    els.scroll.addEventListener("keydown", () => els.scroll.classList.add("keys"), true);
+    els.scroll.addEventListener("pointermove", () => els.scroll.classList.remove("keys"), { passive: true });
+    els.scroll.addEventListener("click", (event) => this.onClick(event));
     els.list.addEventListener("focusin", () => this.rovingFocus());
     els.list.addEventListener("focusout", (event) => {
       if (!event.relatedTarget || !els.list.contains(event.relatedTarget)) this.rovingFocus(null);
@@ -174,6 +197,7 @@ export class Timeline {
     const nodes = this.messages().map((m) => this.view(m));
     for (const item of this.pending()) nodes.push(this.pendingView(item));
     this.els.list.replaceChildren(...nodes);
+    this.regroup();
     this.rovingFocus();
     const twin = focusedId && this.views.get(focusedId);
     if (twin) twin.focus({ preventScroll: true });
@@ -210,6 +234,7 @@ export class Timeline {
         this.els.jump.hidden = false;
       }
     }
+    this.regroup();
     this.rovingFocus();
   }
 
@@ -218,6 +243,31 @@ export class Timeline {
     if (el) {
       el.remove();
       this.views.delete(messageId);
+      this.regroup();
+    }
+  }
+
+  /** Day separators; a message from the author of the one before, within
+   * 5 minutes, joins its group (name and time said once). */
+  regroup() {
+    const list = this.els.list;
+    const wanted = new Map(); // message -> the separator before it
+    let prev = {};
+    for (const el of list.querySelectorAll(".msg")) {
+      const { time, sender, to } = el.dataset;
+      const when = time ? new Date(time) : new Date();
+      const day = when.toDateString();
+      el.classList.toggle("cont", prev.day === day && sender === prev.sender && !to && when - prev.when < 3e5);
+      if (prev.day !== day) wanted.set(el, dayLabel(when));
+      prev = { day, when, sender: to ? null : sender };
+    }
+    for (const sep of list.querySelectorAll(".day")) {
+      const next = sep.nextElementSibling;
+      if (wanted.get(next) === sep.getAttribute("aria-label")) wanted.delete(next);
+      else sep.remove();
+    }
+    for (const [el, day] of wanted) {
+      el.before(h("div", { class: "day", role: "separator", "aria-label": day }, h("span", { "aria-hidden": "true", text: day })));
     }
   }
 
@@ -226,6 +276,7 @@ export class Timeline {
     const stick = this.atBottom();
     for (const el of this.els.list.querySelectorAll(".msg.pending")) el.remove();
     for (const item of this.pending()) this.els.list.append(this.pendingView(item));
+    this.regroup();
     this.rovingFocus();
     if (stick) this.scrollToBottom();
   }
@@ -321,7 +372,7 @@ export class Timeline {
     const head = h(
       "header",
       { class: "msg-head", id: headId },
-      bdi(message.senderName, "msg-sender"),
+      h("button", { type: "button", class: "link who", "aria-haspopup": "dialog" }, bdi(message.senderName, "msg-sender")),
       participantBadges(
         sender || { type: "human", trustLevel: message.trustLevel, origin: message.origin },
       ),
@@ -336,8 +387,9 @@ export class Timeline {
         tabindex: "-1",
         "aria-labelledby": headId,
         "aria-current": target ? "true" : null,
-        dataset: { messageId: message.messageId },
+        dataset: { messageId: message.messageId, time: message.timestamp, sender: message.senderId, to: message.to || "" },
       },
+      avatar(message.senderId, message.senderName),
       head,
       message.threadId && !this.inThread ? this.replyContext(message) : null,
       this.editing === message.messageId ? this.editForm(message) : this.body(message.content),
@@ -361,11 +413,25 @@ export class Timeline {
 
   body(content) {
     const { store } = this.app;
-    return h(
+    const body = h(
       "div",
       { class: "msg-body", dir: "auto" },
       render(content, { isName: (name) => store.isName(name), me: store.me.name }),
     );
+    for (const pre of body.querySelectorAll("pre")) {
+      const box = h("div", { class: "code" });
+      pre.replaceWith(box);
+      box.append(pre, h("button", { type: "button", class: "small copy", text: "Copy" }));
+    }
+    return body;
+  }
+
+  /** Copy, a name or avatar (the profile card), an image (the viewer): reading.js. */
+  onClick(event) {
+    const el = event.target.closest(".copy, .who, .avatar, .image a");
+    if (!el || event.ctrlKey || event.metaKey || event.shiftKey) return; // (a new tab, as asked)
+    event.preventDefault();
+    import("./reading.js").then((m) => m.clicked(this, el));
   }
 
   replyContext(message) {
@@ -595,8 +661,9 @@ export class Timeline {
         class: failed ? "msg mine pending failed" : "msg mine pending",
         tabindex: "-1",
         "aria-labelledby": headId,
-        dataset: { clientId: item.clientId },
+        dataset: { clientId: item.clientId, sender: store.me.participantId },
       },
+      avatar(store.me.participantId, store.me.name),
       h(
         "header",
         { class: "msg-head", id: headId },
