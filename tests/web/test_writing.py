@@ -39,6 +39,26 @@ async def test_drafts_survive_switching_rooms_and_a_reload_and_go_on_sign_out(
     def scenario() -> None:
         with chromium() as browser:
             alice = signed_in(browser, node.url, alice_user)
+            # bounded: 50 drafts at most (the oldest go), 40,000 characters each
+            kept = alice.page.evaluate(
+                """async () => {
+                  const { Drafts } = await import('/web/js/composer.js');
+                  const drafts = new Drafts();
+                  drafts.attach('bounds-test');
+                  for (let i = 0; i < 60; i++) {
+                    drafts.set(`room-${i}`, 'x'.repeat(50000));
+                    drafts.all[`room-${i}`][1] = i;
+                  }
+                  const all = drafts.all;
+                  drafts.save();
+                  const stored = localStorage.getItem('mesh.drafts.bounds-test') !== null;
+                  drafts.clear(true);
+                  return [Object.keys(all).length, 'room-9' in all, 'room-10' in all,
+                          all['room-59'][0].length, stored,
+                          localStorage.getItem('mesh.drafts.bounds-test')];
+                }"""
+            )
+            assert kept == [50, False, True, 40000, True, None]
             alice.composer.fill("half a thought in the square")
             alice.open_room("plans")
             expect(alice.composer).to_have_value("")
