@@ -418,3 +418,25 @@ async def test_the_reaction_picker_searches_and_keeps_recent_ones_first(
             alice.assert_clean()
 
     await in_browser(scenario, timeout=120)
+
+
+async def test_a_refused_message_given_back_is_kept_as_a_draft(
+    browser_ready: None, serve_node: Any
+) -> None:
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+    text = "too long " * 2000  # over the 16 KB limit
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            alice.composer.fill(text)
+            alice.composer.press("Enter")
+            form = alice.page.get_by_role("form", name="Send a message")
+            expect(form.get_by_role("alert")).to_contain_text("Not sent")
+            expect(alice.composer).to_have_value(text.rstrip())
+            alice.page.reload()
+            expect(alice.composer).to_have_value(text.rstrip())
+            alice.assert_clean(console=False)  # the refused send (413) is logged
+
+    await in_browser(scenario)

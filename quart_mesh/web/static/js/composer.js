@@ -8,8 +8,7 @@ import { h, icon } from "./dom.js";
 let composers = 0;
 export const MENTION_AT_CARET = /(?:^|[^\p{L}\p{N}_.])@([\p{L}\p{N}_.\-]{0,64})$/u;
 
-/** Unsent text per room and thread, in localStorage per account: kept over
- * a reload, dropped on signing out; at most 50 (the oldest go first). */
+/** Unsent text per room and thread, per account (decision 0075). */
 export class Drafts {
   all = {};
 
@@ -54,8 +53,7 @@ export class Drafts {
     }
   }
 
-  /** Forget them (*drop*: from the storage too, even after a clear
-   * without, as when the node ends the session while signing out). */
+  /** Forget them; *drop*: from the storage too. */
   clear(drop) {
     this.save();
     this.on = false;
@@ -280,6 +278,7 @@ export class Composer {
     const typed = this.box.value;
     this.box.value = typed.trim() ? `${content}\n${typed}` : content;
     this.resize();
+    this.app.drafts.set(this.draft, this.box.value);
     this.error.textContent = reason;
     this.box.focus();
     this.box.setSelectionRange(0, 0);
