@@ -78,3 +78,63 @@ async def test_every_view_passes_axe_wide_and_narrow(browser_ready: None, serve_
                 alice.context.close()
 
     await in_browser(scenario, timeout=300)
+
+
+def _check_dialog(person: Person, dialog: Any, name: str, found: dict[str, list[str]]) -> None:
+    """axe on the page with *dialog* open (into *found*), then Escape closes it."""
+    expect(dialog).to_be_visible()
+    person.page.wait_for_load_state("networkidle")
+    problems = violations(person)
+    if sideways(person) > 0:
+        problems.append(f"the page scrolls sideways by {sideways(person)} px")
+    if problems:
+        found[name] = problems
+    person.page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+
+
+async def test_the_writing_and_settings_dialogs_pass_axe_wide_and_narrow(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Issue 32's dialogs: account settings, a room's description, the pinned
+    messages and the reaction picker, each open, at 1280 and 390 px."""
+    node: Served = await serve_node()
+    alice_user, _, room_id = await two_people(node)
+    message = await node.mesh.send(alice_user, room_id, "a pinned message")
+    r = await node.mesh.http.put(
+        f"/api/rooms/{room_id}/pins/{message['messageId']}", headers=alice_user.headers
+    )
+    assert r.status_code == 200, r.text
+
+    def scenario() -> None:
+        with chromium() as browser:
+            for width in (1280, 390):
+                alice = signed_in(browser, node.url, alice_user, width=width, height=844)
+                page = alice.page
+                found: dict[str, list[str]] = {}
+
+                alice.button("Settings").click()
+                settings = page.get_by_role("dialog", name="Settings")
+                expect(settings.get_by_role("list", name="Signed-in sessions")).to_contain_text(
+                    "This device"
+                )
+                _check_dialog(alice, settings, "settings", found)
+                alice.button("Edit description").click()
+                description = page.get_by_role("dialog", name="Description of #Town Square")
+                _check_dialog(alice, description, "description", found)
+                alice.button("Pinned (1)").click()
+                pins = page.get_by_role("dialog", name="Pinned messages")
+                expect(pins.get_by_role("listitem")).to_have_count(1)
+                _check_dialog(alice, pins, "pins", found)
+                pinned = alice.message("a pinned message")
+                pinned.focus()
+                page.keyboard.press("Enter")
+                page.keyboard.press("Enter")
+                pinned.get_by_role("button", name="More reactions").click()
+                reactions = page.get_by_role("dialog", name="Add a reaction")
+                _check_dialog(alice, reactions, "reactions", found)
+                assert found == {}, f"at {width} px: {found}"
+                alice.assert_clean()
+                alice.context.close()
+
+    await in_browser(scenario, timeout=300)

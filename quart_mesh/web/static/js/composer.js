@@ -3,11 +3,64 @@
 // `to`); files upload as soon as they are chosen, with progress; typing is
 // signalled to the room (at most every 2.5 s).
 
-import { bdi, formatBytes, h, icon } from "./dom.js";
+import { h, icon } from "./dom.js";
 
 let composers = 0;
-const MENTION_AT_CARET = /(?:^|[^\p{L}\p{N}_.])@([\p{L}\p{N}_.\-]{0,64})$/u;
-const MAX_SUGGESTIONS = 8;
+export const MENTION_AT_CARET = /(?:^|[^\p{L}\p{N}_.])@([\p{L}\p{N}_.\-]{0,64})$/u;
+
+/** Unsent text per room and thread, per account (decision 0075). */
+export class Drafts {
+  all = {};
+
+  constructor() {
+    addEventListener("pagehide", () => this.save());
+  }
+
+  attach(participantId) {
+    this.epoch = (this.epoch || 0) + 1;
+    this.key = `mesh.drafts.${participantId}`;
+    this.on = true;
+    try {
+      this.all = JSON.parse(localStorage.getItem(this.key)) || {};
+    } catch {
+      this.all = {};
+    }
+  }
+
+  get(id) {
+    return this.all[id]?.[0] || "";
+  }
+
+  set(id, text) {
+    if (text.trim()) this.all[id] = [text.slice(0, 40000), Date.now()];
+    else delete this.all[id];
+    const ids = Object.keys(this.all).sort((a, b) => this.all[b][1] - this.all[a][1]);
+    for (const old of ids.slice(50)) delete this.all[old];
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.save(), 300);
+  }
+
+  delete(id) {
+    this.set(id, "");
+  }
+
+  save() {
+    clearTimeout(this.timer);
+    try {
+      if (this.on) localStorage.setItem(this.key, JSON.stringify(this.all));
+    } catch {
+      // (storage full or off: kept for this page)
+    }
+  }
+
+  /** Forget them; *drop*: from the storage too. */
+  clear(drop) {
+    this.save();
+    this.on = false;
+    if (drop && this.key) localStorage.removeItem(this.key);
+    this.all = {};
+  }
+}
 
 export class Composer {
   /**
@@ -95,24 +148,32 @@ export class Composer {
     });
     this.box.addEventListener("keydown", (event) => this.onKeyDown(event));
     this.box.addEventListener("input", () => this.onInput());
-    this.box.addEventListener("blur", () => setTimeout(() => this.closeSuggestions(), 150));
+    this.box.addEventListener("blur", () => setTimeout(() => this.listbox.hidden || this.more("closeSuggestions"), 150));
     this.attach.addEventListener("click", () => this.fileInput.click());
     this.fileInput.addEventListener("change", () => {
-      for (const file of this.fileInput.files) this.startUpload(file);
+      this.more("startUploads", [...this.fileInput.files]);
       this.fileInput.value = "";
     });
     this.box.addEventListener("paste", (event) => {
       const files = [...(event.clipboardData?.files || [])];
       if (files.length) {
         event.preventDefault();
-        for (const file of files) this.startUpload(file);
+        this.more("startUploads", files);
       }
     });
   }
 
-  /** Point the composer at a room (and thread); keep each room's draft. */
+  /** The draft's key: the room, or the room and thread. */
+  get draft() {
+    return this.threadId ? `${this.room.roomId}/${this.threadId}` : this.room.roomId;
+  }
+
+  /** Point the composer at a room (and thread); keep each one's draft. */
   setTarget(room, threadId = null) {
-    if (this.room && !this.inThread) this.app.drafts.set(this.room.roomId, this.box.value);
+    const { drafts } = this.app;
+    // (not into the drafts of a sign-in since)
+    if (this.room && this.epoch === drafts.epoch) drafts.set(this.draft, this.box.value);
+    this.epoch = drafts.epoch;
     this.room = room;
     this.threadId = threadId;
     this.mentioned.clear();
@@ -122,7 +183,7 @@ export class Composer {
       : `Message ${room.isDm ? this.app.store.roomLabel(room) : "#" + room.name}`;
     this.label.textContent = label;
     this.box.placeholder = label;
-    this.box.value = this.inThread ? "" : this.app.drafts.get(room.roomId) || "";
+    this.box.value = drafts.get(this.draft);
     this.resize();
     this.refreshPermission();
   }
@@ -158,9 +219,10 @@ export class Composer {
 
   onInput() {
     this.resize();
+    if (this.room) this.app.drafts.set(this.draft, this.box.value);
     this.error.textContent = "";
     if (this.box.value.trim() && this.room) this.app.typing(this.room);
-    this.suggest();
+    if (!this.listbox.hidden || MENTION_AT_CARET.test(this.box.value.slice(0, this.box.selectionStart))) this.more("suggest");
   }
 
   onKeyDown(event) {
@@ -169,88 +231,36 @@ export class Composer {
       event.preventDefault();
       const step = event.key === "ArrowDown" ? 1 : -1;
       this.active = (this.active + step + this.suggestions.length) % this.suggestions.length;
-      this.renderSuggestions();
+      this.more("renderSuggestions");
       return;
     }
     if (open && (event.key === "Enter" || event.key === "Tab") && !event.shiftKey) {
       event.preventDefault();
-      this.choose(this.suggestions[this.active]);
+      this.more("choose", this.suggestions[this.active]);
       return;
     }
     if (open && event.key === "Escape") {
       event.preventDefault();
       event.stopPropagation();
-      this.closeSuggestions();
+      this.more("closeSuggestions");
       return;
     }
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       this.submit();
     }
+    // Up in an empty box edits one's last message
+    const last = event.key === "ArrowUp" && !this.box.value && !this.inThread && !(event.shiftKey || event.altKey || event.ctrlKey || event.metaKey)
+      && this.app.timeline.messages().findLast((m) => m.senderId === this.app.store.me.participantId);
+    if (last) {
+      event.preventDefault();
+      this.app.timeline.edit(last, this.box);
+    }
   }
 
-  // mentions -------------------------------------------------------------------
-
-  suggest() {
-    const before = this.box.value.slice(0, this.box.selectionStart);
-    const match = MENTION_AT_CARET.exec(before);
-    if (!match) return this.closeSuggestions();
-    const query = match[1].toLowerCase();
-    const me = this.app.store.me.participantId;
-    this.suggestions = [...this.app.store.participants.values()]
-      .filter((p) => p.participantId !== me && p.name.toLowerCase().startsWith(query))
-      .sort((a, b) => (a.online === b.online ? a.name.localeCompare(b.name) : a.online ? -1 : 1))
-      .slice(0, MAX_SUGGESTIONS);
-    if (!this.suggestions.length) return this.closeSuggestions();
-    this.active = 0;
-    this.renderSuggestions();
-  }
-
-  renderSuggestions() {
-    this.listbox.replaceChildren(
-      ...this.suggestions.map((p, i) =>
-        h(
-          "li",
-          {
-            id: `${this.id}-option-${i}`,
-            role: "option",
-            class: i === this.active ? "active" : null,
-            "aria-selected": i === this.active ? "true" : "false",
-            on: {
-              mousedown: (event) => {
-                event.preventDefault();
-                this.choose(p);
-              },
-            },
-          },
-          bdi(p.name),
-          p.online ? h("span", { class: "hint", text: " online" }) : null,
-        ),
-      ),
-    );
-    this.listbox.hidden = false;
-    this.box.setAttribute("aria-activedescendant", `${this.id}-option-${this.active}`);
-  }
-
-  closeSuggestions() {
-    this.listbox.hidden = true;
-    this.suggestions = [];
-    this.box.removeAttribute("aria-activedescendant");
-  }
-
-  choose(participant) {
-    const caret = this.box.selectionStart;
-    const before = this.box.value.slice(0, caret);
-    const match = MENTION_AT_CARET.exec(before);
-    if (!match) return this.closeSuggestions();
-    const start = caret - match[1].length;
-    const inserted = `${participant.name} `;
-    this.box.value = this.box.value.slice(0, start) + inserted + this.box.value.slice(caret);
-    const at = start + inserted.length;
-    this.box.setSelectionRange(at, at);
-    this.mentioned.set(participant.name.toLowerCase(), participant.participantId);
-    this.closeSuggestions();
-    this.box.focus();
+  /** Call *fn* of writing.js (the suggestions, uploads: fetched when first used). */
+  more(fn, ...args) {
+    import("./writing.js").then((m) => m[fn](this, ...args), (e) => (this.error.textContent = e.message));
   }
 
   /** The participant the message is addressed to: the first one chosen from
@@ -261,71 +271,6 @@ export class Composer {
     return null;
   }
 
-  // uploads ----------------------------------------------------------------------
-
-  startUpload(file) {
-    const item = { file, progress: 0, result: null, error: null, controller: new AbortController() };
-    this.uploads.push(item);
-    this.renderUploads();
-    this.app.api
-      .upload(file, (fraction) => {
-        item.progress = fraction;
-        this.renderUploads();
-      }, item.controller.signal)
-      .then((result) => {
-        item.result = result;
-        this.renderUploads();
-      })
-      .catch((error) => {
-        if (error.code === "aborted") return;
-        item.error = error.message;
-        this.renderUploads();
-      });
-  }
-
-  renderUploads() {
-    this.uploadList.hidden = this.uploads.length === 0;
-    this.uploadList.replaceChildren(
-      ...this.uploads.map((item) => {
-        const name = item.file.name || "pasted file";
-        const state = item.error
-          ? h("span", { class: "error", text: `not uploaded: ${item.error}` })
-          : item.result
-            ? h("span", { class: "hint", text: `${formatBytes(item.result.size)}, ready` })
-            : h("progress", {
-                max: "1",
-                value: String(item.progress),
-                "aria-label": `Uploading ${name}`,
-              });
-        return h(
-          "li",
-          { class: "upload" },
-          icon("file"),
-          bdi(name),
-          " ",
-          state,
-          h(
-            "button",
-            {
-              type: "button",
-              class: "icon-button",
-              "aria-label": `Remove ${name}`,
-              on: {
-                click: () => {
-                  item.controller.abort();
-                  this.uploads = this.uploads.filter((u) => u !== item);
-                  this.renderUploads();
-                  this.box.focus();
-                },
-              },
-            },
-            icon("close"),
-          ),
-        );
-      }),
-    );
-  }
-
   // sending ------------------------------------------------------------------------
 
   /** A message refused for good: its text back, the reason beside it. */
@@ -333,6 +278,7 @@ export class Composer {
     const typed = this.box.value;
     this.box.value = typed.trim() ? `${content}\n${typed}` : content;
     this.resize();
+    this.app.drafts.set(this.draft, this.box.value);
     this.error.textContent = reason;
     this.box.focus();
     this.box.setSelectionRange(0, 0);
@@ -363,9 +309,10 @@ export class Composer {
     this.box.value = "";
     this.uploads = [];
     this.mentioned.clear();
-    this.renderUploads();
+    this.uploadList.hidden = true;
+    this.uploadList.replaceChildren();
     this.resize();
-    if (!this.inThread) this.app.drafts.delete(this.room.roomId);
+    this.app.drafts.delete(this.draft);
     this.box.focus();
   }
 }

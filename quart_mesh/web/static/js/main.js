@@ -5,11 +5,12 @@
 // reload keeps the session; signing out revokes it on the node.
 
 import { Api } from "./api.js";
-import { Composer } from "./composer.js";
+import { Composer, Drafts } from "./composer.js";
 import { $, bdi, cursorCompare, fill, h, newClientId, toast } from "./dom.js";
 import { Live } from "./live.js";
 import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
 import { Timeline } from "./room.js";
+import { roomChanged, roomTools, run } from "./roomtools.js";
 import { Sidebar } from "./sidebar.js";
 import { Outbox, Room, Store } from "./state.js";
 
@@ -55,7 +56,7 @@ class App {
     this.auth = null; // auth.js, fetched when the sign-in screen is first shown
     this.live = null;
     this.currentRoomId = null;
-    this.drafts = new Map();
+    this.drafts = new Drafts();
     this.typingSent = new Map(); // roomId -> time
     this.typingSeen = new Map(); // roomId -> Map(participantId -> until)
     this.typingTimer = 0;
@@ -136,6 +137,7 @@ class App {
     // notifications turned on here earlier: their code is needed at once
     if (localStorage.getItem(`mesh.notify.${me.participantId}`) === "on") this.loadNotifier().catch(() => {});
     this.outbox.restore(`mesh.outbox.${me.participantId}`);
+    this.drafts.attach(me.participantId);
     $("chat").hidden = false;
     $("me-name").textContent = me.name;
     $("mesh-name").textContent = this.store.status.meshName || "";
@@ -178,7 +180,7 @@ class App {
     this.currentRoomId = null;
     if (this.tasks) this.tasks.reset();
     this.tasksGone = false;
-    this.drafts.clear();
+    this.drafts.clear(revoke);
     this.keptReplies.clear();
     if (this.search) this.search.reset();
     else $("search-input").value = "";
@@ -356,6 +358,7 @@ class App {
         return;
       }
       notifier.render();
+      run(this, "settings", "accountSettings", dialog);
       dialog.showModal();
       $("notify-toggle").focus();
     });
@@ -515,6 +518,10 @@ class App {
       }
       case "room_access":
         return this.onRoomAccess(event);
+      case "room_updated":
+      case "message_pinned":
+      case "message_unpinned":
+        return roomChanged(this, event);
       case "typing":
         return this.onTyping(event);
       case "presence": {
@@ -1165,6 +1172,7 @@ class App {
       : "Count unread messages here, but tell me only when I am mentioned";
     $("leave-room").hidden = room.isDm;
     $("hide-dm").hidden = !room.isDm;
+    roomTools(this, room);
   }
 
   async loadRoomDetails(room) {

@@ -4,6 +4,7 @@
 
 import { bdi, cursorCompare, formatBytes, h, icon, longTime, shortTime } from "./dom.js";
 import { render } from "./markdown.js";
+import { run } from "./roomtools.js";
 import { participantBadges } from "./sidebar.js";
 
 export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏", "✅", "🚀"];
@@ -336,6 +337,13 @@ export class Timeline {
       next = (up ? seen[seen.length - 1] : seen[0]) || next;
     }
     event.preventDefault();
+    const open = this.picking && this.room.find(this.picking);
+    if (open) {
+      // (its picker closes)
+      this.picking = null;
+      this.upsert(open);
+      if (next.dataset.messageId === open.messageId) next = this.views.get(open.messageId);
+    }
     next.focus();
     next.scrollIntoView({ block: "nearest" });
   }
@@ -517,6 +525,13 @@ export class Timeline {
           },
         }),
       ),
+      h("button", {
+        type: "button",
+        class: "pick",
+        text: "More…",
+        "aria-label": "More reactions",
+        on: { click: () => run(this.app, "emoji", "openEmoji", this, message) },
+      }),
     );
   }
 
@@ -567,17 +582,7 @@ export class Timeline {
         h("button", {
           type: "button",
           text: "Edit message",
-          on: {
-            click: () => {
-              this.editing = message.messageId;
-              this.upsert(message);
-              const form = this.views.get(message.messageId).querySelector(".edit-form");
-              const box = form.querySelector("textarea");
-              box.focus({ preventScroll: true });
-              box.setSelectionRange(box.value.length, box.value.length);
-              form.scrollIntoView({ block: "nearest" });
-            },
-          },
+          on: { click: () => this.edit(message) },
         }),
       );
     }
@@ -590,12 +595,30 @@ export class Timeline {
         }),
       );
     }
+    if (room.pins && app.roomCan(room, "messages.send")) {
+      const pinned = room.pins.has(message.messageId);
+      buttons.push(
+        h("button", { type: "button", text: pinned ? "Unpin message" : "Pin message", on: { click: () => run(app, "pins", "pin", message, !pinned) } }),
+      );
+    }
     if (!buttons.length) return null;
     return h(
       "div",
       { class: "msg-actions", role: "toolbar", "aria-label": `Actions for the message from ${message.senderName}` },
       buttons,
     );
+  }
+
+  /** Edit *message*; then the focus goes to *back* or its Edit button. */
+  edit(message, back = null) {
+    this.editing = message.messageId;
+    this.editBack = back;
+    this.upsert(message);
+    const form = this.views.get(message.messageId).querySelector(".edit-form");
+    const box = form.querySelector("textarea");
+    box.focus({ preventScroll: true });
+    box.setSelectionRange(box.value.length, box.value.length);
+    form.scrollIntoView({ block: "nearest" });
   }
 
   editForm(message) {
@@ -606,11 +629,13 @@ export class Timeline {
       value: message.content,
     });
     const error = h("p", { class: "error", role: "alert" });
-    const cancel = () => {
+    const done = (m) => {
       this.editing = null;
-      this.upsert(message);
-      this.focusAction(message.messageId, "Edit message");
+      this.upsert(m);
+      if (this.editBack) this.editBack.focus();
+      else this.focusAction(message.messageId, "Edit message");
     };
+    const cancel = () => done(message);
     const save = async () => {
       const content = box.value;
       if (!content.trim()) {
@@ -619,25 +644,12 @@ export class Timeline {
       }
       if (content === message.content) return cancel();
       try {
-        const updated = await this.app.editMessage(message, content);
-        this.editing = null;
-        this.upsert(updated);
-        this.focusAction(message.messageId, "Edit message");
+        done(await this.app.editMessage(message, content));
       } catch (e) {
         error.textContent = `Not saved: ${e.message}`;
       }
     };
-    box.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-        event.preventDefault();
-        save();
-      } else if (event.key === "Escape") {
-        event.preventDefault();
-        event.stopPropagation();
-        cancel();
-      }
-    });
-    return h(
+    const form = h(
       "form",
       { class: "edit-form", on: { submit: (event) => { event.preventDefault(); save(); } } },
       box,
@@ -649,6 +661,17 @@ export class Timeline {
         h("button", { type: "submit", class: "primary", text: "Save" }),
       ),
     );
+    form.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.target === box && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        save();
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation();
+        cancel();
+      }
+    });
+    return form;
   }
 
   pendingView(item) {
