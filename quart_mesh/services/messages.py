@@ -531,10 +531,10 @@ class Messages:
             authorize(actor, "messages.send", RoomRef(message.room_id))
             at = now_ms()
             found = pins_repo.Pin(message_id, message.room_id, actor.participant_id, at)
-            if not pins_repo.pin(conn, found):
+            added = pins_repo.pin(conn, found, cap=MAX_PINS)
+            if added is False:
                 return False  # pinned already: idempotent, even in a full room
-            # counted with this pin (the unit is undone if it is one too many)
-            if pins_repo.count_pins(conn, message.room_id) > MAX_PINS:
+            if added is None:
                 raise Conflict(
                     f"this room has {MAX_PINS} pinned messages, the most it may: unpin one first",
                     "too_many_pins",
