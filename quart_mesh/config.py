@@ -202,6 +202,7 @@ RATE_RULES = (
     "typing",
     "models",
     "search",
+    "profile",
     "login_name",
     "login_slowdown",
     "login_address",
@@ -245,7 +246,8 @@ class RateLimits:
 
     Per participant (times its role's multiplier; the owner is not limited):
     ``messages`` (sends and edits), ``reactions``, ``models`` (proxy
-    requests), ``search``, and ``typing`` (per room, the same for everyone; extra typing
+    requests), ``search``, ``profile`` (changes of one's own settings),
+    and ``typing`` (per room, the same for everyone; extra typing
     is dropped silently). Per login name and client address: ``login_name``;
     per login name, failed logins slow its logins down: ``login_slowdown``
     (never refused, so nobody can lock the owner out). Per client address
@@ -271,6 +273,10 @@ class RateLimits:
     models: Rate | None = Rate(60, 60)
     #: searches (``GET /api/search`` and every other way in)
     search: Rate | None = Rate(30, 10)
+    #: changes of one's own settings (``PATCH /api/auth/me``: display name,
+    #: read receipts); each display-name change is an event to everyone who
+    #: shares a room with the participant
+    profile: Rate | None = Rate(10, 60)
     #: login attempts for one name from one client address (refused beyond)
     login_name: Rate | None = Rate(10, 60)
     #: failed logins for one name from anywhere; beyond, every login for the

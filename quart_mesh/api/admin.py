@@ -105,7 +105,7 @@ class AdminMeshSettings(Shape):
     registry_enabled: bool
     #: admin: switched in these settings; settings: as MESH_REGISTRY_ENABLED says
     registry_enabled_source: Literal["admin", "settings"]
-    #: by rule: messages, reactions, typing, models, loginName, loginSlowdown,
+    #: by rule: messages, reactions, typing, models, search, profile, loginName, loginSlowdown,
     #: loginAddress, registrationAddress, challengeAddress, federationRelay,
     #: federationStrangerAddress, registryDid, registryAddress
     rate_limits: dict[str, RateRule]

@@ -18,6 +18,14 @@ class OpenDm(Body):
     participant_id: str
 
 
+class ReadReceipt(Shape):
+    """Another member's read position in a DM."""
+
+    participant_id: Id
+    #: the newest message it has read
+    cursor: str
+
+
 class DmView(Shape):
     """A DM: its room and the other participant."""
 
@@ -28,6 +36,9 @@ class DmView(Shape):
     last_message_at: Timestamp | None
     #: the caller muted it
     muted: bool
+    #: the other members' read positions, of those who share their read
+    #: receipts; empty when the caller does not share its own (decision 0071)
+    read_by: list[ReadReceipt]
 
 
 @bp.get("/api/dms")

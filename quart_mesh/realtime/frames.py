@@ -512,6 +512,23 @@ class RoomRead(_Server, tag="room_read"):
     mentions: int
 
 
+class DmRead(_Server, tag="dm_read"):
+    """Another member's read position in a DM moved (a read receipt; only
+    between members who both share their receipts)."""
+
+    room_id: str
+    participant_id: str
+    #: its read position now
+    cursor: Cursor
+
+
+class ParticipantUpdated(_Server, tag="participant_updated"):
+    """A participant who shares a room or DM with this one (or this one)
+    changed its display name."""
+
+    participant: Participant
+
+
 class RoomMuted(_Server, tag="room_muted"):
     """The participant muted or unmuted a room or DM (from any of its
     sessions or over REST)."""
@@ -616,6 +633,8 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     MessagePinned,
     MessageUnpinned,
     RoomRead,
+    DmRead,
+    ParticipantUpdated,
     RoomMuted,
     RoomAccess,
     Typing,
@@ -643,6 +662,8 @@ ServerFrame = (
     | MessagePinned
     | MessageUnpinned
     | RoomRead
+    | DmRead
+    | ParticipantUpdated
     | RoomMuted
     | RoomAccess
     | Typing

@@ -52,6 +52,7 @@ RULE_FIELDS: Final = {
     "typing": ("typing", "participant and room"),
     "models": ("models", "participant"),
     "search": ("search", "participant"),
+    "profile": ("profile", "participant"),
     "login_name": ("loginName", "login name and client address"),
     "login_slowdown": ("loginSlowdown", "login name (failed logins slow its logins down)"),
     "login_address": ("loginAddress", "client address"),

@@ -14,6 +14,7 @@ from ..ids import is_ulid, new_id
 from ..records import Participant, Room, iso, now_ms
 from ..store import Database, outbox
 from ..store import accounts as accounts_repo
+from ..store import receipts as receipts_repo
 from ..store import rooms as repo
 from .authz import Actor, authorize
 from .presence import Presence
@@ -29,6 +30,10 @@ class Dm:
     last_message_at: int | None = None
     #: the caller muted it
     muted: bool = False
+    #: the other members' read positions (participant id, cursor): read
+    #: receipts, only of those who share them, and none for a caller who
+    #: does not (decision 0071)
+    read_by: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +42,10 @@ class Dm:
             "createdAt": iso(self.room.created_at),
             "lastMessageAt": iso(self.last_message_at),
             "muted": self.muted,
+            "readBy": [
+                {"participantId": participant_id, "cursor": str(cursor)}
+                for participant_id, cursor in self.read_by
+            ],
         }
 
 
@@ -97,7 +106,14 @@ class DirectMessages:
             else:
                 repo.set_hidden(conn, room.room_id, actor.participant_id, False)
             mine = repo.memberships(conn, actor.participant_id, room.room_id)
-            return Dm(room, other, muted=mine.get(room.room_id, False)), created, me
+            read_by = _read_by(conn, actor.participant_id, [room.room_id])
+            dm = Dm(
+                room,
+                other,
+                muted=mine.get(room.room_id, False),
+                read_by=tuple(read_by.get(room.room_id, ())),
+            )
+            return dm, created, me
 
         dm, created, _ = await self._db.write(write)
         return replace(dm, other=self._presence.mark(dm.other)), created
@@ -115,13 +131,24 @@ class DirectMessages:
 
         def read(
             conn: Connection,
-        ) -> tuple[list[tuple[Room, Participant, int | None]], dict[str, bool]]:
+        ) -> tuple[
+            list[tuple[Room, Participant, int | None]],
+            dict[str, bool],
+            dict[str, list[tuple[str, int]]],
+        ]:
             rows = list(repo.list_dms(conn, actor.participant_id))
-            return rows, repo.memberships(conn, actor.participant_id)
+            read_by = _read_by(conn, actor.participant_id, [room.room_id for room, _, _ in rows])
+            return rows, repo.memberships(conn, actor.participant_id), read_by
 
-        rows, mine = await self._db.read(read)
+        rows, mine, read_by = await self._db.read(read)
         return [
-            Dm(room, self._presence.mark(other), last, mine.get(room.room_id, False))
+            Dm(
+                room,
+                self._presence.mark(other),
+                last,
+                mine.get(room.room_id, False),
+                tuple(read_by.get(room.room_id, ())),
+            )
             for room, other, last in rows
         ]
 
@@ -141,3 +168,13 @@ class DirectMessages:
             repo.set_hidden(conn, room_id, actor.participant_id, True)
 
         await self._db.write(write)
+
+
+def _read_by(
+    conn: Connection, participant_id: str, room_ids: list[str]
+) -> dict[str, list[tuple[str, int]]]:
+    """The read receipts *participant_id* may see in *room_ids*: none if it
+    does not share its own (decision 0071)."""
+    if not room_ids or not receipts_repo.receipts_on(conn, participant_id):
+        return {}
+    return receipts_repo.read_by(conn, room_ids, participant_id)

@@ -32,9 +32,9 @@ from ..store import messages as repo
 from ..store import pins as pins_repo
 from ..store import relay as relay_repo
 from ..store import rooms as rooms_repo
-from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
 from .ratelimit import RateLimiter
+from .receipts import advance_reads
 from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
 from .validation import check_client_id, check_content, check_emoji, check_id, cursor_number
@@ -419,7 +419,7 @@ class Messages:
         if page and thread_id is None and around is None:
             newest = page[-1].seq
             await self._db.write(
-                lambda conn: state_repo.advance_reads(conn, actor.participant_id, {room_id: newest})
+                lambda conn: advance_reads(conn, actor.participant_id, {room_id: newest})
             )
         return page
 

@@ -202,6 +202,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "typing",
         "models",
         "search",
+        "profile",
         "loginName",
         "loginSlowdown",
         "loginAddress",

@@ -16,6 +16,7 @@ const RULES = {
   typing: "Typing signals (extra ones are dropped)",
   models: "Model proxy requests",
   search: "Searches",
+  profile: "Changes of one's own settings",
   loginName: "Sign-in attempts for one name from one address",
   loginSlowdown: "Failed sign-ins for one name before its sign-ins slow down",
   loginAddress: "Sign-in attempts from one address",
