@@ -524,6 +524,7 @@ class App {
         console.error(error); // one view's fault never stops the chat's events
       }
     }
+    this.seen?.onEvent(event);
     switch (event.type) {
       case "message":
         return this.onMessage(event);
@@ -563,6 +564,9 @@ class App {
         }
         return;
       }
+      case "participant_updated":
+        Object.assign(store.participant(event.participant.participantId) || {}, event.participant);
+        return this.sidebar.render();
       case "participant_moved": {
         const p = store.participant(event.participantId);
         if (p) p.position = { roomId: event.roomId, x: event.x, y: event.y, z: event.z };
@@ -615,6 +619,11 @@ class App {
       await this.loadTasks();
     }
     if (room.roomId === this.currentRoomId) this.tasks.show(room, answer);
+  }
+
+  // DMs' read receipts (receipts.js)
+  showSeen(room) {
+    (this.seenLoad ||= Promise.all([import("./receipts.js"), loadStyle("receipts.css")]).then(([m]) => (this.seen = new m.Seen(this)))).then((s) => s.show(room));
   }
 
   loadTasks() {
@@ -1090,6 +1099,7 @@ class App {
       this.composer.setTarget(room);
       this.timeline.show(room);
       this.showTasks(room);
+      if (room.isDm || this.seen) this.showSeen(room);
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }
