@@ -268,16 +268,10 @@ class World:
         rooms = [head + _OWN_TAIL[room_id in mine, room_id in muted] for room_id, head in chosen]
         dms = [(room, other) for room, other in own.dms if readable(room.room_id)]
         for room, other_id in dms[: max(0, most - len(rooms))]:
-            rooms.append(
-                _dumps(
-                    {
-                        **room.to_json(),
-                        "joined": True,
-                        "muted": room.room_id in muted,
-                        "with": other_id,
-                    }
-                )
-            )
+            dm = {**room.to_json(), "joined": True, "muted": room.room_id in muted}
+            if other_id is not None:  # a group DM has none: its name names it
+                dm["with"] = other_id
+            rooms.append(_dumps(dm))
         return "".join(
             (
                 '{"type":"snapshot","rooms":[',

@@ -104,7 +104,9 @@ def test_the_package_ships_every_asset_and_they_are_small() -> None:
     # the whole client, every view included (what the chat's first load
     # fetches has its own budget: tests/web/test_accounts.py)
     total = sum(len(a.body) for a in assets.values())
-    assert total < 500_000, total
+    # (500,000 until issue 32's second installment: group DMs and read
+    # receipts added 5 kB of modules fetched only when used)
+    assert total < 505_000, total
     config = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     for folder in ("", "js/", "css/"):
         assert f'"web/static/{folder}*"' in config, folder

@@ -80,6 +80,14 @@ async def test_notifications_when_hidden_for_what_needs_you(
     )
     assert r.status_code in (200, 201), r.text
     dm = r.json()["roomId"]
+    carol = await node.mesh.register("carol")
+    r = await http.post(
+        "/api/dms",
+        json={"participantIds": [alice_user.participant_id, carol.participant_id]},
+        headers=bob_user.headers,
+    )
+    assert r.status_code == 201, r.text
+    group = r.json()["roomId"]
     mine = await node.mesh.send(alice_user, town, "Shall we move the standup?")
     theirs = await node.mesh.send(bob_user, town, "Lunch at noon?")
 
@@ -128,12 +136,14 @@ async def test_notifications_when_hidden_for_what_needs_you(
             call(bob_says, town, "A reply in bob's own thread", theirs["messageId"])
             call(bob_says, town, "@alice the deploy is done")
             call(bob_says, dm, "Got a minute?")
+            call(bob_says, group, "All three of us?")
             reply = call(bob_says, town, "Tuesday works", mine["messageId"])
-            alice.page.wait_for_function("() => window.__notes.length >= 3")
+            alice.page.wait_for_function("() => window.__notes.length >= 4")
             alice.page.wait_for_timeout(300)  # nothing else on its way
             assert notes(alice) == [
                 {"title": "bob mentioned you in #Town Square", "body": "@alice the deploy is done"},
                 {"title": "bob (direct message)", "body": "Got a minute?"},
+                {"title": "bob (alice, bob, carol)", "body": "All three of us?"},
                 {"title": "bob replied in a thread in #Town Square", "body": "Tuesday works"},
             ]
 

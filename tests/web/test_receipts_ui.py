@@ -113,3 +113,62 @@ async def test_seen_under_ones_newest_dm_message(browser_ready: None, serve_node
             bob.assert_clean()
 
     await in_browser(scenario)
+
+
+async def test_a_group_conversation_from_the_new_dm_dialog(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Several people ticked in "New direct message": one conversation with
+    all of them (POST /api/dms {participantIds}), named by its members in
+    every member's sidebar, with "Seen by" and the names of those who read."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    carol_user = await node.mesh.register("carol")
+    await node.mesh.join(carol_user, room_id)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            bob = signed_in(browser, node.url, bob_user)
+            carol = signed_in(browser, node.url, carol_user, width=390, height=844)
+            alice.button("New direct message").click()
+            dialog = alice.page.get_by_role("dialog", name="New direct message")
+            start = dialog.get_by_role("button", name=re.compile("^Start a conversation"))
+            dialog.get_by_role("checkbox", name="Add bob to a group conversation").check()
+            expect(start).to_be_hidden()  # one ticked: a plain DM is the person's button
+            dialog.get_by_role("checkbox", name="Add carol to a group conversation").check()
+            expect(start).to_have_text("Start a conversation with bob, carol")
+            assert violations(alice, "#dm-picker") == []
+            shot(alice.page, "group-dm-picker")
+            start.click()
+            expect(dialog).to_be_hidden()
+            expect(alice.heading("Direct messages with alice, bob, carol")).to_be_visible()
+            expect(dm_link(alice, "alice, bob, carol")).to_be_visible()
+            # the others see it at once, named by its members
+            expect(dm_link(bob, "alice, bob, carol")).to_be_visible()
+            alice.send("lunch at noon?")
+            dm_link(bob, "alice, bob, carol").click()
+            expect(bob.message("lunch at noon?")).to_be_visible()
+            expect(seen(alice)).to_have_text("Seen by bob")
+            carol.button("Show rooms and people").click()
+            dm_link(carol, "alice, bob, carol").click()
+            expect(carol.message("lunch at noon?")).to_be_visible()
+            expect(seen(alice)).to_have_text(re.compile(r"^Seen by (bob, carol|carol, bob)$"))
+            assert violations(carol) == []
+            # the same people again: the same conversation, not a second one
+            carol.button("Show rooms and people").click()
+            carol.button("New direct message").click()
+            picker = carol.page.get_by_role("dialog", name="New direct message")
+            picker.get_by_role("checkbox", name="Add alice to a group conversation").check()
+            picker.get_by_role("checkbox", name="Add bob to a group conversation").check()
+            assert violations(carol, "#dm-picker") == []
+            picker.get_by_role("button", name="Start a conversation with alice, bob").click()
+            expect(carol.message("lunch at noon?")).to_be_visible()
+            nav = alice.page.get_by_role("navigation", name="Rooms and people")
+            expect(nav.get_by_role("link", name=re.compile("^Direct messages with"))).to_have_count(
+                1
+            )
+            for person in (alice, bob, carol):
+                person.assert_clean()
+
+    await in_browser(scenario)

@@ -621,7 +621,6 @@ class App {
     if (room.roomId === this.currentRoomId) this.tasks.show(room, answer);
   }
 
-  // DMs' read receipts (receipts.js)
   showSeen(room) {
     (this.seenLoad ||= Promise.all([import("./receipts.js"), loadStyle("receipts.css")]).then(([m]) => (this.seen = new m.Seen(this)))).then((s) => s.show(room));
   }
@@ -856,7 +855,7 @@ class App {
   async fetchRoom(roomId) {
     try {
       const data = await this.api.get(`/api/rooms/${encodeURIComponent(roomId)}`);
-      if (data.kind === "dm") {
+      if (data.kind === "dm" && data.name == "dm") {
         const other = data.members.find((m) => m.participantId !== this.store.me.participantId);
         data.with = other ? other.participantId : null;
         for (const m of data.members) if (!this.store.participant(m.participantId)) this.store.participants.set(m.participantId, m);
