@@ -275,14 +275,14 @@ class DmRead(Event):
 @dataclass(frozen=True, slots=True)
 class ParticipantUpdated(Event):
     """Extension: a participant changed how it is shown (its display name);
-    sent to the sessions of everyone who shares a room or DM with it, its
-    own included (:meth:`Broker.send_to`), so ``room_id`` is ``None``."""
+    one event per room or DM it is in, to that room's members (so one who
+    shares several rooms with it gets it once per room)."""
 
     type: ClassVar[str] = "participant_updated"
     participant: Participant = field(kw_only=True)
 
     def payload(self) -> dict[str, Any]:
-        return {"participant": self.participant.to_json()}
+        return {"roomId": self.room_id, "participant": self.participant.to_json()}
 
 
 @dataclass(frozen=True, slots=True)

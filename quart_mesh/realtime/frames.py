@@ -523,9 +523,10 @@ class DmRead(_Server, tag="dm_read"):
 
 
 class ParticipantUpdated(_Server, tag="participant_updated"):
-    """A participant who shares a room or DM with this one (or this one)
-    changed its display name."""
+    """A member of the room (this participant too) changed its display
+    name: once per room it is in."""
 
+    room_id: str
     participant: Participant
 
 

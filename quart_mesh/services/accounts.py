@@ -529,7 +529,8 @@ class Accounts:
         sees others', decision 0071); :data:`Keep.KEEP` / None: unchanged.
         Counts against the ``profile`` rate. A display name that changed is
         told to everyone who shares a room or DM with the actor, the actor
-        included (``participant_updated``), in the same unit of work.
+        included (``participant_updated``, one per room or DM it is in), in
+        the same unit of work.
 
         Returns:
             The participant as it is now and whether it shares read receipts.
@@ -557,9 +558,11 @@ class Accounts:
                 updated = repo.set_display_name(conn, participant_id, name)
                 assert updated is not None
                 found = updated
-                event = ParticipantUpdated(None, participant=self.with_presence(found))
-                for mate in rooms_repo.room_mates(conn, participant_id):
-                    outbox.emit_to(conn, mate, event)
+                # an event per room or DM it is in (not per person who
+                # shares one: a big room would make one frame per member)
+                shown = self.with_presence(found)
+                for room_id in sorted(rooms_repo.member_room_ids(conn, participant_id)):
+                    outbox.emit(conn, ParticipantUpdated(room_id, participant=shown))
             return found, receipts_repo.receipts_on(conn, participant_id)
 
         changed = await self._db.write(write)

@@ -36,7 +36,6 @@ __all__ = [
     "page_rooms",
     "remove_member",
     "room_from_row",
-    "room_mates",
     "room_name_conflict",
     "set_description",
     "set_hidden",
@@ -207,19 +206,6 @@ def count_created(conn: Connection, participant_id: str) -> int:
         .where(rooms.c.created_by == participant_id, rooms.c.kind == "room")
     )
     return int(conn.execute(query).scalar_one())
-
-
-def room_mates(conn: Connection, participant_id: str) -> list[str]:
-    """Everyone who shares a room or DM with *participant_id*, itself
-    included (if it is in any), ordered by id."""
-    mine = sa.select(room_members.c.room_id).where(room_members.c.participant_id == participant_id)
-    query = (
-        sa.select(room_members.c.participant_id)
-        .where(room_members.c.room_id.in_(mine))
-        .distinct()
-        .order_by(room_members.c.participant_id)
-    )
-    return [row.participant_id for row in conn.execute(query)]
 
 
 def member_room_ids(conn: Connection, participant_id: str) -> set[str]:

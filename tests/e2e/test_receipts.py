@@ -173,7 +173,7 @@ async def test_a_new_display_name_reaches_those_who_share_a_room_live(
     room_id = (await mesh.create_room(owner, "plans"))["roomId"]
     await mesh.join(alice, room_id)
     await mesh.join(bob, room_id)
-    await open_dm(mesh, carol, alice)  # carol shares only a DM with alice
+    dm = await open_dm(mesh, carol, alice)  # carol shares only a DM with alice
     guest = await mesh.guest()  # a guest in no room: an outsider
 
     async with (
@@ -186,11 +186,17 @@ async def test_a_new_display_name_reaches_those_who_share_a_room_live(
         r = await settings(mesh, alice, displayName="Alice A")
         assert r.status_code == 200, r.text
         assert r.json()["displayName"] == "Alice A"
-        for session in (a, b, c):
-            event = await session.expect("participant_updated")
-            assert event["participant"]["participantId"] == alice.participant_id
-            assert event["participant"]["displayName"] == "Alice A"
-            assert event["participant"]["name"] == "alice"
+        # one event per room or DM alice is in, to its members
+        for session, where in ((a, {room_id, dm}), (b, {room_id}), (c, {dm})):
+            # (the unit's events are published together: the first, then the rest)
+            first = await session.expect("participant_updated")
+            events = [first, *of_type(await session.settle(), "participant_updated")]
+            assert {event["roomId"] for event in events} == where
+            assert len(events) == len(where)
+            for event in events:
+                assert event["participant"]["participantId"] == alice.participant_id
+                assert event["participant"]["displayName"] == "Alice A"
+                assert event["participant"]["name"] == "alice"
         # those who share nothing with alice hear nothing
         assert of_type(await d.settle(), "participant_updated") == []
         assert of_type(await g.settle(), "participant_updated") == []
