@@ -4,6 +4,8 @@
 
 import { $, cursorCompare, h, toast } from "./dom.js";
 
+const newer = (a, b) => (a && cursorCompare(a, b) > 0 ? a : b);
+
 export class Seen {
   constructor(app) {
     this.app = app;
@@ -18,8 +20,10 @@ export class Seen {
     this.render();
     if (!room.isDm) return;
     try {
+      // the node's answer is who shares receipts now; a later dm_read may be newer
       for (const dm of await this.app.api.get("/api/dms")) {
-        this.reads.set(dm.roomId, new Map(dm.readBy.map((r) => [r.participantId, r.cursor])));
+        const was = this.reads.get(dm.roomId) || new Map();
+        this.reads.set(dm.roomId, new Map(dm.readBy.map((r) => [r.participantId, newer(was.get(r.participantId), r.cursor)])));
       }
     } catch {
       return;
@@ -30,7 +34,7 @@ export class Seen {
   onEvent(event) {
     if (event.type !== "dm_read") return;
     const reads = this.reads.get(event.roomId) || new Map();
-    this.reads.set(event.roomId, reads.set(event.participantId, event.cursor));
+    this.reads.set(event.roomId, reads.set(event.participantId, newer(reads.get(event.participantId), event.cursor)));
     this.render();
   }
 
