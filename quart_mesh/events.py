@@ -17,6 +17,7 @@ from .records import Message, Participant, Task, iso
 
 __all__ = [
     "CommandIssued",
+    "DmRead",
     "Event",
     "MessageDeleted",
     "MessageEdited",
@@ -26,6 +27,7 @@ __all__ = [
     "ParticipantJoined",
     "ParticipantLeft",
     "ParticipantMoved",
+    "ParticipantUpdated",
     "Presence",
     "ReactionAdded",
     "ReactionRemoved",
@@ -249,6 +251,38 @@ class RoomRead(Event):
             "unread": self.unread,
             "mentions": self.mentions,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DmRead(Event):
+    """Extension: a member's read position in a DM moved (a read receipt,
+    decision 0071); sent to the DM's other members' sessions only
+    (:meth:`Broker.send_to`), and only between members who both share
+    their read receipts."""
+
+    type: ClassVar[str] = "dm_read"
+    participant_id: str = field(kw_only=True)
+    cursor: int = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "roomId": self.room_id,
+            "participantId": self.participant_id,
+            "cursor": str(self.cursor),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantUpdated(Event):
+    """Extension: a participant changed how it is shown (its display name);
+    one event per room or DM it is in, to that room's members (so one who
+    shares several rooms with it gets it once per room)."""
+
+    type: ClassVar[str] = "participant_updated"
+    participant: Participant = field(kw_only=True)
+
+    def payload(self) -> dict[str, Any]:
+        return {"roomId": self.room_id, "participant": self.participant.to_json()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,7 @@ class AdminMeshSettings(Shape):
     #: admin: switched in these settings; settings: as MESH_REGISTRY_ENABLED says
     registry_enabled_source: Literal["admin", "settings"]
     #: by rule: messages, reactions, typing, models, search, linkPreviews,
-    #: loginName, loginSlowdown, loginAddress, registrationAddress,
+    #: profile, loginName, loginSlowdown, loginAddress, registrationAddress,
     #: challengeAddress, federationRelay, federationStrangerAddress,
     #: registryDid, registryAddress
     rate_limits: dict[str, RateRule]

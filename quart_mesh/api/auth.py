@@ -7,7 +7,9 @@ from typing import Any
 import msgspec
 from quart import Blueprint, Response, g, request
 
-from ..services.authz import held_permissions, tier_of
+from ..records import Participant
+from ..services.accounts import Keep
+from ..services.authz import Actor, held_permissions, tier_of
 from ._common import bearer_token, caller, client_address, node, reply
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Ok, ParticipantView, Session, Timestamp
@@ -34,6 +36,9 @@ class MeChange(Body):
     #: as a name, no control characters; ``null`` or ``""`` clears it;
     #: absent: no change
     display_name: str | msgspec.UnsetType | None = msgspec.UNSET
+    #: whether one's read position in DMs is shown to the other members;
+    #: off, one sees theirs no more either (decision 0071); absent: no change
+    read_receipts: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class PasswordChange(Body):
@@ -74,6 +79,8 @@ class Me(ParticipantView):
     priority: int
     tier: int
     permissions: list[str]
+    #: whether the caller shares read receipts in DMs (and sees others')
+    read_receipts: bool
 
 
 @bp.post("/api/auth/register")
@@ -141,39 +148,38 @@ def _user_agent() -> str | None:
 async def me() -> tuple[Any, int]:
     """The caller: who it is, its role's rank and its permissions."""
     actor = await caller()
-    participant = await node().accounts.get(actor, actor.participant_id)
-    return reply(
-        {
-            **participant.to_json(),
-            "kind": participant.kind,
-            "priority": actor.priority,
-            "tier": tier_of(actor.priority),
-            "permissions": held_permissions(actor),
-        }
-    )
+    accounts = node().accounts
+    participant = await accounts.get(actor, actor.participant_id)
+    return reply(_me(actor, participant, await accounts.read_receipts(actor)))
+
+
+def _me(actor: Actor, participant: Participant, read_receipts: bool) -> dict[str, Any]:
+    return {
+        **participant.to_json(),
+        "kind": participant.kind,
+        "priority": actor.priority,
+        "tier": tier_of(actor.priority),
+        "permissions": held_permissions(actor),
+        "readReceipts": read_receipts,
+    }
 
 
 @bp.patch("/api/auth/me")
 @accepts(MeChange)
 @answers(Me)
 async def change_me(data: MeChange) -> tuple[Any, int]:
-    """Change the caller's own settings (its display name); answers the
-    caller as ``GET /api/auth/me`` does."""
+    """Change the caller's own settings (its display name, whether it
+    shares read receipts in DMs); answers the caller as ``GET
+    /api/auth/me`` does. Limited by the ``profile`` rate rule; a new
+    display name reaches everyone who shares a room or DM with the caller
+    as ``participant_updated``."""
     actor = await caller()
-    accounts = node().accounts
-    if data.display_name is not msgspec.UNSET:
-        participant = await accounts.set_display_name(actor, data.display_name)
-    else:
-        participant = await accounts.get(actor, actor.participant_id)
-    return reply(
-        {
-            **participant.to_json(),
-            "kind": participant.kind,
-            "priority": actor.priority,
-            "tier": tier_of(actor.priority),
-            "permissions": held_permissions(actor),
-        }
+    participant, receipts = await node().accounts.change_settings(
+        actor,
+        display_name=Keep.KEEP if data.display_name is msgspec.UNSET else data.display_name,
+        read_receipts=None if data.read_receipts is msgspec.UNSET else data.read_receipts,
     )
+    return reply(_me(actor, participant, receipts))
 
 
 @bp.post("/api/auth/password")

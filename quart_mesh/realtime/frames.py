@@ -516,6 +516,24 @@ class RoomRead(_Server, tag="room_read"):
     mentions: int
 
 
+class DmRead(_Server, tag="dm_read"):
+    """Another member's read position in a DM moved (a read receipt; only
+    between members who both share their receipts)."""
+
+    room_id: str
+    participant_id: str
+    #: its read position now
+    cursor: Cursor
+
+
+class ParticipantUpdated(_Server, tag="participant_updated"):
+    """A member of the room (this participant too) changed its display
+    name: once per room it is in."""
+
+    room_id: str
+    participant: Participant
+
+
 class RoomMuted(_Server, tag="room_muted"):
     """The participant muted or unmuted a room or DM (from any of its
     sessions or over REST)."""
@@ -620,6 +638,8 @@ SERVER_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = (
     MessagePinned,
     MessageUnpinned,
     RoomRead,
+    DmRead,
+    ParticipantUpdated,
     RoomMuted,
     RoomAccess,
     Typing,
@@ -647,6 +667,8 @@ ServerFrame = (
     | MessagePinned
     | MessageUnpinned
     | RoomRead
+    | DmRead
+    | ParticipantUpdated
     | RoomMuted
     | RoomAccess
     | Typing

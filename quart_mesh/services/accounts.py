@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -14,11 +15,13 @@ from sqlalchemy.exc import IntegrityError
 from ..broker import Broker
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
+from ..events import ParticipantUpdated
 from ..ids import is_ulid, new_id
 from ..records import MeshConfig, Participant, Room, iso, now_ms
 from ..security import Passwords, Tokens
 from ..store import Database, outbox
 from ..store import accounts as repo
+from ..store import receipts as receipts_repo
 from ..store import rooms as rooms_repo
 from ..store import tokens as tokens_repo
 from ..store.tokens import IssuedToken
@@ -37,6 +40,7 @@ from .validation import (
 
 __all__ = [
     "Accounts",
+    "Keep",
     "SignInSession",
     "SignedIn",
     "check_mesh_name",
@@ -60,6 +64,12 @@ def clean_user_agent(user_agent: str | None) -> str | None:
         return None
     cleaned = "".join(ch for ch in user_agent if 32 <= ord(ch) < 127 or ord(ch) > 159).strip()
     return cleaned[:_USER_AGENT_CHARS] or None
+
+
+class Keep(enum.Enum):
+    """A setting left as it is (:meth:`Accounts.change_settings`)."""
+
+    KEEP = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,26 +516,66 @@ class Accounts:
         claims = self._tokens.check(token)
         await self.revoke_tokens(actor.participant_id, [(claims.token_id, claims.expires_at)])
 
-    async def set_display_name(self, actor: Actor, display_name: str | None) -> Participant:
-        """Set (None or blank: clear) the actor's own display name, shown as
-        ``displayName`` in participant objects beside its unique name.
+    async def change_settings(
+        self,
+        actor: Actor,
+        *,
+        display_name: str | Keep | None = Keep.KEEP,
+        read_receipts: bool | None = None,
+    ) -> tuple[Participant, bool]:
+        """Change the actor's own settings (``PATCH /api/auth/me``): its
+        display name (None or blank: clear), shown as ``displayName`` beside
+        its unique name, and whether it shares read receipts in DMs (and
+        sees others', decision 0071); :data:`Keep.KEEP` / None: unchanged.
+        Counts against the ``profile`` rate. A display name that changed is
+        told to everyone who shares a room or DM with the actor, the actor
+        included (``participant_updated``, one per room or DM it is in), in
+        the same unit of work.
+
+        Returns:
+            The participant as it is now and whether it shares read receipts.
 
         Raises:
+            RateLimited: over the ``profile`` rule.
             BadRequest: too long, or with control characters (``invalid_display_name``).
             NotFound: the actor was deleted meanwhile.
         """
-        display_name = check_display_name(display_name, self._limits)
+        self.rate_limits.participant("profile", actor)
+        name = None if isinstance(display_name, Keep) else display_name
+        new_name = not isinstance(display_name, Keep)
+        if new_name:
+            name = check_display_name(name, self._limits)
         participant_id = actor.participant_id
 
-        def write(conn: Connection) -> Participant | None:
-            outbox.change(conn, "invalidate", "participant", participant_id)
-            return repo.set_display_name(conn, participant_id, display_name)
+        def write(conn: Connection) -> tuple[Participant, bool] | None:
+            found = repo.get_participant(conn, participant_id)
+            if found is None:
+                return None
+            if read_receipts is not None:
+                receipts_repo.set_receipts(conn, participant_id, read_receipts)
+            if new_name and name != found.display_name:
+                outbox.change(conn, "invalidate", "participant", participant_id)
+                updated = repo.set_display_name(conn, participant_id, name)
+                assert updated is not None
+                found = updated
+                # an event per room or DM it is in (not per person who
+                # shares one: a big room would make one frame per member)
+                shown = self.with_presence(found)
+                for room_id in sorted(rooms_repo.member_room_ids(conn, participant_id)):
+                    outbox.emit(conn, ParticipantUpdated(room_id, participant=shown))
+            return found, receipts_repo.receipts_on(conn, participant_id)
 
-        updated = await self._db.write(write)
+        changed = await self._db.write(write)
         self.forget(participant_id)
-        if updated is None:
+        if changed is None:
             raise NotFound("no such participant", "participant_not_found")
-        return self.with_presence(updated)
+        participant, receipts = changed
+        return self.with_presence(participant), receipts
+
+    async def read_receipts(self, actor: Actor) -> bool:
+        """Whether the actor shares read receipts in DMs (decision 0071)."""
+        participant_id = actor.participant_id
+        return await self._db.read(lambda conn: receipts_repo.receipts_on(conn, participant_id))
 
     async def change_password(
         self, actor: Actor, token: str, current: str, new: str, *, address: str | None = None

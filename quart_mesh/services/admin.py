@@ -53,6 +53,7 @@ RULE_FIELDS: Final = {
     "models": ("models", "participant"),
     "search": ("search", "participant"),
     "link_previews": ("linkPreviews", "participant"),
+    "profile": ("profile", "participant"),
     "login_name": ("loginName", "login name and client address"),
     "login_slowdown": ("loginSlowdown", "login name (failed logins slow its logins down)"),
     "login_address": ("loginAddress", "client address"),

@@ -32,9 +32,9 @@ from ..store import messages as repo
 from ..store import pins as pins_repo
 from ..store import relay as relay_repo
 from ..store import rooms as rooms_repo
-from ..store import state as state_repo
 from .authz import Actor, RoomRef, authorize
 from .ratelimit import RateLimiter
+from .receipts import advance_reads
 from .rooms import require_member
 from .uploads import attachment_refs, resolve_attachments
 from .validation import check_client_id, check_content, check_emoji, check_id, cursor_number
@@ -419,7 +419,7 @@ class Messages:
         if page and thread_id is None and around is None:
             newest = page[-1].seq
             await self._db.write(
-                lambda conn: state_repo.advance_reads(conn, actor.participant_id, {room_id: newest})
+                lambda conn: advance_reads(conn, actor.participant_id, {room_id: newest})
             )
         return page
 
@@ -560,10 +560,10 @@ class Messages:
             authorize(actor, "messages.send", RoomRef(message.room_id))
             at = now_ms()
             found = pins_repo.Pin(message_id, message.room_id, actor.participant_id, at)
-            if not pins_repo.pin(conn, found):
+            added = pins_repo.pin(conn, found, cap=MAX_PINS)
+            if added is False:
                 return False  # pinned already: idempotent, even in a full room
-            # counted with this pin (the unit is undone if it is one too many)
-            if pins_repo.count_pins(conn, message.room_id) > MAX_PINS:
+            if added is None:
                 raise Conflict(
                     f"this room has {MAX_PINS} pinned messages, the most it may: unpin one first",
                     "too_many_pins",

@@ -69,6 +69,7 @@ RULE_MESSAGES: Final = {
     "models": "too many model requests",
     "search": "you are searching too fast",
     "link_previews": "you are asking for too many link previews",
+    "profile": "you are changing your settings too fast",
     "login_name": "too many login attempts for this name from your address",
     "login_slowdown": "too many failed logins for this name",
     "login_address": "too many login attempts from your address",

@@ -21,6 +21,7 @@ from ..records import Participant, Room, now_ms
 from ..retry import retrying
 from ..store import Database, outbox
 from ..store import messages as messages_repo
+from ..store import receipts as receipts_repo
 from ..store import rooms as rooms_repo
 from ..store import snapshot as snapshot_repo
 from ..store import state as repo
@@ -28,6 +29,7 @@ from ..store.snapshot import ParticipantRow
 from .accounts import Accounts
 from .authz import Actor, RoomRef, authorize, readable_rooms
 from .presence import Presence
+from .receipts import advance_reads
 from .rooms import require_member
 from .validation import cursor_number
 
@@ -180,8 +182,12 @@ class World:
             return
 
         def write(conn: Connection) -> None:
+            # which rooms are DMs (their moves are read receipts), looked up once
+            dms = receipts_repo.dm_room_ids(
+                conn, {room_id for reads in pending.values() for room_id in reads}
+            )
             for participant_id, reads in pending.items():
-                repo.advance_reads(conn, participant_id, reads)
+                advance_reads(conn, participant_id, reads, dms=dms)
 
         # a few hundred rows are a quick unit (one short statement each):
         # on SQLite it then commits on the loop's thread (Database.submit)
@@ -262,16 +268,10 @@ class World:
         rooms = [head + _OWN_TAIL[room_id in mine, room_id in muted] for room_id, head in chosen]
         dms = [(room, other) for room, other in own.dms if readable(room.room_id)]
         for room, other_id in dms[: max(0, most - len(rooms))]:
-            rooms.append(
-                _dumps(
-                    {
-                        **room.to_json(),
-                        "joined": True,
-                        "muted": room.room_id in muted,
-                        "with": other_id,
-                    }
-                )
-            )
+            dm = {**room.to_json(), "joined": True, "muted": room.room_id in muted}
+            if other_id is not None:  # a group DM has none: its name names it
+                dm["with"] = other_id
+            rooms.append(_dumps(dm))
         return "".join(
             (
                 '{"type":"snapshot","rooms":[',
@@ -400,7 +400,7 @@ class World:
     async def mark_read(self, actor: Actor, reads: dict[str, int]) -> None:
         """Advance the actor's read positions (never backwards)."""
         if reads:
-            await self._db.write(lambda conn: repo.advance_reads(conn, actor.participant_id, reads))
+            await self._db.write(lambda conn: advance_reads(conn, actor.participant_id, reads))
 
     async def mark_room_read(self, actor: Actor, room_id: str, cursor: object) -> RoomRead:
         """Move the actor's read position in *room_id* up to *cursor* (never
@@ -422,7 +422,7 @@ class World:
             require_member(conn, actor, room_id)
             upto = min(seq, messages_repo.room_head_seq(conn, room_id))
             if upto > 0:
-                repo.advance_reads(conn, actor.participant_id, {room_id: upto})
+                advance_reads(conn, actor.participant_id, {room_id: upto})
             summary = repo.unread_summary(conn, actor.participant_id, actor.name, room_id=room_id)
             unread, mentions, last_read = summary.get(room_id, (0, 0, None))
             event = RoomRead(room_id, cursor=last_read or 0, unread=unread, mentions=mentions)
@@ -455,7 +455,7 @@ class World:
                 if readable(room_id)
             }
             moved = {room_id: head for room_id, (head, read) in heads.items() if head > read}
-            repo.advance_reads(conn, participant_id, moved)
+            advance_reads(conn, participant_id, moved)
             summary = repo.unread_summary(conn, participant_id, actor.name)
             reads = []
             for room_id in sorted(heads):

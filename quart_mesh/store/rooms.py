@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ __all__ = [
     "dm_key",
     "get_dm_by_key",
     "get_room",
+    "group_key",
     "insert_room",
     "is_member",
     "kind_and_membership",
@@ -67,9 +69,22 @@ def dm_key(a: str, b: str) -> str:
     return ":".join(sorted((a, b)))
 
 
-def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None = None) -> None:
-    """Insert a room. Raises ``IntegrityError`` if the name (or DM pair) is
-    taken, or the name looks like one that is (its skeleton is taken)."""
+def group_key(members: Iterable[str]) -> str:
+    """The key of the one group DM of a set of participants (decision 0070):
+    the SHA-256 of their sorted ids, 64 hex digits (a pair's key has a colon)."""
+    return hashlib.sha256(",".join(sorted(set(members))).encode()).hexdigest()
+
+
+def insert_room(
+    conn: Connection,
+    room: Room,
+    *,
+    dm_pair: tuple[str, str] | None = None,
+    dm_group: Iterable[str] | None = None,
+) -> None:
+    """Insert a room. Raises ``IntegrityError`` if the name (or DM pair, or
+    group DM's set of members) is taken, or the name looks like one that is
+    (its skeleton is taken)."""
     written, folded = (None, None) if room.kind == "dm" else name_skeletons(room.name)
     conn.execute(
         rooms.insert().values(
@@ -79,7 +94,13 @@ def insert_room(conn: Connection, room: Room, *, dm_pair: tuple[str, str] | None
             name_key=None if room.kind == "dm" else room.name.casefold(),
             name_skeleton=written,
             folded_skeleton=folded,
-            dm_key=None if dm_pair is None else dm_key(*dm_pair),
+            dm_key=(
+                dm_key(*dm_pair)
+                if dm_pair is not None
+                else None
+                if dm_group is None
+                else group_key(dm_group)
+            ),
             description=room.description,
             created_by=room.created_by,
             created_at=room.created_at,
@@ -100,12 +121,13 @@ def room_id_named(conn: Connection, name: str) -> str | None:
 
 def room_labels(conn: Connection, room_ids: Sequence[str], participant_id: str) -> dict[str, str]:
     """Each room's name as *participant_id* sees it: a DM by its other party's
-    name (its own, in a DM with itself)."""
+    name (its own, in a DM with itself); a group DM by its name (its
+    members' names)."""
     labels = {
         row.room_id: row.name
         for row in conn.execute(
             sa.select(rooms.c.room_id, rooms.c.name).where(
-                rooms.c.room_id.in_(room_ids), rooms.c.kind == "room"
+                rooms.c.room_id.in_(room_ids), (rooms.c.kind == "room") | (rooms.c.name != "dm")
             )
         )
     }
@@ -311,8 +333,10 @@ def unhide_all(conn: Connection, room_id: str) -> None:
 
 def list_dms(
     conn: Connection, participant_id: str
-) -> Sequence[tuple[Room, Participant, int | None]]:
-    """The caller's visible DMs, most recent first: (room, other participant, last message ms)."""
+) -> Sequence[tuple[Room, list[Participant], int | None]]:
+    """The caller's visible DMs, most recent first: (room, the other
+    members in join order, last message ms); one with no other member left
+    is left out."""
     me = room_members.alias("me")
     other = room_members.alias("other")
     last_at = (
@@ -331,7 +355,12 @@ def list_dms(
             sa.and_(other.c.room_id == rooms.c.room_id, other.c.participant_id != participant_id),
         )
         .where(rooms.c.kind == "dm", me.c.hidden.is_(False))
-        .order_by(sa.desc(sa.func.coalesce(last_at, rooms.c.created_at)), rooms.c.room_id)
+        .order_by(
+            sa.desc(sa.func.coalesce(last_at, rooms.c.created_at)),
+            rooms.c.room_id,
+            other.c.joined_at,
+            other.c.participant_id,
+        )
     )
     rows = list(conn.execute(query))
     others = {
@@ -345,11 +374,14 @@ def list_dms(
             ),
         )
     }
-    return [
-        (room_from_row(row), others[row.other_id], row.last_message_at)
-        for row in rows
-        if row.other_id in others
-    ]
+    found: dict[str, tuple[Room, list[Participant], int | None]] = {}
+    for row in rows:
+        if row.other_id not in others:
+            continue
+        if row.room_id not in found:
+            found[row.room_id] = (room_from_row(row), [], row.last_message_at)
+        found[row.room_id][1].append(others[row.other_id])
+    return list(found.values())
 
 
 def all_memberships(conn: Connection) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy import false as sa_false
+from sqlalchemy import true as sa_true
 
 #: a cursor or sequence position: 64-bit on every backend
 Seq = BigInteger().with_variant(Integer(), "sqlite")
@@ -82,6 +83,9 @@ participants = Table(
     # a name to show beside the unique one, spaces allowed; NULL: none
     # (migration 0030, issue 32)
     Column("display_name", String(200), nullable=True),
+    # whether its read position in DMs is shown to the other members (and
+    # theirs to it): migration 0031, decision 0071
+    Column("read_receipts", Boolean, nullable=False, server_default=sa_true()),
     Index("ix_participants_name_skeleton", "name_skeleton", unique=True),
     Index("ix_participants_folded_skeleton", "folded_skeleton", unique=True),
 )

@@ -101,8 +101,9 @@ class ActorParts:
     member_of: set[str]
     #: those of them it muted
     muted: set[str]
-    #: its DMs that are not hidden, most recently active first, with the other's id
-    dms: list[tuple[Room, str]]
+    #: its DMs that are not hidden, most recently active first, with the
+    #: other's id (None for a group DM: it is named by its ``name``)
+    dms: list[tuple[Room, str | None]]
 
 
 def actor_parts(
@@ -116,11 +117,9 @@ def actor_parts(
     muted = {room_id for room_id, on in mine.items() if on}
     if ordinary is not None and member_of <= ordinary:
         return ActorParts(member_of, muted, [])
-    dms = [
-        (
-            room_from_row(row),
-            row.other_id,
-        )
-        for row in conn.execute(_DMS, {"me": participant_id})
-    ]
-    return ActorParts(member_of, muted, dms)
+    dms: dict[str, tuple[Room, str | None]] = {}
+    for row in conn.execute(_DMS, {"me": participant_id}):  # a row per other member
+        if row.room_id not in dms:
+            room = room_from_row(row)
+            dms[row.room_id] = (room, row.other_id if room.member_count <= 2 else None)
+    return ActorParts(member_of, muted, list(dms.values()))

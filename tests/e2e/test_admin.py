@@ -203,6 +203,7 @@ async def test_settings_round_trip_and_the_public_view(base_url: str, mesh: Mesh
         "models",
         "search",
         "linkPreviews",
+        "profile",
         "loginName",
         "loginSlowdown",
         "loginAddress",

@@ -104,8 +104,9 @@ def test_the_package_ships_every_asset_and_they_are_small() -> None:
     # the whole client, every view included (what the chat's first load
     # fetches has its own budget: tests/web/test_accounts.py)
     total = sum(len(a.body) for a in assets.values())
-    # (issue 32 added lazily loaded views: settings, pins, the emoji picker)
-    assert total < 560_000, total
+    # (issue 32 added lazily loaded views: settings, pins, the emoji picker,
+    # group DMs and read receipts)
+    assert total < 565_000, total
     config = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     for folder in ("", "js/", "css/"):
         assert f'"web/static/{folder}*"' in config, folder

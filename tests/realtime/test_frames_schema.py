@@ -278,7 +278,16 @@ async def test_every_frame_a_node_sends_and_takes_fits_the_schema(
             dm_id = r.json()["roomId"]
             await b.expect("participant_joined", roomId=dm_id)
             await send(a, type="send_message", roomId=dm_id, content="psst")
-            await b.expect("message", roomId=dm_id)
+            psst = await b.expect("message", roomId=dm_id)
+            # bob reads it: a read receipt for the owner
+            await send(b, type="mark_read", roomId=dm_id, cursor=psst["cursor"])
+            await a.expect("dm_read", roomId=dm_id, participantId=bob.participant_id)
+            # bob's new display name reaches those who share a room with him
+            r = await mesh.http.patch(
+                "/api/auth/me", json={"displayName": "Bob B"}, headers=bob.headers
+            )
+            assert r.status_code == 200, r.text
+            await a.expect("participant_updated")
             await send(b, type="leave_room", roomId=room_id)
             await a.expect("participant_left", roomId=room_id)
             async with connect(base_url, bob, since="0") as again:  # a resume

@@ -30,6 +30,7 @@ from quart_mesh.store import (
     identity_keys,
     messages,
     model_registry,
+    pins,
     registry,
     roles,
     rooms,
@@ -265,3 +266,29 @@ async def test_a_unique_violation_that_escapes_a_unit_is_a_conflict(store_url: s
             await db.write(lambda conn: rows.room(conn, "lobby"))
     finally:
         await db.close()
+
+
+def test_two_writers_pinning_at_once_never_overshoot_the_cap(opened: Database) -> None:
+    """A room one pin short of its cap: two transactions pin two different
+    messages at once. On PostgreSQL the second really runs while the first
+    is open; before the pins were counted under the sequence lock each saw
+    only its own new pin and both committed (51 of 50)."""
+    cap = 50
+    with rows.writing(opened.engine).begin() as conn:
+        room_id = rows.room(conn)
+        ids = [
+            messages.insert_message(conn, rows.message(room_id, f"m{i}")).message_id
+            for i in range(cap + 1)
+        ]
+        for message_id in ids[: cap - 1]:
+            assert pins.pin(conn, pins.Pin(message_id, room_id, "p", now_ms()), cap=cap)
+
+    def pin(message_id: str) -> Callable[[Connection], bool | None]:
+        return lambda conn: pins.pin(conn, pins.Pin(message_id, room_id, "p", now_ms()), cap=cap)
+
+    first, second = rows.race(opened.engine, pin(ids[cap - 1]), pin(ids[cap]))
+    assert (first, second) == (True, None)
+    with opened.engine.connect() as conn:
+        assert pins.count_pins(conn, room_id) == cap
+        # a pinned message pinned again in the full room: idempotent, not full
+        assert pins.pin(conn, pins.Pin(ids[0], room_id, "p", now_ms()), cap=cap) is False

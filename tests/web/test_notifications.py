@@ -80,6 +80,14 @@ async def test_notifications_when_hidden_for_what_needs_you(
     )
     assert r.status_code in (200, 201), r.text
     dm = r.json()["roomId"]
+    carol = await node.mesh.register("carol")
+    r = await http.post(
+        "/api/dms",
+        json={"participantIds": [alice_user.participant_id, carol.participant_id]},
+        headers=bob_user.headers,
+    )
+    assert r.status_code == 201, r.text
+    group = r.json()["roomId"]
     mine = await node.mesh.send(alice_user, town, "Shall we move the standup?")
     theirs = await node.mesh.send(bob_user, town, "Lunch at noon?")
 
@@ -131,12 +139,15 @@ async def test_notifications_when_hidden_for_what_needs_you(
             call(bob_says, town, "@alice the deploy is done")
             call(bob_says, dm, "Got a minute?")
             reply = call(bob_says, town, "Tuesday works", mine["messageId"])
-            alice.page.wait_for_function("() => window.__notes.length >= 3")
+            call(bob_says, group, "All three of us?")
+            alice.page.wait_for_function("() => window.__notes.length >= 4")
             alice.page.wait_for_timeout(300)  # nothing else on its way
             assert notes(alice) == [
                 {"title": "bob mentioned you in #Town Square", "body": "@alice the deploy is done"},
                 {"title": "bob (direct message)", "body": "Got a minute?"},
                 {"title": "bob replied in a thread in #Town Square", "body": "Tuesday works"},
+                # a group DM: named by its members
+                {"title": "bob (alice, bob, carol)", "body": "All three of us?"},
             ]
 
             # a click on one opens the message
@@ -161,9 +172,9 @@ async def test_notifications_when_hidden_for_what_needs_you(
             call(bob_says, town, "Or Wednesday?", mine["messageId"])
             call(bob_says, dm, "Still there?")
             call(bob_says, town, "@alice muted, but you are mentioned")
-            alice.page.wait_for_function("() => window.__notes.length >= 4")
+            alice.page.wait_for_function("() => window.__notes.length >= 5")
             alice.page.wait_for_timeout(300)
-            assert [n["body"] for n in notes(alice)][3:] == ["@alice muted, but you are mentioned"]
+            assert [n["body"] for n in notes(alice)][4:] == ["@alice muted, but you are mentioned"]
 
             # turned off: kept across a reload, and nothing is shown
             hidden(alice, False)

@@ -17,6 +17,7 @@ const RULES = {
   models: "Model proxy requests",
   search: "Searches",
   linkPreviews: "Link previews fetched for one participant",
+  profile: "Changes of one's own settings",
   loginName: "Sign-in attempts for one name from one address",
   loginSlowdown: "Failed sign-ins for one name before its sign-ins slow down",
   loginAddress: "Sign-in attempts from one address",

@@ -3,6 +3,7 @@
 // focus returns to what opened it.
 
 import { $, bdi, fill, h, isBot } from "./dom.js";
+import { loadStyle } from "./panels.js";
 
 function wireClose(dialog) {
   for (const button of dialog.querySelectorAll("[data-close]")) {
@@ -230,11 +231,19 @@ export class DmPicker {
     this.dialog = $("dm-picker");
     wireClose(this.dialog);
     $("dm-search").addEventListener("input", () => this.render());
+    loadStyle("dms.css").catch(() => {});
+    // people ticked (id -> name): one conversation with them all (decision 0070)
+    this.picked = new Map();
+    this.group = h("button", { type: "button", class: "primary dm-group", on: { click: () => this.openGroup() } });
+    $("dm-search").after(h("p", { id: "dm-group-hint", class: "hint", text: "Tick 2 to 8 people for a group conversation." }));
+    $("dm-candidates").after(this.group);
   }
 
   async open() {
     setError(this.dialog, "");
     this.pages = 1;
+    this.picked.clear();
+    this.renderGroup();
     $("dm-search").value = "";
     this.dialog.showModal();
     $("dm-search").focus();
@@ -263,6 +272,18 @@ export class DmPicker {
             h(
               "li",
               {},
+              h("input", {
+                type: "checkbox",
+                "aria-label": `Add ${p.name} to a group conversation`,
+                "aria-describedby": "dm-group-hint",
+                checked: this.picked.has(p.participantId),
+                on: {
+                  change: (event) => {
+                    this.picked[event.target.checked ? "set" : "delete"](p.participantId, p.name);
+                    this.renderGroup();
+                  },
+                },
+              }),
               h(
                 "button",
                 {
@@ -288,5 +309,24 @@ export class DmPicker {
           )
         : h("li", { class: "hint", text: "Nobody matches." }),
     );
+  }
+
+  renderGroup() {
+    this.group.hidden = this.picked.size < 2;
+    this.group.textContent = `Start a conversation with ${[...this.picked.values()].join(", ")}`;
+  }
+
+  async openGroup() {
+    const { app } = this;
+    try {
+      const dm = await app.api.post("/api/dms", { participantIds: [...this.picked.keys()] });
+      const room = app.rememberRoom({ ...dm, kind: "dm", joined: true, memberCount: dm.members.length });
+      room.hidden = false;
+      this.dialog.close();
+      app.sidebar.render();
+      app.go(room.roomId);
+    } catch (error) {
+      setError(this.dialog, error.message); // (more than 8: the node says so)
+    }
   }
 }

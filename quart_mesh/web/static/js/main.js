@@ -491,6 +491,7 @@ class App {
         console.error(error); // one view's fault never stops the chat's events
       }
     }
+    this.seen?.onEvent(event);
     switch (event.type) {
       case "message":
         return this.onMessage(event);
@@ -534,6 +535,9 @@ class App {
         }
         return;
       }
+      case "participant_updated":
+        Object.assign(store.participant(event.participant.participantId) || {}, event.participant);
+        return this.sidebar.render();
       case "participant_moved": {
         const p = store.participant(event.participantId);
         if (p) p.position = { roomId: event.roomId, x: event.x, y: event.y, z: event.z };
@@ -586,6 +590,10 @@ class App {
       await this.loadTasks();
     }
     if (room.roomId === this.currentRoomId) this.tasks.show(room, answer);
+  }
+
+  showSeen(room) {
+    (this.seenLoad ||= Promise.all([import("./receipts.js"), loadStyle("receipts.css")]).then(([m]) => (this.seen = new m.Seen(this)))).then((s) => s.show(room));
   }
 
   loadTasks() {
@@ -818,7 +826,7 @@ class App {
   async fetchRoom(roomId) {
     try {
       const data = await this.api.get(`/api/rooms/${encodeURIComponent(roomId)}`);
-      if (data.kind === "dm") {
+      if (data.kind === "dm" && data.name == "dm") {
         const other = data.members.find((m) => m.participantId !== this.store.me.participantId);
         data.with = other ? other.participantId : null;
         for (const m of data.members) if (!this.store.participant(m.participantId)) this.store.participants.set(m.participantId, m);
@@ -1010,6 +1018,7 @@ class App {
       this.composer.setTarget(room);
       this.timeline.show(room);
       this.showTasks(room);
+      if (room.isDm || this.seen) this.showSeen(room);
       this.renderTyping();
       if (this.threadRoomId && this.threadRoomId !== room.roomId) this.closeThread();
     }

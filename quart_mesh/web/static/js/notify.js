@@ -99,7 +99,7 @@ export class Notifier {
     const where = room.isDm ? "" : ` in #${room.name}`;
     const title =
       why === "dm"
-        ? `${message.senderName} (direct message)`
+        ? `${message.senderName} (${room.memberCount > 2 ? this.app.store.roomLabel(room) : "direct message"})`
         : why === "thread"
           ? `${message.senderName} replied in a thread${where}`
           : `${message.senderName} mentioned you${room.isDm ? "" : where}`;

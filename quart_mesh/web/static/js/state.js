@@ -174,7 +174,7 @@ export class Store {
 
   /** The display name of a room: a DM is named after the other person. */
   roomLabel(room) {
-    if (room.isDm) return room.with ? this.nameOf(room.with) : "direct message";
+    if (room.isDm) return room.with ? this.nameOf(room.with) : room.name == "dm" ? "direct message" : room.name;
     return room.name;
   }
 
