@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
-from tests.browser import Person, call, chromium, in_browser, shot
+from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.web.conftest import Served
-from tests.web.test_chat import signed_in, two_people
+from tests.web.test_chat import SEND, signed_in, two_people
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
@@ -440,3 +440,43 @@ async def test_a_refused_message_given_back_is_kept_as_a_draft(
             alice.assert_clean(console=False)  # the refused send (413) is logged
 
     await in_browser(scenario)
+
+
+async def test_signing_out_leaves_no_unsent_message_in_the_browser(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """A deliberate sign-out drops the unsent messages from the browser's
+    storage, even though the node's ``token_revoked`` on the WebSocket
+    arrives while the page is still signing out (that second, ended-session
+    sign-out kept them for the next sign-in)."""
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            held: list[Route] = []
+            alice.page.route(
+                SEND,
+                lambda route: (
+                    held.append(route) if route.request.method == "POST" else route.continue_()
+                ),
+            )
+            expect(alice.send("never to be sent")).to_contain_text("sending…")
+            until(alice, lambda: bool(held))
+            assert "never to be sent" in (_outbox(alice) or "")
+            alice.button("Sign out").click()
+            expect(alice.heading("Sign in")).to_be_visible()
+            assert "never to be sent" not in (_outbox(alice) or "")
+            for route in held:
+                route.abort()
+
+    await in_browser(scenario)
+
+
+def _outbox(person: Person) -> str | None:
+    stored: str | None = person.page.evaluate(
+        """() => Object.keys(localStorage).filter((k) => k.startsWith('mesh.outbox.'))
+                   .map((k) => localStorage.getItem(k)).join('') || null"""
+    )
+    return stored

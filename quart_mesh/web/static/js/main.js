@@ -153,7 +153,8 @@ class App {
   }
 
   sessionEnded(code) {
-    if (!this.token) return;
+    // (a sign-out of one's own ends the session too: that one goes on)
+    if (!this.token || this.signingOut) return;
     this.signOut(SESSION_NOTICES[code] || SESSION_NOTICES.invalid_token, false);
   }
 
@@ -162,12 +163,14 @@ class App {
   async signOut(notice = "", revoke = true) {
     const token = this.token;
     if (revoke && token) {
+      this.signingOut = true;
       try {
         await this.api.post("/api/auth/logout", {});
       } catch {
         // signed out here anyway
       }
     }
+    this.signingOut = false;
     this.token = null;
     localStorage.removeItem(TOKEN_KEY);
     if (this.live) this.live.stop();
