@@ -59,6 +59,9 @@ class MeshConfig:
     #: whether this node is a registry, as the owner switched it; ``None``:
     #: as ``MESH_REGISTRY_ENABLED`` says (decision 0057)
     registry_enabled: bool | None = None
+    #: whether the node fetches link previews, as the owner switched them;
+    #: ``None``: as ``MESH_LINK_PREVIEWS`` says (decision 0072)
+    link_previews: bool | None = None
 
     def public_json(self) -> dict[str, Any]:
         return {

@@ -79,15 +79,10 @@ def is_registry(settings: Settings, mesh: MeshConfig | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class RateOverrides:
     """The rate limits an admin changed: a rule's new rate (``None``: off),
-    and the role multipliers if changed. Everything else is the settings'.
-
-    Stored with them (``mesh_config.rate_limits``, a JSON object): whether
-    link previews are on, when the owner switched them (``None``: as
-    ``MESH_LINK_PREVIEWS`` says; decision 0072)."""
+    and the role multipliers if changed. Everything else is the settings'."""
 
     rules: Mapping[str, Rate | None] = field(default_factory=dict)
     multipliers: Mapping[str, float] | None = None
-    link_previews: bool | None = None
 
     def apply(self, base: RateLimits) -> RateLimits:
         changes: dict[str, Any] = dict(self.rules)
@@ -97,7 +92,7 @@ class RateOverrides:
 
     def to_text(self) -> str | None:
         """As stored (JSON), or ``None`` when nothing is changed."""
-        if not self.rules and self.multipliers is None and self.link_previews is None:
+        if not self.rules and self.multipliers is None:
             return None
         data: dict[str, Any] = {
             "rules": {
@@ -106,8 +101,6 @@ class RateOverrides:
         }
         if self.multipliers is not None:
             data["roleMultipliers"] = dict(self.multipliers)
-        if self.link_previews is not None:
-            data["linkPreviews"] = self.link_previews
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -139,8 +132,7 @@ class RateOverrides:
             except ConfigError as error:
                 log.warning("ignoring stored role multipliers: %s", error)
                 multipliers = None
-        previews = data.get("linkPreviews") if isinstance(data, dict) else None
-        return cls(rules, multipliers, previews if isinstance(previews, bool) else None)
+        return cls(rules, multipliers)
 
 
 class Admin:
@@ -302,9 +294,9 @@ class Admin:
                 mesh = replace(mesh, default_room_id=default_room_id or None)
             if registry_enabled is not None:
                 mesh = replace(mesh, registry_enabled=registry_enabled)
-            overrides = self._changed_overrides(rate_limits, role_multipliers)
             if link_previews is not None:
-                overrides = replace(overrides, link_previews=link_previews)
+                mesh = replace(mesh, link_previews=link_previews)
+            overrides = self._changed_overrides(rate_limits, role_multipliers)
             effective = overrides.apply(self._settings.rate_limits)
             text = overrides.to_text()
 
@@ -367,7 +359,7 @@ class Admin:
             multipliers = None
         elif role_multipliers is not None:
             multipliers = self._checked_multipliers(role_multipliers)
-        return RateOverrides(rules, multipliers, self._overrides.link_previews)
+        return RateOverrides(rules, multipliers)
 
     def _checked_multipliers(self, value: Any) -> dict[str, float]:
         if not isinstance(value, dict):
@@ -389,8 +381,9 @@ class Admin:
     def link_previews(self) -> bool:
         """Whether the node fetches link previews: as the owner switched
         them (``linkPreviews``), else as ``MESH_LINK_PREVIEWS`` says."""
-        if self._overrides.link_previews is not None:
-            return self._overrides.link_previews
+        mesh = self._accounts.mesh
+        if mesh is not None and mesh.link_previews is not None:
+            return mesh.link_previews
         return self._settings.link_previews
 
     def _mesh(self) -> MeshConfig:
@@ -425,7 +418,7 @@ class Admin:
             "roleMultipliers": dict(config.role_multipliers),
             "roleMultipliersSource": "settings" if self._overrides.multipliers is None else "admin",
             "linkPreviews": self.link_previews,
-            "linkPreviewsSource": "settings" if self._overrides.link_previews is None else "admin",
+            "linkPreviewsSource": "settings" if mesh.link_previews is None else "admin",
             "rateLimitsEnabled": config.enabled,
             "rateLimitExemptAddresses": list(config.exempt_addresses),
         }

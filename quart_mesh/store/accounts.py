@@ -53,6 +53,7 @@ def get_mesh_config(conn: Connection) -> MeshConfig | None:
         created_at=row.created_at,
         default_room_id=row.default_room_id,
         registry_enabled=None if row.registry_enabled is None else bool(row.registry_enabled),
+        link_previews=None if row.link_previews is None else bool(row.link_previews),
     )
 
 
@@ -69,6 +70,7 @@ def insert_mesh_config(conn: Connection, config: MeshConfig) -> None:
             created_at=config.created_at,
             default_room_id=config.default_room_id,
             registry_enabled=config.registry_enabled,
+            link_previews=config.link_previews,
         )
     )
 

@@ -51,6 +51,7 @@ def update_mesh_settings(conn: Connection, config: MeshConfig, rate_limits: str 
             guests_can_send=config.guests_can_send,
             default_room_id=config.default_room_id,
             registry_enabled=config.registry_enabled,
+            link_previews=config.link_previews,
             rate_limits=rate_limits,
         )
     )

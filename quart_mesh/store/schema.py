@@ -445,6 +445,9 @@ mesh_config.append_column(Column("rate_limits", Text, nullable=True))
 # whether this node is a registry, as the owner switched it (migration
 # 0023_registry); NULL: as MESH_REGISTRY_ENABLED says
 mesh_config.append_column(Column("registry_enabled", Boolean, nullable=True))
+# whether the node fetches link previews, as the owner switched them
+# (migration 0032_link_preview_switch); NULL: as MESH_LINK_PREVIEWS says
+mesh_config.append_column(Column("link_previews", Boolean, nullable=True))
 
 #: apps (HTML/CSS/JS) of the app store; the source lives in ``app_versions``
 apps = Table(

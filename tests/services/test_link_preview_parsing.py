@@ -12,7 +12,6 @@ import pytest
 import trio
 
 from quart_mesh.client_address import parse_networks
-from quart_mesh.services.admin import RateOverrides
 from quart_mesh.services.link_previews import _MISSING, _Cache, first_link, image_type, parse_head
 from quart_mesh.services.outbound import PublicOnlyTransport, RefusedAddress
 
@@ -156,11 +155,3 @@ async def test_public_addresses_only_on_web_ports_private_ones_only_if_listed(
     finally:
         trio.socket.set_custom_hostname_resolver(previous)
     assert connects == [("93.184.216.34", 80), ("93.184.216.34", 443), ("10.1.2.3", 8080)]
-
-
-def test_the_switch_is_stored_with_the_admins_rate_limits() -> None:
-    assert RateOverrides(link_previews=None).to_text() is None
-    text = RateOverrides(link_previews=False).to_text()
-    assert RateOverrides.from_text(text).link_previews is False
-    assert RateOverrides.from_text('{"rules": {}, "linkPreviews": "no"}').link_previews is None
-    assert RateOverrides.from_text('{"rules": {}}').link_previews is None
