@@ -39,7 +39,9 @@ export function roomChanged(app, e) {
   if (room.roomId !== app.currentRoomId) return;
   app.renderRoomHeader(room);
   const message = room.find(e.messageId);
-  for (const t of [app.timeline, app.threadTimeline]) {
+  // (the thread panel's timeline exists once a thread was opened)
+  for (const t of [app.timeline, app.thread?.timeline]) {
+    if (!t) continue;
     if (e.pins) t.renderAll();
     else if (message && t.views.has(e.messageId)) t.upsert(message);
   }
