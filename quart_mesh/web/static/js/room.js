@@ -7,6 +7,9 @@ import { render } from "./markdown.js";
 import { run } from "./roomtools.js";
 import { participantBadges } from "./sidebar.js";
 
+// the edit form and the reaction picker (msgtools.js), fetched when first used
+let tools = null;
+
 export const QUICK_REACTIONS = ["👍", "❤️", "😂", "🎉", "👀", "🙏", "✅", "🚀"];
 const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"]);
 const NEAR_BOTTOM = 80;
@@ -400,10 +403,10 @@ export class Timeline {
       avatar(message.senderId, message.senderName),
       head,
       message.threadId && !this.inThread ? this.replyContext(message) : null,
-      this.editing === message.messageId ? this.editForm(message) : this.body(message.content),
+      this.editing === message.messageId && tools ? tools.editForm(this, message) : this.body(message.content),
       attachmentsView(message),
       this.reactionsView(message),
-      this.picking === message.messageId ? this.pickerView(message) : null,
+      this.picking === message.messageId && tools ? tools.pickerView(this, message) : null,
       this.actions(message, mine),
     );
     this.views.set(message.messageId, el);
@@ -493,48 +496,6 @@ export class Timeline {
     );
   }
 
-  pickerView(message) {
-    return h(
-      "div",
-      {
-        class: "picker",
-        role: "group",
-        "aria-label": "Choose a reaction",
-        on: {
-          keydown: (event) => {
-            if (event.key === "Escape") {
-              event.stopPropagation();
-              this.closePicker(message);
-            }
-          },
-        },
-      },
-      QUICK_REACTIONS.map((emoji) =>
-        h("button", {
-          type: "button",
-          class: "pick",
-          "aria-label": `React with ${emoji}`,
-          text: emoji,
-          on: {
-            click: () => {
-              this.picking = null;
-              this.app.toggleReaction(message, emoji, true);
-              this.upsert(message);
-              this.focusAction(message.messageId, "Add reaction");
-            },
-          },
-        }),
-      ),
-      h("button", {
-        type: "button",
-        class: "pick",
-        text: "More…",
-        "aria-label": "More reactions",
-        on: { click: () => run(this.app, "emoji", "openEmoji", this, message) },
-      }),
-    );
-  }
-
   closePicker(message) {
     this.picking = null;
     this.upsert(message);
@@ -558,7 +519,8 @@ export class Timeline {
           text: "Add reaction",
           "aria-expanded": this.picking === message.messageId ? "true" : "false",
           on: {
-            click: () => {
+            click: async () => {
+              tools ||= await import("./msgtools.js");
               this.picking = this.picking === message.messageId ? null : message.messageId;
               this.upsert(message);
               const first = this.views.get(message.messageId).querySelector(".picker button");
@@ -610,7 +572,8 @@ export class Timeline {
   }
 
   /** Edit *message*; then the focus goes to *back* or its Edit button. */
-  edit(message, back = null) {
+  async edit(message, back = null) {
+    tools ||= await import("./msgtools.js");
     this.editing = message.messageId;
     this.editBack = back;
     this.upsert(message);
@@ -619,59 +582,6 @@ export class Timeline {
     box.focus({ preventScroll: true });
     box.setSelectionRange(box.value.length, box.value.length);
     form.scrollIntoView({ block: "nearest" });
-  }
-
-  editForm(message) {
-    const box = h("textarea", {
-      class: "edit-box",
-      "aria-label": "Edit message",
-      rows: String(Math.min(8, message.content.split("\n").length + 1)),
-      value: message.content,
-    });
-    const error = h("p", { class: "error", role: "alert" });
-    const done = (m) => {
-      this.editing = null;
-      this.upsert(m);
-      if (this.editBack) this.editBack.focus();
-      else this.focusAction(message.messageId, "Edit message");
-    };
-    const cancel = () => done(message);
-    const save = async () => {
-      const content = box.value;
-      if (!content.trim()) {
-        error.textContent = "A message cannot be empty: delete it instead.";
-        return;
-      }
-      if (content === message.content) return cancel();
-      try {
-        done(await this.app.editMessage(message, content));
-      } catch (e) {
-        error.textContent = `Not saved: ${e.message}`;
-      }
-    };
-    const form = h(
-      "form",
-      { class: "edit-form", on: { submit: (event) => { event.preventDefault(); save(); } } },
-      box,
-      error,
-      h(
-        "p",
-        { class: "edit-buttons" },
-        h("button", { type: "button", text: "Cancel", on: { click: cancel } }),
-        h("button", { type: "submit", class: "primary", text: "Save" }),
-      ),
-    );
-    form.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && event.target === box && !event.shiftKey && !event.isComposing) {
-        event.preventDefault();
-        save();
-      } else if (event.key === "Escape") {
-        event.preventDefault();
-        event.stopPropagation();
-        cancel();
-      }
-    });
-    return form;
   }
 
   pendingView(item) {
