@@ -174,6 +174,7 @@ export class Timeline {
     const nodes = this.messages().map((m) => this.view(m));
     for (const item of this.pending()) nodes.push(this.pendingView(item));
     this.els.list.replaceChildren(...nodes);
+    if (!this.inThread && this.app.unread) this.app.unread.place(); // (main.js: unread.js)
     this.rovingFocus();
     const twin = focusedId && this.views.get(focusedId);
     if (twin) twin.focus({ preventScroll: true });
@@ -343,6 +344,7 @@ export class Timeline {
       this.editing === message.messageId ? this.editForm(message) : this.body(message.content),
       attachmentsView(message),
       this.reactionsView(message),
+      this.inThread ? null : this.app.threadSummary(message),
       this.picking === message.messageId ? this.pickerView(message) : null,
       this.actions(message, mine),
     );
