@@ -5,6 +5,7 @@ page scroll sideways."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -138,3 +139,40 @@ async def test_the_writing_and_settings_dialogs_pass_axe_wide_and_narrow(
                 alice.context.close()
 
     await in_browser(scenario, timeout=300)
+
+
+async def test_the_room_switcher_and_the_threads_list_pass_axe(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """Ctrl+K's switcher and a room's threads (dialogs of their own), and a
+    thread's root with its reply count, at 1280 and 390 px."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    root = await node.mesh.send(bob_user, room_id, "the plan")
+    await node.mesh.send(bob_user, room_id, "a reply", threadId=root["messageId"])
+
+    def scenario() -> None:
+        with chromium() as browser:
+            for width in (1280, 390):
+                alice = signed_in(browser, node.url, alice_user, width=width)
+                expect(
+                    alice.message("the plan").get_by_role("button", name="1 reply")
+                ).to_be_visible()
+                problems = violations(alice, "#conversation")
+                alice.composer.focus()
+                alice.page.keyboard.press("Control+k")
+                switcher = alice.page.get_by_role("dialog", name="Go to a room or conversation")
+                expect(switcher.get_by_role("option")).to_have_count(1)
+                problems += violations(alice)
+                alice.page.keyboard.press("Escape")
+                alice.button("Threads").click()
+                listing = alice.page.get_by_role("dialog", name="Threads in #Town Square")
+                expect(listing.get_by_role("button", name=re.compile("the plan"))).to_be_visible()
+                problems += violations(alice)
+                if sideways(alice) > 0:
+                    problems.append(f"the page scrolls sideways by {sideways(alice)} px")
+                assert problems == [], f"at {width} px: {problems}"
+                alice.assert_clean()
+                alice.context.close()
+
+    await in_browser(scenario, timeout=180)

@@ -1,5 +1,5 @@
 """Search in the web client (``js/search.js``) over a served node: `/` and
-Ctrl+K reach the field, the filters are chips, results come grouped by room
+Ctrl+Shift+F reach the field, the filters are chips, results come grouped by room
 with the matched words marked (as text, never markup), and Enter or a click
 opens the message in its room, scrolled to and highlighted, with the older
 and newer pages loading around it; ``#room/<id>/message/<id>`` does the same.
@@ -129,9 +129,9 @@ async def test_search_filters_and_jump_to_message(browser_ready: None, serve_nod
                 alice.page.wait_for_timeout(150)
             expect(alice.message("filler 0")).to_have_count(1)
 
-            # Ctrl+K from the message box; a click opens a result too
+            # Ctrl+Shift+F from the message box; a click opens a result too
             alice.composer.focus()
-            alice.page.keyboard.press("Control+k")
+            alice.page.keyboard.press("Control+Shift+F")
             expect(box).to_be_focused()
             box.fill("backup")
             hit(alice, "backup plan").click()
@@ -149,7 +149,7 @@ async def test_search_filters_and_jump_to_message(browser_ready: None, serve_nod
             phone.sign_in(bob_user.name)
             expect(phone.message(OLD_NOTE)).to_be_focused()
             expect(phone.message(OLD_NOTE)).to_have_attribute("aria-current", "true")
-            phone.page.keyboard.press("Control+k")
+            phone.page.keyboard.press("Control+Shift+F")
             searchbox(phone).fill("database")
             expect(results(phone).get_by_role("link")).to_have_count(4)
             assert violations(phone, "#search-panel") == []
@@ -257,13 +257,14 @@ async def test_a_message_opened_away_from_the_newest(browser_ready: None, serve_
             expect(alice.send("my own, after the jump")).to_be_visible()
             expect(alice.page).to_have_url(re.compile(rf"#room/{ops}$"))
 
-            # the keyboard goes from the field to the panel (Ctrl+K on any
-            # layout), even with no result
+            # the keyboard goes from the field to the panel (Ctrl+Shift+F on
+            # any layout), even with no result
             box = searchbox(alice)
             alice.composer.focus()
             alice.page.evaluate(
                 """() => document.activeElement.dispatchEvent(new KeyboardEvent("keydown",
-                    {key: "л", code: "KeyK", ctrlKey: true, bubbles: true, cancelable: true}))"""
+                    {key: "ф", code: "KeyF", ctrlKey: true, shiftKey: true, bubbles: true,
+                     cancelable: true}))"""
             )
             expect(box).to_be_focused()
             box.fill("nothing matches this")

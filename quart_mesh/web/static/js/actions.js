@@ -1,6 +1,7 @@
 // What a person does to rooms now and then (join, leave, delete, hide a DM,
-// start one, mute, mark all read): fetched on first use, never on the
-// chat's first paint. Each takes the page's App.
+// start one, mute, mark all read), and what happens to them rarely (a room
+// one may no longer read, a link to a room the page does not hold): fetched
+// on first use, never on the chat's first paint. Each takes the page's App.
 
 import { cursorCompare, toast } from "./dom.js";
 
@@ -115,4 +116,44 @@ export async function markAllRead(app) {
   }
   app.renderCounts();
   toast("Everything is marked read.");
+}
+
+/** A room rule or one's role changed what one may read: a room one may no
+ * longer read goes from the page (its badge too); one that may be read
+ * again comes back with the node's state. */
+export async function onRoomAccess(app, event) {
+  const { store } = app;
+  if (!event.readable) {
+    const room = store.rooms.get(event.roomId);
+    store.rooms.delete(event.roomId);
+    if (event.roomId === app.currentRoomId) {
+      app.showWelcome(room ? `You may no longer read ${room.name}.` : "You may no longer read this room.");
+    }
+    if (event.roomId === app.threadRoomId) app.closeThread();
+    app.sidebar.render();
+    app.renderCounts();
+    app.renderTitle();
+    return;
+  }
+  try {
+    app.onSnapshot(await app.api.get("/api/state"), true);
+  } catch {
+    // the next reconnection's snapshot brings it
+  }
+}
+
+/** A link to a room the page does not hold (a hidden DM, a room joined in
+ * another tab): the node says what it is before the link is given up. */
+export async function routeToUnknown(app, roomId, target, load) {
+  const room = await app.fetchRoom(roomId);
+  if (load !== app.panelLoads || !app.store.me) return; // another route came meanwhile
+  if (room && room.joined) {
+    if (room.isDm) app.unhideDm(room);
+    app.openRoom(room, target);
+  } else if (room && !room.isDm) {
+    app.showWelcome("", room);
+  } else {
+    history.replaceState(null, "", location.pathname);
+    app.openDefault();
+  }
 }

@@ -6,9 +6,9 @@
 
 import { Api } from "./api.js";
 import { Composer, Drafts } from "./composer.js";
-import { $, bdi, cursorCompare, fill, h, newClientId, toast } from "./dom.js";
+import { $, bdi, cursorCompare, fill, h, longTime, newClientId, shortTime, toast } from "./dom.js";
 import { Live } from "./live.js";
-import { VIEWS, loadStyle, loadView, offered } from "./panels.js";
+import { VIEWS, loadStyle, offered } from "./panels.js";
 import { Timeline } from "./room.js";
 import { roomChanged, roomTools, run } from "./roomtools.js";
 import { Sidebar } from "./sidebar.js";
@@ -236,6 +236,7 @@ class App {
     $("leave-room").addEventListener("click", () => this.leaveRoom(this.currentRoomId));
     $("hide-dm").addEventListener("click", () => this.hideDm(this.currentRoomId));
     $("mute-room").addEventListener("click", () => this.toggleMute(this.currentRoomId));
+    $("room-threads").addEventListener("click", () => this.showThreads());
     $("mark-all-read").addEventListener("click", () => this.markAllRead());
     $("nav-toggle").addEventListener("click", () => this.toggleNav());
     $("sidebar").addEventListener("click", (event) => {
@@ -323,14 +324,33 @@ class App {
     document.addEventListener("keydown", (event) => {
       if (event.defaultPrevented || !this.store.me || document.querySelector("dialog[open]")) return;
       const slash = event.key === "/" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target);
-      // (event.code: the K key of layouts where it types another letter)
-      const k = (event.key === "k" || event.key === "K" || event.code === "KeyK") && (event.ctrlKey || event.metaKey) && !event.altKey;
-      if (!slash && !k) return;
+      // (event.code: the key of layouts where it types another letter)
+      const mod = (event.ctrlKey || event.metaKey) && !event.altKey;
+      const k = mod && !event.shiftKey && (event.key === "k" || event.key === "K" || event.code === "KeyK");
+      const f = mod && event.shiftKey && (event.key === "f" || event.key === "F" || event.code === "KeyF");
+      if (k) {
+        event.preventDefault();
+        this.openSwitcher();
+        return;
+      }
+      if (!slash && !f) return;
       event.preventDefault();
       input.focus();
       input.select();
       this.withSearch((search) => search.open());
     });
+  }
+
+  /** The room switcher (switcher.js, Ctrl/Cmd+K), fetched on first use. */
+  async openSwitcher() {
+    try {
+      const [module] = await Promise.all([import("./switcher.js"), loadStyle("switcher.css")]);
+      this.switcher ||= new module.Switcher(this);
+    } catch (error) {
+      toast(`The room switcher could not be loaded: ${error.message}`);
+      return;
+    }
+    if (this.store.me && !document.querySelector("dialog[open]")) this.switcher.open();
   }
 
   /** notify.js, once; resolves with the Notifier. */
@@ -459,7 +479,7 @@ class App {
       if (this.threadRootId) this.thread.load();
     }
     this.flushReads();
-    this.refreshStatus();
+    const status = this.refreshStatus();
     this.sidebar.render();
     this.renderPanelLinks();
     for (const panel of this.panels.values()) panel.onSnapshot(snapshot, resumed);
@@ -468,7 +488,8 @@ class App {
     if (!resumed) {
       // how long the first room list took (docs/benchmarks.md)
       performance.mark("mesh:rooms-rendered");
-      this.route();
+      // (the read positions first: a room with unread messages opens at them)
+      status.then(() => this.route());
     }
     else if (this.currentRoomId && !this.store.rooms.get(this.currentRoomId)) this.showWelcome();
   }
@@ -521,7 +542,7 @@ class App {
         return;
       }
       case "room_access":
-        return this.onRoomAccess(event);
+        return this.act("onRoomAccess", event);
       case "room_updated":
       case "message_pinned":
       case "message_unpinned":
@@ -618,30 +639,6 @@ class App {
     });
   }
 
-  /** A room rule or one's role changed what one may read: a room one may no
-   * longer read goes from the page (its badge too); one that may be read
-   * again comes back with the node's state. */
-  async onRoomAccess(event) {
-    const { store } = this;
-    if (!event.readable) {
-      const room = store.rooms.get(event.roomId);
-      store.rooms.delete(event.roomId);
-      if (event.roomId === this.currentRoomId) {
-        this.showWelcome(room ? `You may no longer read ${room.name}.` : "You may no longer read this room.");
-      }
-      if (event.roomId === this.threadRoomId) this.closeThread();
-      this.sidebar.render();
-      this.renderCounts();
-      this.renderTitle();
-      return;
-    }
-    try {
-      this.onSnapshot(await this.api.get("/api/state"), true);
-    } catch {
-      // the next reconnection's snapshot brings it
-    }
-  }
-
   onError(event) {
     if (event.code === "forbidden") this.refreshMe();
     if (event.code === "replay_truncated") {
@@ -668,6 +665,7 @@ class App {
     }
     this.stopTyping(room.roomId, message.senderId);
     const fresh = this.putMessage(room, message);
+    if (fresh && message.threadId) this.countReply(room, message.threadId, 1, message.timestamp);
     if (fresh && !mine) {
       if (this.isVisible(room) && this.timeline.stuck && !room.hasNewer) this.markVisibleRead();
       else store.countUnread(room, message);
@@ -709,6 +707,7 @@ class App {
     if (!room) return;
     const message = room.find(event.messageId);
     if (event.type === "message_deleted") {
+      if (message && message.threadId) this.countReply(room, message.threadId, -1);
       room.drop(event.messageId);
       room.held = room.held.filter((m) => m.messageId !== event.messageId);
       if (room.roomId === this.currentRoomId) this.timeline.remove(event.messageId);
@@ -883,7 +882,7 @@ class App {
     if (match) {
       const target = match[2] ? safeDecode(match[2]) : null;
       const room = store.rooms.get(match[1]);
-      if (!room) return this.routeToUnknown(match[1], target, load);
+      if (!room) return this.act("routeToUnknown", match[1], target, load);
       if (room.joined) {
         if (room.isDm && room.hidden) this.unhideDm(room);
         return this.openRoom(room, target);
@@ -892,22 +891,6 @@ class App {
       history.replaceState(null, "", location.pathname);
     }
     return this.openDefault();
-  }
-
-  /** A link to a room the page does not hold (a hidden DM, a room joined in
-   * another tab): the node says what it is before the link is given up. */
-  async routeToUnknown(roomId, target, load) {
-    const room = await this.fetchRoom(roomId);
-    if (load !== this.panelLoads || !this.store.me) return; // another route came meanwhile
-    if (room && room.joined) {
-      if (room.isDm) this.unhideDm(room);
-      this.openRoom(room, target);
-    } else if (room && !room.isDm) {
-      this.showWelcome("", room);
-    } else {
-      history.replaceState(null, "", location.pathname);
-      this.openDefault();
-    }
   }
 
   /** The default room (or the first one joined), else the welcome view. */
@@ -926,6 +909,7 @@ class App {
    * *offer*, a room the person followed a link to) offered. */
   showWelcome(notice = "", offer = null) {
     this.leavePanel();
+    this.leaveRoomView();
     this.currentRoomId = null;
     if (this.tasks) this.tasks.hide();
     $("room-view").hidden = true;
@@ -1003,7 +987,7 @@ class App {
   openRoom(room, target = null) {
     this.leavePanel();
     const changed = this.currentRoomId !== room.roomId;
-    if (changed) this.flushReads();
+    if (changed) this.leaveRoomView();
     this.currentRoomId = room.roomId;
     this.jumps = (this.jumps || 0) + 1; // a newer route drops an older jump's answer
     // a message not loaded: its page replaces what the room shows; until it
@@ -1020,6 +1004,16 @@ class App {
       this.toggleNav(false);
       this.composer.setTarget(room);
       this.timeline.show(room);
+      // unread messages: shown from the first (unread.js); else where one was
+      // (a room never read, as one just joined, opens at its newest)
+      room.unreadFrom = room.unread && !target && room.joined && room.markedRead !== "0" ? room.markedRead : null;
+      if (room.unreadFrom) {
+        this.timeline.stuck = false;
+        this.withUnread((unread) => room.loaded && unread.settle(room));
+      } else if (room.scrollAt !== undefined && room.loaded) {
+        $("timeline").scrollTop = room.scrollAt;
+        this.timeline.stuck = this.timeline.atBottom();
+      }
       this.showTasks(room);
       if (room.isDm || this.seen) this.showSeen(room);
       this.renderTyping();
@@ -1035,6 +1029,8 @@ class App {
       this.timeline.setTarget(null);
       // shown around an older message: opening the room shows its newest
       if (room.hasNewer) this.showNewest(room);
+      // (a page around the read position moves it not: docs/rest.md)
+      else if (!room.loaded && room.unreadFrom) this.loadAround(room, room.unreadFrom, true);
       else if (!room.loaded) this.loadNewest(room);
     }
     if (!room.permissions) this.loadRoomDetails(room);
@@ -1042,6 +1038,23 @@ class App {
     this.renderTitle();
     this.markVisibleRead();
     if (changed && !target) this.composer.focus();
+  }
+
+  /** The open room is left: where one was in it is kept (in memory), and
+   * marks held back go out. */
+  leaveRoomView() {
+    this.flushReads();
+    const room = this.store.rooms.get(this.currentRoomId);
+    if (room) {
+      room.scrollAt = this.timeline.stuck ? undefined : $("timeline").scrollTop;
+      room.unreadFrom = null;
+    }
+  }
+
+  /** unread.js and its styles, once; then *fn*(the Unread). */
+  withUnread(fn) {
+    this.unreadLoad ||= Promise.all([import("./unread.js"), loadStyle("unread.css")]).then(([module]) => (this.unread = new module.Unread(this)));
+    this.unreadLoad.then(fn, (error) => toast(`This part of the page could not be loaded: ${error.message}`));
   }
 
   /** Open a message in its room (a search result, a notification). */
@@ -1064,19 +1077,20 @@ class App {
 
   /** Load the page around *messageId* (GET ...?around=) in place of what the
    * room holds, then the newer pages up to the newest as the person scrolls. */
-  async loadAround(room, messageId) {
+  async loadAround(room, messageId, unread = false) {
     const jump = this.jumps;
-    this.timeline.status("Loading the message…");
+    this.timeline.status(unread ? "Loading messages…" : "Loading the message…");
     let page;
     try {
       page = await this.api.get(
         `/api/rooms/${encodeURIComponent(room.roomId)}/messages?around=${encodeURIComponent(messageId)}&limit=${PAGE}`,
       );
-      if (!page.some((m) => m.messageId === messageId)) {
+      if (!unread && !page.some((m) => m.messageId === messageId)) {
         throw Object.assign(new Error("That message is not in this conversation any more."), { code: "message_not_found" });
       }
     } catch (error) {
       if (jump !== this.jumps || room.roomId !== this.currentRoomId) return;
+      if (unread) return this.showNewest(room);
       // deleted, or of another room: the node does not know it as a cursor here
       const gone =
         error.code === "message_not_found" || error.status === 404 || (error.status === 400 && error.code === "invalid_cursor");
@@ -1099,10 +1113,12 @@ class App {
     room.hasOlder = true; // the first page before it says
     room.hasNewer = true; // the next page says
     this.timeline.status("");
-    this.timeline.setTarget(messageId);
+    this.timeline.setTarget(unread ? null : messageId);
     this.timeline.renderAll();
-    this.highlight(messageId);
     if (room.roomId === this.threadRoomId) this.thread.load(); // its messages were forgotten
+    // the first unread: the newer pages come as one scrolls (each moves the read position)
+    if (unread) return this.withUnread((u) => jump === this.jumps && u.settle(room));
+    this.highlight(messageId);
     await this.loadNewer(room);
     if (jump === this.jumps) this.fillViewport();
   }
@@ -1182,6 +1198,7 @@ class App {
     mute.title = room.muted
       ? "Muted: unread messages are counted, but you are told only when you are mentioned"
       : "Count unread messages here, but tell me only when I am mentioned";
+    $("room-threads").hidden = !room.joined;
     $("leave-room").hidden = room.isDm;
     $("hide-dm").hidden = !room.isDm;
     roomTools(this, room);
@@ -1246,7 +1263,9 @@ class App {
       this.timeline.status(room.hasOlder ? "" : "This is the beginning of the conversation.");
       const stick = this.timeline.stuck;
       this.timeline.renderAll();
-      if (stick || first) this.timeline.scrollToBottom();
+      if (first && room.unreadFrom) {
+        if (this.unread) this.unread.settle(room);
+      } else if (stick || first) this.timeline.scrollToBottom();
       this.fillViewport();
       this.markVisibleRead();
     }
@@ -1356,42 +1375,28 @@ class App {
     fill($("panel-list"), links);
   }
 
-  /** Open *view* (loading its code the first time), unless another route
-   * came meanwhile (*load* is no longer the latest). */
+  /** Open *view* (its code, and view.js that hosts the views, fetched the
+   * first time), unless another route came meanwhile (*load* is no longer
+   * the latest). */
   async openView(view, arg, load) {
-    let panel = this.panels.get(view.id);
-    if (!panel) {
+    if (!this.panels.has(view.id)) {
       this.leavePanel();
       this.showViewFrame(view);
       fill($("panel-body"), h("p", { class: "hint", role: "status", text: "Loading…" }));
-      try {
-        const Kind = await loadView(view);
-        panel = this.panels.get(view.id) || new Kind(this);
-      } catch (error) {
-        if (load === this.panelLoads) {
-          fill($("panel-body"), h("p", { class: "error", role: "alert", text: `This view could not be loaded: ${error.message}` }));
-        }
-        return;
-      }
-      if (!this.panels.has(view.id)) {
-        panel.view = view;
-        this.panels.set(view.id, panel);
-        if (this.lastSnapshot) panel.onSnapshot(this.heldSnapshot(), false);
-      }
-      if (load !== this.panelLoads || !this.store.me) return;
     }
-    this.showPanel(panel, arg);
-  }
-
-  /** A snapshot of what the page holds now (for a view opened late): the
-   * participants as events left them, the rooms that still exist. */
-  heldSnapshot() {
-    const rooms = this.lastSnapshot.rooms.filter((room) => this.store.rooms.has(room.roomId));
-    return { ...this.lastSnapshot, rooms, participants: [...this.store.participants.values()] };
+    try {
+      this.viewHost = await import("./view.js");
+    } catch (error) {
+      if (load === this.panelLoads) {
+        fill($("panel-body"), h("p", { class: "error", role: "alert", text: `This view could not be loaded: ${error.message}` }));
+      }
+      return;
+    }
+    if (load === this.panelLoads) await this.viewHost.openView(this, view, arg, load);
   }
 
   showViewFrame(view) {
-    this.flushReads();
+    this.leaveRoomView();
     this.closeThread();
     this.currentRoomId = null;
     if (this.tasks) this.tasks.hide();
@@ -1404,30 +1409,9 @@ class App {
     this.renderTitle();
   }
 
+  /** Show *panel* (view.js, loaded: a panel exists). */
   showPanel(panel, arg) {
-    this.currentArg = arg;
-    if (this.currentPanel !== panel) {
-      this.leavePanel();
-      this.currentPanel = panel;
-    } else if (panel.body) {
-      panel.hide();
-    }
-    this.showViewFrame(panel.view);
-    const body = $("panel-body");
-    body.replaceChildren();
-    panel.body = body;
-    const failed = (error) => {
-      console.error(error);
-      toast(`This view failed: ${error.message}`);
-    };
-    try {
-      Promise.resolve(panel.show(body, arg)).catch(failed);
-    } catch (error) {
-      failed(error);
-    }
-    this.sidebar.render();
-    this.renderPanelLinks();
-    this.renderTitle();
+    this.viewHost.showPanel(this, panel, arg);
   }
 
   leavePanel() {
@@ -1596,6 +1580,52 @@ class App {
 
   closeThread(returnFocus = false) {
     if (this.thread) this.thread.close(returnFocus);
+  }
+
+  /** The open room's threads (threads.js), fetched on first use. */
+  async showThreads() {
+    const room = this.store.rooms.get(this.currentRoomId);
+    if (!room) return;
+    try {
+      const [module] = await Promise.all([import("./threads.js"), loadStyle("thread.css")]);
+      this.threadList ||= new module.ThreadList(this);
+    } catch (error) {
+      toast(`The threads could not be loaded: ${error.message}`);
+      return;
+    }
+    if (room.roomId === this.currentRoomId) this.threadList.open(room);
+  }
+
+  /** Under a thread's root in the room: its reply count (a button that
+   * opens the thread) and when the newest reply came. */
+  threadSummary(message) {
+    const n = message.threadReplies;
+    if (!n || message.threadId) return null;
+    const at = message.lastReplyAt;
+    return h(
+      "p",
+      { class: "thread-summary" },
+      h("button", {
+        type: "button",
+        class: "link",
+        text: `${n} repl${n === 1 ? "y" : "ies"}`,
+        on: { click: () => this.openThread(message.roomId, message.messageId) },
+      }),
+      at ? h("span", { class: "hint" }, " · last reply ", h("time", { datetime: at, title: longTime(at), text: shortTime(at) })) : null,
+    );
+  }
+
+  /** A reply came (*delta* 1, at *at*) or went (-1): its root's count. */
+  countReply(room, rootId, delta, at) {
+    const root = room.find(rootId);
+    if (!root) return;
+    const n = Math.max(0, (root.threadReplies || 0) + delta);
+    const updated = { ...root, threadReplies: n, lastReplyAt: delta > 0 && at ? at : root.lastReplyAt };
+    if (!n) {
+      delete updated.threadReplies;
+      delete updated.lastReplyAt;
+    }
+    this.putMessage(room, updated);
   }
 }
 

@@ -202,6 +202,7 @@ export class Timeline {
     for (const item of this.pending()) nodes.push(this.pendingView(item));
     this.els.list.replaceChildren(...nodes);
     this.regroup();
+    if (!this.inThread && this.app.unread) this.app.unread.place(); // (main.js: unread.js)
     this.rovingFocus();
     const twin = focusedId && this.views.get(focusedId);
     if (twin) twin.focus({ preventScroll: true });
@@ -406,6 +407,7 @@ export class Timeline {
       this.editing === message.messageId && tools ? tools.editForm(this, message) : this.body(message.content),
       attachmentsView(message),
       this.reactionsView(message),
+      this.inThread ? null : this.app.threadSummary(message),
       this.picking === message.messageId && tools ? tools.pickerView(this, message) : null,
       this.actions(message, mine),
     );

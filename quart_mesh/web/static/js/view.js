@@ -3,7 +3,69 @@
 // first view opened: the chat alone never needs them).
 
 import { ApiError } from "./api.js";
-import { h } from "./dom.js";
+import { $, fill, h, toast } from "./dom.js";
+import { loadView } from "./panels.js";
+
+// hosting the views in the page (main.js hands over to these once a view is
+// first opened: the chat alone never needs them) ---------------------------------
+
+/** Open *view* for the App *app* (its code and styles fetched the first
+ * time), unless another route came meanwhile (*load* is not the latest). */
+export async function openView(app, view, arg, load) {
+  let panel = app.panels.get(view.id);
+  if (!panel) {
+    try {
+      const Kind = await loadView(view);
+      panel = app.panels.get(view.id) || new Kind(app);
+    } catch (error) {
+      if (load === app.panelLoads) {
+        fill($("panel-body"), h("p", { class: "error", role: "alert", text: `This view could not be loaded: ${error.message}` }));
+      }
+      return;
+    }
+    if (!app.panels.has(view.id)) {
+      panel.view = view;
+      app.panels.set(view.id, panel);
+      if (app.lastSnapshot) panel.onSnapshot(heldSnapshot(app), false);
+    }
+    if (load !== app.panelLoads || !app.store.me) return;
+  }
+  showPanel(app, panel, arg);
+}
+
+/** A snapshot of what the page holds now (for a view opened late): the
+ * participants as events left them, the rooms that still exist. */
+function heldSnapshot(app) {
+  const rooms = app.lastSnapshot.rooms.filter((room) => app.store.rooms.has(room.roomId));
+  return { ...app.lastSnapshot, rooms, participants: [...app.store.participants.values()] };
+}
+
+/** Show *panel* in the main area with *arg* (what follows `#id/`). */
+export function showPanel(app, panel, arg) {
+  app.currentArg = arg;
+  if (app.currentPanel !== panel) {
+    app.leavePanel();
+    app.currentPanel = panel;
+  } else if (panel.body) {
+    panel.hide();
+  }
+  app.showViewFrame(panel.view);
+  const body = $("panel-body");
+  body.replaceChildren();
+  panel.body = body;
+  const failed = (error) => {
+    console.error(error);
+    toast(`This view failed: ${error.message}`);
+  };
+  try {
+    Promise.resolve(panel.show(body, arg)).catch(failed);
+  } catch (error) {
+    failed(error);
+  }
+  app.sidebar.render();
+  app.renderPanelLinks();
+  app.renderTitle();
+}
 
 /** A view of the main area (its address, title and audience are in VIEWS). */
 export class Panel {
