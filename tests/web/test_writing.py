@@ -336,6 +336,13 @@ async def test_account_settings_name_password_and_sessions(
             expect(dialog).to_contain_text("Display name saved.")
             me = call(get_me)
             assert me.json()["displayName"] == "Bob Builder"
+            # read receipts, shared by default, turned off and back on
+            receipts = dialog.get_by_role("checkbox", name="Share read receipts")
+            expect(receipts).to_be_checked()
+            receipts.uncheck()
+            until(bob, lambda: call(get_me).json()["readReceipts"] is False)
+            receipts.check()
+            until(bob, lambda: call(get_me).json()["readReceipts"] is True)
             # sessions: the API's token, this browser, the other one
             sessions = dialog.get_by_role("list", name="Signed-in sessions")
             expect(sessions.get_by_role("listitem")).to_have_count(3)

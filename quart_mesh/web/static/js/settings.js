@@ -3,6 +3,7 @@
 // header, its description (docs/web.md).
 
 import { ago, bdi, h, icon, longTime, toast } from "./dom.js";
+import { readReceiptsToggle } from "./receipts.js";
 
 const field = (label, attrs) => {
   const input = h("input", { id: `set-${attrs.name}`, ...attrs });
@@ -48,6 +49,10 @@ class Account {
           h("button", { type: "submit", text: "Save display name" }),
           this.nameStatus,
         ),
+        h("fieldset", { class: "stack" }, h("legend", { text: "Privacy" }),
+          (this.receipts = readReceiptsToggle(app)),
+          h("p", { class: "hint", text: "In direct messages, others see what you have read, and you see what they have. Off: neither." }),
+        ),
         this.app.store.me.kind === "human" ? this.passwordForm : null,
         h("fieldset", { class: "stack" }, h("legend", { text: "Sessions" }), this.sessionsStatus, this.sessions, this.others),
       ),
@@ -57,6 +62,7 @@ class Account {
   show() {
     const { me } = this.app.store;
     this.name.value = me.displayName || "";
+    this.receipts.querySelector("input").checked = me.readReceipts !== false;
     this.nameStatus.textContent = "";
     this.passwordStatus.textContent = "";
     this.passwordForm.hidden = me.kind !== "human";
