@@ -327,6 +327,8 @@ async def test_account_settings_name_password_and_sessions(
         with chromium() as browser:
             bob = signed_in(browser, node.url, bob_user)
             other = signed_in(browser, node.url, bob_user)  # a second device
+            said = bob.send("from the builder")
+            expect(said).not_to_contain_text("sending…")
             bob.button("Settings").click()
             dialog = bob.page.get_by_role("dialog", name="Settings")
             # display name
@@ -336,6 +338,12 @@ async def test_account_settings_name_password_and_sessions(
             expect(dialog).to_contain_text("Display name saved.")
             me = call(get_me)
             assert me.json()["displayName"] == "Bob Builder"
+            # shown beside the name on his messages (the one before too)
+            bob.page.keyboard.press("Escape")
+            expect(dialog).to_be_hidden()
+            expect(said.get_by_role("button", name="Bob Builder")).to_be_visible()
+            expect(said).to_contain_text(f"@{bob_user.name}")
+            bob.button("Settings").click()
             # read receipts, shared by default, turned off and back on
             receipts = dialog.get_by_role("checkbox", name="Share read receipts")
             expect(receipts).to_be_checked()

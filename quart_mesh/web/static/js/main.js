@@ -561,7 +561,8 @@ class App {
       }
       case "participant_updated":
         Object.assign(store.participant(event.participant.participantId) || {}, event.participant);
-        return this.sidebar.render();
+        this.sidebar.render();
+        return this.timeline.renderAll(); // (a display name beside the name)
       case "participant_moved": {
         const p = store.participant(event.participantId);
         if (p) p.position = { roomId: event.roomId, x: event.x, y: event.y, z: event.z };

@@ -384,7 +384,8 @@ export class Timeline {
     const head = h(
       "header",
       { class: "msg-head", id: headId },
-      h("button", { type: "button", class: "link who", "aria-haspopup": "dialog" }, bdi(message.senderName, "msg-sender")),
+      h("button", { type: "button", class: "link who", "aria-haspopup": "dialog" }, bdi(sender?.displayName || message.senderName, "msg-sender")),
+      sender?.displayName ? bdi("@" + message.senderName, "hint") : null,
       participantBadges(
         sender || { type: "human", trustLevel: message.trustLevel, origin: message.origin },
       ),
