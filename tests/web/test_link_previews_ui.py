@@ -62,6 +62,8 @@ async def test_a_link_shows_a_card_and_the_owner_can_turn_them_off(
             alice.timeline.focus()
             alice.page.keyboard.press("ArrowUp")
             expect(message).to_be_focused()
+            alice.page.keyboard.press("Tab")  # the author's name (the profile card)
+            expect(message.get_by_role("button", name=bob_user.name)).to_be_focused()
             alice.page.keyboard.press("Tab")
             expect(message.get_by_role("link", name=site.url("/plan"))).to_be_focused()
             alice.page.keyboard.press("Tab")
