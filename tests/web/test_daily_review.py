@@ -1,0 +1,50 @@
+"""What a second afternoon of daily use found (issue 32's review): the
+toolbar of a message being edited, the read-receipts switch's layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import chromium, in_browser
+from tests.web.conftest import Served
+from tests.web.test_chat import signed_in, two_people
+
+pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+async def test_a_message_being_edited_shows_no_toolbar(
+    browser_ready: None, serve_node: Any, width: int, height: int
+) -> None:
+    """Up opens the edit box of one's last message: its toolbar (Edit
+    message again, over the box at desktop width, under it on a phone) goes
+    while the box is open and comes back after."""
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user, width=width, height=height)
+            mine = alice.send("a word to edit")
+            expect(mine).not_to_contain_text("sending…")
+            alice.composer.focus()
+            alice.page.keyboard.press("ArrowUp")
+            edit = alice.timeline.get_by_role("textbox", name="Edit message")
+            expect(edit).to_be_focused()
+            mine = alice.timeline.get_by_role("article").filter(
+                has=alice.page.get_by_role("textbox", name="Edit message")
+            )
+            expect(mine).to_have_count(1)
+            expect(mine.get_by_role("button", name="Edit message")).to_be_hidden()
+            expect(mine.get_by_role("button", name="Add reaction")).to_be_hidden()
+            alice.page.keyboard.press("Escape")
+            expect(edit).to_have_count(0)
+            mine = alice.message("a word to edit")
+            mine.hover()
+            expect(mine.get_by_role("button", name="Edit message")).to_be_visible()
+            alice.assert_clean()
+
+    await in_browser(scenario)
