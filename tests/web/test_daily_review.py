@@ -48,3 +48,31 @@ async def test_a_message_being_edited_shows_no_toolbar(
             alice.assert_clean()
 
     await in_browser(scenario)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+async def test_the_read_receipts_switch_sits_beside_its_label(
+    browser_ready: None, serve_node: Any, width: int, height: int
+) -> None:
+    """In Settings, Privacy's checkbox is on the line of "Share read
+    receipts", as "Notify me in this browser" is (not alone, centred, above)."""
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user, width=width, height=height)
+            alice.button("Settings").click()
+            dialog = alice.page.get_by_role("dialog", name="Settings")
+            box = dialog.get_by_role("checkbox", name="Share read receipts")
+            expect(box).to_be_checked()
+            label = dialog.get_by_text("Share read receipts", exact=True)
+            expect(label).to_be_visible()
+            b, t = box.bounding_box(), label.bounding_box()
+            assert b is not None and t is not None
+            # on one line: the box's middle within the text's height, to its left
+            assert t["y"] <= b["y"] + b["height"] / 2 <= t["y"] + t["height"], (b, t)
+            assert b["x"] < t["x"] + t["width"] / 2, (b, t)
+            alice.assert_clean()
+
+    await in_browser(scenario)
