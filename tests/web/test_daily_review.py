@@ -3,12 +3,13 @@ toolbar of a message being edited, the read-receipts switch's layout."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import chromium, in_browser
+from tests.browser import chromium, in_browser, until
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -73,6 +74,49 @@ async def test_the_read_receipts_switch_sits_beside_its_label(
             # on one line: the box's middle within the text's height, to its left
             assert t["y"] <= b["y"] + b["height"] / 2 <= t["y"] + t["height"], (b, t)
             assert b["x"] < t["x"] + t["width"] / 2, (b, t)
+            alice.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_opening_a_dm_leaves_the_people_list_as_it_was(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """The DM's "Seen" line's style (loaded with the first DM) was a bare
+    ``.seen``, the class of the People list's "online" / "last seen" lines:
+    they jumped to the right, out from under the names."""
+    node: Served = await serve_node()
+    alice_user, bob_user, _room_id = await two_people(node)
+    await node.mesh.http.post(
+        "/api/dms", json={"participantId": bob_user.participant_id}, headers=alice_user.headers
+    )
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user)
+            nav = alice.page.get_by_role("navigation", name="Rooms and people")
+            me = nav.get_by_role("listitem").filter(has_text="alice (you)")
+            name, status = me.get_by_text("alice (you)"), me.get_by_text("online", exact=True)
+            expect(status).to_be_visible()
+
+            def left(locator: Any) -> float:
+                """Where the text itself begins (not its box, which may be wider)."""
+                x: float = locator.evaluate(
+                    """(e) => { const r = document.createRange(); r.selectNodeContents(e);
+                                return r.getBoundingClientRect().x; }"""
+                )
+                return x
+
+            assert abs(left(status) - left(name)) < 2
+            nav.get_by_role("link", name=re.compile(r"^Direct messages with bob")).click()
+            alice.send("hello bob")
+            expect(alice.message("hello bob")).not_to_contain_text("sending…")
+            # the receipts' style has arrived with the DM
+            until(alice, lambda: alice.page.evaluate(
+                "() => [...document.styleSheets].some((s) => (s.href || '').includes('receipts'))"
+            ))
+            expect(status).to_be_visible()
+            assert abs(left(status) - left(name)) < 2
             alice.assert_clean()
 
     await in_browser(scenario)
