@@ -120,3 +120,34 @@ async def test_opening_a_dm_leaves_the_people_list_as_it_was(
             alice.assert_clean()
 
     await in_browser(scenario)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+async def test_the_new_dm_dialogs_ticks_sit_beside_the_names(
+    browser_ready: None, serve_node: Any, width: int, height: int
+) -> None:
+    """In "New direct message", each tick box is next to the person it adds
+    (it took the row's width as every input does: ticks alone in the middle,
+    the names pushed to the right edge)."""
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+    await node.mesh.register("carol")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = signed_in(browser, node.url, alice_user, width=width, height=height)
+            if width < 700:
+                alice.button("Show rooms and people").click()
+            alice.button("New direct message").click()
+            dialog = alice.page.get_by_role("dialog", name="New direct message")
+            for name in ("bob", "carol"):
+                tick = dialog.get_by_role("checkbox", name=f"Add {name} to a group conversation")
+                person = dialog.get_by_role("button", name=f"Message {name}")
+                expect(person).to_be_visible()
+                t, p = tick.bounding_box(), person.bounding_box()
+                assert t is not None and p is not None
+                assert t["width"] < 40, t
+                assert 0 <= p["x"] - (t["x"] + t["width"]) < 24, (t, p)
+            alice.assert_clean()
+
+    await in_browser(scenario)
