@@ -151,3 +151,37 @@ async def test_the_new_dm_dialogs_ticks_sit_beside_the_names(
             alice.assert_clean()
 
     await in_browser(scenario)
+
+
+async def test_on_a_phone_a_grouped_messages_time_does_not_cover_its_text(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """A tapped message that continues its author's group shows its time in
+    the gutter: on a phone the gutter is narrower and "03:12 PM" ran into the
+    message's first letters."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    await node.mesh.send(alice_user, room_id, "the group's first")
+    await node.mesh.send(alice_user, room_id, "mmm the second, tapped")
+
+    def scenario() -> None:
+        with chromium() as browser:
+            bob = signed_in(browser, node.url, bob_user, width=390, height=844)
+            second = bob.message("mmm the second, tapped")
+            expect(second).to_be_visible()
+            second.click()
+            time = second.get_by_role("time")
+            expect(time).to_have_css("opacity", "1")
+            ends = time.evaluate(
+                """(e) => { const r = document.createRange(); r.selectNodeContents(e);
+                            return r.getBoundingClientRect().right; }"""
+            )
+            text = second.get_by_text("mmm the second, tapped")
+            starts = text.evaluate(
+                """(e) => { const r = document.createRange(); r.selectNodeContents(e);
+                            return r.getBoundingClientRect().left; }"""
+            )
+            assert ends <= starts - 2, (ends, starts)
+            bob.assert_clean()
+
+    await in_browser(scenario)
