@@ -63,5 +63,5 @@ export function readReceiptsToggle(app) {
       toast(error.message);
     }
   });
-  return h("p", {}, box, " ", h("label", { for: "read-receipts", text: "Share read receipts" }));
+  return h("label", { class: "check" }, box, "Share read receipts");
 }
