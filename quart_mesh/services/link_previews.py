@@ -118,13 +118,19 @@ def _web_url(url: str) -> bool:
         parts.port  # noqa: B018 (raises ValueError for a bad port)
     except ValueError:
         return False
-    return (
+    if not (
         parts.scheme in ("http", "https")
         and bool(parts.hostname)
         and parts.username is None  # never send credentials someone wrote
         and parts.password is None
         and len(url) <= MAX_URL
-    )
+    ):
+        return False
+    try:
+        httpx.URL(url)  # what httpx cannot parse (an invalid IDNA host) is no link
+    except (httpx.InvalidURL, ValueError):
+        return False
+    return True
 
 
 def _host(url: str) -> str:
@@ -513,7 +519,7 @@ class LinkPreviews:
                 return None, 0
             final, content_type, body = got
             preview = await trio.to_thread.run_sync(parse_head, body, content_type, final)
-        except (httpx.HTTPError, MeshError, OSError, ValueError) as error:
+        except (httpx.HTTPError, httpx.InvalidURL, MeshError, OSError, ValueError) as error:
             log.info("link preview: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         return preview, 0
@@ -527,7 +533,14 @@ class LinkPreviews:
                 self._settings.link_preview_image_max_bytes,
                 cut=False,
             )
-        except (httpx.HTTPError, Transient, MeshError, OSError, ValueError) as error:
+        except (
+            httpx.HTTPError,
+            httpx.InvalidURL,
+            Transient,
+            MeshError,
+            OSError,
+            ValueError,
+        ) as error:
             log.info("link preview image: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         kind = None if got is None else image_type(got[1], got[2])
