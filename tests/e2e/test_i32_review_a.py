@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
 from tests.e2e.test_link_previews import PAGE, Site, _preview, _room, settings
-from tests.helpers import Mesh
+from tests.helpers import Mesh, User
 
 pytestmark = pytest.mark.e2e
 
@@ -30,3 +32,48 @@ async def test_a_link_httpx_cannot_parse_is_no_preview_not_a_500(
     preview = await _preview(mesh, alice, room_id, site.url("/p"))
     assert preview["title"] == "The & plan for 2027"
     assert preview["image"] is None  # an address it could not fetch is never signed
+
+
+# the stalls hold their slots for 3 s: bob asks well within that
+@pytest.mark.parametrize("settings", [{"link_preview_timeout": 3.0}], indirect=True)
+async def test_a_busy_node_does_not_remember_a_page_it_never_asked_for(
+    mesh: Mesh, nursery: trio.Nursery
+) -> None:
+    # with every fetch slot held by links that stall (one member's, within
+    # its rate rule), another member's link waited for a slot within the time
+    # bound, timed out and was remembered as a page with nothing to show, for
+    # every reader, for five minutes: without the page ever being asked
+    site = await Site().start(nursery)
+    site.page("/p", PAGE)
+    site.gates["/p"] = gate = trio.Event()
+    for n in range(8):
+        site.routes[f"/stall{n}"] = lambda: None
+    alice, bob, room_id = await _room(mesh)
+    stalls = [await mesh.send(alice, room_id, site.url(f"/stall{n}")) for n in range(8)]
+    sent = await mesh.send(bob, room_id, site.url("/p"))
+
+    async def preview(user: User, message: dict[str, Any]) -> Any:
+        r = await mesh.http.get(
+            f"/api/rooms/{room_id}/messages/{message['messageId']}/preview",
+            headers=user.headers,
+        )
+        assert r.status_code == 200, r.text
+        return r.json()["preview"]
+
+    async def stall(message: dict[str, Any]) -> None:
+        assert await preview(alice, message) is None
+
+    async with trio.open_nursery() as holding:
+        for message in stalls:
+            holding.start_soon(stall, message)
+        with trio.fail_after(5):
+            while len(site.hits) < 8:
+                await trio.sleep(0.01)
+        # every slot is held: no card now
+        assert await preview(bob, sent) is None
+        gate.set()
+    # the slots are free again: the page is fetched, its card shown
+    found = await preview(bob, sent)
+    assert found is not None
+    assert found["title"] == "The & plan for 2027"
+    assert site.hits.count("/p") == 1
