@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from tests.e2e.test_link_previews import PAGE, Site, _preview, _room, settings
+from tests.e2e.test_receipts import browser_tab, of_type, open_dm, read
 from tests.helpers import Mesh, User
 
 pytestmark = pytest.mark.e2e
@@ -77,3 +78,34 @@ async def test_a_busy_node_does_not_remember_a_page_it_never_asked_for(
     assert found is not None
     assert found["title"] == "The & plan for 2027"
     assert site.hits.count("/p") == 1
+
+
+async def test_a_read_receipt_reaches_no_one_who_may_not_read_the_dm(
+    mesh: Mesh, base_url: str
+) -> None:
+    # dm_read went to each other member's sessions directly (Broker.send_to),
+    # past the visibility decision every other event of the DM passes: one
+    # whose role no longer reads rooms still heard who read what there
+    owner = await mesh.setup()
+    alice, bob = await mesh.register("alice"), await mesh.register("bob")
+    dm = await open_dm(mesh, alice, bob)
+    first = await mesh.send(alice, dm, "are you there?")
+    r = await mesh.http.post(
+        "/api/roles",
+        json={"name": "blind", "priority": 120, "permissions": ["participants.read"]},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    async with browser_tab(base_url, alice) as tab:
+        r = await mesh.http.put(
+            f"/api/participants/{alice.participant_id}/role",
+            json={"role": "blind"},
+            headers=owner.headers,
+        )
+        assert r.status_code == 200, r.text
+        await tab.expect("room_access", roomId=dm, readable=False)  # her session knows
+        await read(mesh, bob, dm, first["cursor"])
+        await mesh.send(bob, dm, "yes")
+        frames = await tab.settle()
+        assert of_type(frames, "message") == []  # the DM's messages do not reach her
+        assert of_type(frames, "dm_read") == []  # nor does bob's read position
