@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import trio
 
-from .events import Event
+from .events import DmRead, Event, Relayed
 from .store.outbox import MIRRORED, Change, Entry, Publish, SendTo
 
 __all__ = ["Broker", "Queued", "Subscription"]
@@ -584,7 +584,16 @@ class Broker:
             if isinstance(entry, Publish):
                 self.publish(entry.event)
             elif isinstance(entry, SendTo):
-                self.send_to(entry.participant_id, entry.event)
+                event = entry.event
+                # a read receipt is the DM's: only for those who may read it
+                # (as this process wrote it, or another: a relayed frame)
+                receipt = isinstance(event, DmRead) or (
+                    isinstance(event, Relayed) and event.kind == DmRead.type
+                )
+                room_id = event.room_id if receipt else None
+                if room_id is not None and not self._sees(entry.participant_id, room_id):
+                    continue
+                self.send_to(entry.participant_id, event)
             elif entry.kind in MIRRORED:
                 self._change(entry)
 

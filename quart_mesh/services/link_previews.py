@@ -25,7 +25,9 @@ secret) when it handed out a preview: it must be ``image/png``, ``jpeg``,
 Previews are kept in memory for ``link_preview_ttl`` (failures five minutes),
 at most ``link_preview_cache_entries`` of them and
 ``link_preview_cache_bytes`` of images; one fetch per URL at a time (a
-second asker waits for the first).
+second asker waits for the first); at most :data:`CONCURRENCY` fetches at
+once (another finds no preview then, and nothing is remembered of its URL:
+links that stall cannot make others' previews fail for everyone).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ MAX_REDIRECTS: Final = 5
 MAX_URL: Final = 2048
 #: ports a public address is reached on (the operator's networks: any)
 PORTS: Final = frozenset({80, 443})
-#: fetches running at once, over all participants
+#: fetches running at once, over all participants (one more finds no
+#: preview now, and nothing is remembered of its page: it is not asked)
 CONCURRENCY: Final = 8
 #: seconds a failure to get a preview is kept (a page may come back sooner)
 FAILURE_TTL: Final = 300.0
@@ -118,13 +121,19 @@ def _web_url(url: str) -> bool:
         parts.port  # noqa: B018 (raises ValueError for a bad port)
     except ValueError:
         return False
-    return (
+    if not (
         parts.scheme in ("http", "https")
         and bool(parts.hostname)
         and parts.username is None  # never send credentials someone wrote
         and parts.password is None
         and len(url) <= MAX_URL
-    )
+    ):
+        return False
+    try:
+        httpx.URL(url)  # what httpx cannot parse (an invalid IDNA host) is no link
+    except (httpx.InvalidURL, ValueError):
+        return False
+    return True
 
 
 def _host(url: str) -> str:
@@ -251,6 +260,11 @@ def _charset(content_type: str, html: bytes) -> str:
 
 class _Missing:
     pass
+
+
+class _Busy(Exception):
+    """Every fetch slot is taken: nothing was asked, so nothing is known
+    (a failure would be remembered for every reader)."""
 
 
 _MISSING: Final = _Missing()
@@ -423,7 +437,14 @@ class LinkPreviews:
                 return None  # the first fetch was cut short (or evicted at once)
         done = self._pending[key] = trio.Event()
         try:
-            value, size = await fetch()
+            try:
+                value, size = await fetch()
+            except _Busy:
+                log.info(
+                    "link preview: every fetch slot is taken: this %s is not asked now",
+                    key.partition(" ")[0],
+                )
+                return None  # not cached: the address was never asked
             cache.put(key, value, size)
             return value
         finally:
@@ -454,9 +475,25 @@ class LinkPreviews:
         """The final URL, content type and body of *url* (redirects
         followed, each checked), if its type is one *want* takes and (unless
         *cut*: read only the first *limit* bytes) it is at most *limit*
-        bytes; ``None`` on any failure, the time bound included."""
+        bytes; ``None`` on any failure, the time bound included.
+
+        Raises:
+            _Busy: every fetch slot is taken (the address is not asked).
+        """
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            raise _Busy from None
+        try:
+            return await self._get_one(url, accept, want, limit, cut)
+        finally:
+            self._limiter.release()
+
+    async def _get_one(
+        self, url: str, accept: str, want: Callable[[str], bool], limit: int, cut: bool
+    ) -> tuple[str, str, bytes] | None:
         with trio.move_on_after(self._settings.link_preview_timeout):
-            async with self._limiter, self._client() as client:
+            async with self._client() as client:
                 for _ in range(MAX_REDIRECTS + 1):
                     if not _web_url(url):
                         return None
@@ -513,7 +550,7 @@ class LinkPreviews:
                 return None, 0
             final, content_type, body = got
             preview = await trio.to_thread.run_sync(parse_head, body, content_type, final)
-        except (httpx.HTTPError, MeshError, OSError, ValueError) as error:
+        except (httpx.HTTPError, httpx.InvalidURL, MeshError, OSError, ValueError) as error:
             log.info("link preview: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         return preview, 0
@@ -527,7 +564,14 @@ class LinkPreviews:
                 self._settings.link_preview_image_max_bytes,
                 cut=False,
             )
-        except (httpx.HTTPError, Transient, MeshError, OSError, ValueError) as error:
+        except (
+            httpx.HTTPError,
+            httpx.InvalidURL,
+            Transient,
+            MeshError,
+            OSError,
+            ValueError,
+        ) as error:
             log.info("link preview image: %s failed: %s", _host(url), type(error).__name__)
             return None, 0
         kind = None if got is None else image_type(got[1], got[2])
