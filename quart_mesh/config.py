@@ -247,8 +247,8 @@ class RateLimits:
 
     Per participant (times its role's multiplier; the owner is not limited):
     ``messages`` (sends and edits), ``reactions``, ``models`` (proxy
-    requests), ``search``, ``profile`` (changes of one's own settings),
-    and ``typing`` (per room, the same for everyone; extra typing
+    requests), ``search``, ``profile`` (changes of one's own settings and
+    of a room's description), and ``typing`` (per room, the same for everyone; extra typing
     is dropped silently). Per login name and client address: ``login_name``;
     per login name, failed logins slow its logins down: ``login_slowdown``
     (never refused, so nobody can lock the owner out). Per client address
@@ -278,8 +278,8 @@ class RateLimits:
     #: a preview it has is never counted)
     link_previews: Rate | None = Rate(30, 60, 60)
     #: changes of one's own settings (``PATCH /api/auth/me``: display name,
-    #: read receipts); each display-name change is an event to everyone who
-    #: shares a room with the participant
+    #: read receipts) and of a room's description (``PATCH
+    #: /api/rooms/:roomId``); each is an event to many
     profile: Rate | None = Rate(10, 60)
     #: login attempts for one name from one client address (refused beyond)
     login_name: Rate | None = Rate(10, 60)

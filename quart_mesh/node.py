@@ -123,7 +123,9 @@ class Node:
         #: rate limits, shared by the services (changed at run time by admins)
         self.rate_limits = RateLimiter(settings.rate_limits, db=db)
         shared_rooms = SharedRooms(everywhere=db.backend == "postgresql")
-        self.rooms = Rooms(db, limits, self.broker, self.presence, settings.room_quotas)
+        self.rooms = Rooms(
+            db, limits, self.broker, self.presence, settings.room_quotas, self.rate_limits
+        )
         self.messages = Messages(db, limits, self.broker, self.rate_limits, shared_rooms)
         self.dms = DirectMessages(db, self.broker, self.presence)
         self.search = Search(db, limits, self.rate_limits, language=settings.search_language)

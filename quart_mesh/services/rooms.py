@@ -23,6 +23,7 @@ from ..store import accounts as accounts_repo
 from ..store import rooms as repo
 from .authz import Actor, RoomRef, authorize, held_permissions, readable_rooms
 from .presence import Presence
+from .ratelimit import RateLimiter
 from .validation import check_description, check_room_name, name_refused
 
 __all__ = ["RoomDetails", "RoomPage", "Rooms", "require_member", "require_room", "room_quota"]
@@ -146,8 +147,10 @@ class Rooms:
         broker: Broker,
         presence: Presence,
         room_quotas: Mapping[str, int] = DEFAULT_ROOM_QUOTAS,
+        rate_limits: RateLimiter | None = None,
     ) -> None:
         self._db = db
+        self._rate = rate_limits or RateLimiter()
         self._limits = limits
         self._room_quotas = room_quotas
         self._broker = broker
@@ -353,7 +356,10 @@ class Rooms:
             BadRequest: a DM (``is_dm``), or an invalid description.
             Conflict: a room another node shares here (``not_home_room``).
             Forbidden: neither its creator nor ``rooms.permissions``.
+            RateLimited: over the ``profile`` rule (each change is an event
+                to every member).
         """
+        self._rate.participant("profile", actor)
         if description is not None:
             description = check_description(description, self._limits)
 

@@ -80,3 +80,29 @@ async def test_bad_changes_are_refused(mesh: Mesh) -> None:
     r = await mesh.http.patch(f"/api/rooms/{dm_id}", json={"description": "x"}, headers=bob.headers)
     assert_error(r, 400, "is_dm")
     assert_error(await mesh.http.patch(f"/api/rooms/{room_id}", json={"description": "x"}), 401)
+
+
+async def test_description_changes_are_rate_limited(mesh: Mesh) -> None:
+    """Each change is an event to every member: the ``profile`` rule (10 a
+    minute) bounds them, counted per participant."""
+    await mesh.setup()
+    bob = await mesh.register("bob")
+    carol = await mesh.register("carol")
+    room_id = (await mesh.create_room(bob, "plans"))["roomId"]
+    for i in range(10):
+        r = await mesh.http.patch(
+            f"/api/rooms/{room_id}", json={"description": f"take {i}"}, headers=bob.headers
+        )
+        assert r.status_code == 200, r.text
+    r = await mesh.http.patch(
+        f"/api/rooms/{room_id}", json={"description": "one too many"}, headers=bob.headers
+    )
+    assert_error(r, 429, "rate_limited")
+    room = (await mesh.http.get(f"/api/rooms/{room_id}", headers=bob.headers)).json()
+    assert room["description"] == "take 9"
+    # another participant's budget is its own
+    other = (await mesh.create_room(carol, "notes"))["roomId"]
+    r = await mesh.http.patch(
+        f"/api/rooms/{other}", json={"description": "fine"}, headers=carol.headers
+    )
+    assert r.status_code == 200, r.text

@@ -16,7 +16,7 @@ from tests.web.test_chat import signed_in, two_people
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 async def test_a_message_being_edited_shows_no_toolbar(
     browser_ready: None, serve_node: Any, width: int, height: int
 ) -> None:
@@ -51,7 +51,7 @@ async def test_a_message_being_edited_shows_no_toolbar(
     await in_browser(scenario)
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 async def test_the_read_receipts_switch_sits_beside_its_label(
     browser_ready: None, serve_node: Any, width: int, height: int
 ) -> None:
@@ -70,7 +70,8 @@ async def test_the_read_receipts_switch_sits_beside_its_label(
             label = dialog.get_by_text("Share read receipts", exact=True)
             expect(label).to_be_visible()
             b, t = box.bounding_box(), label.bounding_box()
-            assert b is not None and t is not None
+            assert b is not None
+            assert t is not None
             # on one line: the box's middle within the text's height, to its left
             assert t["y"] <= b["y"] + b["height"] / 2 <= t["y"] + t["height"], (b, t)
             assert b["x"] < t["x"] + t["width"] / 2, (b, t)
@@ -112,9 +113,13 @@ async def test_opening_a_dm_leaves_the_people_list_as_it_was(
             alice.send("hello bob")
             expect(alice.message("hello bob")).not_to_contain_text("sending…")
             # the receipts' style has arrived with the DM
-            until(alice, lambda: alice.page.evaluate(
-                "() => [...document.styleSheets].some((s) => (s.href || '').includes('receipts'))"
-            ))
+            until(
+                alice,
+                lambda: alice.page.evaluate(
+                    "() => [...document.styleSheets]"
+                    ".some((s) => (s.href || '').includes('receipts'))"
+                ),
+            )
             expect(status).to_be_visible()
             assert abs(left(status) - left(name)) < 2
             alice.assert_clean()
@@ -122,7 +127,7 @@ async def test_opening_a_dm_leaves_the_people_list_as_it_was(
     await in_browser(scenario)
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 async def test_the_new_dm_dialogs_ticks_sit_beside_the_names(
     browser_ready: None, serve_node: Any, width: int, height: int
 ) -> None:
@@ -145,7 +150,8 @@ async def test_the_new_dm_dialogs_ticks_sit_beside_the_names(
                 person = dialog.get_by_role("button", name=f"Message {name}")
                 expect(person).to_be_visible()
                 t, p = tick.bounding_box(), person.bounding_box()
-                assert t is not None and p is not None
+                assert t is not None
+                assert p is not None
                 assert t["width"] < 40, t
                 assert 0 <= p["x"] - (t["x"] + t["width"]) < 24, (t, p)
             alice.assert_clean()
