@@ -174,8 +174,11 @@ export class Store {
 
   /** The display name of a room: a DM is named after the other person. */
   roomLabel(room) {
-    if (room.isDm) return room.with ? this.nameOf(room.with) : room.name == "dm" ? "direct message" : room.name;
-    return room.name;
+    if (!room.isDm) return room.name;
+    if (room.with) return this.nameOf(room.with);
+    if (room.name == "dm") return "direct message";
+    // a group: its members but oneself (the node names it by all of them)
+    return room.name.split(", ").filter((n) => n !== this.me?.name).join(", ") || room.name;
   }
 
   isName(name) {
