@@ -11,6 +11,7 @@ from playwright.sync_api import Route, expect
 from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.web.conftest import Served
 from tests.web.test_chat import SEND, signed_in, two_people
+from tests.web.test_tasks_ui import _drop, _droppable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.client_only]
 
@@ -495,3 +496,40 @@ def _outbox(person: Person) -> str | None:
                    .map((k) => localStorage.getItem(k)).join('') || null"""
     )
     return stored
+
+
+async def test_pins_made_while_offline_show_after_the_resume(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """A gap in the live connection: the pins made meanwhile are read again
+    (the header's count and the message's Pin/Unpin), not left stale."""
+    node: Served = await serve_node()
+    alice_user, bob_user, room_id = await two_people(node)
+    message = await node.mesh.send(bob_user, room_id, "pin me while she is away")
+
+    async def pin() -> None:
+        r = await node.mesh.http.put(
+            f"/api/rooms/{room_id}/pins/{message['messageId']}", headers=bob_user.headers
+        )
+        assert r.status_code == 200, r.text
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = Person(browser, node.url)
+            ws = _droppable(alice)
+            alice.open()
+            alice.sign_in(alice_user.name)
+            said = alice.message("pin me while she is away")
+            expect(alice.button("Pinned")).to_be_visible()
+            said.hover()
+            expect(said.get_by_role("button", name="Pin message")).to_have_count(1)
+            _drop(ws)
+            expect(alice.page.locator("#connection")).to_contain_text("Connection lost")
+            call(pin)
+            ws["blocked"] = False
+            alice.button("Reconnect now").click()
+            expect(alice.page.locator("#connection")).to_have_text("")
+            expect(alice.button("Pinned (1)")).to_be_visible()
+            expect(said.get_by_role("button", name="Unpin message")).to_have_count(1)
+
+    await in_browser(scenario)

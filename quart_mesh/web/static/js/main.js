@@ -472,10 +472,14 @@ class App {
       this.refreshMe();
       // edits, deletes and reactions of the gap are not replayed: fetch again
       for (const room of this.store.rooms.values()) {
+        room.pins = undefined; // (and the pins of the gap: read again by roomtools.js)
         if (room.roomId !== this.currentRoomId) room.forgetMessages();
       }
       const current = this.store.rooms.get(this.currentRoomId);
-      if (current) this.loadNewest(current);
+      if (current) {
+        this.renderRoomHeader(current);
+        this.loadNewest(current);
+      }
       if (this.threadRootId) this.thread.load();
     }
     this.flushReads();
