@@ -8,6 +8,10 @@ Each run's output is written to a file and printed whole once it ends (the
 first to end first), so the two never interleave; the exit status is the
 first non-zero one of the two (0 if both passed).
 
+The tests that touch no store (``store_free``) run once, in the
+PostgreSQL run (``--store-free-on=postgresql``), and the web client's
+(``client_only``) once, in the SQLite run: the two runs take about as long.
+
 Arguments go to both runs (``python -m tests -k search``). Give ``--store``
 to run one store only, in the foreground, as ``python -m pytest`` would.
 """
@@ -32,7 +36,15 @@ def main(argv: list[str]) -> int:
         try:
             for store in STORES:
                 log = root / f"{store}.log"
-                command = [sys.executable, "-m", "pytest", f"--store={store}"]
+                # the tests that touch no store go to the PostgreSQL run: the
+                # SQLite run has the web client's (client_only), the longer
+                command = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    f"--store={store}",
+                    "--store-free-on=postgresql",
+                ]
                 # the cache is written at the end of a run: one writer only
                 if store != STORES[0]:
                     command += ["-p", "no:cacheprovider"]

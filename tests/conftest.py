@@ -30,10 +30,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("MESH_TEST_STORE", "sqlite"),
         help="the store every node of the suite uses (tests/stores.py)",
     )
+    parser.addoption(
+        "--store-free-on",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the run that takes the tests that touch no store (store_free): "
+        "python -m tests gives them to the PostgreSQL run, which is shorter",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    free_here = config.getoption("--store-free-on") == config.getoption("--store")
     if config.getoption("--store") != "postgresql":
+        if not free_here:
+            elsewhere = pytest.mark.skip(reason="touches no store: run in the PostgreSQL run")
+            for item in items:
+                # (one about SQLite itself stays here: the other run skips it)
+                if (
+                    item.get_closest_marker("store_free") is not None
+                    and item.get_closest_marker("sqlite_only") is None
+                ):
+                    item.add_marker(elsewhere)
         return
     skip = pytest.mark.skip(reason="about SQLite itself (--store postgresql)")
     once = pytest.mark.skip(reason="the web client, the same on every store: run on SQLite")
@@ -43,7 +60,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         elif item.get_closest_marker("client_only") is not None:
             item.add_marker(once)
-        elif item.get_closest_marker("store_free") is not None:
+        elif item.get_closest_marker("store_free") is not None and not free_here:
             item.add_marker(free)
 
 
