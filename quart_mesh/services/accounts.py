@@ -66,6 +66,14 @@ def clean_user_agent(user_agent: str | None) -> str | None:
     return cleaned[:_USER_AGENT_CHARS] or None
 
 
+def _revoke(conn: Connection, participant_id: str, token_id: str, expires_at: int) -> None:
+    """Record *token_id* of *participant_id* signed out, in the unit of work
+    of *conn*, and tell every process to refuse it (its cache of revoked
+    tokens) once the unit commits."""
+    repo.revoke_token(conn, token_id, participant_id, expires_at)
+    outbox.change(conn, "invalidate", "revoked", f"{token_id} {expires_at}")
+
+
 class Keep(enum.Enum):
     """A setting left as it is (:meth:`Accounts.change_settings`)."""
 
@@ -637,10 +645,7 @@ class Accounts:
             repo.set_tokens_not_before(conn, participant_id, claims.issued_at)
             for other in others:
                 if other.issued_at >= claims.issued_at:
-                    repo.revoke_token(conn, other.token_id, participant_id, other.expires_at)
-                    outbox.change(
-                        conn, "invalidate", "revoked", f"{other.token_id} {other.expires_at}"
-                    )
+                    _revoke(conn, participant_id, other.token_id, other.expires_at)
                 outbox.change(
                     conn, "disconnect_token", participant_id, other.token_id, "signed_out"
                 )
@@ -700,8 +705,7 @@ class Accounts:
         def write(conn: Connection) -> None:
             repo.prune_revoked_tokens(conn, now)
             for token_id, expires_at in tokens:
-                repo.revoke_token(conn, token_id, participant_id, expires_at)
-                outbox.change(conn, "invalidate", "revoked", f"{token_id} {expires_at}")
+                _revoke(conn, participant_id, token_id, expires_at)
                 outbox.change(conn, "disconnect_token", participant_id, token_id, "signed_out")
 
         def then(_: None) -> None:
@@ -742,8 +746,7 @@ class Accounts:
             repo.prune_revoked_tokens(conn, now)
             repo.set_tokens_not_before(conn, participant_id, now)
             for token in listed:
-                repo.revoke_token(conn, token.token_id, participant_id, token.expires_at)
-                outbox.change(conn, "invalidate", "revoked", f"{token.token_id} {token.expires_at}")
+                _revoke(conn, participant_id, token.token_id, token.expires_at)
             outbox.change(conn, "invalidate", "participant", participant_id)
             outbox.change(conn, "disconnect", participant_id, "signed_out")
             return valid, listed
