@@ -390,12 +390,7 @@ class Messages:
                 or ``around`` with ``before`` or ``since``.
         """
         authorize(actor, "rooms.read", RoomRef(room_id))
-        if limit is None:
-            limit = self._limits.default_page_size
-        if not 1 <= limit <= self._limits.max_page_size:
-            raise BadRequest(
-                f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
-            )
+        limit = self._page_size(limit)
         if thread_id is not None and not is_ulid(thread_id):
             raise BadRequest("threadId must be a message id", "invalid_query")
         if around is not None and (before is not None or since is not None):
@@ -423,6 +418,20 @@ class Messages:
             )
         return page
 
+    def _page_size(self, limit: int | None) -> int:
+        """A page's size: *limit*, or the default when None.
+
+        Raises:
+            BadRequest: outside 1..``max_page_size`` (``invalid_limit``).
+        """
+        if limit is None:
+            return self._limits.default_page_size
+        if not 1 <= limit <= self._limits.max_page_size:
+            raise BadRequest(
+                f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
+            )
+        return limit
+
     async def threads(
         self, actor: Actor, room_id: str, *, before: str | None = None, limit: int | None = None
     ) -> tuple[list[Message], str | None]:
@@ -437,12 +446,7 @@ class Messages:
             Forbidden: not a member, or may not read the room.
         """
         authorize(actor, "rooms.read", RoomRef(room_id))
-        if limit is None:
-            limit = self._limits.default_page_size
-        if not 1 <= limit <= self._limits.max_page_size:
-            raise BadRequest(
-                f"limit must be between 1 and {self._limits.max_page_size}", "invalid_limit"
-            )
+        limit = self._page_size(limit)
 
         def read(conn: Connection) -> tuple[list[Message], str | None]:
             require_member(conn, actor, room_id)
