@@ -68,11 +68,15 @@ async def test_metrics_follow_what_the_node_does(tmp_path: Path, nursery: trio.N
             assert r.headers["content-type"].startswith("text/plain; version=")
             return parse(r.text)
 
-        async def bot_online() -> bool:
-            r = await http.get("/api/agents", headers=owner.headers)
-            return any(a["name"] == "echo" and a["online"] for a in r.json())
+        agent_id = r.json()["agentId"]
 
-        await wait_for(bot_online)
+        async def bot_in_room() -> bool:
+            # online is not enough: the bot joins its rooms after it signs in,
+            # and a message sent before the join is not the bot's to answer
+            r = await http.get(f"/api/rooms/{room_id}", headers=owner.headers)
+            return agent_id in {m["participantId"] for m in r.json()["members"]}
+
+        await wait_for(bot_in_room)
         # the agents' protocols, in front of the app, are counted as its routes are
         assert (await http.get("/.well-known/agent-card.json")).status_code == 200
         assert (await http.post("/a2a", json={})).status_code == 401
