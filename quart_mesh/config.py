@@ -31,6 +31,7 @@ __all__ = [
     "Rate",
     "RateLimits",
     "Settings",
+    "parse_disk_floor",
     "parse_log_format",
     "parse_models",
     "parse_rate",
@@ -388,6 +389,16 @@ class Settings:
     #: refused at once (REST 503 ``overloaded`` with Retry-After, WebSocket an
     #: ``overloaded`` error frame) rather than queued without bound.
     max_queued_writes: int = 2000
+    #: Free space the data folder keeps (``MESH_DISK_FLOOR``): bytes (an
+    #: int), a share of its filesystem (a float below 1), or ``None`` for
+    #: the default, 2% of the filesystem but at least 64 MiB and at most
+    #: 1 GiB; 0 turns it off. Below it, uploads and app sources are refused
+    #: (507) and the node reports itself not ready (``/api/health/ready``).
+    disk_floor: int | float | None = None
+    #: Share of the process's open-file limit (``RLIMIT_NOFILE``) past which
+    #: new connections are refused (HTTP 503, WebSocket close 1013) rather
+    #: than left for the kernel to refuse (``MESH_MAX_FD_SHARE``, 0 < x <= 1).
+    max_fd_share: float = 0.9
     #: Concurrent argon2 computations (each uses ~64 MiB and a core for ~50 ms).
     password_hash_threads: int = 2
     #: How long a graceful shutdown waits for open requests, seconds.
@@ -602,6 +613,13 @@ class Settings:
             )
         if self.setup_code not in SETUP_CODE_MODES:
             raise ConfigError(f"setup_code must be 'auto' or 'always', not {self.setup_code!r}")
+        floor = self.disk_floor
+        if floor is not None and (floor < 0 or (isinstance(floor, float) and floor >= 1)):
+            raise ConfigError(f"disk_floor must be bytes or a share below 1, not {floor!r}")
+        if not 0 < self.max_fd_share <= 1:
+            raise ConfigError(
+                f"max_fd_share must be above 0 and at most 1, not {self.max_fd_share}"
+            )
 
     def check_workers_store(self) -> None:
         """Several workers need a store several processes can share.
@@ -659,6 +677,13 @@ class Settings:
                     "MESH_METRICS_TOKEN must be at least 16 printable characters, no spaces"
                 )
             values["metrics_token"] = v
+        if (v := env.get("MESH_DISK_FLOOR")) is not None and v.strip():
+            values["disk_floor"] = parse_disk_floor(v, "MESH_DISK_FLOOR")
+        if v := env.get("MESH_MAX_FD_SHARE"):
+            share = _positive_float(v, "MESH_MAX_FD_SHARE")
+            if share > 1:
+                raise ConfigError(f"MESH_MAX_FD_SHARE must be at most 1, not {v!r}")
+            values["max_fd_share"] = share
         if v := env.get("MESH_WORKERS"):
             values["workers"] = _workers(v, "MESH_WORKERS")
         if v := env.get("MESH_UPLOADS_DIR"):
@@ -788,6 +813,34 @@ class Settings:
         if v := env.get("MESH_SETUP_CODE"):
             values["setup_code"] = v.strip().lower()
         return cls(**values)
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(%|b|kb|kib|mb|mib|gb|gib|tb|tib)?", re.IGNORECASE)
+_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "kib": 1024,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+
+
+def parse_disk_floor(value: str, name: str) -> int | float:
+    """A disk floor: bytes (``"500MB"``, ``"1GiB"``, ``"1048576"``; 0 turns
+    it off) or a share of the filesystem (``"5%"``, less than 100%)."""
+    match = _SIZE.fullmatch(value.strip())
+    if match is None:
+        raise ConfigError(f"{name} must be a size (500MB, 1GiB) or a share (5%), not {value!r}")
+    number, unit = float(match[1]), (match[2] or "b").lower()
+    if unit == "%":
+        if not number < 100:
+            raise ConfigError(f"{name} must be less than 100%, not {value!r}")
+        return number / 100
+    return int(number * _UNITS[unit])
 
 
 def _positive_int(value: str, name: str) -> int:

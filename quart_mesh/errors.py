@@ -44,11 +44,13 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "GatewayTimeout",
+    "InsufficientStorage",
     "MeshError",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
     "RateLimited",
+    "StoreCorrupt",
     "StoreFromNewerRelease",
     "StreamLagged",
     "Transient",
@@ -65,6 +67,12 @@ class ConfigError(Exception):
 class StoreFromNewerRelease(ConfigError):
     """The store was migrated by a newer quart-mesh than this one: it is left
     as it is (downgrades are not supported, ``docs/upgrading.md``)."""
+
+
+class StoreCorrupt(ConfigError):
+    """The SQLite store failed its integrity check at start: the node does
+    not serve it (``quart-mesh check`` says what is wrong; ``quart-mesh
+    restore`` puts the newest backup back, ``docs/operations.md``)."""
 
 
 class Transient(Exception):
@@ -183,6 +191,15 @@ class RateLimited(MeshError):
     def __init__(self, message: str, retry_after: float, code: str | None = None) -> None:
         super().__init__(message, code)
         self.retry_after = retry_after
+
+
+class InsufficientStorage(MeshError):
+    """The data folder's free space is below the node's floor
+    (``MESH_DISK_FLOOR``): what would add files (uploads, app sources) is
+    refused so that the store keeps room for its own writes (507)."""
+
+    status = 507
+    default_code = "insufficient_storage"
 
 
 class BadGateway(MeshError):

@@ -98,6 +98,8 @@ class Node:
         """Wire the components (no I/O). Use :func:`open_node`."""
         self.settings = settings
         self.db = db
+        #: the faults it rides out, each logged once (``faults.py``)
+        self.faults = db.faults
         self.identity = identity
         self.tokens = Tokens(secret)
         self.passwords = Passwords(settings.password_hash_threads)

@@ -43,6 +43,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from .._version import __version__
 from ..errors import Overloaded, StoreFromNewerRelease, Unavailable
+from ..faults import Faults
 from ..records import now_ms
 from . import outbox
 from .dialect import (
@@ -124,8 +125,17 @@ class Database:
     """Owns the engine and the thread limiters. Open with :meth:`open`; for
     group commit, also run :meth:`run` in a nursery."""
 
-    def __init__(self, url: str, *, reader_threads: int = 4, max_queued: int = 2000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        reader_threads: int = 4,
+        max_queued: int = 2000,
+        faults: Faults | None = None,
+    ) -> None:
         self.url = url
+        #: where its failures are reported (the node's, ``faults.py``)
+        self.faults = faults if faults is not None else Faults()
         #: most units waiting for the writer (:meth:`submit` refuses more)
         self.max_queued = max_queued
         self.backend = sa.make_url(url).get_backend_name()
