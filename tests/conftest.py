@@ -4,6 +4,7 @@ and the real app served by hypercorn on a loopback port."""
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the run that takes the tests that touch no store (store_free): "
         "python -m tests gives them to the PostgreSQL run, which is shorter",
     )
+    parser.addoption(
+        "--clients-on",
+        choices=("sqlite", "split"),
+        default="sqlite",
+        help="the run that takes the web client's tests (client_only): all in the "
+        "SQLite run, or split by file between the two (python -m tests)",
+    )
+
+
+def _client_run(item: pytest.Item, config: pytest.Config) -> str:
+    """The run a web client test belongs to: SQLite, or with ``--clients-on
+    split`` a third of the files (by a stable hash of the file's name) on
+    PostgreSQL, so that the two runs of ``python -m tests`` end together."""
+    if config.getoption("--clients-on") != "split":
+        return "sqlite"
+    return "postgresql" if zlib.crc32(item.path.name.encode()) % 3 == 0 else "sqlite"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,6 +68,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     and item.get_closest_marker("sqlite_only") is None
                 ):
                     item.add_marker(elsewhere)
+        for item in items:
+            if (
+                item.get_closest_marker("client_only") is not None
+                and _client_run(item, config) != "sqlite"
+            ):
+                item.add_marker(
+                    pytest.mark.skip(reason="the web client: this file runs on PostgreSQL")
+                )
         return
     skip = pytest.mark.skip(reason="about SQLite itself (--store postgresql)")
     once = pytest.mark.skip(reason="the web client, the same on every store: run on SQLite")
@@ -58,7 +83,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(skip)
-        elif item.get_closest_marker("client_only") is not None:
+        elif (
+            item.get_closest_marker("client_only") is not None
+            and _client_run(item, config) == "sqlite"
+        ):
             item.add_marker(once)
         elif item.get_closest_marker("store_free") is not None and not free_here:
             item.add_marker(free)
