@@ -54,6 +54,7 @@ from .app import MeshApp
 from .client_address import is_loopback
 from .descriptors import ACCEPT_CAPACITY_ERRNOS, ACCEPT_RETRY, Reserve, raise_open_file_limit
 from .node import Node
+from .realtime.session import TRY_AGAIN_LATER
 from .realtime.transport import WebSocket
 
 __all__ = ["STOP_MARGIN", "listening_url", "serve"]
@@ -76,9 +77,6 @@ CLOSE_LINGER = 2.0
 #: long at most (to tell a health probe or an upgrade), and after the answer
 #: the client has this long to close its side
 REFUSE_WAIT = 0.5
-#: the WebSocket close code for a connection refused for want of
-#: descriptors (RFC 6455 "Try Again Later"; the reason is ``overloaded``)
-TRY_AGAIN_LATER = 1013
 #: the paths a connection past the share is still served for
 HEALTH_PROBES = (b"/api/health/live", b"/api/health/ready")
 _OVERLOADED_BODY = json.dumps(
@@ -273,7 +271,7 @@ class _Server:
         if complete and _is_websocket_upgrade(head):
             ws = WebSocket(stream, max_message_bytes=self.app.settings.max_frame_bytes)
             if await ws.accept(head):
-                await ws.close(TRY_AGAIN_LATER, "overloaded")
+                await ws.close(TRY_AGAIN_LATER, "overloaded")  # RFC 6455: try again later
         else:
             await stream.send_all(OVERLOADED_RESPONSE)
         await _close_gracefully(stream, REFUSE_WAIT)

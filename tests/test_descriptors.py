@@ -53,7 +53,9 @@ class Counter:
         return self.others + self.connections
 
 
-def _reserve(share: float, others: int = 10, limit: int = 100) -> tuple[Reserve, Counter, Clock, Lines]:
+def _reserve(
+    share: float, others: int = 10, limit: int = 100
+) -> tuple[Reserve, Counter, Clock, Lines]:
     clock, lines, counter = Clock(), Lines(), Counter(others)
     logger = logging.getLogger("tests.descriptors")
     logger.propagate = False
@@ -156,4 +158,5 @@ def test_the_others_are_recounted_at_most_once_a_second() -> None:
 
 def test_the_real_count_and_limit() -> None:
     fds = count_open_fds()
-    assert fds is not None and 3 <= fds < open_file_limit()
+    assert fds is not None
+    assert 3 <= fds < open_file_limit()
