@@ -268,13 +268,15 @@ class _Server:
         if complete and _is_health_probe(head):
             await self._serve_http(stream, _closing_after_one(head))
             return
-        if complete and _is_websocket_upgrade(head):
-            ws = WebSocket(stream, max_message_bytes=self.app.settings.max_frame_bytes)
-            if await ws.accept(head):
-                await ws.close(TRY_AGAIN_LATER, "overloaded")  # RFC 6455: try again later
-        else:
-            await stream.send_all(OVERLOADED_RESPONSE)
-        await _close_gracefully(stream, REFUSE_WAIT)
+        # a few hundred bytes to a new connection's empty buffer: bounded all the same
+        with trio.move_on_after(REFUSE_WAIT + CLOSE_LINGER):
+            if complete and _is_websocket_upgrade(head):
+                ws = WebSocket(stream, max_message_bytes=self.app.settings.max_frame_bytes)
+                if await ws.accept(head):
+                    await ws.close(TRY_AGAIN_LATER, "overloaded")  # RFC 6455: try again later
+            else:
+                await stream.send_all(OVERLOADED_RESPONSE)
+            await _close_gracefully(stream, REFUSE_WAIT)
 
 
 async def _accept(

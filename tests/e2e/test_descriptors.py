@@ -273,7 +273,8 @@ async def test_the_refusals_shapes(everything_refused: str) -> None:
             }
             assert (r.headers["retry-after"], r.headers["connection"]) == ("1", "close")
             probe = await http.get("/api/health/ready")
-            assert probe.status_code != 503 or probe.json().get("code") != "overloaded"
+            # served by the app (the route is there once /api/health/ready lands)
+            assert probe.status_code in (200, 404), probe.text
             assert "x-request-id" in probe.headers  # the app answered it
             assert probe.headers["connection"] == "close"  # one request, not a keep-alive
         async with open_client(url) as ws:
