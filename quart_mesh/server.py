@@ -17,6 +17,15 @@ lifespan (driven by hypercorn's ``Lifespan``, as under ``hypercorn.trio.serve``)
 and the listeners share one nursery: a component that dies of a bug takes
 the server down with it (see :func:`serve`).
 
+Open files: at start the soft ``RLIMIT_NOFILE`` is raised to the hard limit,
+and the node's own accept loop (not ``trio.serve_listeners``) keeps a reserve
+of descriptors (:mod:`quart_mesh.descriptors`): a connection accepted past
+``max_fd_share`` of the limit is answered at once — HTTP 503 ``overloaded``
+with ``Retry-After``, a WebSocket upgrade a handshake then close 1013, a
+health probe (``/api/health/live``, ``/api/health/ready``) served as usual
+but on a connection that closes after it — and ``accept`` failing for want
+of descriptors is the ``descriptors`` fault, logged once, not a traceback.
+
 Shutdown: when *shutdown_trigger* returns, :meth:`Node.aclose` is called or
 the caller cancels :func:`serve`, the listeners close, WebSocket sessions are
 told the node is going away (close code 1001), hypercorn closes idle
@@ -28,10 +37,10 @@ path (``docs/decisions/0066-graceful-shutdown.md``).
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -43,7 +52,10 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .app import MeshApp
 from .client_address import is_loopback
+from .descriptors import ACCEPT_CAPACITY_ERRNOS, ACCEPT_RETRY, Reserve, raise_open_file_limit
 from .node import Node
+from .realtime.session import TRY_AGAIN_LATER
+from .realtime.transport import WebSocket
 
 __all__ = ["STOP_MARGIN", "listening_url", "serve"]
 
@@ -61,6 +73,24 @@ STOP_MARGIN = 10.0
 #: after a WebSocket connection's close frame, seconds to wait for the client
 #: to close its side before the socket is closed
 CLOSE_LINGER = 2.0
+#: a connection refused for want of descriptors: its head is awaited this
+#: long at most (to tell a health probe or an upgrade), and after the answer
+#: the client has this long to close its side
+REFUSE_WAIT = 0.5
+#: the paths a connection past the share is still served for
+HEALTH_PROBES = (b"/api/health/live", b"/api/health/ready")
+_OVERLOADED_BODY = json.dumps(
+    {"error": "the node has too many connections open; try again shortly", "code": "overloaded"}
+).encode()
+#: the answer to an HTTP connection past the share
+OVERLOADED_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"content-type: application/json\r\n"
+    b"retry-after: 1\r\n"
+    b"content-length: %d\r\n"
+    b"connection: close\r\n"
+    b"\r\n%s" % (len(_OVERLOADED_BODY), _OVERLOADED_BODY)
+)
 
 
 def hypercorn_config(graceful_timeout: float, head_timeout: float) -> HypercornConfig:
@@ -127,29 +157,54 @@ def _is_websocket_upgrade(head: bytes) -> bool:
     return False
 
 
+def _head_complete(data: bytes) -> bool:
+    return b"\r\n\r\n" in data or len(data) >= MAX_HEAD_BYTES
+
+
+async def _read_some_head(stream: trio.SocketStream, deadline: float) -> tuple[bytes, bool]:
+    """What the client sent until its first request head ended (possibly
+    more), ``MAX_HEAD_BYTES`` were read, or *deadline* passed; and whether
+    the client closed before that."""
+    data = b""
+    with trio.move_on_at(deadline):
+        while not _head_complete(data):
+            chunk = await stream.receive_some(MAX_HEAD_BYTES)
+            if not chunk:
+                return data, True
+            data += chunk
+    return data, False
+
+
 async def _read_head(stream: trio.SocketStream, deadline: float) -> bytes | None:
     """Bytes up to the end of the first request head (possibly more), or
     ``MAX_HEAD_BYTES`` or more without its end (too large: answered by
     whoever serves it); ``None`` if the client closed, or *deadline* passed,
     before either (then there is nothing to answer)."""
-    data = b""
-    with trio.move_on_at(deadline):
-        while b"\r\n\r\n" not in data and len(data) < MAX_HEAD_BYTES:
-            chunk = await stream.receive_some(MAX_HEAD_BYTES)
-            if not chunk:
-                return None
-            data += chunk
-        return data
-    return None
+    data, closed = await _read_some_head(stream, deadline)
+    return data if not closed and _head_complete(data) else None
 
 
-async def _close_gracefully(stream: trio.SocketStream) -> None:
-    """After a WebSocket connection's close frame: send EOF, then discard
-    what the client still sends until it closes too, for at most
-    ``CLOSE_LINGER`` seconds. Closing with unread data would reset the
+def _is_health_probe(head: bytes) -> bool:
+    method, _, rest = head.partition(b"\r\n")[0].partition(b" ")
+    target = rest.partition(b" ")[0].partition(b"?")[0]
+    return method.upper() in (b"GET", b"HEAD") and target in HEALTH_PROBES
+
+
+def _closing_after_one(head: bytes) -> bytes:
+    """*head* with ``Connection: close`` added, so that hypercorn closes the
+    connection after its first answer (h11 honours any ``close`` among the
+    ``Connection`` values)."""
+    line, sep, rest = head.partition(b"\r\n")
+    return line + sep + b"connection: close\r\n" + rest
+
+
+async def _close_gracefully(stream: trio.SocketStream, linger: float = CLOSE_LINGER) -> None:
+    """After a WebSocket connection's close frame (or a refusal): send EOF,
+    then discard what the client still sends until it closes too, for at
+    most *linger* seconds. Closing with unread data would reset the
     connection, and a reset can destroy the close frame before the client
     has read it. (A connection the transport has reset is closed already.)"""
-    with trio.move_on_after(CLOSE_LINGER):
+    with trio.move_on_after(linger):
         try:
             await stream.send_eof()
             while await stream.receive_some(MAX_HEAD_BYTES):
@@ -167,9 +222,14 @@ class _Server:
         self.context = WorkerContext(None)
         self.state: LifespanState = {}
 
-    async def handle(self, stream: trio.SocketStream) -> None:
-        """Serve one connection; whatever happens stays inside it."""
+    async def handle(self, stream: trio.SocketStream, *, refuse: bool = False) -> None:
+        """Serve one connection; whatever happens stays inside it. One to
+        *refuse* (past the descriptor share) is answered at once instead
+        (:meth:`_refuse`)."""
         try:
+            if refuse:
+                await self._refuse(stream)
+                return
             head = await _read_head(stream, trio.current_time() + self.head_timeout)
             if head is None:
                 return  # dropped: closed, or too slow (an upgrade is never read further)
@@ -177,13 +237,7 @@ class _Server:
                 await self.app.node.realtime.serve_websocket(stream, head)
                 await _close_gracefully(stream)
             else:
-                await TCPServer(
-                    self.asgi,
-                    self.config,
-                    self.context,
-                    self.state.copy(),
-                    PrefixedStream(stream, head),  # type: ignore[arg-type]
-                )
+                await self._serve_http(stream, head)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         except Exception:
@@ -191,6 +245,71 @@ class _Server:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await stream.aclose()
+
+    async def _serve_http(self, stream: trio.SocketStream, head: bytes) -> None:
+        await TCPServer(
+            self.asgi,
+            self.config,
+            self.context,
+            self.state.copy(),
+            PrefixedStream(stream, head),  # type: ignore[arg-type]
+        )
+
+    async def _refuse(self, stream: trio.SocketStream) -> None:
+        """A connection past the descriptor share: its head is awaited for
+        at most :data:`REFUSE_WAIT`; a health probe is served (on a
+        connection closed after it), a WebSocket upgrade gets a handshake
+        then close 1013 ``overloaded``, anything else (a head that did not
+        come in time too) 503 ``overloaded``; then the connection closes."""
+        head, closed = await _read_some_head(stream, trio.current_time() + REFUSE_WAIT)
+        if closed:
+            return
+        complete = _head_complete(head)
+        if complete and _is_health_probe(head):
+            await self._serve_http(stream, _closing_after_one(head))
+            return
+        # a few hundred bytes to a new connection's empty buffer: bounded all the same
+        with trio.move_on_after(REFUSE_WAIT + CLOSE_LINGER):
+            if complete and _is_websocket_upgrade(head):
+                ws = WebSocket(stream, max_message_bytes=self.app.settings.max_frame_bytes)
+                if await ws.accept(head):
+                    await ws.close(TRY_AGAIN_LATER, "overloaded")  # RFC 6455: try again later
+            else:
+                await stream.send_all(OVERLOADED_RESPONSE)
+            await _close_gracefully(stream, REFUSE_WAIT)
+
+
+async def _accept(
+    listener: trio.SocketListener,
+    server: _Server,
+    reserve: Reserve,
+    connections: trio.Nursery,
+) -> None:
+    """Accept on *listener* until cancelled (then close it), each connection
+    served in *connections*. ``accept`` failing for want of descriptors is
+    reported (the ``descriptors`` fault) and tried again shortly, as
+    ``trio.serve_listeners`` does, but without a traceback each time."""
+    async with listener:
+        while True:
+            await reserve.wait_for_room()
+            try:
+                stream = await listener.accept()
+            except OSError as error:
+                if error.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                reserve.accept_failed(error)
+                await trio.sleep(ACCEPT_RETRY)
+                continue
+            connections.start_soon(_serve_counted, server, reserve, stream, reserve.opened())
+
+
+async def _serve_counted(
+    server: _Server, reserve: Reserve, stream: trio.SocketStream, refuse: bool
+) -> None:
+    try:
+        await server.handle(stream, refuse=refuse)
+    finally:
+        reserve.closed()
 
 
 def _is_loopback(listener: trio.SocketListener) -> bool:
@@ -244,6 +363,11 @@ async def serve(
     The app's node is opened for the duration (unless it was given an open
     one, ``create_app(node=...)``) and closed on the way out.
 
+    It raises the process's soft open-file limit to the hard one first (and
+    logs ``open files: soft limit raised from A to B`` if it was lower), and
+    keeps ``max_fd_share`` of that limit for connections: past it, new ones
+    are refused at once (HTTP 503 ``overloaded``, WebSocket close 1013).
+
     Reports the base URL it listens on (e.g. ``http://127.0.0.1:41873``)
     through ``task_status`` once the node is started and the socket is
     listening, so ``url = await nursery.start(serve, app, port=0)`` works.
@@ -282,6 +406,7 @@ async def serve(
     stopped = trio.Event()  # the tree has ended (its store closed)
     done = trio.Event()  # serve is returning: what Node.aclose waits for
     interrupted = False  # the stop itself was interrupted (a second Ctrl+C)
+    raise_open_file_limit()
 
     async def run_tree(*, task_status: trio.TaskStatus[str]) -> None:
         try:
@@ -392,13 +517,12 @@ async def _serve_node(
             await _close_listeners(listeners)
             raise
 
+        reserve = Reserve(node.faults, settings.max_fd_share)
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as front:
-                front.start_soon(
-                    partial(
-                        trio.serve_listeners, server.handle, listeners, handler_nursery=connections
-                    )
-                )
+                front.start_soon(reserve.watch)
+                for listener in listeners:
+                    front.start_soon(_accept, listener, server, reserve, connections)
                 listening(url)
                 await shutdown_trigger()
                 front.cancel_scope.cancel()  # stop accepting

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import trio
 
 from .config import Settings
+from .descriptors import raise_open_file_limit
 from .retry import Backoff
 from .server import listening_url
 
@@ -350,6 +351,7 @@ async def supervise(settings: Settings, serve_args: Sequence[str]) -> int:
     Returns:
         The parent's exit status (see the module docstring).
     """
+    raise_open_file_limit()  # once here: the workers inherit it
     try:
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
     except OSError as error:

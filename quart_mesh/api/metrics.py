@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from quart import Blueprint, Response, current_app
 
+from ..descriptors import count_open_fds, open_file_limit
 from ..errors import NotFound, Unauthorized
 from ._common import bearer_token
 
@@ -120,6 +121,7 @@ class NodeCollector(Collector):
             "Writes waiting for the store's writer",
             node.db.queued,
         )
+        yield from _descriptors()
         yield from node.db.batch_units.collect()
         yield from node.db.commit_seconds.collect()
         bots = GaugeMetricFamily(
@@ -156,6 +158,16 @@ class NodeCollector(Collector):
         for kind, count in sorted(node.webhooks.failures.items()):
             webhooks.add_metric([kind], count)
         yield webhooks
+
+
+def _descriptors() -> Iterator[Metric]:
+    """Open files, counted when scraped (``quart_mesh.descriptors``)."""
+    fds = count_open_fds()
+    if fds is not None:
+        yield _gauge("mesh_open_fds", "File descriptors this process has open", fds)
+    yield _gauge(
+        "mesh_fd_limit", "The process's open-file limit (soft RLIMIT_NOFILE)", open_file_limit()
+    )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

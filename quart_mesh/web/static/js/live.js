@@ -125,7 +125,8 @@ export class Live {
         this.hooks.onSessionEnded(event.reason, this.lastError || "");
         return;
       }
-      this.scheduleReconnect(event.code === 1013 ? 0.5 : null);
+      // 1013 "overloaded" (the node is out of connections): back off, not 0.5 s
+      this.scheduleReconnect(event.code === 1013 && event.reason !== "overloaded" ? 0.5 : null);
     });
   }
 

@@ -1,0 +1,162 @@
+"""The descriptor reserve (``quart_mesh.descriptors.Reserve``) on its own:
+when it refuses, when it pauses accepting, how its fault starts and ends,
+and how seldom it recounts. The real thing over a served node, under a low
+``ulimit -n``, is ``tests/e2e/test_descriptors.py``."""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from quart_mesh.descriptors import Reserve, count_open_fds, open_file_limit
+from quart_mesh.faults import DESCRIPTORS, Faults
+
+pytestmark = pytest.mark.store_free
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def starting(self, text: str) -> list[str]:
+        return [line for line in self.lines if line.startswith(text)]
+
+
+class Counter:
+    """Open descriptors besides the connections; counts its calls."""
+
+    def __init__(self, others: int) -> None:
+        self.others = others
+        self.calls = 0
+        self.connections = 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        return self.others + self.connections
+
+
+def _reserve(
+    share: float, others: int = 10, limit: int = 100
+) -> tuple[Reserve, Counter, Clock, Lines]:
+    clock, lines, counter = Clock(), Lines(), Counter(others)
+    logger = logging.getLogger("tests.descriptors")
+    logger.propagate = False
+    logger.handlers[:] = [lines]
+    logger.setLevel(logging.DEBUG)
+    faults = Faults(clock=clock, logger=logger)
+    reserve = Reserve(faults, share, limit=limit, count=counter, clock=clock)
+    return reserve, counter, clock, lines
+
+
+def _open(reserve: Reserve, counter: Counter, n: int) -> list[bool]:
+    refused = []
+    for _ in range(n):
+        refused.append(reserve.opened())
+        counter.connections += 1
+    return refused
+
+
+def test_connections_past_the_share_are_refused_and_the_fault_logged_once() -> None:
+    reserve, counter, clock, lines = _reserve(0.5)  # refused past 50 of 100
+    assert (reserve.refuse_above, reserve.pause_at) == (50, 75)
+    refused = _open(reserve, counter, 45)
+    assert refused == [False] * 40 + [True] * 5  # 10 others + 40 connections = 50
+    assert len(lines.starting("fault started: file descriptors ran out: 51 files open")) == 1
+    assert len(lines.lines) == 1
+    assert reserve._faults.totals[DESCRIPTORS] == 5
+
+    # below the share again, but a refusal less than a second ago: still on
+    for _ in range(10):
+        reserve.closed()
+        counter.connections -= 1
+    clock.now += 0.5
+    assert _open(reserve, counter, 1) == [False]
+    assert reserve._faults.is_active(DESCRIPTORS)
+    clock.now += 1.0
+    assert _open(reserve, counter, 1) == [False]
+    assert not reserve._faults.is_active(DESCRIPTORS)
+    assert lines.starting("fault ended: file descriptors ran out, after 1.5 s and 5 failure(s)")
+    assert len(lines.lines) == 2
+
+
+async def test_the_fault_ends_without_a_new_connection(autojump_clock: MockClock) -> None:
+    reserve, counter, clock, lines = _reserve(0.5)
+    _open(reserve, counter, 45)
+    for _ in range(45):
+        reserve.closed()
+        counter.connections -= 1
+    clock.now += 2
+    with trio.move_on_after(1.5):
+        await reserve.watch()  # recounts each second, and ends the quiet fault
+    assert not reserve._faults.is_active(DESCRIPTORS)
+    assert len(lines.starting("fault ended")) == 1
+
+
+async def test_accepting_pauses_in_the_middle_of_the_reserve(autojump_clock: MockClock) -> None:
+    reserve, counter, _, lines = _reserve(0.5)
+    _open(reserve, counter, 64)  # 74 open: one short of the pause
+    await reserve.wait_for_room()  # at once
+    _open(reserve, counter, 1)
+    waited = trio.Event()
+
+    async def waiter() -> None:
+        await reserve.wait_for_room()
+        waited.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(5)
+        assert not waited.is_set()
+        assert lines.starting("fault started: file descriptors ran out:")
+        reserve.closed()
+        counter.connections -= 1
+        with trio.fail_after(1):
+            await waited.wait()
+
+
+def test_without_a_reserve_nothing_is_refused_and_failed_accepts_are_the_fault() -> None:
+    reserve, counter, _, lines = _reserve(1.0)
+    assert not any(_open(reserve, counter, 500))
+    for _ in range(30):
+        reserve.accept_failed(OSError(errno.EMFILE, "Too many open files"))
+    assert lines.lines == [
+        "fault started: file descriptors ran out: accept failed with EMFILE (Too many open"
+        " files) (raise the open-file limit (systemd: LimitNOFILE=, a shell: ulimit -n) or add"
+        " capacity; docs/operations.md, Open files)"
+    ]
+
+
+def test_the_others_are_recounted_at_most_once_a_second() -> None:
+    reserve, counter, clock, _ = _reserve(0.9, limit=1000)
+    assert counter.calls == 1
+    _open(reserve, counter, 200)
+    assert counter.calls == 1  # the connections are counted, not listed
+    counter.others = 500  # the node opened files of its own
+    assert reserve.open_fds() == 210  # not seen yet
+    clock.now += 1
+    assert reserve.open_fds() == 700
+    assert counter.calls == 2
+
+
+def test_the_real_count_and_limit() -> None:
+    fds = count_open_fds()
+    assert fds is not None
+    assert 3 <= fds < open_file_limit()
