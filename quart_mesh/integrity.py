@@ -68,6 +68,8 @@ _MAX_PROBLEMS = 20
 _CHUNK = 1024 * 1024
 _MIGRATIONS = Path(__file__).parent / "store" / "migrations"
 
+_BACKENDS = {"postgresql": "PostgreSQL"}
+
 Status = Literal["ok", "warn", "fail"]
 
 
@@ -339,7 +341,8 @@ def check(settings: Settings, now: datetime.datetime | None = None) -> Report:
     Never raises for what it finds; each problem is a finding.
     """
     path = sqlite_file(settings)
-    store = "SQLite" if path is not None else sa.make_url(settings.resolved_database_url).drivername
+    backend = sa.make_url(settings.resolved_database_url).get_backend_name()
+    store = "SQLite" if path is not None else _BACKENDS.get(backend, backend)
     findings = _data_folder(settings)
     if path is not None:
         findings += _sqlite_store(settings, path)

@@ -105,6 +105,25 @@ async def test_check_says_so_when_it_cannot_read_the_store(tmp_path: Path) -> No
     assert "is not a folder" in out
 
 
+async def test_check_on_postgresql_says_when_the_server_is_down(tmp_path: Path) -> None:
+    cluster = stores.cluster
+    if cluster is None:
+        pytest.skip("about a PostgreSQL server (--store postgresql)")
+    data = tmp_path / "node"
+    await a_node(data)
+    stopped = False
+    try:
+        await trio.to_thread.run_sync(cluster.stop_server)
+        stopped = True
+        out = failed(await check(data))
+        assert "store: the store cannot be read" in out
+    finally:
+        if stopped:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(cluster.start_server)
+    assert "stream: head" in ok(await check(data))
+
+
 def _damage_a_page_in_the_middle(store: Path) -> int:
     """Overwrite, with random bytes, the page in the middle of *store* that
     is the root of a table or index (so SQLite must notice); its number."""
