@@ -81,9 +81,14 @@ class Finding:
     name: str
     status: Status
     message: str
+    #: figures for machines (``--json``): the newest good backup's, for one
+    data: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "message": self.message}
+    def to_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"name": self.name, "status": self.status, "message": self.message}
+        if self.data is not None:
+            found.update(self.data)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +220,10 @@ def _sha256(path: Path) -> str:
 
 
 def _age(seconds: float) -> str:
-    """*seconds* as an operator reads an age: "just now", "5 min", "3 h 10 min", "4 days"."""
+    """*seconds* as an operator reads an age: "just now" (under a minute),
+    "5 min ago", "3 h 10 min ago", "4 days ago"."""
     if seconds < 60:
-        return "just now" if seconds < 5 else f"{int(seconds)} s ago"
+        return "just now"
     minutes = int(seconds // 60)
     if minutes < 60:
         return f"{minutes} min ago"
@@ -248,7 +254,7 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
                 f"newest: streamed to standard output {age} ({taken}, sha256 {record.sha256},"
                 " not verifiable here)"
             )
-            return _backup_finding(damaged, [message, *notes])
+            return _backup_finding(damaged, [message, *notes], record, now)
         path = Path(record.path)
         try:
             matches = path.stat().st_size == record.size and _sha256(path) == record.sha256
@@ -264,14 +270,21 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
                 f"{path} ({taken}) does not match its recorded SHA-256: changed or damaged"
             )
             continue
-        return _backup_finding(damaged, [f"newest good: {path}, taken {age} ({taken})", *notes])
+        message = f"newest good: {path}, taken {age} ({taken})"
+        return _backup_finding(damaged, [message, *notes], record, now)
     return Finding(
         "backups", "fail" if damaged else "warn", "no good backup found; " + "; ".join(notes)
     )
 
 
-def _backup_finding(damaged: bool, parts: list[str]) -> Finding:
-    return Finding("backups", "fail" if damaged else "ok", "; ".join(parts))
+def _backup_finding(
+    damaged: bool, parts: list[str], newest: BackupRecord, now: datetime.datetime
+) -> Finding:
+    """The finding when *newest* is the newest good backup (*damaged*: a
+    newer one no longer matches its record)."""
+    age = int((now - newest.created_at).total_seconds())
+    data = {"newestGoodBackup": {**newest.to_json(), "ageSeconds": age}}
+    return Finding("backups", "fail" if damaged else "ok", "; ".join(parts), data)
 
 
 # -- the check at start --------------------------------------------------------
@@ -302,13 +315,13 @@ def check_store_at_open(settings: Settings) -> None:
 
 def _corrupt_message(settings: Settings, path: Path, problems: list[str]) -> str:
     data_dir = settings.data_dir
-    records = [record for record in recorded_backups(data_dir) if record.path is not None]
-    newest = (
-        f"the newest recorded backup is {records[0].path}"
-        f" ({records[0].created_at.isoformat(timespec='seconds')})"
-        if records
-        else "no backup is recorded in the data folder"
-    )
+    records = recorded_backups(data_dir)
+    if not records:
+        newest = "no backup is recorded in the data folder"
+    else:
+        taken = records[0].created_at.isoformat(timespec="seconds")
+        where = records[0].path or f"streamed to standard output, sha256 {records[0].sha256}"
+        newest = f"the newest recorded backup: {where} ({taken})"
     return (
         f"the store {path} is damaged ({problems[0]}), so the node does not serve it."
         f" 'quart-mesh check --data-dir {data_dir}' says what is wrong;"

@@ -207,6 +207,11 @@ async def test_check_says_how_old_the_newest_good_backup_is(tmp_path: Path) -> N
     three_hours_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=3, minutes=5)
     _rewrite_record(data, first, three_hours_ago)
     assert f"newest good: {first}, taken 3 h 5 min ago" in ok(await check(data))
+    report = json.loads(ok(await check(data, "--json")))
+    (backups,) = [f for f in report["findings"] if f["name"] == "backups"]
+    assert backups["newestGoodBackup"]["path"] == str(first)
+    assert backups["newestGoodBackup"]["sha256"] == sha256
+    assert 3 * 3600 + 5 * 60 <= backups["newestGoodBackup"]["ageSeconds"] < 3 * 3600 + 10 * 60
 
     # a newer backup, changed since (same size): reported, and the older one is the good one
     second = tmp_path / "second.tar.gz"
