@@ -8,12 +8,16 @@ SIGINT and SIGTERM shut the server down gracefully
 stops interrupts the stop.
 
 Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
-(``--workers 2`` or more on SQLite included) or a store a newer release
-migrated (``StoreFromNewerRelease``); 1, the node cannot serve: the
+(``--workers 2`` or more on SQLite included), a store a newer release
+migrated (``StoreFromNewerRelease``) or a damaged SQLite store
+(``StoreCorrupt``: it would fail again the same way); 1, the node cannot serve: the
 system refused it something (an ``OSError``, such as the port being taken)
 before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
 all once it listened: a part of the node failed, and the traceback is logged;
 130, a second Ctrl+C (SIGINT) interrupted the graceful stop.
+
+``check`` exits 0 when nothing it looked at failed (warnings allowed), 1
+when something did, 2 on bad options (``integrity.py``).
 
 ``--workers N`` (``MESH_WORKERS``) above 1 runs a parent that binds the
 socket and supervises N node processes (:mod:`quart_mesh.workers`, which
