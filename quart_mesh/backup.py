@@ -13,6 +13,10 @@ A backup is a gzipped tar of:
   upload the copy of the store names is there (a file is put in place
   before its row is written, and never removed once recorded).
 
+Each backup is recorded in the data folder (``backups.json``: its path,
+size, SHA-256 and time, :mod:`quart_mesh.integrity`), so that ``quart-mesh
+check`` can say how old the newest good one is.
+
 Taken from a running or a stopped node; the node is not paused. Restored
 only into an empty (or missing) data folder, with the node stopped; every
 file is checked against the manifest before it is written, names are taken
@@ -24,6 +28,7 @@ docs/operations.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import io
@@ -35,7 +40,6 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +50,7 @@ from .config import Settings
 from .data_folder import replace_durably
 from .errors import ConfigError
 from .identity import KEY_FILE
+from .integrity import BackupRecord, record_backup
 from .security import SECRET_FILE
 from .services.uploads import STORED_NAME
 
@@ -64,7 +69,7 @@ class BackupError(Exception):
     """The backup or restore cannot be done; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class BackupSummary:
     #: the backup file (``None``: standard input or output)
     path: Path | None
@@ -72,6 +77,28 @@ class BackupSummary:
     bytes: int
     #: uploads the store names whose files were gone (``allow_missing_uploads``)
     missing_uploads: int = 0
+    #: the archive's SHA-256 (``backup``)
+    sha256: str = ""
+    #: why the backup, written, is not in the data folder's record ("": it is)
+    unrecorded: str = ""
+
+
+class _Hashing:
+    """A file object that passes what is written to *raw* and hashes it on
+    the way (the archive's SHA-256 without reading it again)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _sqlite_path(settings: Settings) -> Path:
@@ -176,20 +203,36 @@ def _backup(settings: Settings, output: Path | None, allow_missing: bool) -> Bac
             },
         }
         if output is None:
-            stream = sys.stdout.buffer
-            with tarfile.open(fileobj=stream, mode="w|gz") as archive:
+            stream = _Hashing(sys.stdout.buffer)
+            with tarfile.open(fileobj=stream, mode="w|gz") as archive:  # type: ignore[call-overload]
                 _write_archive(archive, manifest, files)
             stream.flush()
-            return BackupSummary(None, len(named), 0, len(missing))
-        partial = Path(tmp) / "backup.tar.gz"
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz") as archive:
-                _write_archive(archive, manifest, files)
-            raw.flush()
-            os.fsync(raw.fileno())
-        replace_durably(partial, output)
-    return BackupSummary(output, len(named), output.stat().st_size, len(missing))
+            done = BackupSummary(None, len(named), stream.size, len(missing))
+        else:
+            partial = Path(tmp) / "backup.tar.gz"
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as raw:
+                stream = _Hashing(raw)
+                with tarfile.open(fileobj=stream, mode="w:gz") as archive:  # type: ignore[call-overload]
+                    _write_archive(archive, manifest, files)
+                raw.flush()
+                os.fsync(raw.fileno())
+            replace_durably(partial, output)
+            done = BackupSummary(output, len(named), stream.size, len(missing))
+    return _recorded(data_dir, done, stream.digest.hexdigest(), str(manifest["createdAt"]))
+
+
+def _recorded(data_dir: Path, done: BackupSummary, sha256: str, created: str) -> BackupSummary:
+    """*done*, with its checksum, recorded in the data folder's record of
+    backups. The backup is written either way: a record that cannot be
+    written is said (``unrecorded``), not a failed backup."""
+    path = str(done.path.resolve()) if done.path is not None else None
+    record = BackupRecord(path, done.bytes, sha256, datetime.datetime.fromisoformat(created))
+    try:
+        record_backup(data_dir, record)
+    except OSError as error:
+        return dataclasses.replace(done, sha256=sha256, unrecorded=str(error))
+    return dataclasses.replace(done, sha256=sha256)
 
 
 def _check_store(db: sqlite3.Connection, what: str) -> None:

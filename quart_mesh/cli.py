@@ -1,5 +1,6 @@
 """The ``quart-mesh`` command: ``quart-mesh serve [options]``, and the
-operator's ``quart-mesh backup FILE`` and ``quart-mesh restore FILE``.
+operator's ``quart-mesh backup FILE``, ``quart-mesh restore FILE`` and
+``quart-mesh check``.
 
 Options override ``MESH_*`` environment variables, which override defaults.
 SIGINT and SIGTERM shut the server down gracefully
@@ -7,12 +8,16 @@ SIGINT and SIGTERM shut the server down gracefully
 stops interrupts the stop.
 
 Exit statuses: 0 after a shutdown asked for by a signal; 2, bad settings
-(``--workers 2`` or more on SQLite included) or a store a newer release
-migrated (``StoreFromNewerRelease``); 1, the node cannot serve: the
+(``--workers 2`` or more on SQLite included), a store a newer release
+migrated (``StoreFromNewerRelease``) or a damaged SQLite store
+(``StoreCorrupt``: it would fail again the same way); 1, the node cannot serve: the
 system refused it something (an ``OSError``, such as the port being taken)
 before it listened; 70 (EX_SOFTWARE), any other failure, and any failure at
 all once it listened: a part of the node failed, and the traceback is logged;
 130, a second Ctrl+C (SIGINT) interrupted the graceful stop.
+
+``check`` exits 0 when nothing it looked at failed (warnings allowed), 1
+when something did, 2 on bad options (``integrity.py``).
 
 ``--workers N`` (``MESH_WORKERS``) above 1 runs a parent that binds the
 socket and supervises N node processes (:mod:`quart_mesh.workers`, which
@@ -22,6 +27,7 @@ gives the parent's exit statuses); 1, the default, serves in this process.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -37,6 +43,7 @@ from .app import create_app
 from .backup import BackupError, backup, restore
 from .config import Settings, parse_log_format, parse_port, parse_public_url, parse_workers
 from .errors import ConfigError
+from .integrity import Report, check
 from .logs import configure_logging
 from .server import serve
 from .signals import wait_for_signal
@@ -118,6 +125,23 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="back up even if files of uploads the store names are gone (listed in the manifest)",
     )
+    chk = commands.add_parser(
+        "check",
+        help="check a node's data (store integrity, migrations, secrets, uploads, the newest"
+        " backup), node running or not",
+    )
+    chk.add_argument(
+        "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
+    )
+    chk.add_argument(
+        "--uploads-dir",
+        type=Path,
+        help="folder of uploaded files (MESH_UPLOADS_DIR, default <data-dir>/uploads)",
+    )
+    chk.add_argument(
+        "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
+    )
+    chk.add_argument("--json", action="store_true", help="as a JSON object")
     _chore_parsers(commands)
     return parser
 
@@ -203,10 +227,16 @@ def _backup_command(args: argparse.Namespace) -> int:
                     " missing and are not in the backup (its manifest lists them)",
                     file=sys.stderr,
                 )
+            if done.unrecorded:
+                print(
+                    f"quart-mesh backup: the backup is written but not recorded in"
+                    f" {settings.data_dir} (quart-mesh check will not know it): {done.unrecorded}",
+                    file=sys.stderr,
+                )
             if output is not None:  # on standard output, the backup is all there is
                 print(
                     f"backed up {settings.data_dir} to {done.path}"
-                    f" ({done.uploads} uploads, {done.bytes} bytes)"
+                    f" ({done.uploads} uploads, {done.bytes} bytes, sha256 {done.sha256})"
                 )
         else:
             source = None if args.backup == "-" else Path(args.backup)
@@ -222,6 +252,41 @@ def _backup_command(args: argparse.Namespace) -> int:
         print(f"quart-mesh {args.command}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_command(args: argparse.Namespace) -> int:
+    """``check``: 0 all is well (warnings allowed), 1 something is not (said
+    what), 2 bad settings."""
+    try:
+        settings = Settings.from_env().with_overrides(
+            data_dir=args.data_dir, uploads_dir=args.uploads_dir, database_url=args.database_url
+        )
+    except ConfigError as exc:
+        print(f"quart-mesh: {exc}", file=sys.stderr)
+        return 2
+    report = check(settings)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(_render_report(settings, report))
+    if not report.ok:
+        failed = [f for f in report.findings if f.status == "fail"]
+        print(f"quart-mesh check: {failed[0].name}: {failed[0].message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _render_report(settings: Settings, report: Report) -> str:
+    lines = [f"quart-mesh check: {settings.data_dir} ({report.store})"]
+    lines += [f"  {f.status:<4}  {f.name}: {f.message}" for f in report.findings]
+    warnings = sum(1 for f in report.findings if f.status == "warn")
+    failures = sum(1 for f in report.findings if f.status == "fail")
+    noted = f"{warnings} warning" + ("" if warnings == 1 else "s")
+    if failures:
+        lines.append(f"NOT WELL: {failures} failed, {noted}")
+    else:
+        lines.append("all is well" + (f" ({noted})" if warnings else ""))
+    return "\n".join(lines)
 
 
 def _worker_spec(value: str) -> Worker:
@@ -298,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("backup", "restore"):
         return _backup_command(args)
+    if args.command == "check":
+        return _check_command(args)
     if args.command in ("user", "tokens", "status"):
         return chores.main(args)
     worker: Worker | None = args.worker

@@ -37,6 +37,7 @@ from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
 from .identity import NodeIdentity, load_or_create_node_identity
 from .ids import new_id
+from .integrity import check_store_at_open
 from .realtime import Realtime
 from .realtime.session import SessionServices
 from .security import Passwords, Tokens, load_or_create_secret
@@ -515,6 +516,7 @@ async def _open_node(settings: Settings) -> AsyncIterator[Node]:
         reader_threads=settings.db_reader_threads,
         max_queued=settings.max_queued_writes,
     )
+    await trio.to_thread.run_sync(check_store_at_open, settings)  # StoreCorrupt (0078)
     await db.open()
     node: Node | None = None
     try:
