@@ -10,6 +10,8 @@ real against a node on loopback, a closed port and a server answering 503.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
+from quart_mesh import cli
 from quart_mesh.api.uploads import upload_body_limit
 from quart_mesh.config import Settings
 from quart_mesh.workers import STOP_MARGIN
@@ -854,20 +857,34 @@ def _command(help_text: str) -> Command:
     return Command(options, positionals)
 
 
+def _help(*args: str) -> str:
+    """``quart-mesh <args> --help`` as the program prints it, from its parser
+    in this process (a process each would take seconds apiece on a busy
+    machine; the installed program itself is run once, by :func:`_cli`)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        cli.main([*args, "--help"])
+    assert exited.value.code == 0, out.getvalue()
+    return out.getvalue()
+
+
 @cache
 def _cli() -> tuple[Command, dict[str, Command]]:
     """The real command line: ``quart-mesh --help`` and each subcommand's ``--help``."""
     top = _run_cli("--help")
     choices = re.search(r"\{([a-z][\w,-]*)\}", top)
     assert choices, top
+    mine = re.search(r"\{([a-z][\w,-]*)\}", _help())
+    assert mine, "no subcommands in this source's help"
+    assert mine[1] == choices[1], "the installed program is not this source's"
     subcommands: dict[str, Command] = {}
     for name in choices[1].split(","):
-        text = _run_cli(name, "--help")
+        text = _help(name)
         subcommands[name] = _command(text)
         # a subcommand of subcommands (``quart-mesh user create``)
         nested = re.search(r"\{([a-z][\w,-]*)\}", text.split("\n\n")[0])
         for sub in nested[1].split(",") if nested else ():
-            subcommands[f"{name} {sub}"] = _command(_run_cli(name, sub, "--help"))
+            subcommands[f"{name} {sub}"] = _command(_help(name, sub))
     return _command(top), subcommands
 
 
