@@ -120,6 +120,7 @@ class NodeCollector(Collector):
             "Writes waiting for the store's writer",
             node.db.queued,
         )
+        yield from _disk(node)
         yield from node.db.batch_units.collect()
         yield from node.db.commit_seconds.collect()
         bots = GaugeMetricFamily(
@@ -156,6 +157,20 @@ class NodeCollector(Collector):
         for kind, count in sorted(node.webhooks.failures.items()):
             webhooks.add_metric([kind], count)
         yield webhooks
+
+
+def _disk(node: Node) -> Iterator[Metric]:
+    """The data folder's free space and the floor it keeps (``disk.py``)."""
+    try:
+        free, floor = node.disk.free(), node.disk.floor()
+    except OSError:  # the folder is gone: say nothing rather than fail the scrape
+        return
+    yield _gauge("mesh_disk_free_bytes", "Bytes free in the data folder's filesystem", free)
+    yield _gauge(
+        "mesh_disk_floor_bytes",
+        "Free bytes the node keeps: below them uploads and app sources are refused (0: no floor)",
+        floor,
+    )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
