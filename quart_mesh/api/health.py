@@ -17,7 +17,8 @@ it is at, then the probe's write) is reused for up to
 asked wait for that one answer. So a check reports a store that answered
 within that time before the check began (or while it waited), and a store
 that stops answering is reported within that time plus the failing query's
-own, at most ``STORE_TIMEOUT`` (``docs/decisions/0041-cheap-health-checks.md``).
+own (``docs/decisions/0041-cheap-health-checks.md``); waiting for a reader
+thread or for the writer's queue is bounded by ``STORE_TIMEOUT``.
 The other causes (disk, faults, bus, stopping) cost no I/O and are read on
 every check.
 """
@@ -35,7 +36,7 @@ from quart import Blueprint, current_app, request
 from sqlalchemy.exc import DBAPIError
 
 from .._version import __version__
-from ..errors import MeshError, Unavailable
+from ..errors import MeshError, Overloaded, Unavailable
 from ..faults import DISK_FULL, STORE_CORRUPT
 from ..records import now_ms
 from ..services.accounts import DEFAULT_ROOM_NAME
@@ -51,8 +52,10 @@ bp = Blueprint("health", __name__)
 
 #: seconds the store's answer to a health check is reused for
 STORE_ANSWER_MAX_AGE = 1.0
-#: seconds the store's read, and then its probe write, may take before the
-#: check counts the store as not answering (the query goes on in its thread)
+#: seconds the check waits for the store's read, and then for its probe
+#: write, to be taken up (a free reader thread, the writer's queue) and done.
+#: A query already running in its thread cannot be abandoned: a store that
+#: hangs there holds the check (the checker's own timeout decides)
 STORE_TIMEOUT = 2.0
 #: seconds the bus (PostgreSQL) may be behind before the node is not ready
 BUS_BEHIND_LIMIT: Final = 5.0
@@ -88,6 +91,8 @@ async def ask_store(node: Node) -> StoreAnswer:
     with trio.move_on_after(STORE_TIMEOUT):
         try:
             await db.write(lambda conn: repo.probe_write(conn, node.process_id, now_ms()))
+        except Overloaded:  # the writer's queue is full of writes: not the store's refusal
+            return StoreAnswer(True, True, migrated)
         except (MeshError, DBAPIError) as error:
             return StoreAnswer(True, False, migrated, _why(error))
         return StoreAnswer(True, True, migrated)

@@ -243,3 +243,69 @@ async def test_the_disk_floor_refuses_files_not_messages_and_readiness_follows_i
                 stored = {message["messageId"] for message in r.json()}
                 assert set(acked) <= stored
             assert await node.stop() == 0
+
+
+async def test_a_full_disk_is_not_ready_and_ready_again_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    """The data folder filled to the last byte while messages are sent: the
+    node is not ready (``disk_low``, and whatever the store says), sends
+    that fail fail with a JSON 503; the space given back, it is ready again
+    within about a second (the store's answer is reused for a second) and
+    sends work, without a restart; every acknowledged message is kept."""
+    data = tmp_path / "mesh-data"
+    env = {"MESH_DISK_FLOOR": "8MiB", "MESH_RATE_MESSAGES": "10000/1"}
+    with small_disk(data, 32):
+        acked: list[str] = []
+        async with trio.open_nursery() as nursery:
+            node = ServerProcess(data, env=env)
+            url = await node.start(nursery)
+            async with client(url) as http:
+                mesh = Mesh(http)
+                owner = await mesh.setup()
+                room_id = (await mesh.create_room(owner, "full"))["roomId"]
+                ballast = await trio.to_thread.run_sync(lambda: fill(data, leave=0))
+                refused = 0
+                for i in range(300):
+                    r = await http.post(
+                        f"/api/rooms/{room_id}/messages",
+                        json={"content": f"full {i} " + "x" * 2000},
+                        headers=owner.headers,
+                    )
+                    if r.status_code == 201:
+                        acked.append(r.json()["messageId"])
+                    else:
+                        assert_error(r, 503)
+                        refused += 1
+                assert refused, "the disk never filled up"
+                codes = await reasons(http)
+                assert "disk_low" in codes, codes
+                assert (await http.get("/api/health/live")).status_code == 200
+
+                await trio.to_thread.run_sync(ballast.unlink)
+                await flips(http, [], within=1.6)
+                acked.append((await mesh.send(owner, room_id, "after"))["messageId"])
+                assert (await upload(http, owner)).status_code == 201
+            assert await node.stop() == 0, node.output.decode(errors="replace")
+
+            node = ServerProcess(data, env=env)
+            url = await node.start(nursery)
+            async with client(url) as http:
+                r = await http.post("/api/auth/login", json={"name": "owner", "password": PASSWORD})
+                headers = {"Authorization": f"Bearer {r.json()['token']}"}
+                stored: set[str] = set()
+                before: str | None = None
+                while True:
+                    params: dict[str, Any] = {"limit": 100}
+                    if before:
+                        params["before"] = before
+                    r = await http.get(
+                        f"/api/rooms/{room_id}/messages", params=params, headers=headers
+                    )
+                    page = r.json()
+                    stored |= {message["messageId"] for message in page}
+                    if len(page) < 100:
+                        break
+                    before = page[0]["messageId"]
+                assert set(acked) <= stored, (len(acked), len(stored), refused)
+            assert await node.stop() == 0
