@@ -11,6 +11,8 @@ from quart_mesh.disk import MAX_AGE, DiskSpace, default_floor
 from quart_mesh.errors import InsufficientStorage
 from tests.small_disk import fill, free_bytes, small_disk
 
+pytestmark = pytest.mark.store_free
+
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 

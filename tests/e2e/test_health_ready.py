@@ -245,6 +245,7 @@ async def test_the_disk_floor_refuses_files_not_messages_and_readiness_follows_i
             assert await node.stop() == 0
 
 
+@pytest.mark.sqlite_only  # the store's file on the small disk (PostgreSQL's is elsewhere)
 async def test_a_full_disk_is_not_ready_and_ready_again_once_space_returns(
     tmp_path: Path,
 ) -> None:
