@@ -54,12 +54,16 @@ WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 8000
 
-# GET /api/health answers 200 while the node runs and its store answers, 503
-# otherwise. Slim images have no curl: Python's urllib, with proxies from the
-# environment ignored. A refused connection, a timeout or a 503 all raise,
-# so the command exits 1 (unhealthy).
+# Liveness: GET /api/health/live answers 200 while the process and its event
+# loop answer, without asking the store. Not readiness (/api/health/ready):
+# what acts on an unhealthy container (Swarm, autoheal) restarts it, and a
+# restart does not bring a database back or free a disk; a load balancer
+# should ask /api/health/ready itself (docs/operations.md). Slim images have
+# no curl: Python's urllib, with proxies from the environment ignored. A
+# refused connection, a timeout or a 503 all raise, so the command exits 1
+# (unhealthy).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request as r; r.build_opener(r.ProxyHandler({})).open('http://127.0.0.1:' + os.environ.get('MESH_PORT', '8000') + '/api/health', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request as r; r.build_opener(r.ProxyHandler({})).open('http://127.0.0.1:' + os.environ.get('MESH_PORT', '8000') + '/api/health/live', timeout=4)"]
 
 # Exec form: the node is the container's main process and gets the stop
 # signal itself (SIGTERM: a graceful shutdown, docs/operations.md).

@@ -32,6 +32,7 @@ from .client_address import ClientAddresses
 from .config import Settings
 from .control import CONTROL_SOCKET, ControlSocket
 from .data_folder import lock_data_folder
+from .disk import DiskSpace
 from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
@@ -101,6 +102,8 @@ class Node:
         self.db = db
         #: the faults it rides out, each logged once (``faults.py``)
         self.faults = db.faults
+        #: free space in the data folder against the floor (``disk.py``)
+        self.disk = DiskSpace(settings.data_dir, settings.disk_floor)
         self.identity = identity
         self.tokens = Tokens(secret)
         self.passwords = Passwords(settings.password_hash_threads)
@@ -166,7 +169,7 @@ class Node:
             settings, self.delivery, self.presence, self.world, self.commands, self.seats
         )
         self.model_proxy = ModelProxy(settings, db, secret, self.rate_limits)
-        self.apps = Apps(settings, db, self.model_proxy)
+        self.apps = Apps(settings, db, self.model_proxy, disk=self.disk)
         self.relay = Relay(
             settings,
             db,
@@ -190,7 +193,7 @@ class Node:
         )
         self.vault = Vault(limits, db)
         #: uploaded files (``MESH_UPLOADS_DIR``, by default ``<data_dir>/uploads/``)
-        self.uploads = Uploads(settings, db)
+        self.uploads = Uploads(settings, db, disk=self.disk)
         self.realtime = Realtime(
             SessionServices(
                 settings=settings,
@@ -215,6 +218,8 @@ class Node:
             self.presence,
             self.broker,
             sessions=lambda: self.realtime.sessions,
+            disk=self.disk,
+            faults=self.faults,
         )
         #: previews of links in messages (decision 0072)
         self.link_previews = LinkPreviews(
@@ -300,6 +305,14 @@ class Node:
     @property
     def ready(self) -> bool:
         return self._running
+
+    @property
+    def stopping(self) -> bool:
+        """Whether it is not running, or a stop of the serve serving it has
+        begun (readiness: ``stopping``, ``api/health.py``)."""
+        return not self._running or any(
+            stop.is_set() and not stopped.is_set() for stop, stopped in self._served
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the node's components until cancelled; report started once all

@@ -449,7 +449,7 @@ async def test_the_health_check_fails_when_health_answers_503(nursery: trio.Nurs
         data = b""
         while b"\r\n\r\n" not in data and (chunk := await stream.receive_some(4096)):
             data += chunk
-        assert data.startswith(b"GET /api/health ")
+        assert data.startswith(b"GET /api/health/live ")
         await stream.send_all(answer)
         await stream.aclose()
 

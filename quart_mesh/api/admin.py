@@ -50,6 +50,30 @@ class RateLimitCounts(Shape):
     refused: dict[str, int]
 
 
+class DiskStats(Shape):
+    """The data folder's filesystem, in bytes: below ``floor`` free, uploads
+    and app sources are refused (``MESH_DISK_FLOOR``; 0: no floor)."""
+
+    free: int
+    total: int
+    floor: int
+
+
+class ActiveFault(Shape):
+    """A fault the node is riding out now (``docs/operations.md``)."""
+
+    #: disk_full, store_unavailable, store_corrupt, descriptors, peer_down, receiver_failing
+    kind: str
+    #: which peer or receiver (null for the node's own)
+    key: str | None
+    #: the cause of its latest failure
+    cause: str
+    #: when it started (milliseconds since the epoch)
+    since: int
+    #: failures since it started
+    failures: int
+
+
 class AdminStats(Shape):
     """The node's statistics."""
 
@@ -64,6 +88,10 @@ class AdminStats(Shape):
     #: seconds since the node started
     uptime: float
     version: str
+    #: the data folder's free space against the floor
+    disk: DiskStats | None
+    #: the faults active now (empty when all is well)
+    faults: list[ActiveFault]
 
 
 class SetupStep(Shape):

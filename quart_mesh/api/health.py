@@ -1,23 +1,46 @@
 """Health and first-run setup (spec §4.1, §4.2).
 
-``GET /api/health`` does not ask the store on every call: the store's answer
-is reused for up to ``STORE_ANSWER_MAX_AGE`` seconds, and checks that come
-while it is being asked wait for that one answer. So a check reports a store
-that answered a trivial query within that time before the check began (or
-while it waited), and a store that stops answering is reported unhealthy
-within that time plus the failing query's own (``docs/decisions/0041-cheap-health-checks.md``).
+Three checks (``docs/decisions/0076-health-and-the-disk-floor.md``):
+
+- ``GET /api/health/live``: the process and its event loop answer (no
+  store call): restart the node when it fails.
+- ``GET /api/health/ready``: the node should get traffic: its store answers
+  *and accepts a write*, is migrated to this code's head, the bus is caught
+  up (PostgreSQL), free disk is above the floor, no disk-full or damaged-store
+  fault is active, and the node is not stopping. 503 with the reasons when not.
+- ``GET /api/health``: readiness in its old shape (``ok``, ``storage``) plus
+  ``storage.writable`` and ``reasons``.
+
+The store is not asked on every check: its answer (a read of the migrations
+it is at, then the probe's write) is reused for up to
+``STORE_ANSWER_MAX_AGE`` seconds, and checks that come while it is being
+asked wait for that one answer. So a check reports a store that answered
+within that time before the check began (or while it waited), and a store
+that stops answering is reported within that time plus the failing query's
+own (``docs/decisions/0041-cheap-health-checks.md``); waiting for a reader
+thread or for the writer's queue is bounded by ``STORE_TIMEOUT``.
+The other causes (disk, faults, bus, stopping) cost no I/O and are read on
+every check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 from quart import Blueprint, current_app, request
+from sqlalchemy.exc import DBAPIError
 
+from .._version import __version__
+from ..errors import MeshError, Overloaded, Unavailable
+from ..faults import DISK_FULL, STORE_CORRUPT
+from ..records import now_ms
 from ..services.accounts import DEFAULT_ROOM_NAME
+from ..store import health as repo
 from ._common import client_address, node, reply
 from .contract import Body, Shape, accepts, answers, public
 from .objects import Session
@@ -29,26 +52,80 @@ bp = Blueprint("health", __name__)
 
 #: seconds the store's answer to a health check is reused for
 STORE_ANSWER_MAX_AGE = 1.0
+#: seconds the check waits for the store's read, and then for its probe
+#: write, to be taken up (a free reader thread, the writer's queue) and done.
+#: A query already running in its thread cannot be abandoned: a store that
+#: hangs there holds the check (the checker's own timeout decides)
+STORE_TIMEOUT = 2.0
+#: seconds the bus (PostgreSQL) may be behind before the node is not ready
+BUS_BEHIND_LIMIT: Final = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreAnswer:
+    """What the store said to one check."""
+
+    #: it answered a read
+    reachable: bool
+    #: it accepted the probe's write (False when not reachable)
+    writable: bool
+    #: it is migrated to this code's head (True when not reachable: unknown)
+    migrated: bool
+    #: why a query failed, for the log-free reason message
+    error: str = ""
+
+
+async def ask_store(node: Node) -> StoreAnswer:
+    """Read the store's migrations, then write the probe's row; each within
+    ``STORE_TIMEOUT`` seconds."""
+    db = node.db
+    heads: frozenset[str] | None = None
+    with trio.move_on_after(STORE_TIMEOUT):
+        try:
+            heads = await db.read(repo.migration_heads)
+        except (Unavailable, DBAPIError) as error:
+            return StoreAnswer(False, False, True, _why(error))
+    if heads is None:
+        return StoreAnswer(False, False, True, f"no answer within {STORE_TIMEOUT:.0f} s")
+    migrated = heads == repo.code_heads()
+    with trio.move_on_after(STORE_TIMEOUT):
+        try:
+            await db.write(lambda conn: repo.probe_write(conn, node.process_id, now_ms()))
+        except Overloaded:  # the writer's queue is full of writes: not the store's refusal
+            return StoreAnswer(True, True, migrated)
+        except (MeshError, DBAPIError) as error:
+            return StoreAnswer(True, False, migrated, _why(error))
+        return StoreAnswer(True, True, migrated)
+    return StoreAnswer(True, False, migrated, f"a write not done within {STORE_TIMEOUT:.0f} s")
+
+
+def _why(error: Exception) -> str:
+    return error.message if isinstance(error, MeshError) else type(error).__name__
 
 
 class StoreCheck:
-    """A node's health, with the store asked at most once per
+    """A node's readiness, with the store asked at most once per
     ``STORE_ANSWER_MAX_AGE`` seconds (of ``trio.current_time()``).
 
     Checks that find the last answer too old share one query: the first asks,
     the others wait for its answer. If the one asking is cancelled (its
     client went away), a waiter asks in its place.
+
+    Args:
+        node: the node checked.
+        ask: asks its store (default :func:`ask_store`).
     """
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, ask: Callable[[], Awaitable[StoreAnswer]] | None = None) -> None:
         self.node = node
-        self._answer: dict[str, Any] | None = None
+        self._ask = ask if ask is not None else lambda: ask_store(node)
+        self._answer: StoreAnswer | None = None
         #: when the query that gave ``_answer`` was sent
         self._asked_at = -math.inf
         self._asking: trio.Event | None = None
 
-    async def health(self) -> dict[str, Any]:
-        """``GET /api/health``'s body: ok, version, uptime, storage."""
+    async def store(self) -> StoreAnswer:
+        """The store's answer, no older than ``STORE_ANSWER_MAX_AGE``."""
         while self._answer is None or trio.current_time() - self._asked_at >= STORE_ANSWER_MAX_AGE:
             if self._asking is not None:
                 await self._asking.wait()
@@ -56,17 +133,88 @@ class StoreCheck:
             self._asking = asked = trio.Event()
             try:
                 asked_at = trio.current_time()
-                self._answer = await self.node.health()
+                self._answer = await self._ask()
                 self._asked_at = asked_at
             finally:
                 self._asking = None
                 asked.set()
-        answer = self._answer
+        return self._answer
+
+    async def ready(self) -> dict[str, Any]:
+        """``GET /api/health/ready``'s body: ready, reasons, version, uptime, storage."""
+        answer = await self.store()
+        reasons = store_reasons(answer) + node_reasons(self.node)
         return {
-            **answer,
-            "ok": answer["storage"]["ok"] and self.node.running,
+            "ready": not reasons,
+            "reasons": [{"code": code, "message": message} for code, message in reasons],
+            "version": __version__,
             "uptime": round(time.monotonic() - self.node.started_at, 3),
+            "storage": {
+                "ok": answer.reachable,
+                "writable": answer.writable,
+                "backend": self.node.db.backend,
+            },
         }
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /api/health``'s body: ok (ready), version, uptime, storage, reasons."""
+        body = await self.ready()
+        return {
+            "ok": body["ready"],
+            "version": body["version"],
+            "uptime": body["uptime"],
+            "storage": body["storage"],
+            "reasons": body["reasons"],
+        }
+
+
+def store_reasons(answer: StoreAnswer) -> list[tuple[str, str]]:
+    """Why the store's answer keeps the node from being ready."""
+    if not answer.reachable:
+        return [("store_unreachable", f"the store does not answer: {answer.error}")]
+    reasons = []
+    if not answer.writable:
+        reasons.append(("store_read_only", f"the store does not accept writes: {answer.error}"))
+    if not answer.migrated:
+        reasons.append(("migrations_pending", "the store is not migrated to this release's schema"))
+    return reasons
+
+
+def node_reasons(node: Node) -> list[tuple[str, str]]:
+    """Why the node is not ready, from what it knows without I/O: stopping,
+    the disk, its active faults, the bus."""
+    reasons = []
+    if node.stopping:
+        reasons.append(("stopping", "the node is stopping"))
+    if node.disk.below_floor():
+        reasons.append(
+            (
+                "disk_low",
+                "free space in the data folder is below the floor (MESH_DISK_FLOOR):"
+                " uploads and app sources are refused",
+            )
+        )
+    if node.faults.any_active(DISK_FULL):
+        reasons.append(("disk_full", "the store's writes fail: the disk is full"))
+    if node.faults.any_active(STORE_CORRUPT):
+        reasons.append(
+            (
+                "store_corrupt",
+                "the store's file is damaged: run quart-mesh check, then quart-mesh restore",
+            )
+        )
+    behind = _bus_behind(node)
+    if behind > BUS_BEHIND_LIMIT:
+        reasons.append(
+            ("bus_behind", f"the cluster's stream is {behind:.0f} s behind on this process")
+        )
+    return reasons
+
+
+def _bus_behind(node: Node) -> float:
+    """Seconds the bus has been behind (0 without a bus, or one that cannot say)."""
+    behind_for = getattr(node.bus, "behind_for", None)
+    return float(behind_for()) if callable(behind_for) else 0.0
 
 
 def _store_check() -> StoreCheck:
@@ -79,13 +227,47 @@ def _store_check() -> StoreCheck:
 
 class Storage(Shape):
     ok: bool
+    #: it accepted the readiness probe's write
+    writable: bool
     backend: str
 
 
+class Reason(Shape):
+    """Why the node is not ready: ``store_unreachable``, ``store_read_only``,
+    ``migrations_pending``, ``bus_behind``, ``disk_low``, ``disk_full``,
+    ``store_corrupt`` or ``stopping``."""
+
+    code: str
+    message: str
+
+
 class Health(Shape):
-    """Whether the node serves: 200 when it does, 503 when not."""
+    """Whether the node serves (is ready): 200 when it does, 503 when not."""
 
     ok: bool
+    version: str
+    #: seconds since the node started
+    uptime: float
+    storage: Storage
+    #: why it is not ready (empty when it is)
+    reasons: list[Reason]
+
+
+class Liveness(Shape):
+    """The process and its event loop answer (always ``ok``)."""
+
+    ok: bool
+    version: str
+    #: seconds since the node started
+    uptime: float
+
+
+class Readiness(Shape):
+    """Whether the node should get traffic: 200 when ready, 503 when not."""
+
+    ready: bool
+    #: why it is not ready (empty when it is)
+    reasons: list[Reason]
     version: str
     #: seconds since the node started
     uptime: float
@@ -133,9 +315,29 @@ class MeshSettings(Shape):
 @answers(Health)
 @answers(Health, 503)
 async def health() -> tuple[Any, int]:
-    """The node's health: whether it serves and reaches its store."""
+    """The node's health: whether it is ready (as ``/api/health/ready``), in
+    the older shape."""
     result = await _store_check().health()
     return reply(result, 200 if result["ok"] else 503)
+
+
+@bp.get("/api/health/live")
+@public()
+@answers(Liveness)
+async def live() -> tuple[Any, int]:
+    """Liveness: the process and its event loop answer (asks nothing of the store)."""
+    uptime = round(time.monotonic() - node().started_at, 3)
+    return reply({"ok": True, "version": __version__, "uptime": uptime})
+
+
+@bp.get("/api/health/ready")
+@public()
+@answers(Readiness)
+@answers(Readiness, 503)
+async def ready() -> tuple[Any, int]:
+    """Readiness: whether the node should get traffic, and if not, why."""
+    result = await _store_check().ready()
+    return reply(result, 200 if result["ready"] else 503)
 
 
 @bp.get("/api/setup/status")

@@ -122,6 +122,7 @@ class NodeCollector(Collector):
             node.db.queued,
         )
         yield from _descriptors()
+        yield from _disk(node)
         yield from node.db.batch_units.collect()
         yield from node.db.commit_seconds.collect()
         bots = GaugeMetricFamily(
@@ -167,6 +168,20 @@ def _descriptors() -> Iterator[Metric]:
         yield _gauge("mesh_open_fds", "File descriptors this process has open", fds)
     yield _gauge(
         "mesh_fd_limit", "The process's open-file limit (soft RLIMIT_NOFILE)", open_file_limit()
+    )
+
+
+def _disk(node: Node) -> Iterator[Metric]:
+    """The data folder's free space and the floor it keeps (``disk.py``)."""
+    try:
+        free, floor = node.disk.free(), node.disk.floor()
+    except OSError:  # the folder is gone: say nothing rather than fail the scrape
+        return
+    yield _gauge("mesh_disk_free_bytes", "Bytes free in the data folder's filesystem", free)
+    yield _gauge(
+        "mesh_disk_floor_bytes",
+        "Free bytes the node keeps: below them uploads and app sources are refused (0: no floor)",
+        floor,
     )
 
 

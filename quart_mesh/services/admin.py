@@ -30,7 +30,9 @@ from sqlalchemy.engine import Connection
 from .._version import __version__
 from ..broker import Broker
 from ..config import RATE_RULES, Rate, RateLimits, Settings, check_role_multipliers, parse_rate
+from ..disk import DiskSpace
 from ..errors import BadRequest, ConfigError, Forbidden
+from ..faults import Faults
 from ..ids import is_ulid
 from ..records import MeshConfig
 from ..store import Database, outbox
@@ -146,8 +148,14 @@ class Admin:
         presence: Presence,
         broker: Broker,
         sessions: Callable[[], int],
+        *,
+        disk: DiskSpace | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self._settings = settings
+        #: the data folder's free space and floor, and the active faults (stats)
+        self._disk = disk
+        self._faults = faults
         self._db = db
         self._accounts = accounts
         self._presence = presence
@@ -198,6 +206,8 @@ class Admin:
             "rateLimits": self._rate.statistics(),
             "uptime": round(time.monotonic() - self._started_at, 3),
             "version": __version__,
+            "disk": self._disk.to_json() if self._disk is not None else None,
+            "faults": [] if self._faults is None else [f.to_json() for f in self._faults.active()],
         }
 
     async def setup_status(self, actor: Actor) -> dict[str, Any]:

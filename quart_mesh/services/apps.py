@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 
 from ..app_source import parse_answer
 from ..config import Limits, Settings
+from ..disk import DiskSpace
 from ..errors import (
     BadGateway,
     BadRequest,
@@ -119,8 +120,17 @@ def _app(row: repo.AppRow, source: repo.Source | None = None) -> App:
 
 
 class Apps:
-    def __init__(self, settings: Settings, db: Database, model_proxy: ModelProxy) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        model_proxy: ModelProxy,
+        *,
+        disk: DiskSpace | None = None,
+    ) -> None:
         self._settings = settings
+        #: below its floor, new app sources are refused (507)
+        self._disk = disk
         self._limits: Limits = settings.limits
         self._db = db
         self._models = model_proxy
@@ -221,8 +231,10 @@ class Apps:
                 (``invalid_description``) or source (``empty_source``, ``invalid_source``).
             PayloadTooLarge: the source is over ``max_app_source_bytes`` (``source_too_large``).
             Conflict: the caller owns ``max_apps_per_participant`` apps (``too_many_apps``).
+            InsufficientStorage: free disk space is below the node's floor.
         """
         authorize(actor, "apps.create")
+        self._require_room()
         name = self._check_name(name)
         description = self._check_description(description or "")
         if not html.strip():
@@ -268,8 +280,10 @@ class Apps:
             BadRequest: nothing given (``missing_field``), an empty html, bad source.
             NotFound: no such app the caller may change (``app_not_found``).
             PayloadTooLarge: ``source_too_large``.
+            InsufficientStorage: free disk space is below the node's floor.
         """
         authorize(actor, "apps.create")
+        self._require_room()
         if html is None and css is None and js is None:
             raise BadRequest("give html, css or js", "missing_field")
         if html is not None and not html.strip():
@@ -345,6 +359,7 @@ class Apps:
             GatewayTimeout: the model did not answer in time (``upstream_timeout``).
         """
         authorize(actor, "apps.create")
+        self._require_room()  # before the model is asked
         prompt = prompt.strip()
         longest = self._limits.max_app_prompt_chars
         if not 1 <= len(prompt) <= longest or "\x00" in prompt:
@@ -384,6 +399,11 @@ class Apps:
             )
         except PayloadTooLarge as error:
             raise BadGateway(error.message, "no_app_in_answer") from None
+
+    def _require_room(self) -> None:
+        """Refuse a new app source while the data folder is below its disk floor."""
+        if self._disk is not None:
+            self._disk.require_room("new app sources")
 
     def _default_model(self, actor: Actor) -> str:
         """The first model configured at start-up, else the oldest added over the API."""

@@ -22,13 +22,14 @@ the store.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import re
 import time
 import unicodedata
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, ClassVar
@@ -39,7 +40,15 @@ from sqlalchemy.engine import Connection
 
 from ..config import Limits, Settings
 from ..data_folder import replace_durably
-from ..errors import BadRequest, Conflict, MeshError, NotFound, PayloadTooLarge
+from ..disk import DiskSpace
+from ..errors import (
+    BadRequest,
+    Conflict,
+    InsufficientStorage,
+    MeshError,
+    NotFound,
+    PayloadTooLarge,
+)
 from ..ids import is_ulid, new_id
 from ..records import Upload, now_ms
 from ..store import Database
@@ -382,8 +391,10 @@ class Uploads:
     files 0600), shared with the mesh's other processes and hosts.
     """
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(self, settings: Settings, db: Database, *, disk: DiskSpace | None = None) -> None:
         self._limits = settings.limits
+        #: below its floor, uploads are refused (507)
+        self._disk = disk
         self._quota = max(0, settings.upload_quota_bytes)
         self._db = db
         self.directory = settings.resolved_uploads_dir
@@ -414,8 +425,10 @@ class Uploads:
         Raises:
             Forbidden: the role may not upload.
             PayloadTooLarge: the file cannot fit the limit or the quota.
+            InsufficientStorage: free disk space is below the node's floor.
         """
         authorize(actor, "files.upload")
+        self._require_room()
         if declared_bytes is None:
             return
         if declared_bytes > self._limits.max_upload_bytes:
@@ -443,6 +456,7 @@ class Uploads:
             BadRequest: the stream was malformed (raised by *chunks*).
         """
         authorize(actor, "files.upload")
+        self._require_room()
         left = await self._quota_left(actor)
         cap = (
             self._limits.max_upload_bytes
@@ -472,14 +486,14 @@ class Uploads:
                         head += chunk[: SNIFF_BYTES - len(head)]
                     pending += chunk
                     if len(pending) >= _WRITE_BATCH:
-                        await trio.to_thread.run_sync(out.write, bytes(pending))
+                        await trio.to_thread.run_sync(_write, out, bytes(pending))
                         pending.clear()
             if deadline.cancelled_caught:
                 raise UploadTimeout(
                     f"the upload must arrive within {self._limits.upload_timeout_seconds} s"
                 )
             if pending:
-                await trio.to_thread.run_sync(out.write, bytes(pending))
+                await trio.to_thread.run_sync(_write, out, bytes(pending))
             # on disk (on every host) before the row that lets others find it
             await trio.to_thread.run_sync(_sync_and_close, out)
             name = sanitize_filename(filename)
@@ -504,6 +518,11 @@ class Uploads:
                 if path is not None:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
+
+    def _require_room(self) -> None:
+        """Refuse an upload while the data folder is below its disk floor."""
+        if self._disk is not None:
+            self._disk.require_room("uploads")
 
     async def open(self, stored_name: str) -> StoredFile:
         """An upload and its open file, by the name it is served under.
@@ -566,10 +585,32 @@ def _create_private(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
+def _write(file: IO[bytes], data: bytes) -> None:
+    """Write *data* (in a thread).
+
+    Raises:
+        InsufficientStorage: the filesystem is full (or the quota reached).
+    """
+    with _full_disk_refused():
+        file.write(data)
+
+
 def _sync_and_close(file: IO[bytes]) -> None:
-    file.flush()
-    os.fsync(file.fileno())
+    with _full_disk_refused():
+        file.flush()
+        os.fsync(file.fileno())
     file.close()
+
+
+@contextlib.contextmanager
+def _full_disk_refused() -> Iterator[None]:
+    """A full disk while writing an upload is the client's 507, not a bug."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InsufficientStorage("the node's disk is full: uploads are refused") from None
+        raise
 
 
 def _open_for_reading(path: Path) -> tuple[IO[bytes], int]:

@@ -815,3 +815,13 @@ tasks = Table(
     Index("ix_tasks_creator_id", "creator_id"),
     Index("ix_tasks_context_id", "context_id"),
 )
+
+# one row: each readiness check that finds the last probe a second old writes
+# it, to learn that the store still accepts writes (store/health.py)
+health_probe = Table(
+    "health_probe",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1
+    Column("process_id", String(26), nullable=False),
+    Column("probed_at", BigInteger, nullable=False),
+)

@@ -10,6 +10,8 @@ the real node and store, with a short maximum age.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,7 +20,10 @@ from trio.testing import MockClock, wait_all_tasks_blocked
 
 from quart_mesh import MeshApp
 from quart_mesh.api import health
-from quart_mesh.api.health import STORE_ANSWER_MAX_AGE, StoreCheck
+from quart_mesh.api.health import STORE_ANSWER_MAX_AGE, StoreAnswer, StoreCheck
+from quart_mesh.disk import DiskSpace
+from quart_mesh.errors import Unavailable
+from quart_mesh.faults import Faults
 
 if TYPE_CHECKING:
     from quart.typing import TestClientProtocol
@@ -27,34 +32,43 @@ pytestmark = pytest.mark.timeout(30)
 
 
 class FakeNode:
-    """What the check uses of a node: ``health()`` asks the store (taking
-    ``delay`` seconds), ``running`` and ``started_at``."""
+    """What the check uses of a node besides its store: ``running``,
+    ``stopping``, ``started_at``, ``disk``, ``faults``, ``bus``, ``db.backend``;
+    ``ask()`` stands in for the store (taking ``delay`` seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.reachable = True
         self.running = True
         self.started_at = 0.0
         self.delay = 0.1
         self.asked: list[float] = []
+        self.disk = DiskSpace(tmp, 0)
+        self.faults = Faults()
+        self.bus = None
+        self.db = SimpleNamespace(backend="sqlite")
 
-    async def health(self) -> dict[str, Any]:
+    @property
+    def stopping(self) -> bool:
+        return not self.running
+
+    async def ask(self) -> StoreAnswer:
         self.asked.append(trio.current_time())
         await trio.sleep(self.delay)
         reachable = self.reachable
-        return {
-            "ok": reachable and self.running,
-            "version": "test",
-            "uptime": 0.0,
-            "storage": {"ok": reachable, "backend": "sqlite"},
-        }
+        return StoreAnswer(reachable, reachable, True, "" if reachable else "gone")
 
 
 def check_of(node: FakeNode) -> StoreCheck:
-    return StoreCheck(node)  # type: ignore[arg-type]
+    return StoreCheck(node, node.ask)  # type: ignore[arg-type]
 
 
-async def test_concurrent_checks_share_one_query(autojump_clock: MockClock) -> None:
-    node = FakeNode()
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeNode:
+    return FakeNode(tmp_path)
+
+
+async def test_concurrent_checks_share_one_query(autojump_clock: MockClock, fake: FakeNode) -> None:
+    node = fake
     check = check_of(node)
     results: list[dict[str, Any]] = []
 
@@ -66,11 +80,16 @@ async def test_concurrent_checks_share_one_query(autojump_clock: MockClock) -> N
             nursery.start_soon(one)
     assert len(node.asked) == 1
     assert len(results) == 20
-    assert all(r["ok"] and r["storage"] == {"ok": True, "backend": "sqlite"} for r in results)
+    assert all(
+        r["ok"] and r["storage"] == {"ok": True, "writable": True, "backend": "sqlite"}
+        for r in results
+    )
 
 
-async def test_the_answer_is_reused_only_for_its_max_age(autojump_clock: MockClock) -> None:
-    node = FakeNode()
+async def test_the_answer_is_reused_only_for_its_max_age(
+    autojump_clock: MockClock, fake: FakeNode
+) -> None:
+    node = fake
     check = check_of(node)
     await check.health()
     sent = node.asked[-1]
@@ -84,9 +103,9 @@ async def test_the_answer_is_reused_only_for_its_max_age(autojump_clock: MockClo
 
 
 async def test_a_store_that_stops_answering_is_unhealthy_within_the_max_age(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, fake: FakeNode
 ) -> None:
-    node = FakeNode()
+    node = fake
     check = check_of(node)
     assert (await check.health())["ok"] is True
     node.reachable = False
@@ -102,9 +121,9 @@ async def test_a_store_that_stops_answering_is_unhealthy_within_the_max_age(
 
 
 async def test_a_stopped_node_is_unhealthy_at_once_and_uptime_is_current(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, fake: FakeNode
 ) -> None:
-    node = FakeNode()
+    node = fake
     check = check_of(node)
     first = await check.health()
     node.running = False
@@ -114,8 +133,10 @@ async def test_a_stopped_node_is_unhealthy_at_once_and_uptime_is_current(
     assert second["storage"]["ok"] is True
 
 
-async def test_a_cancelled_query_is_asked_again_by_a_waiter(autojump_clock: MockClock) -> None:
-    node = FakeNode()
+async def test_a_cancelled_query_is_asked_again_by_a_waiter(
+    autojump_clock: MockClock, fake: FakeNode
+) -> None:
+    node = fake
     check = check_of(node)
     results: list[dict[str, Any]] = []
 
@@ -142,14 +163,16 @@ async def test_the_app_turns_unhealthy_when_the_store_stops_answering(
     db = app.node.db
     pings = 0
     reachable = True
-    ping = db.ping
+    read = db.read
 
-    async def counted() -> bool:
+    async def counted(fn: Any) -> Any:
         nonlocal pings
         pings += 1
-        return reachable and await ping()
+        if not reachable:
+            raise Unavailable("the storage backend is unavailable", "storage_unavailable")
+        return await read(fn)
 
-    monkeypatch.setattr(db, "ping", counted)
+    monkeypatch.setattr(db, "read", counted)
     with trio.fail_after(10):
         for _ in range(5):
             r = await client.get("/api/health")
@@ -166,7 +189,8 @@ async def test_the_app_turns_unhealthy_when_the_store_stops_answering(
         assert r.status_code == 503
         body = await r.get_json()
         assert (body["ok"], body["storage"]["ok"]) == (False, False)
-        assert set(body) == {"ok", "version", "uptime", "storage"}
+        assert set(body) == {"ok", "version", "uptime", "storage", "reasons"}
+        assert [reason["code"] for reason in body["reasons"]] == ["store_unreachable"]
         reachable = True
         await trio.sleep(0.2)
         assert (await client.get("/api/health")).status_code == 200

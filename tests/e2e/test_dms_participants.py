@@ -92,4 +92,5 @@ async def test_health(http: httpx.AsyncClient) -> None:
     assert body["version"] == quart_mesh.__version__
     assert isinstance(body["uptime"], float | int)
     assert body["uptime"] >= 0
-    assert body["storage"] == {"ok": True, "backend": stores.backend()}
+    assert body["storage"] == {"ok": True, "writable": True, "backend": stores.backend()}
+    assert body["reasons"] == []

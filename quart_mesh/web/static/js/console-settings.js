@@ -52,6 +52,36 @@ function seconds(total) {
   return `${s} s`;
 }
 
+/** Free space in the data folder against the floor the node keeps. */
+function diskRows(disk) {
+  const low = disk.floor > 0 && disk.free < disk.floor;
+  return [
+    ["Free space", `${formatBytes(disk.free)} of ${formatBytes(disk.total)}`],
+    ["Floor", disk.floor > 0 ? formatBytes(disk.floor) : "none"],
+    ["Status", low ? "Below the floor: uploads and app sources are refused" : "Above the floor"],
+  ];
+}
+
+/** KINDS of fault (quart_mesh/faults.py) as people say them. */
+const FAULTS = {
+  disk_full: "Disk full",
+  store_unavailable: "Store unavailable",
+  store_corrupt: "Store damaged",
+  descriptors: "Out of file descriptors",
+  peer_down: "Federation peer down",
+  receiver_failing: "Webhook receiver failing",
+};
+
+/** One row per active fault (its kind and key; since when, how many
+ * failures, the latest cause), or one saying there is none. */
+function faultRows(faults) {
+  if (!faults.length) return [["Faults", "none"]];
+  return faults.map((f) => [
+    f.key ? `${FAULTS[f.kind] || f.kind} (${f.key})` : FAULTS[f.kind] || f.kind,
+    `since ${new Date(f.since).toLocaleString()}, ${n(f.failures)} failure${f.failures === 1 ? "" : "s"}: ${f.cause}`,
+  ]);
+}
+
 const number = new Intl.NumberFormat();
 const n = (value) => (typeof value === "number" ? number.format(value) : "—");
 
@@ -398,6 +428,8 @@ export class SettingsSection {
         ],
       ],
     ];
+    if (stats.disk) groups.push(["Disk", diskRows(stats.disk)]);
+    groups.push(["Active faults", faultRows(stats.faults || [])]);
     if (stats.uploads) {
       const u = stats.uploads;
       groups.push([
