@@ -6,8 +6,8 @@ Three checks (``docs/decisions/0076-health-and-the-disk-floor.md``):
   store call): restart the node when it fails.
 - ``GET /api/health/ready``: the node should get traffic: its store answers
   *and accepts a write*, is migrated to this code's head, the bus is caught
-  up (PostgreSQL), free disk is above the floor, no disk-full or damaged-store
-  fault is active, and the node is not stopping. 503 with the reasons when not.
+  up (PostgreSQL), free disk is above the floor, no disk-full, damaged-store
+  or descriptors fault is active, and the node is not stopping. 503 with the reasons when not.
 - ``GET /api/health``: readiness in its old shape (``ok``, ``storage``) plus
   ``storage.writable`` and ``reasons``.
 
@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .._version import __version__
 from ..errors import MeshError, Overloaded, Unavailable
-from ..faults import DISK_FULL, STORE_CORRUPT
+from ..faults import DESCRIPTORS, DISK_FULL, STORE_CORRUPT
 from ..records import now_ms
 from ..services.accounts import DEFAULT_ROOM_NAME
 from ..store import health as repo
@@ -201,6 +201,14 @@ def node_reasons(node: Node) -> list[tuple[str, str]]:
             (
                 "store_corrupt",
                 "the store's file is damaged: run quart-mesh check, then quart-mesh restore",
+            )
+        )
+    if node.faults.any_active(DESCRIPTORS):
+        reasons.append(
+            (
+                "descriptors_low",
+                "the node is out of file descriptors or past its share of them"
+                " (MESH_MAX_FD_SHARE): new connections are refused",
             )
         )
     behind = _bus_behind(node)

@@ -195,20 +195,25 @@ async def test_past_the_share_connections_are_refused_and_the_fault_logged_once(
                 await state.refusals.wait()
                 await node.wait_for(r"fault started: file descriptors ran out: \d+ files open")
                 async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-                    # a health probe is served from the reserve, by the app (the
-                    # route is /api/health/live once that lands; until then a 404)
+                    # a health probe is served from the reserve, by the app:
+                    # alive, and not ready while connections are refused
                     probe = await http.get("/api/health/live")
                     assert "x-request-id" in probe.headers, probe.text
-                    assert probe.status_code in (200, 404), probe.text
+                    assert probe.status_code == 200, probe.text
                     assert probe.headers["connection"] == "close"
+                    ready = await http.get("/api/health/ready")
+                    assert ready.status_code == 503, ready.text
+                    assert "descriptors_low" in {r["code"] for r in ready.json()["reasons"]}
                 state.stop.set()
         assert state.other == []
         assert 170 <= state.refused <= 400 - 100  # and the node did serve some 100 or more
         with trio.fail_after(30):
+            # the fault ends a second after the last refused connection, and
+            # with it the node is ready again
+            await node.wait_for("fault ended: file descriptors ran out")
             async with httpx.AsyncClient(base_url=url, timeout=10) as http:
                 r = await http.get("/api/health")
                 assert r.status_code == 200, r.text
-                await node.wait_for("fault ended: file descriptors ran out")
                 metrics = await http.get(
                     "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
                 )
@@ -242,10 +247,12 @@ async def test_with_no_reserve_accept_runs_out_and_that_is_one_fault(tmp_path: P
         assert state.refused == 0
         assert state.other == []
         with trio.fail_after(30):
+            # the fault ends a second after the last refused connection, and
+            # with it the node is ready again
+            await node.wait_for("fault ended: file descriptors ran out")
             async with httpx.AsyncClient(base_url=url, timeout=10) as http:
                 r = await http.get("/api/health")
                 assert r.status_code == 200, r.text
-            await node.wait_for("fault ended: file descriptors ran out")
     log = node.log()
     assert node.count("fault started") == 1, log
     assert node.count("fault ended") == 1, log
@@ -273,8 +280,9 @@ async def test_the_refusals_shapes(everything_refused: str) -> None:
             }
             assert (r.headers["retry-after"], r.headers["connection"]) == ("1", "close")
             probe = await http.get("/api/health/ready")
-            # served by the app (the route is there once /api/health/ready lands)
-            assert probe.status_code in (200, 404), probe.text
+            # served by the app: not ready, since it refuses connections
+            assert probe.status_code == 503, probe.text
+            assert [r["code"] for r in probe.json()["reasons"]] == ["descriptors_low"]
             assert "x-request-id" in probe.headers  # the app answered it
             assert probe.headers["connection"] == "close"  # one request, not a keep-alive
         async with open_client(url) as ws:
