@@ -36,6 +36,7 @@ import contextlib
 import errno
 import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -77,6 +78,10 @@ _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 _DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
 _CHECKPOINT_EVERY = 1.0  # seconds between SQLite checkpoints (when there were commits)
+#: free bytes in SQLite's folder for a full disk to count as having room
+#: again: with less, a small commit may still fit (in pages the write-ahead
+#: log reuses) while the next fails, and the fault would end and start anew
+_ROOM_AGAIN = 1024 * 1024
 
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
@@ -223,6 +228,8 @@ class Database:
         self._inline_conn: Connection | None = None
         database = sa.make_url(url).database
         self._inline = self.backend == "sqlite" and database not in (None, "", ":memory:")
+        #: the folder of SQLite's file (where a full disk is measured)
+        self._folder = Path(database).resolve().parent if self._inline and database else None
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
@@ -708,9 +715,21 @@ class Database:
         return StoreFault(kind)
 
     def _wrote(self) -> None:
-        """A commit succeeded: the disk has room and the store answers."""
-        self.faults.cleared(DISK_FULL)
+        """A commit succeeded: the store answers, and the disk has room (on
+        SQLite once its folder has :data:`_ROOM_AGAIN` free: a commit may
+        squeeze into a full disk)."""
+        if self.faults.is_active(DISK_FULL) and self._has_room():
+            self.faults.cleared(DISK_FULL)
         self.faults.cleared(STORE_UNAVAILABLE)
+
+    def _has_room(self) -> bool:
+        if self._folder is None:
+            return True
+        try:
+            stats = os.statvfs(self._folder)
+        except OSError:
+            return True
+        return stats.f_bavail * stats.f_frsize >= _ROOM_AGAIN
 
     def _fail_all(self, batch: list[_Job[Any]], exc: DBAPIError | Unavailable) -> None:
         """Every unit of *batch* fails with *exc* (the store's failure,
@@ -722,10 +741,11 @@ class Database:
     def _hint(self, kind: str) -> str:
         """What an operator can do about a fault of *kind*."""
         if kind == DISK_FULL:
-            if self.backend == "sqlite":
-                folder = Path(sa.make_url(self.url).database or ".").resolve().parent
-                return f"free space in the data folder, {folder}"
-            return "free space on the database server's disk"
+            if self._folder is not None:
+                return f"free space in the data folder, {self._folder}"
+            if self.backend == "postgresql":
+                return "free space on the database server's disk"
+            return "free disk space"
         if kind == STORE_CORRUPT:
             return (
                 "stop the node, run `quart-mesh check`, and restore the newest good"

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests import stores
-from tests.cluster.nodes import open_nodes
+from tests.cluster.nodes import NodeProcess, open_nodes
 from tests.cluster.test_failures import FAST, cluster_down, mesh_of, send_until_stored
 from tests.helpers import User, assert_error, wait_for
 
@@ -94,8 +94,8 @@ async def test_an_outage_is_logged_once_per_process(tmp_path: Path) -> None:
             # each process ends the fault (its bus reads the stream again)
             for node in nodes:
 
-                async def ended(log: object = node) -> bool:
-                    return bool(ENDED.search(log.log()))  # type: ignore[attr-defined]
+                async def ended(node: NodeProcess = node) -> bool:
+                    return bool(ENDED.search(node.log()))
 
                 await wait_for(ended, seconds=30, interval=0.2)
 

@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.sqlite_only]
 
 #: the sends here are faster than a person's (``messages`` rate rule); no
 #: disk floor (uploads are not what this is about)
-ENV = {"MESH_RATE_MESSAGES": "100000/1", "MESH_DISK_FLOOR": "0"}
+TOKEN = "metrics-token-for-the-disk-test"
+ENV = {"MESH_RATE_MESSAGES": "100000/1", "MESH_DISK_FLOOR": "0", "MESH_METRICS_TOKEN": TOKEN}
 #: sends tried while the disk is full (at least this many fail), and at once
 TRIED = 300
 CONCURRENT = 20
@@ -102,6 +103,9 @@ async def test_a_full_disk_is_logged_once_and_loses_nothing_acknowledged(tmp_pat
                         while sender.refused < TRIED or trio.current_time() - full_since < FULL_FOR:
                             await sender.many(f"full{sender.tried}", CONCURRENT * 5)
                     assert STARTED.search(node.log()), node.log()
+                    metrics = await _metrics(http)
+                    assert metrics['mesh_faults_active{kind="disk_full"}'] == 1
+                    assert metrics['mesh_fault_failures_total{kind="disk_full"}'] >= 1
 
                     ballast.unlink()
                     # sends work again by themselves, without a restart
@@ -111,6 +115,8 @@ async def test_a_full_disk_is_logged_once_and_loses_nothing_acknowledged(tmp_pat
                     refused = sender.refused
                     await sender.many("after", 50)
                     assert sender.refused == refused, node.log()
+                    metrics = await _metrics(http)
+                    assert metrics['mesh_faults_active{kind="disk_full"}'] == 0
             finally:
                 await node.stop()
             log = node.log()
@@ -151,3 +157,11 @@ async def _all_messages(http: httpx.AsyncClient, user: User, room_id: str) -> se
             return found
         found |= {m["messageId"] for m in page}
         params = {"limit": "200", "before": page[0]["cursor"]}
+
+
+async def _metrics(http: httpx.AsyncClient) -> dict[str, float]:
+    """The node's metrics now: each sample's name and labels, and its value."""
+    r = await http.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    samples = (line.rsplit(" ", 1) for line in r.text.splitlines() if not line.startswith("#"))
+    return {name: float(value) for name, value in samples}
