@@ -215,6 +215,8 @@ class Bus:
     async def _apply_next(self) -> bool:
         """Apply the next rows of the stream; True if there may be more."""
         rows = await self._db.read(partial(repo.read_stream, after=self.position, limit=_BATCH))
+        if rows:  # known now, applied below (``behind_for`` counts while it is not)
+            self.known = max(self.known, rows[-1].position)
         for row in rows:
             if row.unreadable:
                 # written by another version of the node, or damaged: what it
