@@ -23,12 +23,14 @@ committing in order instead of tracking holes). Each process runs a bus:
   processes as ``NOTIFY`` payloads: at most once, which is what they are.
 
 The process's own events go the same way as everyone else's, so every
-process delivers one order, the stream's. While the store cannot be read
-or listened to, that is one fault (``faults.STORE_UNAVAILABLE``, logged
-when it starts and ends, counted meanwhile), not a line per retry; how
-long the bus has been behind is :meth:`Bus.behind_for` (readiness). Rows are pruned after
+process delivers one order, the stream's. Rows are pruned after
 :attr:`keep_ms`; a process that cannot read the stream for longer than half
 of that ends its sessions (they resume from their cursors, losing nothing).
+
+While the store cannot be read or listened to, that is one fault
+(``faults.STORE_UNAVAILABLE``: logged when it starts and when it ends,
+counted meanwhile), not a line per retry. How long the process has been
+behind the stream is :meth:`Bus.behind_for` (readiness reads it).
 """
 
 from __future__ import annotations

@@ -420,8 +420,8 @@ class Database:
                 await trio.to_thread.run_sync(self._checkpoint, limiter=self._read_limiter)
             except DBAPIError as exc:  # the next one tries again; SQLite also does on close
                 self.failed(exc)
-            except Unavailable:  # closing
-                return
+            except Unavailable:  # not open (closing): nothing to move
+                continue
 
     def _checkpoint(self) -> None:
         with self.engine.connect() as conn:
