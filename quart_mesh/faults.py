@@ -42,6 +42,7 @@ __all__ = [
     "STORE_UNAVAILABLE",
     "Fault",
     "Faults",
+    "KnownFault",
 ]
 
 #: the data folder's filesystem is full: writes fail
@@ -77,6 +78,15 @@ _NAMES: Final = {
 }
 
 log = logging.getLogger(__name__)
+
+
+class KnownFault:
+    """Mixed into an error that was reported to a :class:`Faults` registry
+    where it was raised (the store's :class:`~quart_mesh.errors.Unavailable`
+    for a failed query): whoever catches it need not log it again."""
+
+    #: the kind it was reported as
+    fault_kind: str = ""
 
 
 @dataclasses.dataclass(slots=True)
@@ -187,6 +197,30 @@ class Faults:
                 now - fault.started,
                 fault.count,
             )
+
+    def forget(self, kind: str, *, key: str = "", why: str) -> None:
+        """Stop following *kind* (for *key*) without a success: what failed
+        is gone (a link or a webhook bot stopped). Logs one line saying so
+        if the fault was active, so that its start is not left open."""
+        if (kind, key) not in self._active:
+            return
+        now = self._clock()
+        with self._lock:
+            fault = self._active.pop((kind, key), None)
+        if fault is not None:
+            self._log.info(
+                "fault no longer followed: %s%s (%s), after %.1f s and %d failure(s)",
+                _NAMES.get(kind, kind),
+                _for(key),
+                why,
+                now - fault.started,
+                fault.count,
+            )
+
+    def failures(self) -> dict[str, int]:
+        """Failures per kind since the node started (a copy of :attr:`totals`)."""
+        with self._lock:
+            return dict(self.totals)
 
     def is_active(self, kind: str, key: str = "") -> bool:
         """Whether *kind* (for *key*) is failing now."""

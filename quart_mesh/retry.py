@@ -7,6 +7,13 @@ webhook receiver or the registry cannot be reached or answers 5xx
 boundary). :func:`retrying` waits and tries again, with exponential backoff
 and jitter, logging each failure once with its cause and the wait.
 
+A loop whose failures are a known fault (a federation peer down, a webhook
+receiver failing: ``faults.py``) passes ``fault=(faults, kind, key)``:
+then the first failure starts the fault (one line), later ones are only
+counted, and the next success (or :meth:`Backoff.reset`) ends it. A
+failure the store reported already (a :class:`~quart_mesh.faults.KnownFault`:
+the store unavailable, its disk full) is not logged again by any loop.
+
 Anything else is a bug. It is not caught here: it ends the component, which
 ends the node's one nursery, and the process exits non-zero with the
 traceback logged (``server.serve``, ``cli``), so that whatever supervises the
@@ -23,14 +30,18 @@ from typing import TypeVar
 import trio
 
 from .errors import Transient, Unavailable
+from .faults import Faults, KnownFault
 
-__all__ = ["Backoff", "retrying"]
+__all__ = ["Backoff", "FaultOf", "retrying"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: the faults :func:`retrying` always treats as transient
 TRANSIENT: tuple[type[Exception], ...] = (Unavailable, Transient)
+
+#: where a loop's failures are reported: the registry, the fault's kind and key
+FaultOf = tuple[Faults, str, str]
 
 
 class Backoff:
@@ -47,9 +58,14 @@ class Backoff:
         self.cap = cap
         self.jitter = jitter
         self.failures = 0
-        #: what :func:`retrying` is doing with it, and where it logs
+        #: failures logged as warnings since the last success (not those of a
+        #: known fault, which the fault's own lines tell)
+        self._warned = 0
+        #: what :func:`retrying` is doing with it, where it logs, and the
+        #: fault its failures are (ended by :meth:`reset`)
         self._what: str | None = None
         self._logger = log
+        self._fault: FaultOf | None = None
 
     def next(self) -> float:
         """The delay before the next attempt (and count one more failure)."""
@@ -58,10 +74,14 @@ class Backoff:
         return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
 
     def reset(self) -> None:
-        """A success: the next failure waits *first* again."""
-        if self.failures and self._what is not None:
+        """A success: the next failure waits *first* again, and the loop's
+        fault (if it was given one) has ended."""
+        if self._warned and self._what is not None:
             self._logger.info("%s recovered after %d failed attempt(s)", self._what, self.failures)
-        self.failures = 0
+        if self._fault is not None:
+            faults, kind, key = self._fault
+            faults.cleared(kind, key=key)
+        self.failures = self._warned = 0
 
 
 def describe(error: BaseException) -> str:
@@ -77,6 +97,7 @@ async def retrying(
     backoff: Backoff | None = None,
     on_failure: Callable[[Exception, float], None] | None = None,
     logger: logging.Logger | None = None,
+    fault: FaultOf | None = None,
 ) -> T:
     """Await ``attempt()`` until it returns, retrying transient faults.
 
@@ -90,6 +111,9 @@ async def retrying(
         on_failure: called with the fault and the wait before each retry
             (for status pages).
         logger: where failures are logged (default: this module's).
+        fault: ``(faults, kind, key)``: the failures are that fault,
+            reported there (its start logged once, then counted) instead of
+            a warning each; a success ends it.
 
     Returns:
         What the first successful attempt returned.
@@ -101,16 +125,33 @@ async def retrying(
     """
     backoff = backoff or Backoff()
     logger = logger or log
-    backoff._what, backoff._logger = what, logger
+    backoff._what, backoff._logger, backoff._fault = what, logger, fault
     while True:
         try:
             result = await attempt()
         except TRANSIENT as error:
             delay = max(backoff.next(), getattr(error, "after", 0.0))
-            logger.warning("%s failed (%s); retrying in %.1f s", what, describe(error), delay)
+            _failed(what, error, delay, logger, backoff)
             if on_failure is not None:
                 on_failure(error, delay)
             await trio.sleep(delay)
             continue
         backoff.reset()
         return result
+
+
+def _failed(
+    what: str, error: Exception, delay: float, logger: logging.Logger, backoff: Backoff
+) -> None:
+    """Tell of one failed attempt: not at all (beyond debug) if the store
+    reported it as a known fault, as the loop's fault if it has one, else
+    as a warning."""
+    if isinstance(error, KnownFault):
+        logger.debug("%s failed (%s); retrying in %.1f s", what, describe(error), delay)
+    elif backoff._fault is not None:
+        faults, kind, key = backoff._fault
+        faults.failed(kind, f"{what}: {describe(error)}", key=key)
+        logger.debug("%s failed (%s); retrying in %.1f s", what, describe(error), delay)
+    else:
+        backoff._warned += 1
+        logger.warning("%s failed (%s); retrying in %.1f s", what, describe(error), delay)

@@ -32,6 +32,7 @@ from quart import Blueprint, Response, current_app
 
 from ..descriptors import count_open_fds, open_file_limit
 from ..errors import NotFound, Unauthorized
+from ..faults import KINDS
 from ._common import bearer_token
 
 if TYPE_CHECKING:
@@ -159,6 +160,32 @@ class NodeCollector(Collector):
         for kind, count in sorted(node.webhooks.failures.items()):
             webhooks.add_metric([kind], count)
         yield webhooks
+        yield from _faults(node)
+
+
+def _faults(node: Node) -> Iterator[Metric]:
+    """The node's known faults (``faults.py``): those active now, and the
+    failures counted, per kind."""
+    active = dict.fromkeys(KINDS, 0)
+    for fault in node.faults.active():
+        active[fault.kind] = active.get(fault.kind, 0) + 1
+    gauge = GaugeMetricFamily(
+        "mesh_faults_active",
+        "Known faults going on now, by kind (a peer or webhook receiver each counts)",
+        labels=["kind"],
+    )
+    for kind, count in sorted(active.items()):
+        gauge.add_metric([kind], count)
+    yield gauge
+    counter = CounterMetricFamily(
+        "mesh_fault_failures",
+        "Failures of known faults (the disk full, the store unavailable, a peer down...)"
+        " since the process started, by kind",
+        labels=["kind"],
+    )
+    for kind, count in sorted(node.faults.failures().items()):
+        counter.add_metric([kind], count)
+    yield counter
 
 
 def _descriptors() -> Iterator[Metric]:

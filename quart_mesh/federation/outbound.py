@@ -7,7 +7,10 @@ sends the events for its peer in order, in batches, to the peer's
 :data:`~.inbound.RELAY_PATH`, and moves the connection's cursor past them
 only once the peer answered ``200``. What is transient (the peer down or
 refusing, the store unavailable) is retried with backoff by
-:func:`quart_mesh.retry.retrying`; a bug ends the node. A link wakes when an
+:func:`quart_mesh.retry.retrying`; a bug ends the node. A peer that keeps
+failing is one fault (``faults.PEER_DOWN``, keyed by the connection id):
+logged when it starts and when the peer takes a batch again, counted
+meanwhile, instead of a line per attempt. A link wakes when an
 event is published in a shared room, and looks at least every
 :data:`_IDLE_POLL` seconds.
 
@@ -31,6 +34,7 @@ from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..errors import Transient, Unavailable
+from ..faults import PEER_DOWN
 from ..identity import NodeIdentity
 from ..records import iso, now_ms
 from ..retry import Backoff, retrying
@@ -254,9 +258,11 @@ class Links:
                     backoff=backoff,
                     on_failure=failed,
                     logger=log,
+                    fault=(self._db.faults, PEER_DOWN, connection_id),
                 )
         finally:
             status.running = False
+            self._db.faults.forget(PEER_DOWN, key=connection_id, why="its link stopped")
             if self._links.get(connection_id) is scope:
                 del self._links[connection_id]
             self._wakeups.pop(connection_id, None)

@@ -26,6 +26,11 @@ The process's own events go the same way as everyone else's, so every
 process delivers one order, the stream's. Rows are pruned after
 :attr:`keep_ms`; a process that cannot read the stream for longer than half
 of that ends its sessions (they resume from their cursors, losing nothing).
+
+While the store cannot be read or listened to, that is one fault
+(``faults.STORE_UNAVAILABLE``: logged when it starts and when it ends,
+counted meanwhile), not a line per retry. How long the process has been
+behind the stream is :meth:`Bus.behind_for` (readiness reads it).
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from functools import partial
 import trio
 
 from ..broker import Broker
-from ..errors import Unavailable
+from ..errors import Overloaded, Unavailable
 from ..events import Event
+from ..faults import STORE_UNAVAILABLE, KnownFault
 from ..records import now_ms
-from ..retry import Backoff, retrying
+from ..retry import Backoff, describe, retrying
 from ..store import Database, outbox
 from ..store import cluster as repo
 from ..store.database import STREAM_CHANNEL
@@ -105,6 +111,22 @@ class Bus:
         now receives the events after it (those before predate it, even if
         this process has not applied them yet)."""
         return max(self.position, self.known, self._db.stream_head)
+
+    def behind_for(self) -> float:
+        """0.0 when this process has applied every stream position it knows
+        of, else the seconds since it last had (readiness: a process whose
+        bus is stuck delivers nothing others commit)."""
+        if not self._running or self.position >= self.head():
+            return 0.0
+        return max(0.0, trio.current_time() - self._caught_up_at)
+
+    def _store_failed(self, error: Unavailable) -> None:
+        """Report that the store could not be read or listened to (unless
+        the store reported it already, :class:`~quart_mesh.faults.KnownFault`)."""
+        if isinstance(error, Overloaded):  # busy, not away
+            log.warning("%s", error)
+        elif not isinstance(error, KnownFault):
+            self._db.faults.failed(STORE_UNAVAILABLE, describe(error))
 
     def on_resync(self, handler: Callable[[], Awaitable[object]]) -> None:
         """Await ``handler()`` when this process may have missed part of the
@@ -172,11 +194,13 @@ class Bus:
                     pass
             except Unavailable as exc:
                 delay = backoff.next()
-                log.warning("reading the cluster stream failed (%s): again in %.1fs", exc, delay)
+                self._store_failed(exc)
+                log.debug("reading the cluster stream failed (%s): again in %.1fs", exc, delay)
                 await trio.sleep(delay)
                 self._wakeup.set()
             else:
                 self._caught_up_at = trio.current_time()
+                self._db.faults.cleared(STORE_UNAVAILABLE)
                 backoff.reset()
 
     async def _resync(self) -> None:
@@ -193,6 +217,8 @@ class Bus:
     async def _apply_next(self) -> bool:
         """Apply the next rows of the stream; True if there may be more."""
         rows = await self._db.read(partial(repo.read_stream, after=self.position, limit=_BATCH))
+        if rows:  # known now, applied below (``behind_for`` counts while it is not)
+            self.known = max(self.known, rows[-1].position)
         for row in rows:
             if row.unreadable:
                 # written by another version of the node, or damaged: what it
@@ -205,6 +231,8 @@ class Bus:
             self.known = max(self.known, row.position)
         if rows:
             self._advanced()
+            if self.position >= self.head():
+                self._caught_up_at = trio.current_time()
         return len(rows) == _BATCH
 
     def _advanced(self) -> None:
@@ -254,6 +282,7 @@ class Bus:
             try:
                 async with Listener(self._db.url, (STREAM_CHANNEL, LIVE_CHANNEL)) as listener:
                     backoff.reset()
+                    self._db.faults.cleared(STORE_UNAVAILABLE)
                     self.wake()  # whatever was missed while not listening
                     while True:
                         for note in await listener.wait():
@@ -265,7 +294,8 @@ class Bus:
                                 self._received_live(note.payload)
             except Unavailable as exc:
                 delay = backoff.next()
-                log.warning(
+                self._store_failed(exc)
+                log.debug(
                     "listening for the cluster's commits failed (%s): again in %.1fs", exc, delay
                 )
                 await trio.sleep(delay)
@@ -286,9 +316,8 @@ class Bus:
                     await notifier.notify(LIVE_CHANNEL, payloads)
                 except Unavailable as exc:
                     # live events are at most once: dropped, not retried
-                    log.warning(
-                        "%d live event(s) not sent to other processes: %s", len(events), exc
-                    )
+                    self._store_failed(exc)
+                    log.debug("%d live event(s) not sent to other processes: %s", len(events), exc)
         finally:
             await notifier.aclose()
 
@@ -312,7 +341,8 @@ class Bus:
             try:
                 await self._db.write(partial(repo.prune_stream, before=before))
             except Unavailable as exc:
-                log.warning("pruning the cluster stream failed: %s", exc)
+                self._store_failed(exc)
+                log.debug("pruning the cluster stream failed: %s", exc)
 
 
 def _payloads(origin: str, events: list[Event]) -> list[str]:

@@ -43,6 +43,7 @@ from ..broker import Broker
 from ..errors import Unavailable
 from ..events import Event, Relayed
 from ..events import Presence as PresenceEvent
+from ..faults import KnownFault
 from ..records import Participant, now_ms
 from ..retry import retrying
 from ..store import Database
@@ -350,8 +351,9 @@ class Presence:
                 if trio.current_time() >= next_resync:
                     next_resync = trio.current_time() + self.resync_interval
                     await self._resync()
-            except Unavailable as exc:
-                log.warning("the presence heartbeat failed: %s", exc)
+            except Unavailable as exc:  # the store's failures are logged once, as a fault
+                level = logging.DEBUG if isinstance(exc, KnownFault) else logging.WARNING
+                log.log(level, "the presence heartbeat failed: %s", exc)
 
     async def _resync(self) -> None:
         """Correct the online set from the table, except for participants a

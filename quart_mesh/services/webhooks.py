@@ -17,9 +17,12 @@ Each delivery is one JSON event (the WebSocket event of the same kind),
 signed ``X-Mesh-Signature: sha256=<hex HMAC-SHA256 of the body>`` with the
 bot's secret, identified by ``X-Mesh-Delivery`` (the message or command id,
 stable across retries: receivers deduplicate by it). Failures are retried with
-exponential backoff. A 2xx answer ``{"content": "..."}`` to a message is posted
-as the bot's reply in that room; ``{"ok": ..., "result": ...}`` to a command
-answers the command. See ``docs/agents.md``.
+exponential backoff; a receiver that keeps failing is one fault
+(``faults.RECEIVER_FAILING``, keyed by the bot's id), logged when it starts
+and when the receiver takes an event again, not a line per attempt. A 2xx
+answer ``{"content": "..."}`` to a message is posted as the bot's reply in
+that room; ``{"ok": ..., "result": ...}`` to a command answers the command.
+See ``docs/agents.md``.
 
 What a receiver answers cannot hurt the node: an answer that does not parse
 (even one nested too deep to parse) is no answer, and a URL whose name cannot
@@ -47,6 +50,7 @@ from sqlalchemy.engine import Connection
 from ..config import Settings
 from ..errors import MeshError, Transient
 from ..events import MessagePosted
+from ..faults import RECEIVER_FAILING
 from ..records import Message, now_ms
 from ..retry import Backoff, retrying
 from ..store import Database
@@ -194,6 +198,7 @@ class Webhooks:
                 )
             finally:
                 state.status = "stopped"
+                self._db.faults.forget(RECEIVER_FAILING, key=agent_id, why="its delivery stopped")
                 if self._scopes.get(agent_id) is scope:  # not a newer task's
                     del self._scopes[agent_id]
 
@@ -349,6 +354,7 @@ class Webhooks:
             backoff=Backoff(min(_BACKOFF_START, cap), cap),
             on_failure=failed,
             logger=log,
+            fault=(self._db.faults, RECEIVER_FAILING, target.agent_id),
         )
         state.status = "delivering"
         return answer

@@ -18,14 +18,25 @@ concurrent writer caused reaches the client as a 404 or 409
 Cancellation: a unit of work that has started in its thread always runs to
 completion (commit or rollback); the awaiting task sees ``Cancelled`` only
 after that. So a cancelled request never leaves half a transaction.
+
+Failures: each failure of the store is classified (:func:`classify`: the
+disk full, the file damaged, or the store unavailable) and reported to the
+node's :class:`~quart_mesh.faults.Faults`, which logs the fault once when
+it starts, counts it while it lasts and logs its end; a commit that
+succeeds ends a full disk or an unavailable store, a read that succeeds an
+unavailable store. The callers get :class:`StoreFault` (an
+:class:`~quart_mesh.errors.Unavailable`, 503) and log nothing more
+(``docs/decisions/0077-each-fault-logged-once.md``).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -43,7 +54,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from .._version import __version__
 from ..errors import Overloaded, StoreFromNewerRelease, Unavailable
-from ..faults import Faults
+from ..faults import DISK_FULL, STORE_CORRUPT, STORE_UNAVAILABLE, Faults, KnownFault
 from ..records import now_ms
 from . import outbox
 from .dialect import (
@@ -55,7 +66,7 @@ from .dialect import (
     translate,
 )
 
-__all__ = ["Database"]
+__all__ = ["Database", "StoreFault", "classify"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,6 +78,10 @@ _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 _DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
 _CHECKPOINT_EVERY = 1.0  # seconds between SQLite checkpoints (when there were commits)
+#: free bytes in SQLite's folder for a full disk to count as having room
+#: again: with less, a small commit may still fit (in pages the write-ahead
+#: log reuses) while the next fails, and the fault would end and start anew
+_ROOM_AGAIN = 1024 * 1024
 
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
@@ -77,6 +92,42 @@ _RECORD = sa.text(
     " VALUES (:origin, :body, :at) RETURNING position)"
     f" SELECT position, pg_notify('{STREAM_CHANNEL}', position::text) FROM row"
 )
+
+
+class StoreFault(Unavailable, KnownFault):
+    """The store failed (503 ``storage_unavailable``), already reported to
+    the node's faults as *fault_kind*: nobody logs it again."""
+
+    def __init__(self, fault_kind: str) -> None:
+        message = _MESSAGES.get(fault_kind, _MESSAGES[STORE_UNAVAILABLE])
+        super().__init__(message, "storage_unavailable")
+        self.fault_kind = fault_kind
+
+
+_MESSAGES = {
+    DISK_FULL: "the storage backend is unavailable: its disk is full",
+    STORE_CORRUPT: "the storage backend is unavailable: its file is damaged",
+    STORE_UNAVAILABLE: "the storage backend is unavailable",
+}
+
+#: what SQLite and PostgreSQL say when the disk is full
+_FULL = ("database or disk is full", "no space left on device", "could not extend file")
+#: what SQLite says when its file is damaged
+_CORRUPT = ("malformed", "file is not a database")
+
+
+def classify(error: BaseException) -> str:
+    """The kind of fault a failure of the store is: :data:`DISK_FULL`,
+    :data:`STORE_CORRUPT` or (anything else) :data:`STORE_UNAVAILABLE`."""
+    cause = getattr(error, "orig", None) or error
+    if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+        return DISK_FULL
+    text = str(cause).lower()
+    if any(words in text for words in _FULL):
+        return DISK_FULL
+    if any(words in text for words in _CORRUPT):
+        return STORE_CORRUPT
+    return STORE_UNAVAILABLE
 
 
 class _Busy(Exception):
@@ -177,6 +228,8 @@ class Database:
         self._inline_conn: Connection | None = None
         database = sa.make_url(url).database
         self._inline = self.backend == "sqlite" and database not in (None, "", ":memory:")
+        #: the folder of SQLite's file (where a full disk is measured)
+        self._folder = Path(database).resolve().parent if self._inline and database else None
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
@@ -365,8 +418,10 @@ class Database:
             self._checkpointed = self._commits
             try:
                 await trio.to_thread.run_sync(self._checkpoint, limiter=self._read_limiter)
-            except Exception:  # the next one tries again; SQLite also does on close
-                log.warning("checkpoint failed", exc_info=True)
+            except DBAPIError as exc:  # the next one tries again; SQLite also does on close
+                self.failed(exc)
+            except Unavailable:  # not open (closing): nothing to move
+                continue
 
     def _checkpoint(self) -> None:
         with self.engine.connect() as conn:
@@ -443,9 +498,13 @@ class Database:
             for job in batch:
                 job.error, job.entries = None, []
             return False
-        except (OperationalError, Unavailable) as exc:  # as the thread's way reports it
+        except (DBAPIError, Unavailable) as exc:  # as the thread's way reports it
+            if isinstance(exc, DBAPIError) and not _is_store_failure(exc):
+                raise
             self._drop_inline_connection()  # the next batch starts on a new one
-            _fail_all(batch, exc)
+            self._fail_all(batch, exc)
+        else:
+            self._wrote()
         finally:
             self._write_limiter.release()
         return True
@@ -516,8 +575,12 @@ class Database:
         PostgreSQL aborted it to break a deadlock with another writer."""
         try:
             _rerun_aborted("write batch", lambda: self._run_batch_once(batch))
-        except (OperationalError, Unavailable) as exc:
-            _fail_all(batch, exc)
+        except (DBAPIError, Unavailable) as exc:
+            if isinstance(exc, DBAPIError) and not _is_store_failure(exc):
+                raise
+            self._fail_all(batch, exc)
+        else:
+            self._wrote()
 
     def _run_batch_on(self, conn: Connection, batch: list[_Job[Any]]) -> None:
         """:meth:`_run_batch_once` on *conn* (not a connection of the pool)."""
@@ -548,7 +611,8 @@ class Database:
         transaction is rolled back and the unit fails, as it would alone.
 
         Raises:
-            OperationalError: the database failed; no unit committed.
+            DBAPIError: the database failed (``_is_store_failure``); no unit
+                committed.
         """
         begin = transaction or self._writing().begin
         sequenced = False
@@ -559,9 +623,11 @@ class Database:
                     self._lock_first(conn)
                     job.run(conn)
                     self._record(conn, batch)
-            except (OperationalError, _Busy):
+            except _Busy:
                 raise
             except Exception as exc:
+                if _is_store_failure(exc):
+                    raise
                 _unit_failed(job, exc)
             return
         try:
@@ -573,10 +639,12 @@ class Database:
                 finally:
                     sequenced = holds_sequences(conn)
                 self._record(conn, batch)
-        except (OperationalError, _Busy):
+        except _Busy:
             raise
-        except Exception:
-            pass  # some unit failed: all rolled back; isolate it below
+        except Exception as exc:
+            if _is_store_failure(exc):
+                raise
+            # some unit failed: all rolled back; isolate it below
         else:
             return
         with begin() as conn:
@@ -589,9 +657,9 @@ class Database:
                 try:
                     with conn.begin_nested():
                         job.run(conn)
-                except OperationalError:
-                    raise
                 except Exception as exc:
+                    if _is_store_failure(exc):
+                        raise
                     _unit_failed(job, exc)
             self._record(conn, batch)
 
@@ -613,9 +681,14 @@ class Database:
         try:
             _rerun_aborted("write", once)
         except OperationalError as exc:
-            raise _unavailable(exc) from exc
+            raise self.failed(exc) from exc
         except IntegrityError as exc:
             raise _translated(exc) from exc
+        except DBAPIError as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self.failed(exc) from exc
+        self._wrote()
         trio.from_thread.run_sync(self._committed, job)
         return job
 
@@ -623,11 +696,62 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 try:
-                    return fn(conn)
+                    result = fn(conn)
                 finally:
                     conn.rollback()
-        except OperationalError as exc:
-            raise _unavailable(exc) from exc
+        except DBAPIError as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self.failed(exc) from exc
+        self.faults.cleared(STORE_UNAVAILABLE)  # a dictionary lookup unless it was
+        return result
+
+    def failed(self, exc: BaseException) -> StoreFault:
+        """Report a failure of the store (*exc*: the driver's error, as
+        SQLAlchemy raised it) to the node's faults, classified; the error
+        its callers get. Thread-safe."""
+        kind = classify(exc)
+        self.faults.failed(kind, _cause(exc), hint=self._hint(kind))
+        return StoreFault(kind)
+
+    def _wrote(self) -> None:
+        """A commit succeeded: the store answers, and the disk has room (on
+        SQLite once its folder has :data:`_ROOM_AGAIN` free: a commit may
+        squeeze into a full disk)."""
+        if self.faults.is_active(DISK_FULL) and self._has_room():
+            self.faults.cleared(DISK_FULL)
+        self.faults.cleared(STORE_UNAVAILABLE)
+
+    def _has_room(self) -> bool:
+        if self._folder is None:
+            return True
+        try:
+            stats = os.statvfs(self._folder)
+        except OSError:
+            return True
+        return stats.f_bavail * stats.f_frsize >= _ROOM_AGAIN
+
+    def _fail_all(self, batch: list[_Job[Any]], exc: DBAPIError | Unavailable) -> None:
+        """Every unit of *batch* fails with *exc* (the store's failure,
+        reported once for the batch, as callers see it)."""
+        error = self.failed(exc) if isinstance(exc, DBAPIError) else exc
+        for job in batch:
+            job.error = error
+
+    def _hint(self, kind: str) -> str:
+        """What an operator can do about a fault of *kind*."""
+        if kind == DISK_FULL:
+            if self._folder is not None:
+                return f"free space in the data folder, {self._folder}"
+            if self.backend == "postgresql":
+                return "free space on the database server's disk"
+            return "free disk space"
+        if kind == STORE_CORRUPT:
+            return (
+                "stop the node, run `quart-mesh check`, and restore the newest good"
+                " backup with `quart-mesh restore`"
+            )
+        return ""
 
     async def ping(self) -> bool:
         """True if a trivial query succeeds."""
@@ -638,16 +762,19 @@ class Database:
         return True
 
 
-def _fail_all(batch: list[_Job[Any]], exc: OperationalError | Unavailable) -> None:
-    """Every unit of *batch* fails with *exc* (the store's failure, as callers see it)."""
-    error = _unavailable(exc) if isinstance(exc, OperationalError) else exc
-    for job in batch:
-        job.error = error
+def _is_store_failure(exc: BaseException) -> bool:
+    """Whether *exc* is the store failing (unreachable, locked, its disk full,
+    its file damaged) rather than one unit's own error (a constraint, a bug)."""
+    if isinstance(exc, OperationalError):
+        return True
+    return isinstance(exc, DBAPIError) and classify(exc) != STORE_UNAVAILABLE
 
 
-def _unavailable(exc: OperationalError) -> Unavailable:
-    log.error("storage error: %s", exc.orig)
-    return Unavailable("the storage backend is unavailable", "storage_unavailable")
+def _cause(exc: BaseException) -> str:
+    """The driver's own words for a failure, on one line."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 def _rerun_aborted(what: str, transaction: Callable[[], T]) -> T:

@@ -32,6 +32,7 @@ import trio
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import Unavailable
+from ..faults import STORE_UNAVAILABLE
 from ..retry import Backoff, retrying
 from .database import Database
 
@@ -110,7 +111,9 @@ class _Lease:
 
     def close(self) -> None:
         try:
-            self._raw.close()
+            # the driver's own close: the pool's would roll back first, and log
+            # a traceback when the connection is lost already
+            self._conn.close()
         except Exception:  # already broken: nothing left to release
             log.debug("closing a lease connection failed", exc_info=True)
 
@@ -183,6 +186,7 @@ async def run_elected(
             lambda: _blocking(lambda: _Lease(db)),
             backoff=backoff,
             logger=log,
+            fault=(db.faults, STORE_UNAVAILABLE, ""),
         )
         failed: Unavailable | None = None
         try:
@@ -207,11 +211,9 @@ async def run_elected(
         if failed is not None:
             report()
             delay = backoff.next()
-            log.warning(
-                "%s: the lease connection failed (%s); asking again in %.1f s",
-                role.name,
-                failed,
-                delay,
+            db.faults.failed(STORE_UNAVAILABLE, str(failed))  # logged once for the outage
+            log.debug(
+                "%s: the lease connection failed (%s); again in %.1f s", role.name, failed, delay
             )
             await trio.sleep(delay)
 

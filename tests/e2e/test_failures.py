@@ -286,12 +286,10 @@ async def test_a_transient_store_fault_in_the_writer_fails_only_those_writes(
 def _guarded(db: Any, run: Callable[[list[Any]], None], batch: list[Any]) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from quart_mesh.store.database import _unavailable
-
     try:
         run(batch)
     except OperationalError as exc:
-        error = _unavailable(exc)
+        error = db.failed(exc)
         for job in batch:
             job.error = error
 
