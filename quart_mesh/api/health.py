@@ -220,9 +220,8 @@ def node_reasons(node: Node) -> list[tuple[str, str]]:
 
 
 def _bus_behind(node: Node) -> float:
-    """Seconds the bus has been behind (0 without a bus, or one that cannot say)."""
-    behind_for = getattr(node.bus, "behind_for", None)
-    return float(behind_for()) if callable(behind_for) else 0.0
+    """Seconds the bus has been behind (0 without a bus: one process alone)."""
+    return node.bus.behind_for() if node.bus is not None else 0.0
 
 
 def _store_check() -> StoreCheck:
@@ -243,7 +242,7 @@ class Storage(Shape):
 class Reason(Shape):
     """Why the node is not ready: ``store_unreachable``, ``store_read_only``,
     ``migrations_pending``, ``bus_behind``, ``disk_low``, ``disk_full``,
-    ``store_corrupt`` or ``stopping``."""
+    ``store_corrupt``, ``descriptors_low`` or ``stopping``."""
 
     code: str
     message: str
