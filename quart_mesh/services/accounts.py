@@ -14,7 +14,15 @@ from sqlalchemy.exc import IntegrityError
 
 from ..broker import Broker
 from ..config import Settings
-from ..errors import BadRequest, Conflict, Forbidden, MeshError, NotFound, Unauthorized
+from ..errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MeshError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from ..events import ParticipantUpdated
 from ..ids import is_ulid, new_id
 from ..records import MeshConfig, Participant, Room, iso, now_ms
@@ -507,11 +515,17 @@ class Accounts:
                 if used_due:
                     tokens_repo.set_last_used(conn, {token_id: now // 1000})
 
-            await self._db.write(write)
-            if seen_due:
-                self._remember(replace(participant, last_seen_at=now), generation)
-            if used_due:
-                self._note_used(token_id, now // 1000)
+            try:
+                await self._db.write(write)
+            except Unavailable:
+                # a stamp, not the request: a full disk or a busy writer does
+                # not refuse reads (the next request tries again)
+                pass
+            else:
+                if seen_due:
+                    self._remember(replace(participant, last_seen_at=now), generation)
+                if used_due:
+                    self._note_used(token_id, now // 1000)
         # after the last await: the caller subscribes before the mesh can change
         if participant.kind == "guest" and not self.guests_allowed:
             raise Unauthorized("guest access to this mesh has ended", "token_revoked")
