@@ -16,6 +16,13 @@ second, and tracebacks). Instead every place that meets one reports it here:
   says it ended, after how long and how many failures; otherwise it costs a
   dictionary lookup.
 
+A failure may name its *source* (what failed: the store's writes, its
+reads), and a success the sources it proves working: a fault ends once
+every source that failed since it started has succeeded, so a read that
+works does not end what a failed write started (SQLite's write lock held
+by another process: writes fail, reads work). Failures without a source
+(``""``) are ended by any success.
+
 Faults are keyed by *kind* (the constants below) and an optional *key* (which
 peer, which receiver). The registry is thread-safe: the store reports from
 its worker threads. ``/metrics`` shows the active faults and the failures per
@@ -108,6 +115,8 @@ class Fault:
     unlogged: int = 0
     #: the clock's time of its last line
     logged_at: float = 0.0
+    #: what failed (:meth:`Faults.failed`'s *source*) and has not succeeded since
+    sources: set[str] = dataclasses.field(default_factory=set)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -143,9 +152,13 @@ class Faults:
         #: failures per kind since the node started (``mesh_fault_failures_total``)
         self.totals: dict[str, int] = dict.fromkeys(KINDS, 0)
 
-    def failed(self, kind: str, cause: str, *, key: str = "", hint: str = "") -> None:
+    def failed(
+        self, kind: str, cause: str, *, key: str = "", hint: str = "", source: str = ""
+    ) -> None:
         """One failure of *kind* (for *key*): logs the fault's start, or a
-        summary if its last line is ``summary_every`` old, else only counts."""
+        summary if its last line is ``summary_every`` old, else only counts.
+        *source* says what failed (``"write"``, ``"read"``): only a success
+        of that source ends the fault (:meth:`cleared`); ``""``, any."""
         now = self._clock()
         with self._lock:
             self.totals[kind] = self.totals.get(kind, 0) + 1
@@ -153,6 +166,7 @@ class Faults:
             if fault is None:
                 fault = Fault(kind, key, cause, hint, int(time.time() * 1000), now, logged_at=now)
                 self._active[(kind, key)] = fault
+                fault.sources.add(source)
                 line: tuple[object, ...] | None = (
                     "fault started: %s%s: %s%s",
                     _NAMES.get(kind, kind),
@@ -161,6 +175,7 @@ class Faults:
                     f" ({hint})" if hint else "",
                 )
             else:
+                fault.sources.add(source)
                 fault.count += 1
                 fault.unlogged += 1
                 fault.cause = cause
@@ -181,22 +196,30 @@ class Faults:
         if line is not None:
             self._log.error(*line)
 
-    def cleared(self, kind: str, *, key: str = "") -> None:
-        """A success where *kind* (for *key*) would fail: logs the fault's
-        end if it was active."""
+    def cleared(self, kind: str, *, key: str = "", source: str | tuple[str, ...] = "") -> None:
+        """A success where *kind* (for *key*) would fail: of *source* (one,
+        or several a success proves working; failures without a source are
+        ended by any). Logs the fault's end if it was active and nothing
+        else that failed is still to succeed."""
         if (kind, key) not in self._active:  # the common case, without the lock
             return
         now = self._clock()
+        worked = {"", source} if isinstance(source, str) else {"", *source}
         with self._lock:
-            fault = self._active.pop((kind, key), None)
-        if fault is not None:
-            self._log.warning(
-                "fault ended: %s%s, after %.1f s and %d failure(s)",
-                _NAMES.get(kind, kind),
-                _for(key),
-                now - fault.started,
-                fault.count,
-            )
+            fault = self._active.get((kind, key))
+            if fault is None:
+                return
+            fault.sources -= worked
+            if fault.sources:  # another source still fails
+                return
+            del self._active[(kind, key)]
+        self._log.warning(
+            "fault ended: %s%s, after %.1f s and %d failure(s)",
+            _NAMES.get(kind, kind),
+            _for(key),
+            now - fault.started,
+            fault.count,
+        )
 
     def forget(self, kind: str, *, key: str = "", why: str) -> None:
         """Stop following *kind* (for *key*) without a success: what failed
@@ -234,7 +257,7 @@ class Faults:
     def active(self) -> list[Fault]:
         """The faults now, oldest first (copies)."""
         with self._lock:
-            faults = [dataclasses.replace(f) for f in self._active.values()]
+            faults = [dataclasses.replace(f, sources=set(f.sources)) for f in self._active.values()]
         return sorted(faults, key=lambda f: f.started)
 
 

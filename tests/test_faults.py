@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from pathlib import Path
 
+import psycopg.errors
 import pytest
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, InternalError, OperationalError
 
 from quart_mesh.faults import (
     DISK_FULL,
@@ -21,7 +23,7 @@ from quart_mesh.faults import (
     STORE_UNAVAILABLE,
     Faults,
 )
-from quart_mesh.store.database import classify
+from quart_mesh.store.database import READ, WRITE, _is_store_failure, classify
 
 pytestmark = pytest.mark.store_free
 
@@ -120,6 +122,33 @@ def test_a_fault_that_starts_again_is_logged_again(
     assert faults.active()[0].count == 1
 
 
+def test_a_success_ends_only_what_its_source_started(
+    faults: Faults, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write that failed (SQLite's write lock held elsewhere) is not ended
+    by reads that work: no start and end per request; a commit ends it."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    for _ in range(5):
+        faults.failed(STORE_UNAVAILABLE, "database is locked", source=WRITE)
+        clock.now += 1
+        faults.cleared(STORE_UNAVAILABLE, source=READ)
+        faults.cleared(STORE_UNAVAILABLE)  # an unnamed success (a lease's) neither
+    assert [s.split(":")[0] for s in lines(caplog)] == ["fault started"]
+    # reads fail too now: a read that works later leaves the writes' part
+    faults.failed(STORE_UNAVAILABLE, "connection refused", source=READ)
+    faults.cleared(STORE_UNAVAILABLE, source=READ)
+    assert faults.is_active(STORE_UNAVAILABLE)
+    faults.cleared(STORE_UNAVAILABLE, source=(WRITE, READ))  # a commit
+    assert [s.split(":")[0] for s in lines(caplog)] == ["fault started", "fault ended"]
+    assert lines(caplog)[1] == (
+        "fault ended: the store is unavailable, after 5.0 s and 6 failure(s)"
+    )
+    # failures of no source are ended by any success, as before
+    faults.failed(STORE_UNAVAILABLE, "lease connection lost")
+    faults.cleared(STORE_UNAVAILABLE, source=READ)
+    assert not faults.is_active(STORE_UNAVAILABLE)
+
+
 def test_keys_keep_faults_apart(
     faults: Faults, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -214,3 +243,104 @@ def _wrapped(error: Exception) -> Exception:
 def test_the_store_classifies_its_failures(error: Exception, kind: str) -> None:
     wrapped = error if isinstance(error, OSError) else _wrapped(error)
     assert classify(wrapped) == kind
+
+
+def _pg(error: type[psycopg.errors.Error], text: str, wrapper: type[DatabaseError]) -> Exception:
+    """A psycopg error of *error*'s SQLSTATE as SQLAlchemy raises it."""
+    return wrapper("INSERT ...", {}, error(text))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # PostgreSQL quotes the value a client chose (a send's clientId)
+        _pg(
+            psycopg.errors.UniqueViolation,
+            'duplicate key value violates unique constraint "t_k_key"\n'
+            "DETAIL:  Key (k)=(malformed) already exists.",
+            IntegrityError,
+        ),
+        _pg(
+            psycopg.errors.UniqueViolation,
+            "DETAIL:  Key (k)=(file is not a database: no space left on device) already exists.",
+            IntegrityError,
+        ),
+        _pg(
+            psycopg.errors.InvalidTextRepresentation,
+            'invalid input syntax for type integer: "database disk image is malformed"',
+            DataError,
+        ),
+        # SQLite names the table and column, which may say anything
+        IntegrityError(
+            "INSERT ...", {}, sqlite3.IntegrityError("UNIQUE constraint failed: malformed.k")
+        ),
+        # a statement's own error, whatever it says
+        _pg(psycopg.errors.UndefinedTable, 'relation "malformed" does not exist', DatabaseError),
+        _pg(psycopg.errors.InFailedSqlTransaction, "malformed", InternalError),
+    ],
+)
+def test_a_units_own_error_is_no_fault_whatever_its_words(error: Exception) -> None:
+    assert not _is_store_failure(error)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        # a read-only server (a standby, default_transaction_read_only)
+        (
+            _pg(
+                psycopg.errors.ReadOnlySqlTransaction,
+                "cannot execute INSERT in a read-only transaction",
+                InternalError,
+            ),
+            STORE_UNAVAILABLE,
+        ),
+        (
+            _pg(psycopg.errors.AdminShutdown, "terminating connection", OperationalError),
+            STORE_UNAVAILABLE,
+        ),
+        (_pg(psycopg.errors.CannotConnectNow, "starting up", OperationalError), STORE_UNAVAILABLE),
+        (_pg(psycopg.errors.DiskFull, "could not write", OperationalError), DISK_FULL),
+        (
+            _pg(psycopg.errors.DataCorrupted, "invalid page in block 7", InternalError),
+            STORE_CORRUPT,
+        ),
+        (_pg(psycopg.errors.IndexCorrupted, "index is corrupt", InternalError), STORE_CORRUPT),
+        # the code decides, not the words
+        (_pg(psycopg.errors.AdminShutdown, "malformed", OperationalError), STORE_UNAVAILABLE),
+    ],
+)
+def test_postgresql_failures_are_classified_by_their_sqlstate(error: Exception, kind: str) -> None:
+    assert _is_store_failure(error)
+    assert classify(error) == kind
+
+
+def test_sqlite_failures_are_classified_by_their_code(tmp_path: Path) -> None:
+    """Errors SQLite itself raised (``sqlite_errorcode``), not made up."""
+    # a full database: max_page_count makes SQLite answer SQLITE_FULL
+    full = sqlite3.connect(tmp_path / "full.db")
+    full.execute("CREATE TABLE t (x)")
+    full.execute(f"PRAGMA max_page_count = {full.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        full.execute("INSERT INTO t VALUES (zeroblob(100000))")
+    assert classify(OperationalError("INSERT", {}, raised.value)) == DISK_FULL
+    full.close()
+    # not a database
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"\xff" * 4096)
+    with pytest.raises(sqlite3.DatabaseError) as raised:
+        sqlite3.connect(garbage).execute("SELECT * FROM sqlite_master")
+    error = DatabaseError("SELECT", {}, raised.value)
+    assert (_is_store_failure(error), classify(error)) == (True, STORE_CORRUPT)
+    # words that would have meant a damaged file, in a statement's error
+    ok = sqlite3.connect(tmp_path / "ok.db")
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        ok.execute("SELECT * FROM malformed")
+    assert classify(OperationalError("SELECT", {}, raised.value)) == STORE_UNAVAILABLE
+    ok.execute("CREATE TABLE malformed (k UNIQUE)")
+    ok.execute("INSERT INTO malformed VALUES ('file is not a database')")
+    with pytest.raises(sqlite3.IntegrityError) as raised:
+        ok.execute("INSERT INTO malformed VALUES ('file is not a database')")
+    assert "malformed" in str(raised.value)
+    assert not _is_store_failure(IntegrityError("INSERT", {}, raised.value))
+    ok.close()

@@ -29,7 +29,9 @@ of that ends its sessions (they resume from their cursors, losing nothing).
 
 While the store cannot be read or listened to, that is one fault
 (``faults.STORE_UNAVAILABLE``: logged when it starts and when it ends,
-counted meanwhile), not a line per retry. How long the process has been
+counted meanwhile), not a line per retry. A read of the stream that works
+ends only what failed reads started, a new ``LISTEN`` connection what the
+listening started (a failed write's fault ends with a commit). How long the process has been
 behind the stream is :meth:`Bus.behind_for` (readiness reads it).
 """
 
@@ -49,7 +51,7 @@ from ..records import now_ms
 from ..retry import Backoff, describe, retrying
 from ..store import Database, outbox
 from ..store import cluster as repo
-from ..store.database import STREAM_CHANNEL
+from ..store.database import READ, STREAM_CHANNEL, WRITE
 from ..store.listen import MAX_PAYLOAD, Listener, Notifier
 
 __all__ = ["LIVE_CHANNEL", "Bus"]
@@ -62,6 +64,8 @@ LIVE_CHANNEL = "mesh_live"
 _BATCH = 64
 #: how long a wake-up waits for more commits to read with it (seconds)
 _GATHER = 0.001
+#: the source of the listening connection's failures (``faults.Faults``)
+_LISTEN = "listen"
 
 
 class Bus:
@@ -120,13 +124,15 @@ class Bus:
             return 0.0
         return max(0.0, trio.current_time() - self._caught_up_at)
 
-    def _store_failed(self, error: Unavailable) -> None:
-        """Report that the store could not be read or listened to (unless
-        the store reported it already, :class:`~quart_mesh.faults.KnownFault`)."""
+    def _store_failed(self, error: Unavailable, source: str) -> None:
+        """Report that the store could not be read, written or listened to
+        (*source*, which alone ends it; ``""``: any success of the store),
+        unless the store reported it already
+        (:class:`~quart_mesh.faults.KnownFault`)."""
         if isinstance(error, Overloaded):  # busy, not away
             log.warning("%s", error)
         elif not isinstance(error, KnownFault):
-            self._db.faults.failed(STORE_UNAVAILABLE, describe(error))
+            self._db.faults.failed(STORE_UNAVAILABLE, describe(error), source=source)
 
     def on_resync(self, handler: Callable[[], Awaitable[object]]) -> None:
         """Await ``handler()`` when this process may have missed part of the
@@ -194,13 +200,14 @@ class Bus:
                     pass
             except Unavailable as exc:
                 delay = backoff.next()
-                self._store_failed(exc)
+                self._store_failed(exc, READ)
                 log.debug("reading the cluster stream failed (%s): again in %.1fs", exc, delay)
                 await trio.sleep(delay)
                 self._wakeup.set()
             else:
                 self._caught_up_at = trio.current_time()
-                self._db.faults.cleared(STORE_UNAVAILABLE)
+                # what failed reads started (not a failed write's: a commit ends that)
+                self._db.faults.cleared(STORE_UNAVAILABLE, source=READ)
                 backoff.reset()
 
     async def _resync(self) -> None:
@@ -282,7 +289,7 @@ class Bus:
             try:
                 async with Listener(self._db.url, (STREAM_CHANNEL, LIVE_CHANNEL)) as listener:
                     backoff.reset()
-                    self._db.faults.cleared(STORE_UNAVAILABLE)
+                    self._db.faults.cleared(STORE_UNAVAILABLE, source=_LISTEN)
                     self.wake()  # whatever was missed while not listening
                     while True:
                         for note in await listener.wait():
@@ -294,7 +301,7 @@ class Bus:
                                 self._received_live(note.payload)
             except Unavailable as exc:
                 delay = backoff.next()
-                self._store_failed(exc)
+                self._store_failed(exc, _LISTEN)
                 log.debug(
                     "listening for the cluster's commits failed (%s): again in %.1fs", exc, delay
                 )
@@ -315,8 +322,9 @@ class Bus:
                 try:
                     await notifier.notify(LIVE_CHANNEL, payloads)
                 except Unavailable as exc:
-                    # live events are at most once: dropped, not retried
-                    self._store_failed(exc)
+                    # live events are at most once: dropped, not retried; the
+                    # server is away (a new connection each time): any success ends it
+                    self._store_failed(exc, "")
                     log.debug("%d live event(s) not sent to other processes: %s", len(events), exc)
         finally:
             await notifier.aclose()
@@ -341,7 +349,7 @@ class Bus:
             try:
                 await self._db.write(partial(repo.prune_stream, before=before))
             except Unavailable as exc:
-                self._store_failed(exc)
+                self._store_failed(exc, WRITE)
                 log.debug("pruning the cluster stream failed: %s", exc)
 
 

@@ -23,8 +23,9 @@ Failures: each failure of the store is classified (:func:`classify`: the
 disk full, the file damaged, or the store unavailable) and reported to the
 node's :class:`~quart_mesh.faults.Faults`, which logs the fault once when
 it starts, counts it while it lasts and logs its end; a commit that
-succeeds ends a full disk or an unavailable store, a read that succeeds an
-unavailable store. The callers get :class:`StoreFault` (an
+succeeds ends a full disk or an unavailable store, a read that succeeds
+only what failed reads started (a failed write's fault ends with a commit).
+The callers get :class:`StoreFault` (an
 :class:`~quart_mesh.errors.Unavailable`, 503) and log nothing more
 (``docs/decisions/0077-each-fault-logged-once.md``).
 """
@@ -50,7 +51,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from prometheus_client import Histogram
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 
 from .._version import __version__
 from ..errors import Overloaded, StoreFromNewerRelease, Unavailable
@@ -66,7 +67,7 @@ from .dialect import (
     translate,
 )
 
-__all__ = ["Database", "StoreFault", "classify"]
+__all__ = ["READ", "WRITE", "Database", "StoreFault", "classify"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,6 +83,16 @@ _CHECKPOINT_EVERY = 1.0  # seconds between SQLite checkpoints (when there were c
 #: again: with less, a small commit may still fit (in pages the write-ahead
 #: log reuses) while the next fails, and the fault would end and start anew
 _ROOM_AGAIN = 1024 * 1024
+#: seconds a SQLite connection waits for the write lock another holds
+_BUSY_TIMEOUT = 30.0
+
+#: what failed, as the store's faults name their sources (``faults.Faults``):
+#: a fault a write started ends with a commit only, one reads started with a
+#: read or a commit
+WRITE = "write"
+READ = "read"
+#: what a commit proves working
+_COMMITTED = (WRITE, READ)
 
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
@@ -110,24 +121,93 @@ _MESSAGES = {
     STORE_UNAVAILABLE: "the storage backend is unavailable",
 }
 
-#: what SQLite and PostgreSQL say when the disk is full
+#: SQLite's primary result codes (``sqlite_errorcode & 0xff``): the disk
+#: full, the file damaged, not a database, an I/O error
+_SQLITE_FULL = 13
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_SQLITE_IOERR = 10
+#: PostgreSQL's SQLSTATEs: the disk full; data or an index damaged
+_PG_DISK_FULL = "53100"
+_PG_CORRUPT = ("XX001", "XX002")
+#: the server refuses work it would do otherwise: a read-only transaction
+#: (a standby after a failover, ``default_transaction_read_only``), an
+#: administrator's or a crash's shutdown, not accepting connections yet
+_PG_REFUSING = ("25006", "57P01", "57P02", "57P03")
+#: classes of SQLSTATE that are the server's trouble, not a statement's:
+#: connection exceptions, insufficient resources, system errors
+_PG_TROUBLE = ("08", "53", "58")
+#: where no code says: what SQLite and PostgreSQL say when the disk is full,
+#: and what SQLite says when its file is damaged (never read in an error
+#: that carries a code, nor in a constraint's or a value's error, whose text
+#: quotes what a client sent)
 _FULL = ("database or disk is full", "no space left on device", "could not extend file")
-#: what SQLite says when its file is damaged
 _CORRUPT = ("malformed", "file is not a database")
 
 
 def classify(error: BaseException) -> str:
     """The kind of fault a failure of the store is: :data:`DISK_FULL`,
-    :data:`STORE_CORRUPT` or (anything else) :data:`STORE_UNAVAILABLE`."""
-    cause = getattr(error, "orig", None) or error
+    :data:`STORE_CORRUPT` or (anything else) :data:`STORE_UNAVAILABLE`.
+
+    By the driver's code: PostgreSQL's SQLSTATE, SQLite's result code, an
+    ``OSError``'s errno. Only an error without one is read for words, and
+    never a constraint's or a value's (:func:`_is_units_own`)."""
+    cause = _cause_of(error)
     if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
         return DISK_FULL
+    state = _sqlstate(cause)
+    if state is not None:
+        if state == _PG_DISK_FULL:
+            return DISK_FULL
+        return STORE_CORRUPT if state in _PG_CORRUPT else STORE_UNAVAILABLE
+    code = _sqlite_code(cause)
+    if code is not None:
+        if code == _SQLITE_FULL:
+            return DISK_FULL
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return STORE_CORRUPT
+        return STORE_UNAVAILABLE
+    if _is_units_own(error) or isinstance(cause, OSError):
+        return STORE_UNAVAILABLE
     text = str(cause).lower()
     if any(words in text for words in _FULL):
         return DISK_FULL
     if any(words in text for words in _CORRUPT):
         return STORE_CORRUPT
     return STORE_UNAVAILABLE
+
+
+def _cause_of(error: BaseException) -> BaseException:
+    """The driver's own error in what SQLAlchemy raised."""
+    return getattr(error, "orig", None) or error
+
+
+def _sqlstate(cause: BaseException) -> str | None:
+    """PostgreSQL's SQLSTATE of a psycopg error (``None``: none, or not one)."""
+    state = getattr(cause, "sqlstate", None)
+    return state if isinstance(state, str) and state else None
+
+
+def _sqlite_code(cause: BaseException) -> int | None:
+    """SQLite's primary result code of a ``sqlite3`` error (``None``: not one)."""
+    code = getattr(cause, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_units_own(error: BaseException) -> bool:
+    """A constraint violation or a bad value: the unit's own error, whatever
+    its words (PostgreSQL quotes the value: ``Key (k)=(malformed)``)."""
+    if isinstance(error, (IntegrityError, DataError)):
+        return True
+    # the driver's own, unwrapped: sqlite3's and psycopg's classes of these names
+    kinds = type(_cause_of(error)).__mro__
+    return any(kind.__name__ in ("IntegrityError", "DataError") for kind in kinds)
+
+
+def _refuses(state: str) -> bool:
+    """Whether PostgreSQL's *state* says the server refuses work, or is in
+    trouble, rather than the statement being wrong."""
+    return state in _PG_REFUSING or state[:2] in _PG_TROUBLE
 
 
 class _Busy(Exception):
@@ -163,7 +243,9 @@ class _Job(Generic[T]):
         try:
             self.result, self.error = self.fn(conn), None
         finally:
-            self.entries = outbox.take(conn)
+            # a connection lost in the unit (invalidated: the server went away
+            # or refused it) has no record of it left, and the unit fails
+            self.entries = [] if conn.invalidated else outbox.take(conn)
 
     def outcome(self) -> T:
         if self.error is not None:
@@ -251,7 +333,7 @@ class Database:
             if url.database and url.database != ":memory:":
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             # connections move between worker threads; the limiters serialize use
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": _BUSY_TIMEOUT}
         engine = sa.create_engine(url, **kwargs)
         if self.backend == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
@@ -260,6 +342,8 @@ class Database:
             # (busy_timeout) while another connection holds it; a deferred one
             # would fail at once with "database is locked" when it upgrades.
             sa.event.listen(engine, "begin", _sqlite_begin)
+        if self.backend == "postgresql":
+            sa.event.listen(engine, "handle_error", _drop_refused_connections)
         self._engine = engine
         try:
             with engine.begin() as conn:
@@ -702,16 +786,18 @@ class Database:
         except DBAPIError as exc:
             if not _is_store_failure(exc):
                 raise
-            raise self.failed(exc) from exc
-        self.faults.cleared(STORE_UNAVAILABLE)  # a dictionary lookup unless it was
+            raise self.failed(exc, source=READ) from exc
+        # a dictionary lookup unless it was; ends only what failed reads started
+        self.faults.cleared(STORE_UNAVAILABLE, source=READ)
         return result
 
-    def failed(self, exc: BaseException) -> StoreFault:
+    def failed(self, exc: BaseException, *, source: str = WRITE) -> StoreFault:
         """Report a failure of the store (*exc*: the driver's error, as
-        SQLAlchemy raised it) to the node's faults, classified; the error
-        its callers get. Thread-safe."""
+        SQLAlchemy raised it) to the node's faults, classified, as a failure
+        of *source* (:data:`WRITE`: only a commit ends it; :data:`READ`); the
+        error its callers get. Thread-safe."""
         kind = classify(exc)
-        self.faults.failed(kind, _cause(exc), hint=self._hint(kind))
+        self.faults.failed(kind, _cause(exc), hint=self._hint(kind, exc), source=source)
         return StoreFault(kind)
 
     def _wrote(self) -> None:
@@ -719,8 +805,8 @@ class Database:
         SQLite once its folder has :data:`_ROOM_AGAIN` free: a commit may
         squeeze into a full disk)."""
         if self.faults.is_active(DISK_FULL) and self._has_room():
-            self.faults.cleared(DISK_FULL)
-        self.faults.cleared(STORE_UNAVAILABLE)
+            self.faults.cleared(DISK_FULL, source=_COMMITTED)
+        self.faults.cleared(STORE_UNAVAILABLE, source=_COMMITTED)
 
     def _has_room(self) -> bool:
         if self._folder is None:
@@ -738,8 +824,8 @@ class Database:
         for job in batch:
             job.error = error
 
-    def _hint(self, kind: str) -> str:
-        """What an operator can do about a fault of *kind*."""
+    def _hint(self, kind: str, exc: BaseException | None = None) -> str:
+        """What an operator can do about a fault of *kind* (caused by *exc*)."""
         if kind == DISK_FULL:
             if self._folder is not None:
                 return f"free space in the data folder, {self._folder}"
@@ -750,6 +836,11 @@ class Database:
             return (
                 "stop the node, run `quart-mesh check`, and restore the newest good"
                 " backup with `quart-mesh restore`"
+            )
+        if exc is not None and _sqlstate(_cause_of(exc)) == "25006":
+            return (
+                "the database is read-only, a standby after a failover or"
+                " default_transaction_read_only set: point the node at the primary"
             )
         return ""
 
@@ -763,11 +854,33 @@ class Database:
 
 
 def _is_store_failure(exc: BaseException) -> bool:
-    """Whether *exc* is the store failing (unreachable, locked, its disk full,
-    its file damaged) rather than one unit's own error (a constraint, a bug)."""
-    if isinstance(exc, OperationalError):
+    """Whether *exc* is the store failing (unreachable, locked, refusing
+    work, its disk full, its file damaged) rather than one unit's own error
+    (a constraint, a bad value, a bug). By the driver's code (:func:`classify`);
+    a constraint violation or a bad value never is, whatever it says."""
+    if not isinstance(exc, DBAPIError) or _is_units_own(exc):
+        return False
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return True
-    return isinstance(exc, DBAPIError) and classify(exc) != STORE_UNAVAILABLE
+    cause = _cause_of(exc)
+    state = _sqlstate(cause)
+    if state is not None:
+        return _refuses(state) or state in _PG_CORRUPT
+    code = _sqlite_code(cause)
+    if code is not None:
+        return code in (_SQLITE_FULL, _SQLITE_CORRUPT, _SQLITE_NOTADB, _SQLITE_IOERR)
+    return classify(exc) != STORE_UNAVAILABLE  # no code: its words
+
+
+def _drop_refused_connections(context: sa.engine.ExceptionContext) -> None:
+    """PostgreSQL: a connection the server refuses work on (read-only, shut
+    down) is dropped, and the pool's older ones with it, as after a lost
+    connection: the next ones are new, and find the server as it is now (a
+    promoted primary; ``default_transaction_read_only`` set back, which
+    sessions already open keep)."""
+    state = _sqlstate(context.original_exception)
+    if state is not None and state in _PG_REFUSING:
+        context.is_disconnect = True
 
 
 def _cause(exc: BaseException) -> str:
@@ -834,7 +947,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT * 1000)}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
