@@ -104,6 +104,13 @@ class Node:
         self.faults = db.faults
         #: free space in the data folder against the floor (``disk.py``)
         self.disk = DiskSpace(settings.data_dir, settings.disk_floor)
+        #: the uploads folder's free space against the floor, when
+        #: MESH_UPLOADS_DIR puts it on another filesystem (None: the data folder's)
+        self.uploads_disk: DiskSpace | None = (
+            DiskSpace(settings.uploads_dir, settings.disk_floor, label="uploads folder")
+            if settings.uploads_dir is not None
+            else None
+        )
         self.identity = identity
         self.tokens = Tokens(secret)
         self.passwords = Passwords(settings.password_hash_threads)
@@ -193,7 +200,7 @@ class Node:
         )
         self.vault = Vault(limits, db)
         #: uploaded files (``MESH_UPLOADS_DIR``, by default ``<data_dir>/uploads/``)
-        self.uploads = Uploads(settings, db, disk=self.disk)
+        self.uploads = Uploads(settings, db, disk=self.disk, uploads_disk=self.uploads_disk)
         self.realtime = Realtime(
             SessionServices(
                 settings=settings,
@@ -219,6 +226,7 @@ class Node:
             self.broker,
             sessions=lambda: self.realtime.sessions,
             disk=self.disk,
+            uploads_disk=lambda: self.uploads_disk,
             faults=self.faults,
         )
         #: previews of links in messages (decision 0072)
@@ -290,6 +298,8 @@ class Node:
             # first: what other processes commit while this loads is applied after
             await self.bus.prepare()
         await self.uploads.prepare()
+        if self.uploads.files_disk is self.disk:  # MESH_UPLOADS_DIR on the data folder's filesystem
+            self.uploads_disk = None
         await self.accounts.load()
         await self.admin.load()
         await self.roles.load()

@@ -54,3 +54,76 @@ def test_free_space_is_measured_at_most_every_max_age_and_refuses_below_the_floo
         ballast.unlink()
         now += MAX_AGE
         assert disk.below_floor() is False
+
+
+def test_room_promised_to_writes_in_progress_is_not_promised_twice(tmp_path: Path) -> None:
+    """A write is refused unless free space less the floor and what writes
+    in progress still need leaves its size; what a write has written is no
+    longer owed; the promise ends with the write."""
+    with small_disk(tmp_path / "disk", 16) as folder:
+        disk = DiskSpace(folder, 4 * MIB)
+        room = free_bytes(folder) - 4 * MIB
+        with pytest.raises(InsufficientStorage, match="less than this needs"):
+            disk.require_room("uploads", room + 1)
+        with disk.reserve("uploads", room // 2 + 1) as first:
+            assert disk.promised == room // 2 + 1
+            with pytest.raises(InsufficientStorage), disk.reserve("uploads", room // 2 + 1):
+                pass
+            assert disk.promised == room // 2 + 1  # the refused one promised nothing
+            first.wrote(MIB)
+            assert disk.promised == room // 2 + 1 - MIB
+        assert disk.promised == 0
+        with disk.reserve("uploads", room // 2 + 1):
+            pass
+
+
+def test_a_write_is_refused_once_space_taken_meanwhile_leaves_it_short(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", 16) as folder:
+        disk = DiskSpace(folder, 4 * MIB)
+        with disk.reserve("uploads", 4 * MIB) as reservation:
+            reservation.check(MIB)  # room for all it was promised
+            ballast = fill(folder, leave=4 * MIB + MIB)  # something else takes it
+            with pytest.raises(InsufficientStorage) as refused:
+                reservation.check(MIB)
+            assert refused.value.status == 507
+            ballast.unlink()
+            reservation.check(MIB)
+
+
+def test_a_folder_that_cannot_be_measured_is_reported_and_refuses(tmp_path: Path) -> None:
+    """statvfs fails (the folder or its mount gone): readiness's problem is
+    ``disk_unreadable``, the statistics say why, and writes are refused with
+    507, not an OSError (a 500); with no floor nothing is refused."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    disk = DiskSpace(gone, 8 * MIB, label="uploads folder")
+    assert disk.problem() is None
+    gone.rmdir()
+    disk._measured_at = -float("inf")
+    code, message = disk.problem() or ("", "")
+    assert code == "disk_unreadable"
+    assert "uploads folder" in message
+    assert "No such file or directory" in message
+    with pytest.raises(InsufficientStorage) as refused:
+        disk.require_room("uploads", 10)
+    assert (refused.value.status, refused.value.code) == (507, "insufficient_storage")
+    assert "cannot measure" in refused.value.message
+    assert disk.to_json() == {
+        "free": None,
+        "total": None,
+        "floor": None,
+        "error": "No such file or directory",
+    }
+    DiskSpace(gone, 0).require_room("uploads", 10)  # no floor: not asked
+
+
+def test_below_the_floor_names_the_folder(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", 16) as folder:
+        disk = DiskSpace(folder, 8 * MIB, label="uploads folder")
+        ballast = fill(folder, leave=4 * MIB)
+        code, message = disk.problem() or ("", "")
+        assert code == "disk_low"
+        assert "uploads folder" in message
+        with pytest.raises(InsufficientStorage, match="in its uploads folder"):
+            disk.require_room("uploads")
+        ballast.unlink()

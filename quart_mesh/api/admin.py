@@ -51,12 +51,16 @@ class RateLimitCounts(Shape):
 
 
 class DiskStats(Shape):
-    """The data folder's filesystem, in bytes: below ``floor`` free, uploads
-    and app sources are refused (``MESH_DISK_FLOOR``; 0: no floor)."""
+    """A folder's filesystem, in bytes: below ``floor`` free, uploads and app
+    sources are refused (``MESH_DISK_FLOOR``; 0: no floor). When it cannot be
+    measured (the folder or its mount gone), the numbers are null and
+    ``error`` says why."""
 
-    free: int
-    total: int
-    floor: int
+    free: int | None
+    total: int | None
+    floor: int | None
+    #: why free space cannot be measured (null when it was)
+    error: str | None
 
 
 class ActiveFault(Shape):
@@ -90,6 +94,9 @@ class AdminStats(Shape):
     version: str
     #: the data folder's free space against the floor
     disk: DiskStats | None
+    #: the uploads folder's filesystem, when ``MESH_UPLOADS_DIR`` puts it on
+    #: another one (null otherwise)
+    uploads_disk: DiskStats | None
     #: the faults active now (empty when all is well)
     faults: list[ActiveFault]
 

@@ -5,8 +5,10 @@ Three checks (``docs/decisions/0076-health-and-the-disk-floor.md``):
 - ``GET /api/health/live``: the process and its event loop answer (no
   store call): restart the node when it fails.
 - ``GET /api/health/ready``: the node should get traffic: its store answers
-  *and accepts a write*, is migrated to this code's head, the bus is caught
-  up (PostgreSQL), free disk is above the floor, no disk-full, damaged-store
+  *and accepts a write*, is migrated to this code's head (not behind it,
+  not past it), the bus is caught up (PostgreSQL), free disk (of the data
+  folder, and of the uploads folder when elsewhere) is above the floor and
+  can be measured, no disk-full, damaged-store
   or descriptors fault is active, and the node is not stopping. 503 with the reasons when not.
 - ``GET /api/health``: readiness in its old shape (``ok``, ``storage``) plus
   ``storage.writable`` and ``reasons``.
@@ -73,6 +75,8 @@ class StoreAnswer:
     migrated: bool
     #: why a query failed, for the log-free reason message
     error: str = ""
+    #: not migrated because a newer release migrated it past this code's head
+    newer: bool = False
 
 
 async def ask_store(node: Node) -> StoreAnswer:
@@ -88,15 +92,18 @@ async def ask_store(node: Node) -> StoreAnswer:
     if heads is None:
         return StoreAnswer(False, False, True, f"no answer within {STORE_TIMEOUT:.0f} s")
     migrated = heads == repo.code_heads()
+    newer = not heads <= repo.code_revisions()  # at a migration this code does not know
     with trio.move_on_after(STORE_TIMEOUT):
         try:
             await db.write(lambda conn: repo.probe_write(conn, node.process_id, now_ms()))
         except Overloaded:  # the writer's queue is full of writes: not the store's refusal
-            return StoreAnswer(True, True, migrated)
+            return StoreAnswer(True, True, migrated, newer=newer)
         except (MeshError, DBAPIError) as error:
-            return StoreAnswer(True, False, migrated, _why(error))
-        return StoreAnswer(True, True, migrated)
-    return StoreAnswer(True, False, migrated, f"a write not done within {STORE_TIMEOUT:.0f} s")
+            return StoreAnswer(True, False, migrated, _why(error), newer=newer)
+        return StoreAnswer(True, True, migrated, newer=newer)
+    return StoreAnswer(
+        True, False, migrated, f"a write not done within {STORE_TIMEOUT:.0f} s", newer=newer
+    )
 
 
 def _why(error: Exception) -> str:
@@ -175,25 +182,34 @@ def store_reasons(answer: StoreAnswer) -> list[tuple[str, str]]:
     reasons = []
     if not answer.writable:
         reasons.append(("store_read_only", f"the store does not accept writes: {answer.error}"))
-    if not answer.migrated:
-        reasons.append(("migrations_pending", "the store is not migrated to this release's schema"))
+    if answer.newer:
+        reasons.append(
+            (
+                "store_from_newer_release",
+                "the store was migrated by a newer release than this one: upgrade this node",
+            )
+        )
+    elif not answer.migrated:
+        reasons.append(
+            (
+                "migrations_pending",
+                "the store is behind this release's schema: its migrations are not applied",
+            )
+        )
     return reasons
 
 
 def node_reasons(node: Node) -> list[tuple[str, str]]:
-    """Why the node is not ready, from what it knows without I/O: stopping,
-    the disk, its active faults, the bus."""
+    """Why the node is not ready, from what it knows without I/O (a
+    ``statvfs`` at most every half second aside): stopping, the data folder's
+    and the uploads folder's disk, its active faults, the bus."""
     reasons = []
     if node.stopping:
         reasons.append(("stopping", "the node is stopping"))
-    if node.disk.below_floor():
-        reasons.append(
-            (
-                "disk_low",
-                "free space in the data folder is below the floor (MESH_DISK_FLOOR):"
-                " uploads and app sources are refused",
-            )
-        )
+    for disk in (node.disk, node.uploads_disk):
+        problem = disk.problem() if disk is not None else None
+        if problem is not None:
+            reasons.append(problem)
     if node.faults.any_active(DISK_FULL):
         reasons.append(("disk_full", "the store's writes fail: the disk is full"))
     if node.faults.any_active(STORE_CORRUPT):
@@ -241,8 +257,9 @@ class Storage(Shape):
 
 class Reason(Shape):
     """Why the node is not ready: ``store_unreachable``, ``store_read_only``,
-    ``migrations_pending``, ``bus_behind``, ``disk_low``, ``disk_full``,
-    ``store_corrupt``, ``descriptors_low`` or ``stopping``."""
+    ``migrations_pending``, ``store_from_newer_release``, ``bus_behind``,
+    ``disk_low``, ``disk_unreadable``, ``disk_full``, ``store_corrupt``,
+    ``descriptors_low`` or ``stopping``."""
 
     code: str
     message: str

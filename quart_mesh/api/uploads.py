@@ -120,7 +120,9 @@ async def _receive() -> Upload:
         await reader.start()
     if deadline.cancelled_caught:
         raise UploadTimeout(f"the upload must arrive within {limits.upload_timeout_seconds} s")
-    return await uploads.store(actor, reader.filename, reader.content_type, reader)
+    return await uploads.store(
+        actor, reader.filename, reader.content_type, reader, most_bytes=length
+    )
 
 
 class _MultipartFile:

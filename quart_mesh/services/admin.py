@@ -150,11 +150,14 @@ class Admin:
         sessions: Callable[[], int],
         *,
         disk: DiskSpace | None = None,
+        uploads_disk: Callable[[], DiskSpace | None] | None = None,
         faults: Faults | None = None,
     ) -> None:
         self._settings = settings
         #: the data folder's free space and floor, and the active faults (stats)
         self._disk = disk
+        #: the uploads folder's, when it is on another filesystem
+        self._uploads_disk = uploads_disk
         self._faults = faults
         self._db = db
         self._accounts = accounts
@@ -184,6 +187,7 @@ class Admin:
         authorize(actor, "admin.stats")
         counts = await self._db.read(repo.count_everything)
         by_kind = counts.participants
+        uploads_disk = self._uploads_disk() if self._uploads_disk is not None else None
         return {
             "participants": {
                 "total": sum(by_kind.values()),
@@ -207,6 +211,7 @@ class Admin:
             "uptime": round(time.monotonic() - self._started_at, 3),
             "version": __version__,
             "disk": self._disk.to_json() if self._disk is not None else None,
+            "uploadsDisk": uploads_disk.to_json() if uploads_disk is not None else None,
             "faults": [] if self._faults is None else [f.to_json() for f in self._faults.active()],
         }
 

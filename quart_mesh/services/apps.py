@@ -20,6 +20,7 @@ usage accounting apply; the model's answer is read leniently by
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -240,6 +241,10 @@ class Apps:
         if not html.strip():
             raise BadRequest("html must not be empty", "empty_source")
         source = self._source(1, html, css or "", js or "", actor)
+        with self._room(source.size):
+            return await self._insert(actor, name, description, source)
+
+    async def _insert(self, actor: Actor, name: str, description: str, source: repo.Source) -> App:
         at = source.created_at
         row = repo.AppRow(
             new_id(at),
@@ -289,6 +294,9 @@ class Apps:
         if html is not None and not html.strip():
             raise BadRequest("html must not be empty", "empty_source")
         keep = self._limits.max_app_versions
+        # the parts given; those kept from the current version are copied
+        # too, within max_app_source_bytes
+        given = sum(len(part.encode("utf-8", "surrogatepass")) for part in (html, css, js) if part)
 
         def write(conn: Connection) -> App:
             row = self._visible(conn, actor, app_id)
@@ -307,7 +315,8 @@ class Apps:
                 raise NotFound("no such app", "app_not_found")
             return _app(updated, source)
 
-        return await self._db.write(write)
+        with self._room(given):
+            return await self._db.write(write)
 
     async def set_deployed(self, actor: Actor, app_id: str, deployed: bool) -> App:
         """Deploy an app to the app store, or take it down.
@@ -404,6 +413,17 @@ class Apps:
         """Refuse a new app source while the data folder is below its disk floor."""
         if self._disk is not None:
             self._disk.require_room("new app sources")
+
+    def _room(self, size: int) -> contextlib.AbstractContextManager[object]:
+        """Room for a source of *size* bytes above the data folder's floor,
+        promised while it is written (uploads in progress counted).
+
+        Raises:
+            InsufficientStorage: not that much room (507).
+        """
+        if self._disk is None:
+            return contextlib.nullcontext()
+        return self._disk.reserve("new app sources", size)
 
     def _default_model(self, actor: Actor) -> str:
         """The first model configured at start-up, else the oldest added over the API."""

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection
 
 from ..config import Limits, Settings
 from ..data_folder import replace_durably
-from ..disk import DiskSpace
+from ..disk import DiskSpace, Reservation
 from ..errors import (
     BadRequest,
     Conflict,
@@ -391,10 +391,20 @@ class Uploads:
     files 0600), shared with the mesh's other processes and hosts.
     """
 
-    def __init__(self, settings: Settings, db: Database, *, disk: DiskSpace | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        *,
+        disk: DiskSpace | None = None,
+        uploads_disk: DiskSpace | None = None,
+    ) -> None:
         self._limits = settings.limits
-        #: below its floor, uploads are refused (507)
+        #: the data folder: below its floor, uploads are refused (507)
         self._disk = disk
+        #: the uploads folder's filesystem, where each upload is promised its
+        #: room (the data folder's when the uploads folder is not elsewhere)
+        self._files_disk = uploads_disk if uploads_disk is not None else disk
         self._quota = max(0, settings.upload_quota_bytes)
         self._db = db
         self.directory = settings.resolved_uploads_dir
@@ -407,9 +417,20 @@ class Uploads:
         upload may take)."""
         await trio.to_thread.run_sync(self._prepare_sync)
 
+    @property
+    def files_disk(self) -> DiskSpace | None:
+        """The free space uploads are promised room in: the uploads folder's
+        filesystem (the data folder's, once :meth:`prepare` found it the same)."""
+        return self._files_disk
+
     def _prepare_sync(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
+        disk = self._disk
+        if disk is not None and self._files_disk is not disk:
+            with contextlib.suppress(OSError):  # unknown: both are measured
+                if os.stat(self.directory).st_dev == os.stat(disk.folder).st_dev:
+                    self._files_disk = disk  # one filesystem: one floor, one set of promises
         cutoff = time.time() - self._stale_after
         for path in self.directory.glob(_PARTIAL_PREFIX + "*"):
             with contextlib.suppress(OSError):
@@ -428,7 +449,7 @@ class Uploads:
             InsufficientStorage: free disk space is below the node's floor.
         """
         authorize(actor, "files.upload")
-        self._require_room()
+        self._require_room(declared_bytes or 0)
         if declared_bytes is None:
             return
         if declared_bytes > self._limits.max_upload_bytes:
@@ -443,32 +464,69 @@ class Uploads:
         filename: str | None,
         claimed_type: str,
         chunks: AsyncIterable[bytes],
+        *,
+        most_bytes: int | None = None,
     ) -> Upload:
         """Write the file streamed in *chunks* and record it.
 
         The stream is read to its end (the transport may check what follows
-        the file then). Nothing is left on disk if this fails or is cancelled.
+        the file then). Nothing is left on disk if this fails or is cancelled:
+        the partial file is removed at once.
+
+        The upload is promised room on the uploads folder's filesystem for as
+        many bytes as it may have (*most_bytes*, the body's length when the
+        client declared it, else the limit or the quota left), and refused
+        unless that room is there above the floor, less what uploads in
+        progress were promised; free space is measured again before each
+        write to disk, and the upload refused once it would go below.
 
         Raises:
             Forbidden: the role may not upload.
             PayloadTooLarge: over ``max_upload_bytes`` or the actor's quota.
             UploadTimeout: the stream took longer than ``upload_timeout_seconds``.
             BadRequest: the stream was malformed (raised by *chunks*).
+            InsufficientStorage: no room for it above the floor, or the disk full.
         """
         authorize(actor, "files.upload")
-        self._require_room()
         left = await self._quota_left(actor)
         cap = (
             self._limits.max_upload_bytes
             if left is None
             else min(left, self._limits.max_upload_bytes)
         )
+        promise = cap if most_bytes is None else max(0, min(cap, most_bytes))
+        self._require_room(promise)
         if not self._prepared:
             await self.prepare()
+        if self._files_disk is None:
+            return await self._write(actor, filename, claimed_type, chunks, cap, left, None)
+        with self._files_disk.reserve("uploads", promise) as room:
+            return await self._write(actor, filename, claimed_type, chunks, cap, left, room)
+
+    async def _write(
+        self,
+        actor: Actor,
+        filename: str | None,
+        claimed_type: str,
+        chunks: AsyncIterable[bytes],
+        cap: int,
+        left: int | None,
+        room: Reservation | None,
+    ) -> Upload:
+        """Write and record the file (:meth:`store`), within *cap* bytes,
+        checking *room* before each write."""
         upload_id = new_id()
         temp = self.directory / f"{_PARTIAL_PREFIX}{upload_id.lower()}"
         final: Path | None = None
         out = await trio.to_thread.run_sync(_create_private, temp)
+
+        async def write(data: bytes) -> None:
+            if room is not None:
+                room.check(len(data))
+            await trio.to_thread.run_sync(_write, out, data)
+            if room is not None:
+                room.wrote(len(data))
+
         try:
             size = 0
             head = bytearray()
@@ -486,14 +544,14 @@ class Uploads:
                         head += chunk[: SNIFF_BYTES - len(head)]
                     pending += chunk
                     if len(pending) >= _WRITE_BATCH:
-                        await trio.to_thread.run_sync(_write, out, bytes(pending))
+                        await write(bytes(pending))
                         pending.clear()
             if deadline.cancelled_caught:
                 raise UploadTimeout(
                     f"the upload must arrive within {self._limits.upload_timeout_seconds} s"
                 )
             if pending:
-                await trio.to_thread.run_sync(_write, out, bytes(pending))
+                await write(bytes(pending))
             # on disk (on every host) before the row that lets others find it
             await trio.to_thread.run_sync(_sync_and_close, out)
             name = sanitize_filename(filename)
@@ -508,21 +566,33 @@ class Uploads:
                 created_at=now_ms(),
             )
             final = self.directory / upload.stored_name
-            await trio.to_thread.run_sync(replace_durably, temp, final)
+            await trio.to_thread.run_sync(_replace_refusing_full, temp, final)
             await self._db.write(lambda conn: repo.insert_upload(conn, upload))
             final = None  # recorded: keep it
             return upload
         finally:
-            out.close()
-            for path in (temp, final):
-                if path is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+            try:
+                # after a failed write the buffer still holds bytes: closing
+                # would flush them and fail again, over the error that matters
+                _close_quietly(out)
+            finally:
+                for path in (temp, final):
+                    if path is not None:
+                        with contextlib.suppress(OSError):
+                            path.unlink()
 
-    def _require_room(self) -> None:
-        """Refuse an upload while the data folder is below its disk floor."""
-        if self._disk is not None:
-            self._disk.require_room("uploads")
+    def _require_room(self, size: int) -> None:
+        """Refuse an upload of *size* bytes while the data folder is below its
+        floor, or the uploads folder's filesystem has not *size* bytes to
+        spare above it (less what uploads in progress were promised).
+
+        Raises:
+            InsufficientStorage: 507.
+        """
+        if self._disk is not None and self._disk is not self._files_disk:
+            self._disk.require_room("uploads")  # the store's room, whatever the file's size
+        if self._files_disk is not None:
+            self._files_disk.require_room("uploads", size)
 
     async def open(self, stored_name: str) -> StoredFile:
         """An upload and its open file, by the name it is served under.
@@ -596,10 +666,30 @@ def _write(file: IO[bytes], data: bytes) -> None:
 
 
 def _sync_and_close(file: IO[bytes]) -> None:
+    """Flush, sync and close *file* (in a thread).
+
+    Raises:
+        InsufficientStorage: the filesystem is full (or the quota reached).
+    """
     with _full_disk_refused():
         file.flush()
         os.fsync(file.fileno())
-    file.close()
+        file.close()  # a network filesystem may only now say it is full
+
+
+def _close_quietly(file: IO[bytes]) -> None:
+    """Close *file* whatever its buffer's flush says (the descriptor is
+    closed even when the flush fails): after a write failed, the error the
+    client gets is that one."""
+    with contextlib.suppress(OSError):
+        file.close()
+
+
+def _replace_refusing_full(source: Path, target: Path) -> None:
+    """:func:`replace_durably`, a full disk (a directory that cannot grow)
+    being the client's 507."""
+    with _full_disk_refused():
+        replace_durably(source, target)
 
 
 @contextlib.contextmanager

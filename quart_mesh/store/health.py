@@ -14,19 +14,32 @@ from sqlalchemy import Connection
 
 from .schema import health_probe
 
-__all__ = ["code_heads", "migration_heads", "probe_write"]
+__all__ = ["PRUNE_AFTER_MS", "code_heads", "code_revisions", "migration_heads", "probe_write"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
-#: the probe's one row (migration 0033 inserts it)
-_ROW = 1
+#: a process's probe row untouched this long (ms) is a process gone: pruned
+#: when another process writes its first probe
+PRUNE_AFTER_MS = 24 * 3600 * 1000
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return ScriptDirectory.from_config(cfg)
 
 
 @functools.cache
 def code_heads() -> frozenset[str]:
     """The migrations this code's store is at once migrated (its head)."""
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(_MIGRATIONS))
-    return frozenset(ScriptDirectory.from_config(cfg).get_heads())
+    return frozenset(_scripts().get_heads())
+
+
+@functools.cache
+def code_revisions() -> frozenset[str]:
+    """Every migration this code knows: a store at one it does not know was
+    migrated by a newer release."""
+    return frozenset(script.revision for script in _scripts().walk_revisions())
 
 
 def migration_heads(conn: Connection) -> frozenset[str]:
@@ -37,12 +50,19 @@ def migration_heads(conn: Connection) -> frozenset[str]:
 
 
 def probe_write(conn: Connection, process_id: str, at: int) -> None:
-    """Write the probe's row (its process and time): a write the store must
-    accept for the node to be ready."""
+    """Write *process_id*'s probe row (the time of its probe): a write the
+    store must accept for the node to be ready.
+
+    Each process has its own row, so that probes of several processes do not
+    wait on one row's lock (on PostgreSQL a write batch holds its locks until
+    it commits). Only the process's own checks write its row, one at a time
+    (``StoreCheck``), so updating and inserting if there was none does not
+    race. Its first probe also prunes the rows of processes gone for
+    :data:`PRUNE_AFTER_MS`.
+    """
     updated = conn.execute(
-        health_probe.update()
-        .where(health_probe.c.id == _ROW)
-        .values(process_id=process_id, probed_at=at)
+        health_probe.update().where(health_probe.c.process_id == process_id).values(probed_at=at)
     )
-    if updated.rowcount == 0:  # deleted by hand: put it back
-        conn.execute(health_probe.insert().values(id=_ROW, process_id=process_id, probed_at=at))
+    if updated.rowcount == 0:  # this process's first probe (or its row deleted by hand)
+        conn.execute(health_probe.delete().where(health_probe.c.probed_at < at - PRUNE_AFTER_MS))
+        conn.execute(health_probe.insert().values(process_id=process_id, probed_at=at))

@@ -816,12 +816,13 @@ tasks = Table(
     Index("ix_tasks_context_id", "context_id"),
 )
 
-# one row: each readiness check that finds the last probe a second old writes
-# it, to learn that the store still accepts writes (store/health.py)
+# a row per process: each readiness check that finds the last probe a second
+# old writes its process's row, to learn that the store still accepts writes
+# (store/health.py); rows of processes gone a day are pruned
 health_probe = Table(
     "health_probe",
     metadata,
-    Column("id", Integer, primary_key=True),  # always 1
-    Column("process_id", String(26), nullable=False),
+    # a row per serving process (``Node.process_id``), written by its readiness probe
+    Column("process_id", String(26), primary_key=True),
     Column("probed_at", BigInteger, nullable=False),
 )

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(30)
 
 class FakeNode:
     """What the check uses of a node besides its store: ``running``,
-    ``stopping``, ``started_at``, ``disk``, ``faults``, ``bus``, ``db.backend``;
+    ``stopping``, ``started_at``, ``disk``, ``uploads_disk``, ``faults``, ``bus``, ``db.backend``;
     ``ask()`` stands in for the store (taking ``delay`` seconds)."""
 
     def __init__(self, tmp: Path) -> None:
@@ -43,6 +43,7 @@ class FakeNode:
         self.delay = 0.1
         self.asked: list[float] = []
         self.disk = DiskSpace(tmp, 0)
+        self.uploads_disk = None
         self.faults = Faults()
         self.bus = None
         self.db = SimpleNamespace(backend="sqlite")

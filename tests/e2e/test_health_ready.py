@@ -116,11 +116,12 @@ async def test_an_active_disk_or_store_fault_makes_the_node_not_ready(
         await flips(http, [], within=1.0)
 
 
-async def test_a_store_behind_this_release_or_refusing_writes_is_not_ready(
+async def test_a_store_behind_or_ahead_of_this_release_or_refusing_writes_is_not_ready(
     served: tuple[MeshApp, str],
 ) -> None:
-    """Both through the real store: its migration row set back, then a
-    trigger that refuses the probe's write."""
+    """Through the real store: its migration row set back (behind), then
+    to a revision this code does not know (ahead: a newer release migrated
+    it), then a trigger that refuses the probe's write."""
     app, url = served
     db = app.node.db
     head = next(iter(health.repo.code_heads()))
@@ -134,6 +135,13 @@ async def test_a_store_behind_this_release_or_refusing_writes_is_not_ready(
         assert await reasons(http) == []
         await db.write(stamp("0032_link_preview_switch"))
         await flips(http, ["migrations_pending"], within=1.5)
+        await db.write(stamp(head))
+        await flips(http, [], within=1.5)
+        # ahead: a newer release migrated it (a revision this code does not know)
+        await db.write(stamp("0099_from_a_newer_release"))
+        await flips(http, ["store_from_newer_release"], within=1.5)
+        r = await http.get("/api/health/ready")
+        assert "newer release" in r.json()["reasons"][0]["message"]
         await db.write(stamp(head))
         await flips(http, [], within=1.5)
         if db.backend == "sqlite":

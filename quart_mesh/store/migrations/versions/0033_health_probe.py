@@ -1,5 +1,6 @@
-"""The readiness probe's row: ``/api/health/ready`` writes it (at most once a
-second per process) to learn that the store still accepts writes
+"""The readiness probe's rows: ``/api/health/ready`` writes its process's row
+(at most once a second per process) to learn that the store still accepts
+writes; a row per process, so that processes do not wait on one row's lock
 (docs/decisions/0076-health-and-the-disk-floor.md).
 
 Revision ID: 0033_health_probe
@@ -21,13 +22,10 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "health_probe",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("process_id", sa.String(26), nullable=False),
         sa.Column("probed_at", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_health_probe"),
+        sa.PrimaryKeyConstraint("process_id", name="pk_health_probe"),
     )
-    # its one row, so that probes only update it (no race to insert it)
-    op.execute("INSERT INTO health_probe (id, process_id, probed_at) VALUES (1, '', 0)")
 
 
 def downgrade() -> None:

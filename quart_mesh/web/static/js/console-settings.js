@@ -52,8 +52,11 @@ function seconds(total) {
   return `${s} s`;
 }
 
-/** Free space in the data folder against the floor the node keeps. */
+/** Free space in a folder's filesystem against the floor the node keeps. */
 function diskRows(disk) {
+  if (disk.error) {
+    return [["Status", `Cannot measure free space (${disk.error}): uploads and app sources are refused`]];
+  }
   const low = disk.floor > 0 && disk.free < disk.floor;
   return [
     ["Free space", `${formatBytes(disk.free)} of ${formatBytes(disk.total)}`],
@@ -429,6 +432,7 @@ export class SettingsSection {
       ],
     ];
     if (stats.disk) groups.push(["Disk", diskRows(stats.disk)]);
+    if (stats.uploadsDisk) groups.push(["Uploads disk", diskRows(stats.uploadsDisk)]);
     groups.push(["Active faults", faultRows(stats.faults || [])]);
     if (stats.uploads) {
       const u = stats.uploads;
