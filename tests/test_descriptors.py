@@ -225,3 +225,39 @@ def test_children_get_the_original_soft_limit_back(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(descriptors, "_original_soft", min(soft, 1024) - 1)
     assert _child_soft_limit() == min(soft, 1024) - 1
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft  # this process keeps its own
+
+
+_RAISE_THEN_SPAWN = """
+import os, resource, subprocess, sys
+from quart_mesh import descriptors
+descriptors.raise_open_file_limit()
+child = subprocess.run(
+    [sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"],
+    capture_output=True, text=True, check=True, preexec_fn=descriptors.restore_open_file_limit,
+)
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], child.stdout.strip(),
+      os.environ.get(descriptors.ORIGINAL_LIMIT_ENV))
+"""
+
+
+def test_the_raised_limit_is_the_nodes_alone() -> None:
+    # a process started with soft 200: it raises its own limit to the hard
+    # one, and a child it starts gets 200 back
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 200:
+        pytest.skip("the hard limit leaves nothing to raise")
+
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RAISE_THEN_SPAWN],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=preexec,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    own, child, remembered = done.stdout.split()
+    assert int(own) > 200
+    assert (child, remembered) == ("200", "200")
