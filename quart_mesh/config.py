@@ -831,7 +831,11 @@ _UNITS = {
 
 def parse_disk_floor(value: str, name: str) -> int | float:
     """A disk floor: bytes (``"500MB"``, ``"1GiB"``, ``"1048576"``; 0 turns
-    it off) or a share of the filesystem (``"5%"``, less than 100%)."""
+    it off) or a share of the filesystem (``"5%"``, less than 100%).
+
+    A size comes to a whole number of bytes (``"1.5KiB"`` is 1536; ``"0.05"``
+    and ``"100.5"`` are refused: a bare number is bytes, and ``0.05`` was
+    surely meant as a share, written ``5%``)."""
     match = _SIZE.fullmatch(value.strip())
     if match is None:
         raise ConfigError(f"{name} must be a size (500MB, 1GiB) or a share (5%), not {value!r}")
@@ -840,7 +844,15 @@ def parse_disk_floor(value: str, name: str) -> int | float:
         if not number < 100:
             raise ConfigError(f"{name} must be less than 100%, not {value!r}")
         return number / 100
-    return int(number * _UNITS[unit])
+    size = number * _UNITS[unit]
+    if size != int(size):
+        if match[2] is None and number < 1:
+            raise ConfigError(
+                f"{name} must be a size in bytes or a share written with %: {value!r}"
+                f" would be a fraction of a byte (for a share, write {number * 100:g}%)"
+            )
+        raise ConfigError(f"{name} must come to a whole number of bytes, not {value!r}")
+    return int(size)
 
 
 def _positive_int(value: str, name: str) -> int:

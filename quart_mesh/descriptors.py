@@ -9,19 +9,26 @@ writes fail with it. So:
 
 - at start :func:`raise_open_file_limit` raises the soft ``RLIMIT_NOFILE``
   to the hard limit (the soft one is often 1024, or 256 on some systems,
-  while the hard one allows far more) and logs it once;
+  while the hard one allows far more) and logs it once; the soft limit it
+  found is remembered, and :func:`restore_open_file_limit` gives it back to
+  a child process (a managed bot) before it runs, since programs that use
+  ``select()`` break above 1024;
 - :class:`Reserve` keeps the share of the limit above ``max_fd_share``
   (0.9) for the node: a connection accepted past it is answered at once
   with 503 ``overloaded`` (WebSocket: close 1013) and closed, health probes
   excepted; past the middle of the reserve the server stops accepting until
-  connections close, so the kernel, not ``EMFILE``, holds what waits;
+  connections close, so the kernel, not ``EMFILE``, holds what waits; while
+  the fault lasts, connections still waiting for their first request head
+  get a short head timeout, and a pause closes those that waited longest,
+  so idle connections cannot keep the node from accepting (``server.py``);
 - either (refusing, or ``accept`` failing for want of descriptors) is the
   :data:`~quart_mesh.faults.DESCRIPTORS` fault: logged once when it starts,
   summarised while it lasts and logged when it ends (:mod:`quart_mesh.faults`).
 
 Counting is cheap: the server counts its connections itself, and the rest
 (what is open besides them) is recounted from ``/proc/self/fd`` at most once
-a second (``docs/decisions/0079-descriptor-limits.md``).
+a second, and so is the soft limit (an operator may raise it with
+``prlimit`` while the node runs) (``docs/decisions/0079-descriptor-limits.md``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ __all__ = [
     "count_open_fds",
     "open_file_limit",
     "raise_open_file_limit",
+    "restore_open_file_limit",
 ]
 
 log = logging.getLogger("quart_mesh")
@@ -67,6 +75,15 @@ _FD_FOLDERS: Final = ("/proc/self/fd", "/dev/fd")
 
 #: what an unlimited soft limit counts as
 _NO_LIMIT: Final = 1 << 30
+#: the soft limit found before :func:`raise_open_file_limit` raised it, for
+#: the ``--workers`` processes (which find it raised already) to give back to
+#: their own children
+ORIGINAL_LIMIT_ENV: Final = "QUART_MESH_ORIGINAL_NOFILE"
+
+#: the soft limit to give child processes back (``None``: leave theirs alone)
+_original_soft: int | None = None
+#: the last count of open descriptors, for when they cannot be listed
+_last_count: int | None = None
 
 _HINT: Final = (
     "raise the open-file limit (systemd: LimitNOFILE=, a shell: ulimit -n) or add capacity;"
@@ -82,13 +99,26 @@ def open_file_limit() -> int:
 
 def count_open_fds() -> int | None:
     """The descriptors this process has open, or ``None`` where the system
-    does not list them. A listing costs about a microsecond per descriptor."""
+    does not list them. A listing costs about a microsecond per descriptor.
+
+    The listing needs a descriptor itself: when none is left (``EMFILE``)
+    every one below the soft limit is open, so that is the count (or the
+    last count, if higher); when the system has none (``ENFILE``) or no
+    memory, the last count. So the count (and ``mesh_open_fds``) does not
+    vanish exactly when descriptors run out."""
+    global _last_count
     for folder in _FD_FOLDERS:
         try:
             # the listing itself holds one descriptor while it runs
-            return len(os.listdir(folder)) - 1
-        except OSError:
+            _last_count = len(os.listdir(folder)) - 1
+        except OSError as error:
+            if error.errno == errno.EMFILE:
+                _last_count = max(_last_count or 0, open_file_limit())
+                return _last_count
+            if error.errno in ACCEPT_CAPACITY_ERRNOS and _last_count is not None:
+                return _last_count
             continue
+        return _last_count
     return None
 
 
@@ -106,10 +136,19 @@ def raise_open_file_limit() -> None:
     (``open files: soft limit raised from A to B``), or log why it could not.
     Nothing is logged (but at debug level) when it is at the hard limit
     already: a second call, or a worker whose parent raised it."""
+    global _original_soft
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = _ceiling() if hard == resource.RLIM_INFINITY else hard
     if soft == resource.RLIM_INFINITY or soft >= target:
         log.debug("open files: the soft limit is %s, the hard one %s", soft, hard)
+        if _original_soft is None:
+            # a worker: its parent raised it, and says from what
+            try:
+                inherited = int(os.environ.get(ORIGINAL_LIMIT_ENV, ""))
+            except ValueError:
+                return
+            if 0 < inherited < soft:
+                _original_soft = inherited
         return
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
@@ -122,7 +161,25 @@ def raise_open_file_limit() -> None:
             soft,
         )
         return
+    _original_soft = soft
+    os.environ[ORIGINAL_LIMIT_ENV] = str(soft)  # for --workers: they find it raised
     log.info("open files: soft limit raised from %d to %d", soft, target)
+
+
+def restore_open_file_limit() -> None:
+    """Give this process back the soft open-file limit found before
+    :func:`raise_open_file_limit` raised it (nothing if it did not). Meant
+    as the ``preexec_fn`` of a child process (a managed bot): it runs in the
+    child between ``fork`` and ``exec``, so it only makes the one system
+    call, and it never fails (a child with the raised limit still runs)."""
+    if _original_soft is None:
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY or soft > _original_soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (_original_soft, hard))
+    except (OSError, ValueError):
+        pass
 
 
 class Reserve:
@@ -138,7 +195,8 @@ class Reserve:
         faults: where the :data:`~quart_mesh.faults.DESCRIPTORS` fault is reported.
         share: ``max_fd_share``: past this share of the limit, connections
             are refused; 1.0 keeps no reserve (the kernel's limit alone).
-        limit: the open-file limit (default: the soft ``RLIMIT_NOFILE`` now).
+        limit: the open-file limit, a number or what reads it (default: the
+            soft ``RLIMIT_NOFILE``, read again at each recount).
         count: counts the open descriptors (``None``: cannot).
         clock: seconds, monotonic.
     """
@@ -148,22 +206,25 @@ class Reserve:
         faults: Faults,
         share: float,
         *,
-        limit: int | None = None,
+        limit: int | Callable[[], int] = open_file_limit,
         count: Callable[[], int | None] = count_open_fds,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._faults = faults
         self._count = count
         self._clock = clock
-        self.limit = open_file_limit() if limit is None else limit
-        if share >= 1:
-            #: connections accepted past this many open descriptors are refused
-            self.refuse_above: float = math.inf
-            #: at this many open descriptors the server stops accepting for a while
-            self.pause_at: float = math.inf
+        self._share = share
+        if callable(limit):
+            self._read_limit = limit
         else:
-            self.refuse_above = math.floor(share * self.limit)
-            self.pause_at = self.refuse_above + max(1, (self.limit - self.refuse_above) // 2)
+            fixed = limit
+            self._read_limit = lambda: fixed
+        #: the open-file limit, as last read
+        self.limit = 0
+        #: connections accepted past this many open descriptors are refused
+        self.refuse_above: float = math.inf
+        #: at this many open descriptors the server stops accepting for a while
+        self.pause_at: float = math.inf
         #: connections the server has open now
         self.connections = 0
         #: open descriptors that are not connections, as last counted
@@ -173,7 +234,16 @@ class Reserve:
         self._room = trio.Event()
         self._recount()
 
+    def _set_limit(self, limit: int) -> None:
+        if limit == self.limit:
+            return
+        self.limit = limit
+        if self._share < 1:
+            self.refuse_above = math.floor(self._share * limit)
+            self.pause_at = self.refuse_above + max(1, (limit - self.refuse_above) // 2)
+
     def _recount(self) -> None:
+        self._set_limit(self._read_limit())
         counted = self._count()
         if counted is not None:
             self._others = max(0, counted - self.connections)
@@ -210,10 +280,22 @@ class Reserve:
         name = errno.errorcode.get(error.errno or 0, str(error.errno))
         self._trouble(f"accept failed with {name} ({os.strerror(error.errno or 0)})")
 
-    async def wait_for_room(self) -> None:
+    @property
+    def pressed(self) -> bool:
+        """The :data:`~quart_mesh.faults.DESCRIPTORS` fault is on: connections
+        were refused, accepting paused or ``accept`` failed, less than
+        :data:`QUIET_FOR` ago or while the count is still past the share."""
+        return self._faults.is_active(DESCRIPTORS)
+
+    async def wait_for_room(self, relieve: Callable[[], object] | None = None) -> None:
         """Return once the open descriptors are below the middle of the
         reserve (at once, usually): past it, connections wait in the
-        kernel's queue rather than take the node's last descriptors."""
+        kernel's queue rather than take the node's last descriptors.
+
+        While it waits, *relieve* is called (at once, then every
+        :data:`ACCEPT_RETRY` seconds or as a connection closes): the server
+        closes connections still waiting for their first request head, so
+        that accepting resumes soon."""
         if self.open_fds() < self.pause_at:
             return
         self._trouble(
@@ -222,6 +304,8 @@ class Reserve:
         )
         while self.open_fds() >= self.pause_at:
             self._room = trio.Event()
+            if relieve is not None:
+                relieve()
             with trio.move_on_after(ACCEPT_RETRY):
                 await self._room.wait()
 

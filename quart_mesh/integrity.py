@@ -131,18 +131,31 @@ class BackupRecord:
 
     @classmethod
     def from_json(cls, item: Any) -> BackupRecord | None:
-        """The record of *item*, or ``None`` if it is not one."""
-        try:
-            path = item["path"]
-            created = datetime.datetime.fromisoformat(item["createdAt"])
-            record = cls(path, int(item["size"]), str(item["sha256"]), created)
-        except (TypeError, KeyError, ValueError):
+        """The record of *item*, or ``None`` if it is not one (a damaged or
+        hand-edited record is skipped, never an error): ``path`` a string or
+        null, ``size`` a whole number of bytes, ``sha256`` a string,
+        ``createdAt`` an ISO 8601 time with its offset."""
+        if not isinstance(item, dict):
             return None
+        path, size, sha256, created_at = (
+            item.get("path"),
+            item.get("size"),
+            item.get("sha256"),
+            item.get("createdAt"),
+        )
         if path is not None and not isinstance(path, str):
+            return None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return None
+        if not isinstance(sha256, str) or not isinstance(created_at, str):
+            return None
+        try:
+            created = datetime.datetime.fromisoformat(created_at)
+        except ValueError:
             return None
         if created.tzinfo is None:
             return None
-        return record
+        return cls(path, size, sha256, created)
 
 
 def sqlite_file(settings: Settings) -> Path | None:
@@ -173,7 +186,7 @@ def recorded_backups(data_dir: Path) -> list[BackupRecord]:
     no record, or it cannot be read)."""
     try:
         document = json.loads((data_dir / BACKUPS_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     if not isinstance(document, dict) or not isinstance(document.get("backups"), list):
         return []
@@ -237,7 +250,10 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
     """The newest good backup and its age. Backups are looked at newest
     first until one still matches its checksum; one that no longer does
     fails the check (changed or damaged: not a backup to restore), one that
-    is gone is only noted (moved off the host, as backups should be)."""
+    is gone is only noted (moved off the host, as backups should be). One
+    whose file now matches another, older record of the same path is only
+    noted too: two backups to one path overlapped and the older one's file
+    was renamed into place last (it is then the good backup)."""
     now = now or datetime.datetime.now(datetime.UTC)
     records = recorded_backups(data_dir)
     if not records:
@@ -246,6 +262,13 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
         )
     notes: list[str] = []
     damaged = False
+    files: dict[str, tuple[int, str]] = {}  # each path's size and SHA-256, read once
+
+    def found(path: Path) -> tuple[int, str]:
+        if str(path) not in files:
+            files[str(path)] = (path.stat().st_size, _sha256(path))
+        return files[str(path)]
+
     for record in records:
         age = _age((now - record.created_at).total_seconds())
         taken = record.created_at.isoformat(timespec="seconds")
@@ -257,14 +280,21 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
             return _backup_finding(damaged, [message, *notes], record, now)
         path = Path(record.path)
         try:
-            matches = path.stat().st_size == record.size and _sha256(path) == record.sha256
+            actual = found(path)
         except FileNotFoundError:
             notes.append(f"{path} ({taken}) is gone")
             continue
         except OSError as error:
             notes.append(f"{path} ({taken}) cannot be read: {error.strerror}")
             continue
-        if not matches:
+        if actual != (record.size, record.sha256):
+            if any(
+                other.path == record.path and actual == (other.size, other.sha256)
+                for other in records
+                if other is not record
+            ):
+                notes.append(f"{path} ({taken}) was replaced by another backup to the same path")
+                continue
             damaged = True
             notes.append(
                 f"{path} ({taken}) does not match its recorded SHA-256: changed or damaged"

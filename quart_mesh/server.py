@@ -25,6 +25,12 @@ with ``Retry-After``, a WebSocket upgrade a handshake then close 1013, a
 health probe (``/api/health/live``, ``/api/health/ready``) served as usual
 but on a connection that closes after it — and ``accept`` failing for want
 of descriptors is the ``descriptors`` fault, logged once, not a traceback.
+While that fault lasts, a connection still waiting for its first request
+head has :data:`PRESSED_HEAD_TIMEOUT` (1 s) for it rather than
+``request_head_timeout``, and when accepting pauses, those that have waited
+:data:`SHED_AFTER` or longer are closed at once: idle connections cannot
+hold the node's descriptors, and health probes queued behind them are
+accepted (and answered) within a second or so.
 
 Shutdown: when *shutdown_trigger* returns, :meth:`Node.aclose` is called or
 the caller cancels :func:`serve`, the listeners close, WebSocket sessions are
@@ -39,8 +45,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -77,6 +85,12 @@ CLOSE_LINGER = 2.0
 #: long at most (to tell a health probe or an upgrade), and after the answer
 #: the client has this long to close its side
 REFUSE_WAIT = 0.5
+#: while descriptors run short (the ``descriptors`` fault), a connection has
+#: this long from its accept for its first request head
+PRESSED_HEAD_TIMEOUT = 1.0
+#: when accepting pauses, connections that have waited this long or longer
+#: for their first request head are closed at once, oldest first
+SHED_AFTER = 0.2
 #: the paths a connection past the share is still served for
 HEALTH_PROBES = (b"/api/health/live", b"/api/health/ready")
 _OVERLOADED_BODY = json.dumps(
@@ -213,26 +227,83 @@ async def _close_gracefully(stream: trio.SocketStream, linger: float = CLOSE_LIN
             pass
 
 
+class _Heads:
+    """The connections still waiting for their first request head, oldest
+    first: each one's wait is a cancel scope, whose deadline is shortened
+    while descriptors run short and which a pause cancels."""
+
+    def __init__(self, head_timeout: float) -> None:
+        self.head_timeout = head_timeout
+        #: each waiting connection's scope, and when it was accepted (in that order)
+        self._waiting: dict[trio.CancelScope, float] = {}
+        #: the deadlines are shortened (at most once while the fault lasts)
+        self._hurried = False
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    @contextmanager
+    def waiting(self, pressed: bool) -> Iterator[None]:
+        """The wait for a connection's head (*pressed*: descriptors run
+        short); cancelled, by its deadline or by :meth:`shed`, it ends
+        quietly (and the connection is dropped)."""
+        now = trio.current_time()
+        timeout = PRESSED_HEAD_TIMEOUT if pressed else self.head_timeout
+        scope = trio.CancelScope(deadline=now + min(timeout, self.head_timeout))
+        self._waiting[scope] = now
+        try:
+            with scope:
+                yield
+        finally:
+            self._waiting.pop(scope, None)
+
+    def pressed(self, pressed: bool) -> None:
+        """Whether descriptors run short: when they start to, every waiting
+        connection gets at most :data:`PRESSED_HEAD_TIMEOUT` from its accept."""
+        if pressed and not self._hurried:
+            for scope, accepted_at in self._waiting.items():
+                scope.deadline = min(scope.deadline, accepted_at + PRESSED_HEAD_TIMEOUT)
+        self._hurried = pressed
+
+    def shed(self) -> None:
+        """Accepting is paused: close the connections that have waited
+        :data:`SHED_AFTER` or longer for their head."""
+        self.pressed(True)
+        before = trio.current_time() - SHED_AFTER
+        while self._waiting:
+            scope, accepted_at = next(iter(self._waiting.items()))
+            if accepted_at > before:
+                break  # the rest are younger
+            del self._waiting[scope]
+            scope.cancel()
+
+
 class _Server:
     def __init__(self, app: MeshApp, config: HypercornConfig, head_timeout: float) -> None:
         self.app = app
         self.config = config
         self.head_timeout = head_timeout
+        self.heads = _Heads(head_timeout)
         self.asgi: AppWrapper = wrap_app(app, config.wsgi_max_body_size, None)
         self.context = WorkerContext(None)
         self.state: LifespanState = {}
 
-    async def handle(self, stream: trio.SocketStream, *, refuse: bool = False) -> None:
+    async def handle(
+        self, stream: trio.SocketStream, *, refuse: bool = False, pressed: bool = False
+    ) -> None:
         """Serve one connection; whatever happens stays inside it. One to
         *refuse* (past the descriptor share) is answered at once instead
-        (:meth:`_refuse`)."""
+        (:meth:`_refuse`); while descriptors run short (*pressed*), its head
+        has less time (:class:`_Heads`)."""
         try:
             if refuse:
                 await self._refuse(stream)
                 return
-            head = await _read_head(stream, trio.current_time() + self.head_timeout)
+            head = None
+            with self.heads.waiting(pressed):
+                head = await _read_head(stream, math.inf)
             if head is None:
-                return  # dropped: closed, or too slow (an upgrade is never read further)
+                return  # dropped: closed, too slow or shed (an upgrade is never read further)
             if _is_websocket_upgrade(head):
                 await self.app.node.realtime.serve_websocket(stream, head)
                 await _close_gracefully(stream)
@@ -291,7 +362,7 @@ async def _accept(
     ``trio.serve_listeners`` does, but without a traceback each time."""
     async with listener:
         while True:
-            await reserve.wait_for_room()
+            await reserve.wait_for_room(server.heads.shed)
             try:
                 stream = await listener.accept()
             except OSError as error:
@@ -300,14 +371,16 @@ async def _accept(
                 reserve.accept_failed(error)
                 await trio.sleep(ACCEPT_RETRY)
                 continue
-            connections.start_soon(_serve_counted, server, reserve, stream, reserve.opened())
+            refuse = reserve.opened()
+            server.heads.pressed(reserve.pressed)  # a refusal starts the fault
+            connections.start_soon(_serve_counted, server, reserve, stream, refuse, reserve.pressed)
 
 
 async def _serve_counted(
-    server: _Server, reserve: Reserve, stream: trio.SocketStream, refuse: bool
+    server: _Server, reserve: Reserve, stream: trio.SocketStream, refuse: bool, pressed: bool
 ) -> None:
     try:
-        await server.handle(stream, refuse=refuse)
+        await server.handle(stream, refuse=refuse, pressed=pressed)
     finally:
         reserve.closed()
 

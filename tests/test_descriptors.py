@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import resource
+import subprocess
+import sys
 
 import pytest
 import trio
 from trio.testing import MockClock
 
-from quart_mesh.descriptors import Reserve, count_open_fds, open_file_limit
+from quart_mesh import descriptors
+from quart_mesh.descriptors import (
+    Reserve,
+    count_open_fds,
+    open_file_limit,
+    restore_open_file_limit,
+)
 from quart_mesh.faults import DESCRIPTORS, Faults
 
 pytestmark = pytest.mark.store_free
@@ -160,3 +170,94 @@ def test_the_real_count_and_limit() -> None:
     fds = count_open_fds()
     assert fds is not None
     assert 3 <= fds < open_file_limit()
+
+
+def test_the_limit_is_read_again_at_each_recount() -> None:
+    # an operator raises the soft limit of the running node (prlimit)
+    clock, counter, limit = Clock(), Counter(10), [100]
+    reserve = Reserve(Faults(clock=clock), 0.5, limit=lambda: limit[0], count=counter, clock=clock)
+    assert (reserve.limit, reserve.refuse_above, reserve.pause_at) == (100, 50, 75)
+    limit[0] = 1000
+    assert reserve.limit == 100  # not before the next recount
+    clock.now += 1
+    reserve.open_fds()
+    assert (reserve.limit, reserve.refuse_above, reserve.pause_at) == (1000, 500, 750)
+    assert not any(_open(reserve, counter, 400))
+
+
+def test_out_of_descriptors_the_count_does_not_vanish(monkeypatch: pytest.MonkeyPatch) -> None:
+    fds = count_open_fds()
+    assert fds is not None
+
+    def listdir(folder: str) -> list[str]:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    # every descriptor below the soft limit is open: that many at least
+    assert count_open_fds() == max(fds, open_file_limit())
+
+    def no_memory(folder: str) -> list[str]:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "listdir", no_memory)
+    assert count_open_fds() == max(fds, open_file_limit())  # the last count
+
+
+def _child_soft_limit() -> int:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=restore_open_file_limit,
+    )
+    return int(done.stdout)
+
+
+def test_children_get_the_original_soft_limit_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    monkeypatch.setattr(descriptors, "_original_soft", None)
+    assert _child_soft_limit() == soft  # not raised: left alone
+    monkeypatch.setattr(descriptors, "_original_soft", min(soft, 1024) - 1)
+    assert _child_soft_limit() == min(soft, 1024) - 1
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft  # this process keeps its own
+
+
+_RAISE_THEN_SPAWN = """
+import os, resource, subprocess, sys
+from quart_mesh import descriptors
+descriptors.raise_open_file_limit()
+child = subprocess.run(
+    [sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"],
+    capture_output=True, text=True, check=True, preexec_fn=descriptors.restore_open_file_limit,
+)
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], child.stdout.strip(),
+      os.environ.get(descriptors.ORIGINAL_LIMIT_ENV))
+"""
+
+
+def test_the_raised_limit_is_the_nodes_alone() -> None:
+    # a process started with soft 200: it raises its own limit to the hard
+    # one, and a child it starts gets 200 back
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 200:
+        pytest.skip("the hard limit leaves nothing to raise")
+
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RAISE_THEN_SPAWN],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=preexec,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    own, child, remembered = done.stdout.split()
+    assert int(own) > 200
+    assert (child, remembered) == ("200", "200")

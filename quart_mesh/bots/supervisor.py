@@ -55,6 +55,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..address import PublicAddress
 from ..config import Settings
+from ..descriptors import restore_open_file_limit
 from ..records import now_ms
 from ..retry import Backoff, retrying
 from ..security import Tokens
@@ -444,6 +445,8 @@ class Supervisor:
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
                         deliver_cancel=_terminate_then_kill,
+                        # the soft open-file limit the node raised, given back
+                        preexec_fn=restore_open_file_limit,
                     )
                 )
             except OSError as error:  # EMFILE, EAGAIN, ENOMEM...: a run that failed

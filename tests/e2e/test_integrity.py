@@ -25,6 +25,7 @@ from quart_mesh.integrity import (
     BACKUPS_FILE,
     KEEP_BACKUPS,
     BackupRecord,
+    check_backups,
     record_backup,
     recorded_backups,
 )
@@ -259,3 +260,74 @@ async def test_the_record_keeps_the_newest_backups(tmp_path: Path) -> None:
     assert recorded_backups(tmp_path) == []
     record_backup(tmp_path, records[0])
     assert recorded_backups(tmp_path) == [records[0]]
+
+
+_GOOD = {
+    "path": "/b/good.tar.gz",
+    "size": 10,
+    "sha256": "0" * 64,
+    "createdAt": "2026-11-01T00:00:00+00:00",
+}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**_GOOD, "size": 1e999},  # json: inf, int(): OverflowError
+        {**_GOOD, "size": -1},
+        {**_GOOD, "size": 10.5},
+        {**_GOOD, "size": "10"},
+        {**_GOOD, "size": True},
+        {**_GOOD, "path": 7},
+        {**_GOOD, "path": ["a"]},
+        {**_GOOD, "sha256": None},
+        {**_GOOD, "createdAt": 1700000000},
+        {**_GOOD, "createdAt": "yesterday"},
+        {**_GOOD, "createdAt": "2026-11-01T00:00:00"},  # no offset
+        {k: v for k, v in _GOOD.items() if k != "size"},
+        "a string",
+        None,
+        [1, 2],
+    ],
+)
+def test_a_malformed_record_is_skipped(tmp_path: Path, bad: object) -> None:
+    (tmp_path / BACKUPS_FILE).write_text(json.dumps({"format": 1, "backups": [bad, _GOOD]}))
+    (record,) = recorded_backups(tmp_path)
+    assert record.path == _GOOD["path"]
+    check_backups(tmp_path)  # does not raise
+
+
+async def test_a_damaged_record_breaks_neither_check_nor_backup(tmp_path: Path) -> None:
+    data = tmp_path / "node"
+    await a_node(data)
+    (data / BACKUPS_FILE).write_text('{"format": 1, "backups": [{"size": 1e999}]}')
+    assert "backups: none recorded" in ok(await check(data))
+    archive = tmp_path / "b.tar.gz"
+    ok(await cli("backup", str(archive), "--data-dir", str(data)))
+    (record,) = recorded_backups(data)  # the damaged one is dropped from the record
+    assert record.path == str(archive)
+    assert f"backups: newest good: {archive}" in ok(await check(data))
+
+
+def test_overlapping_backups_to_one_path_are_not_a_damaged_backup(tmp_path: Path) -> None:
+    # two backups to the same path overlapped: the newer was recorded, but
+    # the older one's rename came last, so the file is the older backup
+    archive = tmp_path / "nightly.tar.gz"
+    older_body, newer_body = b"older backup", b"newer backup, a little longer"
+    archive.write_bytes(older_body)
+    now = datetime.datetime.now(datetime.UTC)
+    for body, taken in ((older_body, now - datetime.timedelta(minutes=2)), (newer_body, now)):
+        record = BackupRecord(str(archive), len(body), hashlib.sha256(body).hexdigest(), taken)
+        record_backup(tmp_path, record)
+    finding = check_backups(tmp_path, now)
+    assert finding.status == "ok", finding
+    assert finding.message == (
+        f"newest good: {archive}, taken 2 min ago"
+        f" ({(now - datetime.timedelta(minutes=2)).isoformat(timespec='seconds')});"
+        f" {archive} ({now.isoformat(timespec='seconds')}) was replaced by another backup"
+        " to the same path"
+    )
+
+    # the file matching neither is still a damaged backup
+    archive.write_bytes(b"something else")
+    assert check_backups(tmp_path, now).status == "fail"
