@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .._version import __version__
 from ..errors import MeshError, Overloaded, Unavailable
-from ..faults import DESCRIPTORS, DISK_FULL, STORE_CORRUPT
+from ..faults import DESCRIPTORS, STORE_CORRUPT
 from ..records import now_ms
 from ..services.accounts import DEFAULT_ROOM_NAME
 from ..store import health as repo
@@ -210,7 +210,7 @@ def node_reasons(node: Node) -> list[tuple[str, str]]:
         problem = disk.problem() if disk is not None else None
         if problem is not None:
             reasons.append(problem)
-    if node.faults.any_active(DISK_FULL):
+    if node.db.disk_full():
         reasons.append(("disk_full", "the store's writes fail: the disk is full"))
     if node.faults.any_active(STORE_CORRUPT):
         reasons.append(

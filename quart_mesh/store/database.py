@@ -37,6 +37,7 @@ import contextlib
 import errno
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -79,10 +80,21 @@ _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
 _DELIVERY_WAIT = 30.0  # seconds a write waits for the bus to deliver it here
 _CHECKPOINT_EVERY = 1.0  # seconds between SQLite checkpoints (when there were commits)
+_WAL_KEEP = 4 * 1024 * 1024  # bytes SQLite's write-ahead log is cut back to when it restarts
 #: free bytes in SQLite's folder for a full disk to count as having room
 #: again: with less, a small commit may still fit (in pages the write-ahead
 #: log reuses) while the next fails, and the fault would end and start anew
 _ROOM_AGAIN = 1024 * 1024
+#: free bytes beyond what a checkpoint needs for a full disk to end (hysteresis)
+_ROOM_END = 8 * 1024 * 1024
+#: seconds without a write meeting the full disk before it ends (hysteresis)
+_FULL_SETTLE = 3.0
+#: seconds a write that met the full disk keeps readiness at ``disk_full``
+_FULL_RECENT = 1.0
+#: free bytes in SQLite's folder above which the room a checkpoint needs is
+#: not measured (the write-ahead log stays well below: ``_WAL_KEEP`` after
+#: each checkpoint)
+_ROOM_ALWAYS = 256 * 1024 * 1024
 #: seconds a SQLite connection waits for the write lock another holds
 _BUSY_TIMEOUT = 30.0
 
@@ -312,6 +324,10 @@ class Database:
         self._inline = self.backend == "sqlite" and database not in (None, "", ":memory:")
         #: the folder of SQLite's file (where a full disk is measured)
         self._folder = Path(database).resolve().parent if self._inline and database else None
+        #: SQLite's write-ahead log, whose size is the room a checkpoint may need
+        self._log_path = Path(f"{Path(database).resolve()}-wal") if database else Path()
+        #: when a write last met a full disk (``time.monotonic()``)
+        self._full_at = -math.inf
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
@@ -494,22 +510,36 @@ class Database:
         and every send waiting on it — for tens of milliseconds (seen: p99
         4 ms, max 57 ms for a 20-row commit on this machine's disk, against
         0.07 ms at the median). A passive checkpoint waits for no reader or
-        writer."""
+        writer.
+
+        A checkpoint that fails (the disk full: the database file cannot
+        grow) is tried again each second until one succeeds, commits or
+        not: once space returns, the log's pages move and the log starts
+        over, cut back to :data:`_WAL_KEEP`. While the disk is full, the
+        checkpoint truncates the log (it waits for readers and the writer):
+        the space the log held is what the node needs to write again."""
         while True:
             await trio.sleep(_CHECKPOINT_EVERY)
-            if self._commits == self._checkpointed:
+            self._room_again()
+            commits = self._commits
+            if commits == self._checkpointed:
                 continue
-            self._checkpointed = self._commits
+            truncate = self.faults.is_active(DISK_FULL)
             try:
-                await trio.to_thread.run_sync(self._checkpoint, limiter=self._read_limiter)
-            except DBAPIError as exc:  # the next one tries again; SQLite also does on close
+                await trio.to_thread.run_sync(
+                    self._checkpoint, truncate, limiter=self._read_limiter
+                )
+            except DBAPIError as exc:  # the next second tries again; SQLite also does on close
                 self.failed(exc)
             except Unavailable:  # not open (closing): nothing to move
                 continue
+            else:
+                self._checkpointed = commits
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, truncate: bool = False) -> None:
+        mode = "TRUNCATE" if truncate else "PASSIVE"
         with self.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})")
 
     @property
     def queued(self) -> int:
@@ -528,6 +558,10 @@ class Database:
                     self._wakeup = trio.Event()
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
                 started = time.perf_counter()
+                if self._refuse_short_of_room(batch):
+                    for job in batch:
+                        job.done.set()
+                    continue
                 with trio.CancelScope(shield=True):
                     try:
                         if not self._run_inline(batch):
@@ -797,25 +831,93 @@ class Database:
         of *source* (:data:`WRITE`: only a commit ends it; :data:`READ`); the
         error its callers get. Thread-safe."""
         kind = classify(exc)
+        if kind == DISK_FULL:
+            self._full_at = time.monotonic()
         self.faults.failed(kind, _cause(exc), hint=self._hint(kind, exc), source=source)
         return StoreFault(kind)
 
     def _wrote(self) -> None:
         """A commit succeeded: the store answers, and the disk has room (on
-        SQLite once its folder has :data:`_ROOM_AGAIN` free: a commit may
-        squeeze into a full disk)."""
-        if self.faults.is_active(DISK_FULL) and self._has_room():
-            self.faults.cleared(DISK_FULL, source=_COMMITTED)
+        SQLite once its folder has room to spare, :meth:`_has_room`: a
+        commit may squeeze into a full disk)."""
+        self._room_again()
         self.faults.cleared(STORE_UNAVAILABLE, source=_COMMITTED)
 
-    def _has_room(self) -> bool:
-        if self._folder is None:
+    def _room_again(self) -> None:
+        """End a full disk if the data folder has room to spare
+        (:meth:`_has_room`) and no write met it for :data:`_FULL_SETTLE`
+        seconds: a node writing at the edge of a small disk (its log
+        growing and cut back each second) rides out one fault, not a start
+        and an end a second. After a commit, and each second (the
+        checkpointer), so that it ends on an idle node too."""
+        if (
+            self.faults.is_active(DISK_FULL)
+            and time.monotonic() - self._full_at >= _FULL_SETTLE
+            and self._has_room()
+        ):
+            self.faults.cleared(DISK_FULL, source=_COMMITTED)
+
+    def disk_full(self) -> bool:
+        """Whether writes meet a full disk now (readiness): the disk-full
+        fault is active, and either the data folder lacks the room a
+        checkpoint needs (writes are refused before they run) or a write
+        met the full disk within the last second. The fault itself ends
+        later (:meth:`_room_again`): its log lines are for the episode,
+        this is for where traffic should go now."""
+        if not self.faults.is_active(DISK_FULL):
+            return False
+        if time.monotonic() - self._full_at < _FULL_RECENT:
             return True
+        return self._short_of_room() is not None
+
+    def _has_room(self) -> bool:
+        """Room enough for a full disk to have ended: what a checkpoint needs
+        and :data:`_ROOM_END` more, so that a node writing at the edge of
+        its disk rides out one fault, not a start and an end each second."""
+        return self._short_of_room(_ROOM_END) is None
+
+    def _short_of_room(self, margin: int = 0) -> str | None:
+        """SQLite: why the data folder lacks the room a checkpoint may need
+        (what the write-ahead log holds, by its size, may all be new pages
+        of the database file) plus :data:`_ROOM_AGAIN`, or ``None`` when it
+        has it. Writes past that would strand committed pages in the log:
+        a checkpoint could not grow the database file to take them, the log
+        could not start over, and the disk would stay full after the
+        operator freed some of it (seen: the log refilled 9 MB freed in
+        half a second and held it across a restart). Cheap: one
+        ``statvfs``, and a ``stat`` of the log when space is short."""
+        if self._folder is None:
+            return None
         try:
             stats = os.statvfs(self._folder)
         except OSError:
-            return True
-        return stats.f_bavail * stats.f_frsize >= _ROOM_AGAIN
+            return None  # not measurable: SQLite itself will say
+        free = stats.f_bavail * stats.f_frsize
+        if free >= _ROOM_ALWAYS:
+            return None
+        try:
+            log_bytes = os.stat(self._log_path).st_size
+        except OSError:
+            log_bytes = 0
+        if free >= log_bytes + _ROOM_AGAIN + margin:
+            return None
+        return (
+            f"{free} bytes free, less than the write-ahead log's {log_bytes} bytes"
+            f" and {_ROOM_AGAIN} more that a checkpoint may need: writes wait for it"
+        )
+
+    def _refuse_short_of_room(self, batch: list[_Job[Any]]) -> bool:
+        """Fail *batch* (not run: the disk full) if the data folder is
+        :meth:`_short_of_room`; whether it did."""
+        short = self._short_of_room()
+        if short is None:
+            return False
+        self._full_at = time.monotonic()
+        self.faults.failed(DISK_FULL, short, hint=self._hint(DISK_FULL), source=WRITE)
+        error = StoreFault(DISK_FULL)
+        for job in batch:
+            job.error, job.entries = error, []
+        return True
 
     def _fail_all(self, batch: list[_Job[Any]], exc: DBAPIError | Unavailable) -> None:
         """Every unit of *batch* fails with *exc* (the store's failure,
@@ -949,6 +1051,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT * 1000)}")
     cur.execute("PRAGMA foreign_keys=ON")
+    # the write-ahead log shrinks back to this when it starts over after a
+    # checkpoint, instead of keeping the largest size a busy spell gave it
+    # (tens of MB: on a small disk, the room the floor was keeping)
+    cur.execute(f"PRAGMA journal_size_limit={_WAL_KEEP}")
     cur.close()
 
 
