@@ -446,7 +446,13 @@ class Database:
         Raises:
             Overloaded: ``max_queued`` units are already waiting (at once,
                 before anything is queued).
+            StoreFault: the store is known to be damaged (the
+                ``store_corrupt`` fault): no write is taken until a restart.
         """
+        if self.faults.is_active(STORE_CORRUPT):
+            # known damaged: what it would acknowledge now, the restore the
+            # fault asks for would lose (reads go on, to see and save)
+            raise StoreFault(STORE_CORRUPT)
         if self._queue is None:
             return self._write_now(fn, then)
         if len(self._queue) >= self.max_queued:

@@ -22,6 +22,7 @@ component simply runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -99,8 +100,15 @@ class _Lease:
         ):
             try:
                 conn.execute(f"SET {setting}")
-            except Exception:  # an older server: the lease works without it
-                log.warning("the lease connection could not SET %s", setting, exc_info=True)
+            except Exception as error:
+                if conn.closed or "Operational" in type(error).__name__:
+                    # the connection is gone (the server stopping, say): the
+                    # caller retries, as a store fault, not a traceback a try
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise
+                # an older server: the lease works without it
+                log.info("the lease connection could not SET %s (%s)", setting, error)
 
     def try_lock(self, key: int) -> bool:
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
