@@ -40,6 +40,7 @@ from sqlalchemy.engine import Connection
 
 from .config import Settings
 from .data_folder import replace_durably
+from .disk import DiskSpace
 from .errors import StoreCorrupt
 from .identity import KEY_FILE
 from .records import now_ms
@@ -387,6 +388,8 @@ def check(settings: Settings, now: datetime.datetime | None = None) -> Report:
     backend = sa.make_url(settings.resolved_database_url).get_backend_name()
     store = "SQLite" if path is not None else _BACKENDS.get(backend, backend)
     findings = _data_folder(settings)
+    if settings.data_dir.is_dir():
+        findings.append(_disk(settings))
     if path is not None:
         findings += _sqlite_store(settings, path)
     else:
@@ -394,6 +397,23 @@ def check(settings: Settings, now: datetime.datetime | None = None) -> Report:
     if path is not None or (settings.data_dir / BACKUPS_FILE).exists():
         findings.append(check_backups(settings.data_dir, now))
     return Report(store, findings)
+
+
+def _disk(settings: Settings) -> Finding:
+    """The data folder's free space against the node's floor (a warning
+    below it: uploads are refused; at none, writes fail too)."""
+    disk = DiskSpace(settings.data_dir, settings.disk_floor)
+    try:
+        free, total, floor = disk.free(), disk.total(), disk.floor()
+    except OSError as error:
+        return Finding("disk", "warn", f"free space cannot be measured: {error.strerror}")
+    data = {"free": free, "total": total, "floor": floor}
+    said = f"{free / 1e6:.1f} MB free of {total / 1e6:.1f} MB, floor {floor / 1e6:.1f} MB"
+    if free < floor:
+        return Finding(
+            "disk", "warn", f"{said}: below the floor, uploads are refused (free space)", data
+        )
+    return Finding("disk", "ok", said, data)
 
 
 def _data_folder(settings: Settings) -> list[Finding]:

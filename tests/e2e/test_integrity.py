@@ -31,6 +31,7 @@ from quart_mesh.integrity import (
 )
 from tests import stores
 from tests.helpers import Mesh, cli, serve_on
+from tests.small_disk import fill, small_disk
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +88,8 @@ async def test_a_fresh_node_passes_check(tmp_path: Path) -> None:
     assert statuses["store"] == statuses["migrations"] == statuses["uploads"] == "ok"
     if stores.cluster is not None:
         assert statuses["stream"] == "ok"
+    [disk] = [f for f in report["findings"] if f["name"] == "disk"]
+    assert {"free", "total", "floor"} <= set(disk), disk
 
     done = await check(data, "--no-such-option")
     assert done.returncode == 2, done.stderr.decode()
@@ -331,3 +334,19 @@ def test_overlapping_backups_to_one_path_are_not_a_damaged_backup(tmp_path: Path
     # the file matching neither is still a damaged backup
     archive.write_bytes(b"something else")
     assert check_backups(tmp_path, now).status == "fail"
+
+
+@pytest.mark.sqlite_only  # the store's own disk: a small filesystem here
+async def test_check_warns_below_the_disk_floor(tmp_path: Path) -> None:
+    data = tmp_path / "node"
+    with small_disk(data, 24):
+        await a_node(data)
+        ballast = fill(data, leave=4 * 1024 * 1024)
+        env = {**stores.node_env(data), "MESH_DISK_FLOOR": "8MiB"}
+        done = await cli("check", "--data-dir", str(data), env=env)
+        out = ok(done)  # a warning: the node can serve, uploads are refused
+        assert "warn  disk:" in out, out
+        assert "below the floor" in out, out
+        ballast.unlink()
+        out = ok(await check(data))
+        assert "ok    disk:" in out, out
