@@ -91,10 +91,13 @@ _ROOM_END = 8 * 1024 * 1024
 _FULL_SETTLE = 3.0
 #: seconds a write that met the full disk keeps readiness at ``disk_full``
 _FULL_RECENT = 1.0
-#: free bytes in SQLite's folder above which the room a checkpoint needs is
-#: not measured (the write-ahead log stays well below: ``_WAL_KEEP`` after
-#: each checkpoint)
+#: free bytes beyond the write-ahead log's size above which the room a
+#: checkpoint needs is not measured again for ``_ROOMY_FOR`` seconds (one
+#: ``statvfs`` and one ``stat`` per batch otherwise)
 _ROOM_ALWAYS = 256 * 1024 * 1024
+_ROOMY_FOR = 0.25
+#: seconds a truncating checkpoint waits for readers and the writer
+_TRUNCATE_WAIT = 0.2
 #: seconds a SQLite connection waits for the write lock another holds
 _BUSY_TIMEOUT = 30.0
 
@@ -328,6 +331,8 @@ class Database:
         self._log_path = Path(f"{Path(database).resolve()}-wal") if database else Path()
         #: when a write last met a full disk (``time.monotonic()``)
         self._full_at = -math.inf
+        #: until when the folder is known to have plenty of room (not measured)
+        self._roomy_until = -math.inf
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
@@ -528,11 +533,13 @@ class Database:
             await trio.sleep(_CHECKPOINT_EVERY)
             self._room_again()
             commits = self._commits
-            if commits == self._checkpointed:
+            # while the disk is full, the log is cut to nothing even without
+            # new commits: writes wait for that room (_short_of_room)
+            truncate = self.faults.is_active(DISK_FULL) and self._log_size() > 0
+            if commits == self._checkpointed and not truncate:
                 continue
-            truncate = self.faults.is_active(DISK_FULL)
             try:
-                await trio.to_thread.run_sync(
+                done = await trio.to_thread.run_sync(
                     self._checkpoint, truncate, limiter=self._read_limiter
                 )
             except DBAPIError as exc:  # the next second tries again; SQLite also does on close
@@ -540,12 +547,24 @@ class Database:
             except Unavailable:  # not open (closing): nothing to move
                 continue
             else:
-                self._checkpointed = commits
+                if done:  # else (readers in the way) the next second tries again
+                    self._checkpointed = commits
 
-    def _checkpoint(self, truncate: bool = False) -> None:
-        mode = "TRUNCATE" if truncate else "PASSIVE"
+    def _checkpoint(self, truncate: bool = False) -> bool:
+        """One checkpoint; whether it moved the whole log (and, *truncate*,
+        cut it to nothing). A truncating one waits for readers and the
+        writer at most :data:`_TRUNCATE_WAIT` (not the busy timeout: it
+        holds the writer meanwhile) and, kept waiting, is tried again."""
         with self.engine.connect() as conn:
-            conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})")
+            if not truncate:
+                busy, log, moved = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+                return bool(busy == 0 and log == moved)
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={int(_TRUNCATE_WAIT * 1000)}")
+            try:
+                busy, log, moved = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+            finally:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT * 1000)}")
+            return bool(busy == 0 and log == moved)
 
     @property
     def queued(self) -> int:
@@ -890,27 +909,35 @@ class Database:
         a checkpoint could not grow the database file to take them, the log
         could not start over, and the disk would stay full after the
         operator freed some of it (seen: the log refilled 9 MB freed in
-        half a second and held it across a restart). Cheap: one
-        ``statvfs``, and a ``stat`` of the log when space is short."""
+        half a second and held it across a restart). Cheap: a ``statvfs``
+        and a ``stat`` of the log (about 1.5 µs each), and none for
+        :data:`_ROOMY_FOR` seconds after finding :data:`_ROOM_ALWAYS` to spare."""
         if self._folder is None:
+            return None
+        now = time.monotonic()
+        if now < self._roomy_until:
             return None
         try:
             stats = os.statvfs(self._folder)
         except OSError:
             return None  # not measurable: SQLite itself will say
         free = stats.f_bavail * stats.f_frsize
-        if free >= _ROOM_ALWAYS:
-            return None
-        try:
-            log_bytes = os.stat(self._log_path).st_size
-        except OSError:
-            log_bytes = 0
+        log_bytes = self._log_size()
         if free >= log_bytes + _ROOM_AGAIN + margin:
+            if free - log_bytes >= _ROOM_ALWAYS:  # plenty: not measured again for a while
+                self._roomy_until = now + _ROOMY_FOR
             return None
         return (
             f"{free} bytes free, less than the write-ahead log's {log_bytes} bytes"
             f" and {_ROOM_AGAIN} more that a checkpoint may need: writes wait for it"
         )
+
+    def _log_size(self) -> int:
+        """The write-ahead log's size in bytes (0 without one)."""
+        try:
+            return os.stat(self._log_path).st_size
+        except OSError:
+            return 0
 
     def _refuse_short_of_room(self, batch: list[_Job[Any]]) -> bool:
         """Fail *batch* (not run: the disk full) if the data folder is

@@ -76,3 +76,42 @@ async def test_writes_wait_for_room_to_checkpoint_and_go_on_once_it_returns(
         finally:
             await db.close()
         assert os.path.exists(path)
+
+
+async def test_a_full_disk_cuts_the_log_back_without_new_commits(tmp_path: Path) -> None:
+    """After a checkpoint the log keeps its size (up to 4 MiB) with nothing
+    left to move; should free space then fall below it, the writes refused
+    make no commits, and the log must still be cut back (a truncating
+    checkpoint) so that they can go on: the node gets out by itself."""
+    folder = tmp_path / "data"
+    with small_disk(folder, 40):
+        path = folder / "mesh.db"
+        log = Path(f"{path}-wal")
+        db = Database(f"sqlite:///{path}", faults=Faults())
+        await db.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(db.run)
+                await db.write(_create)
+                for _ in range(40):  # ~8 MB through the log
+                    await db.write(_insert)
+                with trio.fail_after(10):  # its pages all moved: nothing to do
+                    while db._checkpointed != db._commits:
+                        await trio.sleep(0.1)
+                held = log.stat().st_size
+                assert held > 2 * 1024 * 1024
+                fill(folder, leave=held // 2)
+                with pytest.raises(Unavailable):
+                    await db.write(_insert)
+                # no space was freed: the node cuts its own log and writes again
+                with trio.fail_after(10):
+                    while True:
+                        try:
+                            await db.write(_insert)
+                            break
+                        except Unavailable:
+                            await trio.sleep(0.2)
+                assert log.stat().st_size < held
+                nursery.cancel_scope.cancel()
+        finally:
+            await db.close()
