@@ -108,7 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         "restore", help="restore a backup into an empty data folder (the node stopped)"
     )
     res.add_argument("backup", help="a file written by quart-mesh backup, or - for standard input")
-    for sub in (bak, res):
+    chk = commands.add_parser(
+        "check",
+        help="check a node's data (store integrity, migrations, secrets, uploads, the newest"
+        " backup), node running or not",
+    )
+    for sub in (bak, res, chk):
         sub.add_argument(
             "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
         )
@@ -117,29 +122,15 @@ def _parser() -> argparse.ArgumentParser:
             type=Path,
             help="folder of uploaded files (MESH_UPLOADS_DIR, default <data-dir>/uploads)",
         )
-    bak.add_argument(
-        "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
-    )
+    for sub in (bak, chk):
+        sub.add_argument(
+            "--database-url",
+            help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)",
+        )
     bak.add_argument(
         "--allow-missing-uploads",
         action="store_true",
         help="back up even if files of uploads the store names are gone (listed in the manifest)",
-    )
-    chk = commands.add_parser(
-        "check",
-        help="check a node's data (store integrity, migrations, secrets, uploads, the newest"
-        " backup), node running or not",
-    )
-    chk.add_argument(
-        "--data-dir", type=Path, help="data folder (MESH_DATA_DIR, default ./mesh-data)"
-    )
-    chk.add_argument(
-        "--uploads-dir",
-        type=Path,
-        help="folder of uploaded files (MESH_UPLOADS_DIR, default <data-dir>/uploads)",
-    )
-    chk.add_argument(
-        "--database-url", help="SQLAlchemy URL (MESH_DATABASE_URL, default SQLite in data folder)"
     )
     chk.add_argument("--json", action="store_true", help="as a JSON object")
     _chore_parsers(commands)
