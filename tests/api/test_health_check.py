@@ -33,7 +33,8 @@ pytestmark = pytest.mark.timeout(30)
 
 class FakeNode:
     """What the check uses of a node besides its store: ``running``,
-    ``stopping``, ``started_at``, ``disk``, ``uploads_disk``, ``faults``, ``bus``, ``db.backend``;
+    ``stopping``, ``started_at``, ``disk``, ``uploads_disk``, ``faults``, ``bus``, ``db.backend``,
+    ``db.disk_full()``;
     ``ask()`` stands in for the store (taking ``delay`` seconds)."""
 
     def __init__(self, tmp: Path) -> None:
@@ -46,7 +47,7 @@ class FakeNode:
         self.uploads_disk = None
         self.faults = Faults()
         self.bus = None
-        self.db = SimpleNamespace(backend="sqlite")
+        self.db = SimpleNamespace(backend="sqlite", disk_full=lambda: False)
 
     @property
     def stopping(self) -> bool:

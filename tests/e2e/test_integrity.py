@@ -300,6 +300,7 @@ def test_a_malformed_record_is_skipped(tmp_path: Path, bad: object) -> None:
     check_backups(tmp_path)  # does not raise
 
 
+@pytest.mark.sqlite_only  # quart-mesh backup is SQLite's (pg_dump for PostgreSQL)
 async def test_a_damaged_record_breaks_neither_check_nor_backup(tmp_path: Path) -> None:
     data = tmp_path / "node"
     await a_node(data)
