@@ -20,11 +20,9 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import trio
 
-from ._version import __version__
 from .address import PublicAddress
 from .bots.supervisor import Supervisor
 from .broker import Broker
@@ -447,16 +445,6 @@ class Node:
             await self.world.flush_reads()
         with contextlib.suppress(Unavailable):
             await self.supervisor.save_cursors()
-
-    async def health(self) -> dict[str, Any]:
-        """``GET /api/health``: ok, version, uptime, storage."""
-        reachable = await self.db.ping()
-        return {
-            "ok": reachable and self._running,
-            "version": __version__,
-            "uptime": round(time.monotonic() - self.started_at, 3),
-            "storage": {"ok": reachable, "backend": self.db.backend},
-        }
 
     def events(
         self, actor: Actor, *, since: int | None = None, capacity: int | None = None

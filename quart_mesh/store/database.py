@@ -979,14 +979,6 @@ class Database:
             )
         return ""
 
-    async def ping(self) -> bool:
-        """True if a trivial query succeeds."""
-        try:
-            await self.read(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
-        except (Unavailable, DBAPIError):
-            return False
-        return True
-
 
 def _is_store_failure(exc: BaseException) -> bool:
     """Whether *exc* is the store failing (unreachable, locked, refusing
