@@ -50,7 +50,7 @@ from .config import Settings
 from .data_folder import replace_durably
 from .errors import ConfigError
 from .identity import KEY_FILE
-from .integrity import BackupRecord, record_backup
+from .integrity import BackupRecord, record_backup, sha256_of
 from .security import SECRET_FILE
 from .services.uploads import STORED_NAME
 
@@ -111,14 +111,6 @@ def _sqlite_path(settings: Settings) -> Path:
     if not url.database or url.database == ":memory:":
         raise BackupError("the SQLite store has no file to back up")
     return Path(url.database)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _copy_store(source: Path, target: Path) -> None:
@@ -199,7 +191,8 @@ def _backup(settings: Settings, output: Path | None, allow_missing: bool) -> Bac
             "createdAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "missingUploads": missing,
             "files": {
-                name: {"size": path.stat().st_size, "sha256": _sha256(path)} for name, path in files
+                name: {"size": path.stat().st_size, "sha256": sha256_of(path)}
+                for name, path in files
             },
         }
         if output is None:

@@ -225,7 +225,8 @@ def record_backup(data_dir: Path, record: BackupRecord) -> None:
                 os.unlink(temporary)
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at *path*, hex (read in chunks)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
@@ -267,7 +268,7 @@ def check_backups(data_dir: Path, now: datetime.datetime | None = None) -> Findi
 
     def found(path: Path) -> tuple[int, str]:
         if str(path) not in files:
-            files[str(path)] = (path.stat().st_size, _sha256(path))
+            files[str(path)] = (path.stat().st_size, sha256_of(path))
         return files[str(path)]
 
     for record in records:
