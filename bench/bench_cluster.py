@@ -474,7 +474,10 @@ async def main() -> None:
     started = time.monotonic()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average before the run (1, 5, 15 min): {load}", flush=True)
-    with postgres_cluster() as cluster:
+    # started in a thread: it migrates its template with a Trio run of its own
+    clusters = postgres_cluster()
+    cluster = await trio.to_thread.run_sync(clusters.__enter__)
+    try:
         if cluster is None and not args.no_postgres:
             print("PostgreSQL is not installed: only the SQLite baseline is measured")
         if cluster is not None and not args.no_postgres:
@@ -497,6 +500,8 @@ async def main() -> None:
                     f"{r['latency']['p50']:.1f} ms ({time.monotonic() - t:.0f} s)",
                     flush=True,
                 )
+    finally:
+        await trio.to_thread.run_sync(clusters.__exit__, None, None, None)
     results = {name: runs for name, runs in results.items() if runs}
     if not results:
         raise SystemExit("every configuration failed")

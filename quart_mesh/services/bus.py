@@ -1,31 +1,40 @@
-"""The bus: every process of a mesh delivers every commit, in commit order.
+"""The bus: every process of a mesh delivers every commit, in one order.
 
 With several processes on one PostgreSQL database (``docs/decisions/
-0034-cluster.md``) each commit's outbox entries (``store/outbox.py``) are
-written to the ``cluster_stream`` table in the committing transaction, at a
-position taken under the sequence lock, so positions become visible in
-order and a reader at position *n* never passes a position a slower
-transaction will fill later (Synapse's "persisted up to" problem, solved by
-committing in order instead of tracking holes). Each process runs a bus:
+0034-cluster.md``, ``0080-concurrent-writers.md``) write transactions of
+all processes commit concurrently. Each that publishes something
+(``store/outbox.py``) writes its entries to the ``cluster_stream`` table at
+its *block* (``store/blocks.py``: every cursor position it took is in that
+block) and sends them as notifications, which PostgreSQL delivers at commit
+in commit order. Each carries, besides, the block at or below which every
+other transaction's block was final when it was sent. Each process runs a
+bus that
 
-- it *reads* the stream after the last position it applied and applies each
-  row in order: events to its own subscribers (the broker), routing changes
-  to its mirror, invalidations to its caches (handlers registered with
-  :meth:`Bus.on_invalidate`, awaited in order, so an event is never
-  delivered on a cache older than the change before it). A posted message
-  travels in the row as the unit stored it (reading it again by id cost
-  three more queries per read and process, ``bench/README.md``);
-- it *wakes* on a ``NOTIFY`` sent by each such commit (``LISTEN`` on a
-  connection whose socket Trio waits on, ``store/listen.py``), on its own
-  commits at once, and every :attr:`poll_interval` in case a notification
-  was lost with a connection;
-- it carries *live* events that are not stored (typing, presence) between
+- *hears* the notifications (``LISTEN`` on a connection whose socket Trio
+  waits on, ``store/listen.py``) and keeps what they carry until it may
+  apply it: a posted message travels with its row, so following the
+  stream costs a decode, not a query;
+- *applies* blocks in block order, never past one that may still commit:
+  a block it has not heard of is passed only once it is known final — by
+  the bound a later notification carries (its notification would have come
+  first), or by a read of the table. Events go to its own subscribers (the
+  broker), routing changes to its mirror, invalidations to its caches
+  (handlers registered with :meth:`Bus.on_invalidate`, awaited in order,
+  so an event is never delivered on a cache older than the change before
+  it);
+- *reads the table* only to fill a gap: after (re)connecting the listener
+  (what committed before ``LISTEN`` was not heard), for a commit too large
+  for notifications, when a block stays unknown for :data:`_HOLE_WAIT`
+  (a transaction rolled back after taking a block: nobody will tell), and
+  every :attr:`poll_interval`;
+- carries *live* events that are not stored (typing, presence) between
   processes as ``NOTIFY`` payloads: at most once, which is what they are.
 
 The process's own events go the same way as everyone else's, so every
-process delivers one order, the stream's. Rows are pruned after
-:attr:`keep_ms`; a process that cannot read the stream for longer than half
-of that ends its sessions (they resume from their cursors, losing nothing).
+process delivers one order, the blocks'. Rows are pruned after
+:attr:`keep_ms`; a process that cannot follow the stream for longer than
+half of that ends its sessions (they resume from their cursors, losing
+nothing).
 
 While the store cannot be read or listened to, that is one fault
 (``faults.STORE_UNAVAILABLE``: logged when it starts and when it ends,
@@ -37,6 +46,7 @@ behind the stream is :meth:`Bus.behind_for` (readiness reads it).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -62,10 +72,16 @@ log = logging.getLogger(__name__)
 LIVE_CHANNEL = "mesh_live"
 #: stream rows read at once (each up to a write batch's messages)
 _BATCH = 64
-#: how long a wake-up waits for more commits to read with it (seconds)
+#: how long a wake-up waits for more commits to apply with it (seconds)
 _GATHER = 0.001
+#: how long a block may stay unheard of, with later ones waiting, before
+#: the table is read to learn whether it is final (seconds): a transaction
+#: that took a block and rolled back tells nobody
+_HOLE_WAIT = 0.05
 #: the source of the listening connection's failures (``faults.Faults``)
 _LISTEN = "listen"
+#: the horizon while not listening: only the table tells what is final
+_NOT_LISTENING = 1 << 62
 
 
 class Bus:
@@ -85,17 +101,36 @@ class Bus:
         self.process_id = process_id
         self.poll_interval = poll_interval
         self.keep_ms = keep_ms
-        #: the last stream position applied here
+        #: the block up to which the stream is applied here (every block
+        #: at or below it applied, or final and empty)
         self.position = 0
-        #: the newest position another process told of (``NOTIFY``)
+        #: the newest block heard of (notifications or the table)
         self.known = 0
+        #: heard of and not applied yet: block -> its row
+        self._pending: dict[int, repo.StreamRow] = {}
+        #: notifications of a block still to come (block -> chunks so far)
+        self._partial: dict[int, list[str]] = {}
+        #: blocks too large for notifications, to read from the table
+        self._fetch: set[int] = set()
+        #: every block at or below it was read from the table or is empty
+        self._read_to = 0
+        #: the highest bound a notification carried: a block at or below it
+        #: not heard of is final and empty, if it is above :attr:`_horizon`
+        self._told_to = 0
+        #: the newest block taken before the listener listened: one at or
+        #: below it may have committed while nobody here listened
+        self._horizon = _NOT_LISTENING
+        #: the table must be read (the listener (re)connected, a gap stayed)
+        self._must_read = True
+        #: when the first block was found waiting behind an unknown one
+        self._hole_since: float | None = None
         self._wakeup = trio.Event()
         self._live: list[Event] = []
         self._live_ready = trio.Event()
         self._invalidators: dict[str, list[Callable[[str], Awaitable[object]]]] = {}
         self._resyncers: list[Callable[[], Awaitable[object]]] = []
         self._prepared = False
-        #: when the stream was last read to its end (Trio's clock)
+        #: when the stream was last applied to its end (Trio's clock)
         self._caught_up_at = 0.0
         #: part of the stream could not be applied: start over from its head
         self._must_resync = False
@@ -111,16 +146,16 @@ class Bus:
         self._wakeup.set()
 
     def head(self) -> int:
-        """The newest stream position known committed: a subscription made
-        now receives the events after it (those before predate it, even if
-        this process has not applied them yet)."""
-        return max(self.position, self.known, self._db.stream_head)
+        """The block up to which the stream is applied here: a subscription
+        made now receives the events after it. (Not the newest block heard
+        of: one below that may still commit, after the subscription.)"""
+        return self.position
 
     def behind_for(self) -> float:
-        """0.0 when this process has applied every stream position it knows
-        of, else the seconds since it last had (readiness: a process whose
-        bus is stuck delivers nothing others commit)."""
-        if not self._running or self.position >= self.head():
+        """0.0 when this process has applied every block it heard of, else
+        the seconds since it last had (readiness: a process whose bus is
+        stuck delivers nothing others commit)."""
+        if not self._running or self.position >= self.known:
             return 0.0
         return max(0.0, trio.current_time() - self._caught_up_at)
 
@@ -140,16 +175,21 @@ class Bus:
         self._resyncers.append(handler)
 
     async def prepare(self) -> None:
-        """Take the stream's head as the place to start from. Call before
-        loading what the process keeps in memory (``Node``): what others
-        commit after this is applied on top of it, nothing in between is
-        missed. From here on, events reach this process's sessions through
-        :meth:`run` only.
+        """Take the block at or below which every block is final as the place
+        to start from. Call before loading what the process keeps in memory
+        (``Node``): what commits after this is applied on top of it, nothing
+        in between is missed. From here on, events reach this process's
+        sessions through :meth:`run` only.
 
         Raises:
             Unavailable: the store cannot be read.
         """
-        self.position = self.known = await self._db.read(repo.head_position)
+        start = await self._db.read(repo.head_position)
+        self.position = self.known = self._read_to = self._told_to = start
+        self._pending.clear()
+        self._partial.clear()
+        self._fetch.clear()
+        self._must_read = True
         self._prepared = True
         self._caught_up_at = trio.current_time()
         self._advanced()
@@ -185,19 +225,23 @@ class Bus:
     async def _follow(self) -> None:
         backoff = Backoff(0.2, 5.0)
         while True:
-            with trio.move_on_after(self.poll_interval):
+            timeout = self.poll_interval
+            if self._hole_since is not None:
+                timeout = max(0.0, self._hole_since + _HOLE_WAIT - trio.current_time())
+            with trio.move_on_after(timeout) as waited:
                 await self._wakeup.wait()
-            # commits that land together are read together (one query per
-            # process for all of them, not one each)
+            # commits that land together are applied together
             await trio.sleep(_GATHER)
             self._wakeup = trio.Event()
+            if waited.cancelled_caught:
+                # quiet, or a block stayed unknown: what is final, the table says
+                self._must_read = True
             if self._must_resync or trio.current_time() - self._caught_up_at > self.keep_ms / 2000:
                 # rows this process has not applied may be pruned by now
                 await retrying("starting over from the cluster stream's head", self._resync)
                 self._must_resync = False
             try:
-                while await self._apply_next():
-                    pass
+                await self._catch_up()
             except Unavailable as exc:
                 delay = backoff.next()
                 self._store_failed(exc, READ)
@@ -205,9 +249,6 @@ class Bus:
                 await trio.sleep(delay)
                 self._wakeup.set()
             else:
-                self._caught_up_at = trio.current_time()
-                # what failed reads started (not a failed write's: a commit ends that)
-                self._db.faults.cleared(STORE_UNAVAILABLE, source=READ)
                 backoff.reset()
 
     async def _resync(self) -> None:
@@ -221,26 +262,88 @@ class Bus:
         # reloaded caches
         self._broker.disconnect_all("unavailable")
 
-    async def _apply_next(self) -> bool:
-        """Apply the next rows of the stream; True if there may be more."""
-        rows = await self._db.read(partial(repo.read_stream, after=self.position, limit=_BATCH))
-        if rows:  # known now, applied below (``behind_for`` counts while it is not)
-            self.known = max(self.known, rows[-1].position)
-        for row in rows:
-            if row.unreadable:
-                # written by another version of the node, or damaged: what it
-                # carried is unknown, so everything is read again after it
-                log.error("stream row %d could not be read: starting over", row.position)
-                self._must_resync = True
-            else:
-                await self._apply(row)
-            self.position = row.position
+    async def _catch_up(self) -> None:
+        """Read what the table must tell (rows too large for notifications,
+        a gap), and apply every block that may be applied."""
+        if self._fetch:
+            wanted = sorted(self._fetch)
+            for row in await self._db.read(partial(repo.read_rows, positions=wanted)):
+                self._heard(row)
+            self._fetch.difference_update(wanted)
+        if self._must_read:
+            self._must_read = False
+            while True:
+                after = max(self._read_to, self.position)
+                rows, read_to = await self._db.read(
+                    partial(repo.final_rows, after=after, limit=_BATCH)
+                )
+                for row in rows:
+                    self._heard(row)
+                self._read_to = max(self._read_to, read_to)
+                await self._apply_ready()
+                if len(rows) < _BATCH:
+                    break
+            # what failed reads started (not a failed write's: a commit ends that)
+            self._db.faults.cleared(STORE_UNAVAILABLE, source=READ)
+        await self._apply_ready()
+
+    def _heard(self, row: repo.StreamRow) -> None:
+        if row.position > self.position:
+            self._pending.setdefault(row.position, row)
             self.known = max(self.known, row.position)
-        if rows:
+
+    def _passable_to(self) -> int:
+        """How far blocks not heard of may be passed: those read from the
+        table, and above the horizon those a notification's bound covers."""
+        reach = max(self.position, self._read_to)
+        if reach >= self._horizon:
+            reach = max(reach, self._told_to)
+        return reach
+
+    async def _apply_ready(self) -> None:
+        """Apply the blocks that may be applied, in order: the next one heard
+        of once every block before it is applied or final."""
+        moved = False
+        while True:
+            waiting = min(self._pending, default=None)
+            blocked = min(itertools.chain(self._partial, self._fetch), default=None)
+            if waiting is not None and waiting <= self.position:
+                del self._pending[waiting]  # heard twice (the table and a notification)
+                continue
+            if waiting is not None and waiting == self.position + 1:
+                row = self._pending.pop(waiting)
+                if row.unreadable:
+                    # written by another version of the node, or damaged: what
+                    # it carried is unknown, so everything is read again after it
+                    log.error("stream row %d could not be read: starting over", row.position)
+                    self._must_resync = True
+                else:
+                    await self._apply(row)
+                self.position = waiting
+                moved = True
+                continue
+            # blocks not heard of up to the next one heard of (or one whose
+            # notifications are incomplete, or to be read) pass once final
+            bound = self._passable_to()
+            for block in (waiting, blocked):
+                if block is not None:
+                    bound = min(bound, block - 1)
+            if bound > self.position:
+                self.position = bound
+                moved = True
+                continue
+            break
+        now = trio.current_time()
+        if moved:
             self._advanced()
-            if self.position >= self.head():
-                self._caught_up_at = trio.current_time()
-        return len(rows) == _BATCH
+            self._caught_up_at = now  # behind, perhaps, but moving
+        if self.position >= self.known:
+            self._caught_up_at = now
+            self._hole_since = None
+        elif moved or self._hole_since is None:
+            # blocks wait behind one not heard of: the table is read if no
+            # notification makes it known within _HOLE_WAIT (``_follow``)
+            self._hole_since = now
 
     def _advanced(self) -> None:
         """Wake those waiting for the applied position (:meth:`caught_up`)."""
@@ -288,24 +391,54 @@ class Bus:
         while True:
             try:
                 async with Listener(self._db.url, (STREAM_CHANNEL, LIVE_CHANNEL)) as listener:
+                    # listening now: a block taken from here on is heard of when
+                    # it commits; one taken before may have been told to nobody
+                    horizon = await self._db.read(repo.last_block)
                     backoff.reset()
                     self._db.faults.cleared(STORE_UNAVAILABLE, source=_LISTEN)
-                    self.wake()  # whatever was missed while not listening
+                    self._horizon = horizon
+                    self._must_read = True  # whatever was missed while not listening
+                    self.wake()
                     while True:
                         for note in await listener.wait():
                             if note.channel == STREAM_CHANNEL:
-                                if note.payload.isdigit():
-                                    self.known = max(self.known, int(note.payload))
-                                self.wake()
+                                self._told(note.payload)
                             else:
                                 self._received_live(note.payload)
             except Unavailable as exc:
+                # chunks of a commit half heard are read from the table instead
+                self._partial.clear()
+                self._horizon = _NOT_LISTENING
                 delay = backoff.next()
                 self._store_failed(exc, _LISTEN)
                 log.debug(
                     "listening for the cluster's commits failed (%s): again in %.1fs", exc, delay
                 )
                 await trio.sleep(delay)
+
+    def _told(self, payload: str) -> None:
+        """A commit's notification: ``<block> <final> <n> <count>`` and a line
+        with a run of its entries (``*``: read the row from the table)."""
+        head, _, body = payload.partition("\n")
+        try:
+            block, final, n, count = (int(part) for part in head.split(" "))
+        except ValueError:
+            log.error("a malformed notification on the stream's channel: reading the table")
+            self._must_read = True
+            self.wake()
+            return
+        self.known = max(self.known, block)
+        self._told_to = max(self._told_to, final)
+        if block > self.position:
+            if body == "*":
+                self._fetch.add(block)
+            else:
+                chunks = self._partial.setdefault(block, [])
+                chunks.append(body)
+                if n >= count or len(chunks) >= count:
+                    del self._partial[block]
+                    self._pending.setdefault(block, _row(block, chunks))
+        self.wake()
 
     def _queue_live(self, event: Event) -> None:
         self._live.append(event)
@@ -351,6 +484,19 @@ class Bus:
             except Unavailable as exc:
                 self._store_failed(exc, WRITE)
                 log.debug("pruning the cluster stream failed: %s", exc)
+
+
+def _row(block: int, chunks: list[str]) -> repo.StreamRow:
+    """The row a commit's notifications carried (*chunks*: JSON arrays of its
+    entries, in order)."""
+    entries: list[outbox.Entry] = []
+    try:
+        for chunk in chunks:
+            entries.extend(outbox.decode(chunk))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.exception("the notifications of block %d are not readable", block)
+        return repo.StreamRow(block, "", [], unreadable=True)
+    return repo.StreamRow(block, "", entries)
 
 
 def _payloads(origin: str, events: list[Event]) -> list[str]:

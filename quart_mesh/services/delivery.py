@@ -116,6 +116,7 @@ class Feed:
                     limit + 1,
                     mentions_of=mentions_of,
                     readable=None if only is None else (only.everywhere, only.exceptions),
+                    upto=head,
                 )
             truncated = len(found) > limit
             found = found[:limit]

@@ -300,7 +300,9 @@ class Messages:
         # a plain local post is stored in one statement, checks included
         plain = source is None and to is None and thread_id is None and not refs
 
-        def published(conn: Connection, stored: Message) -> tuple[Message, bool]:
+        def published(
+            conn: Connection, stored: Message, shared: bool | None = None
+        ) -> tuple[Message, bool]:
             self._record(
                 conn,
                 room_id,
@@ -315,13 +317,14 @@ class Messages:
                 by=actor.participant_id,
                 source=source,
                 mark=False,  # relayed messages are recognized by their id
+                shared=shared,
             )
             outbox.emit(conn, MessagePosted(room_id, message=stored))
             return stored, True
 
         def write(conn: Connection) -> tuple[Message, bool]:
             if plain and (posted := repo.post_message(conn, message)) is not None:
-                return published(conn, posted)
+                return published(conn, *posted)
             # in full: why not (not a member, a retry), or a DM, a reply, ...
             found = rooms_repo.kind_and_membership(conn, room_id, actor.participant_id)
             if found is None or (found[0] == "dm" and not found[1]):
@@ -697,17 +700,19 @@ class Messages:
         by: str,
         source: RelaySource | None,
         mark: bool = True,
+        shared: bool | None = None,
     ) -> None:
         """Queue a change for the nodes its room is shared with, if it is, and
         (with *mark*) mark a relayed change applied, in the change's own
-        transaction (``docs/federation.md``)."""
+        transaction (``docs/federation.md``). *shared*: whether the room is
+        shared, if the unit's own statement told (``None``: ask)."""
         via = None
         if source is not None:
             via = source.connection_id
             if mark:
                 relay_repo.mark_applied(conn, source.connection_id, source.seq)
-        if room_id in self._shared:
-            relay_repo.record(conn, room_id, kind, body, by, via=via)
+        if shared is not False and room_id in self._shared:
+            relay_repo.record(conn, room_id, kind, body, by, via=via, shared=shared)
 
     def _record_reaction(
         self,

@@ -62,8 +62,8 @@ from . import outbox
 from .dialect import (
     MIGRATION_LOCK,
     Statement,
-    hold_sequences,
-    holds_sequences,
+    hold_write_lock,
+    holds_write_lock,
     is_retryable,
     translate,
 )
@@ -112,11 +112,27 @@ _COMMITTED = (WRITE, READ)
 
 #: the channel a commit that wrote to the stream notifies (``services/bus.py``)
 STREAM_CHANNEL = "mesh_stream"
+#: bytes of a notification's entries at most (PostgreSQL takes 8000 bytes a
+#: payload; the header and a margin besides), and notifications a commit
+#: sends at most: a larger one is read from the table
+_CHUNK_BYTES = 7600
+_MAX_CHUNKS = 64
 
-_RECORD = sa.text(
-    "WITH row AS (INSERT INTO cluster_stream (origin, body, created_at)"
-    " VALUES (:origin, :body, :at) RETURNING position)"
-    f" SELECT position, pg_notify('{STREAM_CHANNEL}', position::text) FROM row"
+# One round trip at the end of a transaction that published something: its
+# block (taken now if its units took no position), its stream row, and its
+# entries as notifications (delivered at commit, in commit order), each
+# headed "<block> <final> <n> <count>": <final> is the block at or below
+# which every other transaction's block is final (``blocks.py``), so a
+# reader that has every notification before this one knows that a block at
+# or below it it has not heard of was rolled back or published nothing.
+_RECORD = (
+    "WITH b AS MATERIALIZED (SELECT mesh_reserve() AS block),"
+    " f AS MATERIALIZED (SELECT mesh_final_block(true) AS upto),"
+    " row AS (INSERT INTO cluster_stream (position, origin, body, created_at)"
+    " SELECT block, %(origin)s, %(body)s, %(at)s FROM b)"
+    f" SELECT b.block, pg_notify('{STREAM_CHANNEL}', b.block || ' ' || f.upto || ' ' || t.n"
+    " || ' ' || %(count)s || chr(10) || t.p)"
+    " FROM b, f, unnest(%(chunks)s::text[]) WITH ORDINALITY AS t(p, n)"
 )
 
 
@@ -459,7 +475,7 @@ class Database:
             # fault asks for would lose (reads go on, to see and save)
             raise StoreFault(STORE_CORRUPT)
         if self._queue is None:
-            return self._write_now(fn, then)
+            return self._write_now(fn, then, quick)
         if len(self._queue) >= self.max_queued:
             raise Overloaded(
                 "the node has too many writes waiting: try again shortly", retry_after=1
@@ -482,9 +498,11 @@ class Database:
         return await self._delivered(job)
 
     async def _write_now(
-        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None
+        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None, quick: bool
     ) -> T:
-        job = await trio.to_thread.run_sync(self._run_write, fn, then, limiter=self._write_limiter)
+        job = await trio.to_thread.run_sync(
+            self._run_write, fn, then, quick, limiter=self._write_limiter
+        )
         return await self._delivered(job)
 
     async def _delivered(self, job: _Job[T]) -> T:
@@ -685,30 +703,43 @@ class Database:
         except Exception:  # a bug in a publisher must not stop writes
             log.exception("after-commit callback failed")
 
-    def _lock_first(self, conn: Connection) -> None:
-        """With several processes, take the sequence lock before anything
-        else: nearly every batch takes it anyway to write to the stream, and
-        taking it last, after row locks, would deadlock with a writer that
-        took it first and waits for one of those rows."""
-        if self.stream_origin is not None:
-            hold_sequences(conn)
+    def _lock_first(self, conn: Connection, batch: list[_Job[Any]]) -> None:
+        """With several processes, take the mesh's write lock before anything
+        else, unless every unit is quick (a send, a sign-in: its checks are
+        in its own statements, and such batches commit concurrently). Taken
+        first, not where a unit would (``dialect.hold_write_lock``): taken
+        after row locks, it would deadlock with a writer that took it first
+        and waits for one of those rows."""
+        if self.stream_origin is not None and not all(job.quick for job in batch):
+            hold_write_lock(conn)
 
     def _record(self, conn: Connection, batch: list[_Job[Any]]) -> None:
         """With several processes: write what the batch's committing units
-        published to the stream, in this transaction, at a position taken
-        under the sequence lock (so positions commit in order), and notify
-        the readers (delivered by PostgreSQL at commit)."""
+        published to the stream at the transaction's block, in this
+        transaction, and send it to the other processes as notifications
+        (delivered by PostgreSQL at commit, in commit order)."""
         if self.stream_origin is None:
             return
         found = [entry for job in batch if job.error is None for entry in job.entries]
         if not found:
             return
-        hold_sequences(conn)
-        # one round trip: the row, and the notification of its position
-        position = conn.execute(
+        parts = outbox.encode_each(found)
+        body = "[" + ",".join(parts) + "]"
+        chunks = _chunks(parts)
+        # one round trip: the block, the row, the notifications
+        written = conn.exec_driver_sql(
             _RECORD,
-            {"origin": self.stream_origin, "body": outbox.encode(found), "at": now_ms()},
-        ).scalar_one()
+            {
+                "origin": self.stream_origin,
+                "body": body,
+                "at": now_ms(),
+                "count": len(chunks),
+                "chunks": chunks,
+            },
+        ).first()
+        if written is None:  # a row per notification, and there is one at least
+            raise RuntimeError("the stream row was not written")
+        position = int(written[0])
         for job in batch:
             if job.error is None and job.entries:
                 job.position = int(position)
@@ -763,7 +794,7 @@ class Database:
             job = batch[0]
             try:
                 with begin() as conn:
-                    self._lock_first(conn)
+                    self._lock_first(conn, batch)
                     job.run(conn)
                     self._record(conn, batch)
             except _Busy:
@@ -775,12 +806,12 @@ class Database:
             return
         try:
             with begin() as conn:
-                self._lock_first(conn)
+                self._lock_first(conn, batch)
                 try:
                     for job in batch:
                         job.run(conn)
                 finally:
-                    sequenced = holds_sequences(conn)
+                    sequenced = holds_write_lock(conn)
                 self._record(conn, batch)
         except _Busy:
             raise
@@ -791,11 +822,11 @@ class Database:
         else:
             return
         with begin() as conn:
-            self._lock_first(conn)
+            self._lock_first(conn, batch)
             if sequenced:
                 # once for the batch, outside the savepoints (rolling back to
                 # a savepoint would release a lock taken inside it)
-                hold_sequences(conn)
+                hold_write_lock(conn)
             for job in batch:
                 try:
                     with conn.begin_nested():
@@ -811,13 +842,13 @@ class Database:
         return await trio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
 
     def _run_write(
-        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None
+        self, fn: Callable[[Connection], T], then: Callable[[T], object] | None, quick: bool
     ) -> _Job[T]:
-        job: _Job[T] = _Job(fn, then)
+        job: _Job[T] = _Job(fn, then, quick)
 
         def once() -> None:
             with self._writing().begin() as conn:
-                self._lock_first(conn)
+                self._lock_first(conn, [job])
                 job.run(conn)
                 self._record(conn, [job])
 
@@ -1015,6 +1046,29 @@ def _cause(exc: BaseException) -> str:
     cause = getattr(exc, "orig", None) or exc
     lines = str(cause).strip().splitlines()
     return lines[0] if lines else type(cause).__name__
+
+
+def _chunks(parts: list[str]) -> list[str]:
+    """Entries (each one's JSON) as JSON arrays of at most
+    :data:`_CHUNK_BYTES` bytes, one a notification; ``["*"]`` (read the row
+    from the table) if one entry alone is larger or there would be more than
+    :data:`_MAX_CHUNKS`."""
+    chunks: list[str] = []
+    group: list[str] = []
+    size = 2
+    for part in parts:
+        cost = len(part.encode()) + 1
+        if cost + 2 > _CHUNK_BYTES:
+            return ["*"]
+        if size + cost > _CHUNK_BYTES:
+            chunks.append("[" + ",".join(group) + "]")
+            if len(chunks) >= _MAX_CHUNKS:
+                return ["*"]
+            group, size = [], 2
+        group.append(part)
+        size += cost
+    chunks.append("[" + ",".join(group) + "]")
+    return chunks
 
 
 def _rerun_aborted(what: str, transaction: Callable[[], T]) -> T:

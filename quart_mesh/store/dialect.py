@@ -6,12 +6,15 @@ things make that safe here:
 
 - :func:`insert` builds ``INSERT ... ON CONFLICT`` for either backend, so a
   row two writers add at once is added once, without select-then-insert.
-- :func:`hold_sequences` makes cursor positions (``messages.seq``,
-  ``relay_outbox.seq``) commit in the order they are assigned: a
-  transaction-level advisory lock, taken before the first position is
-  assigned and held until commit, so a reader at cursor *n* never passes a
-  position a slower transaction will later fill. SQLite has one writer at
-  a time and needs nothing.
+- :func:`hold_write_lock` serializes the writes that decide by counting or
+  checking first (a cap on pins, presence's "any session left"): a
+  transaction-level advisory lock held until commit. Every write batch
+  but one of quick units only (message sends, sign-ins) takes it first
+  (``Database``), so those writes run one after another across processes,
+  as on SQLite; quick batches, whose checks are in their own statements,
+  commit concurrently. Cursor positions need no lock: they are taken in
+  blocks, and readers stop where a slower transaction may still commit one
+  (``blocks.py``). SQLite has one writer at a time and needs nothing.
 - :func:`translate` turns a constraint violation that escaped a unit of
   work (a row referred to was deleted meanwhile, a row was added twice at
   once) into a client error instead of a 500.
@@ -31,10 +34,10 @@ from ..errors import Conflict, MeshError, NotFound
 
 __all__ = [
     "MIGRATION_LOCK",
-    "SEQUENCE_LOCK",
+    "WRITE_LOCK",
     "Statement",
-    "hold_sequences",
-    "holds_sequences",
+    "hold_write_lock",
+    "holds_write_lock",
     "insert",
     "insert_new",
     "is_retryable",
@@ -43,10 +46,10 @@ __all__ = [
 
 #: advisory lock keys (64-bit, fixed): "mesh" and a number
 MIGRATION_LOCK = 0x6D65_7368_0000_0001
-SEQUENCE_LOCK = 0x6D65_7368_0000_0002
+WRITE_LOCK = 0x6D65_7368_0000_0002
 
-# conn.info key: the root transaction that holds SEQUENCE_LOCK outside any savepoint
-_HELD = "mesh_sequence_lock"
+# conn.info key: the root transaction that holds WRITE_LOCK outside any savepoint
+_HELD = "mesh_write_lock"
 
 
 def insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
@@ -110,9 +113,10 @@ class Statement:
             ) from exc
 
 
-def hold_sequences(conn: Connection) -> None:
-    """Call before a statement that assigns a cursor position: on PostgreSQL,
-    wait for and take the sequence lock until the transaction ends.
+def hold_write_lock(conn: Connection) -> None:
+    """Call before a check whose outcome a concurrent write could change (a
+    count against a cap): on PostgreSQL, wait for and take the mesh's write
+    lock until the transaction ends (a no-op when the batch took it first).
 
     Taken once per transaction: a unit of work that runs inside a savepoint
     takes it again (cheaply, it is re-entrant), because rolling back to the
@@ -123,13 +127,13 @@ def hold_sequences(conn: Connection) -> None:
     root = conn.get_transaction()
     if root is not None and conn.info.get(_HELD) is root:
         return
-    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SEQUENCE_LOCK})")
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
     if conn.get_nested_transaction() is None:
         conn.info[_HELD] = root
 
 
-def holds_sequences(conn: Connection) -> bool:
-    """Whether this transaction took the sequence lock outside any savepoint."""
+def holds_write_lock(conn: Connection) -> bool:
+    """Whether this transaction took the write lock outside any savepoint."""
     root = conn.get_transaction()
     return root is not None and conn.info.get(_HELD) is root
 

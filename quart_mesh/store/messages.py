@@ -13,7 +13,8 @@ from sqlalchemy.engine import Connection
 from .. import search_text
 from ..records import Message, Reaction, Upload
 from . import search
-from .dialect import Statement, hold_sequences, insert, insert_new
+from .blocks import final_seq
+from .dialect import Statement, insert, insert_new
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
 from .uploads import upload_from_row, uploads_table
 
@@ -186,6 +187,15 @@ _post_message = _by_dialect(
     " AND rooms.kind <> 'dm' ON CONFLICT DO NOTHING RETURNING seq",
     _VECTOR,
 )
+# on PostgreSQL the same statement says whether the room is shared with
+# other nodes (relay.is_shared, without a round trip of its own)
+_post_message = (
+    _post_message[0],
+    Statement(
+        _post_message[1].sql
+        + ", EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = :room_id)"
+    ),
+)
 
 
 def _run(conn: Connection, statements: tuple[Statement, Statement], message: Message) -> Any:
@@ -213,30 +223,30 @@ def _params(message: Message) -> dict[str, Any]:
 
 
 def insert_message(conn: Connection, message: Message) -> Message:
-    """Insert *message* (its ``seq`` is ignored) and return it with its new ``seq``.
-
-    On PostgreSQL this waits for other writers' transactions that hold cursor
-    positions to commit (:func:`.dialect.hold_sequences`), so cursors commit in order.
-    """
-    hold_sequences(conn)
+    """Insert *message* (its ``seq`` is ignored) and return it with its new
+    ``seq`` (on PostgreSQL a position of the transaction's block, ``blocks.py``)."""
     statements = _insert_redated if message.time_replaced else _insert_message
     seq = int(_run(conn, statements, message).fetchone()[0])
     search.index(conn, seq, message.content)
     return dataclasses.replace(message, seq=seq, reactions=())
 
 
-def post_message(conn: Connection, message: Message) -> Message | None:
+def post_message(conn: Connection, message: Message) -> tuple[Message, bool | None] | None:
     """Insert a plain local post (no ``to``, thread or attachments) in one
     statement, if its sender is a member of its room, the room is not a DM
     and the sender's ``client_id`` (if any) is unused; else nothing is
     written and None is returned (the caller checks in full to say why, or
-    to find the message a retried send stored). The common send, cheaply."""
-    hold_sequences(conn)
+    to find the message a retried send stored). The common send, cheaply.
+
+    Returns the stored message, and whether its room is shared with other
+    nodes (``relay.is_shared``) where the statement could tell (PostgreSQL;
+    ``None``: not told)."""
     row = _run(conn, _post_message, message).fetchone()
     if row is None:
         return None
     search.index(conn, row[0], message.content)
-    return dataclasses.replace(message, seq=row[0])
+    shared = bool(row[1]) if len(row) > 1 else None
+    return dataclasses.replace(message, seq=row[0]), shared
 
 
 def get_message(conn: Connection, message_id: str) -> Message | None:
@@ -297,6 +307,10 @@ def list_messages(
     if before is not None:
         query = query.where(messages.c.seq < before)
     if since is not None:
+        # a cursor: never past a message a slower transaction may still add below
+        final = final_seq(conn)
+        if final is not None:
+            query = query.where(messages.c.seq <= final)
         query = query.where(messages.c.seq > since).order_by(messages.c.seq).limit(limit)
         rows = list(conn.execute(query))
     else:
@@ -363,20 +377,23 @@ def messages_around(
 
 
 def head_seq(conn: Connection) -> int:
-    """The newest cursor on the node (0 when there are no messages)."""
-    head: int = conn.execute(
-        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
-    ).scalar_one()
-    return head
+    """The newest cursor on the node (0 when there are no messages): the
+    newest message below which none can still commit (``blocks.py``).
+    Messages read after this call up to it are all there are."""
+    return _head(conn, sa.true())
 
 
 def room_head_seq(conn: Connection, room_id: str) -> int:
-    """The newest cursor in *room_id* (0 when it has no messages)."""
-    head: int = conn.execute(
-        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(
-            messages.c.room_id == room_id
-        )
-    ).scalar_one()
+    """The newest cursor in *room_id* (0 when it has no messages), as :func:`head_seq`."""
+    return _head(conn, messages.c.room_id == room_id)
+
+
+def _head(conn: Connection, where: sa.ColumnElement[bool]) -> int:
+    final = final_seq(conn)  # first: what is final is then visible to the next statement
+    query = sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(where)
+    if final is not None:
+        query = query.where(messages.c.seq <= final)
+    head: int = conn.execute(query).scalar_one()
     return head
 
 
@@ -421,11 +438,13 @@ def messages_after(
     *,
     mentions_of: str | None = None,
     readable: tuple[bool, frozenset[str]] | None = None,
+    upto: int | None = None,
 ) -> list[Message]:
     """Messages after cursor *after* in the participant's rooms (DMs included),
-    oldest first; with *after* ``None``, after the participant's read position
-    in each room. With *mentions_of* (the participant's name): only messages
-    addressed to it, mentioning ``@name``, or in its DMs. With *readable*
+    oldest first, none past *upto* (a :func:`head_seq` read before); with
+    *after* ``None``, after the participant's read position in each room.
+    With *mentions_of* (the participant's name): only messages addressed to
+    it, mentioning ``@name``, or in its DMs. With *readable*
     (``(everywhere, exceptions)``, the services' visibility decision): only
     in every room but the exceptions, or in none but them."""
     query = (
@@ -442,6 +461,8 @@ def messages_after(
             query = query.where(messages.c.room_id.in_(sorted(exceptions)))
         else:
             return []
+    if upto is not None:
+        query = query.where(messages.c.seq <= upto)
     if after is not None:
         query = query.where(messages.c.seq > after)
     else:

@@ -12,10 +12,10 @@ its connection, and they take effect only if, and once, the unit commits:
 On one process (SQLite) the store hands the entries of each committed unit
 to the broker right after the commit, in commit order. With several
 processes on one PostgreSQL database the entries are also written, in the
-same transaction, to the ``cluster_stream`` table, under the sequence lock
-so that stream positions commit in order; every process reads the stream
-and applies every entry in that order (``services/bus.py``). Nothing is
-delivered that was not committed, and nothing committed is missed.
+same transaction, to the ``cluster_stream`` table at the transaction's
+block (``blocks.py``) and sent as notifications; every process applies
+them in block order (``services/bus.py``). Nothing is delivered that was
+not committed, and nothing committed is missed.
 
 A unit that fails is rolled back with its entries (its savepoint).
 """
@@ -44,6 +44,7 @@ __all__ = [
     "emit",
     "emit_to",
     "encode",
+    "encode_each",
     "entries",
     "take",
 ]
@@ -147,15 +148,27 @@ def _event_json(event: Event) -> dict[str, Any]:
 
 def encode(found: list[Entry]) -> str:
     """One unit's entries as the JSON text of a stream row."""
-    out: list[dict[str, Any]] = []
+    return "[" + ",".join(encode_each(found)) + "]"
+
+
+def encode_each(found: list[Entry]) -> list[str]:
+    """Each entry as JSON text, the items of :func:`encode`'s array (a
+    notification carries a run of them)."""
+    out: list[str] = []
     for entry in found:
+        item: dict[str, Any]
         if isinstance(entry, Publish):
-            out.append({"k": "publish", "e": _event_json(entry.event)})
+            item = {"k": "publish", "e": _event_json(entry.event)}
         elif isinstance(entry, SendTo):
-            out.append({"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)})
+            item = {"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)}
         else:
-            out.append({"k": "change", "kind": entry.kind, "args": list(entry.args)})
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+            item = {"k": "change", "kind": entry.kind, "args": list(entry.args)}
+        out.append(_dumps(item))
+    return out
+
+
+def _dumps(item: dict[str, Any]) -> str:
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
 
 
 _MESSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(Message))

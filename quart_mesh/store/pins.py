@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .dialect import hold_sequences, insert, insert_new
+from .dialect import hold_write_lock, insert, insert_new
 from .schema import pins
 
 __all__ = ["Pin", "count_pins", "list_pins", "pin", "unpin"]
@@ -27,13 +27,13 @@ def pin(conn: Connection, found: Pin, *, cap: int) -> bool | None:
 
     Returns True if pinned now, False if it was pinned already (even in a
     full room: pinning is idempotent), None if the room is full (nothing
-    written). On PostgreSQL the room's pins are counted under the sequence
-    lock (:func:`.dialect.hold_sequences`, which the pin's event takes
-    anyway), so pins added by several processes at once are counted one
+    written). On PostgreSQL the room's pins are counted under the mesh's
+    write lock (:func:`.dialect.hold_write_lock`, which the pin's batch
+    takes first anyway), so pins added by several processes at once are counted one
     after another and never overshoot *cap*: without it each transaction
     saw only its own new pin and the committed ones.
     """
-    hold_sequences(conn)
+    hold_write_lock(conn)
     if count_pins(conn, found.room_id) >= cap:
         there = sa.select(pins.c.message_id).where(pins.c.message_id == found.message_id)
         return False if conn.execute(there).first() is not None else None

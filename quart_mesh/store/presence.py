@@ -4,8 +4,8 @@ which processes are alive (``docs/decisions/0038-presence-across-processes.md``)
 Only used on PostgreSQL, where several processes may serve one mesh. A
 participant is online while any process has a row for it in
 ``presence_sessions``; every change of that "any" is decided in the unit
-that makes it, under the sequence lock (:func:`.dialect.hold_sequences`,
-which the unit takes anyway to write the cluster stream), and recorded
+that makes it, under the mesh's write lock (:func:`.dialect.hold_write_lock`,
+which its batch takes first anyway: it is not a quick unit), and recorded
 with the ``presence`` event (:func:`.outbox.emit`). So two processes
 claiming or releasing one participant at once are serialized, exactly one
 event is written per transition, and every process receives it in stream
@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from ..events import Presence as PresenceEvent
 from . import outbox
 from .accounts import set_last_seen
-from .dialect import hold_sequences, insert, insert_new
+from .dialect import hold_write_lock, insert, insert_new
 from .schema import cluster_processes, presence_sessions
 
 __all__ = ["beat", "claim", "leave", "online_participants", "reap", "release"]
@@ -57,7 +57,7 @@ def _went_offline(conn: Connection, participant_ids: Collection[str], at: int) -
 def claim(conn: Connection, process_id: str, participant_id: str, sessions: int, at: int) -> bool:
     """Record that *process_id* holds *sessions* sessions for *participant_id*;
     True (and a ``presence`` online event recorded) if no process held any."""
-    hold_sequences(conn)
+    hold_write_lock(conn)
     before = _rows_for(conn, participant_id)
     query = insert(conn, presence_sessions).values(
         process_id=process_id, participant_id=participant_id, sessions=sessions
@@ -77,7 +77,7 @@ def release(conn: Connection, process_id: str, participant_id: str, at: int) -> 
     """*process_id* holds no session for *participant_id* any more; True (with
     ``lastSeen`` written and a ``presence`` offline event recorded) if no
     process holds one now. Nothing happens if it had no row."""
-    hold_sequences(conn)
+    hold_write_lock(conn)
     deleted = conn.execute(
         presence_sessions.delete()
         .where(
@@ -124,7 +124,7 @@ def beat(
 def _drop(conn: Connection, process_ids: Collection[str], at: int, orphans: bool) -> list[str]:
     """Delete *process_ids* (and, with *orphans*, rows of no known process)
     with their rows; announce offline whoever has no row left."""
-    hold_sequences(conn)
+    hold_write_lock(conn)
     gone_rows: sa.ColumnElement[bool] = presence_sessions.c.process_id.in_(list(process_ids))
     if orphans:
         gone_rows = sa.or_(

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from ..records import now_ms
 from . import connections as connections_repo
-from .dialect import hold_sequences
+from .blocks import final_seq
 from .schema import (
     connections,
     participants,
@@ -114,7 +114,7 @@ def add_share(
 ) -> Share:
     """Share a room over a connection: the peer gets the room's changes from now on."""
     created = now_ms()
-    hold_sequences(conn)  # no outbox position below the head is still uncommitted
+    # from the final head (blocks.py): a change committed later is above it
     conn.execute(
         shared_rooms.insert().values(
             room_id=room_id,
@@ -301,18 +301,20 @@ def record(
     by: str,
     *,
     via: str | None = None,
+    shared: bool | None = None,
 ) -> None:
     """Queue a change of *room_id* by participant *by* for the peers the room
     is shared with (nothing if it is not shared). *via*: the connection the
-    change arrived over (it is not sent back there). Call inside the change's
-    own transaction."""
-    if not is_shared(conn, room_id):
+    change arrived over (it is not sent back there); *shared*: whether the
+    room is shared, if this transaction read it already (``None``: read it).
+    Call inside the change's own transaction."""
+    if not (is_shared(conn, room_id) if shared is None else shared):
         return
     payload = {**body, "by": participant_ref(conn, by)}
     to = payload.get("to")
     if isinstance(to, str):
         payload["to"] = participant_ref(conn, to)
-    hold_sequences(conn)  # outbox positions commit in order, like message cursors
+    # its position is one of the transaction's block, like a message's (blocks.py)
     conn.execute(
         relay_outbox.insert().values(
             room_id=room_id,
@@ -349,9 +351,13 @@ def _advance(conn: Connection, column: sa.Column[Any], connection_id: str, value
 
 
 def outbox_head(conn: Connection) -> int:
-    return int(
-        conn.execute(sa.select(sa.func.coalesce(sa.func.max(relay_outbox.c.seq), 0))).scalar_one()
-    )
+    """The newest outbox position below which none can still commit
+    (``blocks.py``): rows read after this call up to it are all there are."""
+    final = final_seq(conn)  # first: what is final is then visible to the next statement
+    query = sa.select(sa.func.coalesce(sa.func.max(relay_outbox.c.seq), 0))
+    if final is not None:
+        query = query.where(relay_outbox.c.seq <= final)
+    return int(conn.execute(query).scalar_one())
 
 
 def _for_peer(query: Any, connection_id: str, cursor: int) -> Any:
@@ -374,16 +380,18 @@ def outbox_after(
     """Up to *limit* events for the peer of *connection_id* after *cursor*,
     oldest first, and the outbox head.
 
-    The head is read first: outbox rows commit in the order of their
-    positions (``hold_sequences``), so every row up to it is visible to the
-    read of the events that follows, even where each statement sees what is
-    committed when it starts. Read after, a row committed between the two
-    reads would be above the events read and not above the head, and a link
-    moving its cursor to the head would skip it."""
+    The head is read first, and no event past it: no outbox row at or
+    below it can commit later (``blocks.py``), so every row up to it is
+    visible to the read of the events that follows, even where each
+    statement sees what is committed when it starts. A row past it may
+    have one below it still to commit, and a link moving its cursor past
+    that row would skip the other."""
     head = outbox_head(conn)
     o, s = relay_outbox.c, shared_rooms.c
     query = sa.select(o.seq, o.room_id, o.kind, o.body, s.home_room_id).select_from(relay_outbox)
-    query = _for_peer(query, connection_id, cursor).order_by(o.seq).limit(limit)
+    query = (
+        _for_peer(query, connection_id, cursor).where(o.seq <= head).order_by(o.seq).limit(limit)
+    )
     items = [
         OutboxItem(r.seq, r.room_id, r.home_room_id, r.kind, json.loads(r.body))
         for r in conn.execute(query)

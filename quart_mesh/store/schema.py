@@ -644,10 +644,12 @@ revoked_tokens = Table(
 
 # --- several processes on one PostgreSQL database (docs/decisions/0034-cluster.md) ---
 
-#: the cluster's event stream: what each write transaction published, in
-#: commit order (``position`` is assigned under the sequence lock,
-#: ``dialect.hold_sequences``); every process reads it and delivers to its
-#: own sessions. Written on PostgreSQL only; rows go after a few minutes.
+#: the cluster's event stream: what each write transaction published, at
+#: its block (``position``, ``blocks.py``; message and outbox positions of
+#: the transaction are in the same block); every process applies it in
+#: block order, up to where every block is final. Carried to the other
+#: processes in notifications, read here to fill a gap. Written on
+#: PostgreSQL only; rows go after a few minutes.
 cluster_stream = Table(
     "cluster_stream",
     metadata,

@@ -7,7 +7,9 @@ there makes commit order the cursor order by construction.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -21,10 +23,10 @@ from sqlalchemy.engine import Connection
 
 from quart_mesh.ids import new_id
 from quart_mesh.records import now_ms
-from quart_mesh.store import Database, database, messages, outbox, relay, rooms, state
+from quart_mesh.store import Database, blocks, database, messages, outbox, relay, rooms, state
 from quart_mesh.store import cluster as cluster_repo
 from quart_mesh.store import schema as s
-from quart_mesh.store.dialect import SEQUENCE_LOCK
+from quart_mesh.store.dialect import WRITE_LOCK, hold_write_lock
 from tests import stores
 from tests.store import rows
 
@@ -35,12 +37,6 @@ def pg(cluster: stores.Cluster, opened: Database) -> Database:
     return opened
 
 
-def _set_sequence(conn: Connection, table: str, value: int) -> None:
-    conn.execute(
-        sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'), :v)"), {"v": value}
-    )
-
-
 def _shared_room(conn: Connection) -> str:
     room_id = rows.room(conn)
     relay.add_share(conn, room_id, new_id(), room_id, "out")
@@ -48,33 +44,32 @@ def _shared_room(conn: Connection) -> str:
 
 
 def test_cursors_past_two_to_the_31(pg: Database) -> None:
-    big = 2**31 + 5
+    # positions are block << 20 | n (store/blocks.py): block 2**12 is past 2**31
+    block = 2**12
+    big = block << blocks.SHIFT
     with rows.writing(pg.engine).begin() as conn:
         room_id, pid = _shared_room(conn), rows.participant(conn)
-        _set_sequence(conn, "messages", big)
-        _set_sequence(conn, "relay_outbox", big)
+        conn.execute(sa.text("SELECT setval('mesh_blocks', :v, false)"), {"v": block})
+    with rows.writing(pg.engine).begin() as conn:
         sent = messages.insert_message(conn, rows.message(room_id, "far"))
         relay.record(conn, room_id, "message", {"messageId": sent.message_id}, pid)
         rooms.add_member(conn, room_id, pid, now_ms())
         state.advance_reads(conn, pid, {room_id: sent.seq})
-    assert sent.seq == big + 1
+    assert sent.seq == big > 2**31
     with pg.engine.connect() as conn:
-        page = messages.list_messages(conn, room_id, before=None, since=big, limit=10)
-        assert [(m.seq, m.content) for m in page] == [(big + 1, "far")]
+        page = messages.list_messages(conn, room_id, before=None, since=big - 1, limit=10)
+        assert [(m.seq, m.content) for m in page] == [(big, "far")]
         assert relay.outbox_head(conn) == big + 1
-        assert messages.head_seq(conn) == big + 1
-        assert state.unread_summary(conn, pid, "x")[room_id][2] == big + 1
-        # and the sequences themselves go on to 2**63 - 1
+        assert messages.head_seq(conn) == big
+        assert state.unread_summary(conn, pid, "x")[room_id][2] == big
+        # and the blocks themselves go on to 2**63 - 1 (positions to 2**63 - 1 too)
         maxima = conn.execute(
             sa.text(
                 "SELECT sequencename, data_type::text, max_value FROM pg_sequences"
-                " WHERE sequencename IN ('messages_seq_seq', 'relay_outbox_seq_seq')"
+                " WHERE sequencename = 'mesh_blocks'"
             )
         ).all()
-        assert sorted(maxima) == [
-            ("messages_seq_seq", "bigint", 2**63 - 1),
-            ("relay_outbox_seq_seq", "bigint", 2**63 - 1),
-        ]
+        assert maxima == [("mesh_blocks", "bigint", 2**63 - 1)]
 
 
 def test_an_existing_database_is_upgraded_to_64_bit_cursors(cluster: stores.Cluster) -> None:
@@ -119,10 +114,11 @@ def test_an_existing_database_is_upgraded_to_64_bit_cursors(cluster: stores.Clus
                 ("room_reads", "last_read_seq"),
             ]:
                 assert _type(conn, table, column) == "bigint"
-            _set_sequence(conn, "messages", 2**40)
             after = rows.send(conn, room_id)
             page = messages.list_messages(conn, room_id, before=None, since=0, limit=10)
-        assert [m.seq for m in page] == [before, after] == [before, 2**40 + 1]
+        # positions in blocks since 0034 (store/blocks.py), after every old one
+        assert [m.seq for m in page] == [before, after]
+        assert after > before
     finally:
         trio.run(db.close)
 
@@ -159,23 +155,28 @@ async def test_processes_starting_together_migrate_once(cluster: stores.Cluster)
             await db.close()
 
 
-def _after(engine: sa.Engine, query: sa.Select[tuple[int]], cursor: int) -> list[int]:
+def _after(engine: sa.Engine, table: sa.Table, cursor: int) -> list[int]:
+    """A reader: the positions after *cursor* up to where every one is final
+    (read first), as every reader of cursors does (``store/blocks.py``)."""
     with engine.connect() as conn:
-        return list(conn.execute(query.where(sa.column("seq") > cursor).order_by("seq")).scalars())
+        final = blocks.final_seq(conn)
+        assert final is not None
+        query = sa.select(table.c.seq).where(table.c.seq > cursor, table.c.seq <= final)
+        return list(conn.execute(query.order_by(table.c.seq)).scalars())
 
 
 @pytest.mark.parametrize("log", ["messages", "relay_outbox"])
 def test_a_reader_never_passes_a_cursor_a_slower_writer_fills(pg: Database, log: str) -> None:
     """Writer A takes a cursor and holds its transaction open; writer B takes
-    the next and commits. A reader that read after B's commit must not have
-    passed A's cursor, or it never sees A's row (the "cursor skip")."""
+    the next and commits at once (it does not wait for A). A reader that
+    reads after B's commit must not pass A's cursor, or it never sees A's
+    row (the "cursor skip"): it stops below A's block until A commits."""
     with rows.writing(pg.engine).begin() as conn:
         room_id, pid = _shared_room(conn), rows.participant(conn)
         rows.send(conn, room_id)
         relay.record(conn, room_id, "message", {}, pid)
     table = s.messages if log == "messages" else s.relay_outbox
-    query = sa.select(table.c.seq)
-    start = _after(pg.engine, query, 0)[-1]
+    start = _after(pg.engine, table, 0)[-1]
 
     def write(conn: Connection) -> None:
         if log == "messages":
@@ -195,43 +196,83 @@ def test_a_reader_never_passes_a_cursor_a_slower_writer_fills(pg: Database, log:
     with rows.writing(pg.engine).begin() as conn:
         write(conn)  # writer A: a cursor taken, not committed
         thread.start()
-        b_done.wait(rows.WAITS)  # B commits now if nothing holds it back
-        seen += _after(pg.engine, query, start)  # the reader, while A is open
+        assert b_done.wait(30), "B waited for A: writes do not commit concurrently"
+        with pg.engine.connect() as other:  # B's row is there, committed...
+            committed = other.execute(sa.select(sa.func.max(table.c.seq))).scalar_one()
+        assert committed > start
+        seen += _after(pg.engine, table, start)  # ...and the reader stops below A's
+        assert seen == []
     thread.join(30)
     assert not thread.is_alive()
     cursor = seen[-1] if seen else start
-    seen += _after(pg.engine, query, cursor)  # the reader goes on from its cursor
+    seen += _after(pg.engine, table, cursor)  # the reader goes on from its cursor
     assert len(seen) == 2, f"the reader skipped a row: it saw {seen} after {start}"
     assert seen == sorted(seen)
 
 
-def test_a_savepoint_rolled_back_releases_the_cursor_lock_and_it_is_taken_again(
+def test_a_savepoint_rolled_back_gives_up_its_block_and_the_next_position_takes_another(
     pg: Database,
 ) -> None:
+    """A block taken in a savepoint is announced there: rolling the savepoint
+    back withdraws both, so readers pass it, and the transaction's later
+    positions come from a new block (never from one nobody announces)."""
     with rows.writing(pg.engine).begin() as conn:
         room_id = rows.room(conn)
-    probe = f"SELECT pg_try_advisory_xact_lock({SEQUENCE_LOCK})"
 
-    def free() -> bool:
+    def final() -> int:
         with pg.engine.connect() as other:
-            return bool(other.exec_driver_sql(probe).scalar())
+            return blocks.final_block(other)
 
     with rows.writing(pg.engine).begin() as conn:
         savepoint = conn.begin_nested()
-        rows.send(conn, room_id)
-        assert not free()
+        first = rows.send(conn, room_id) >> blocks.SHIFT
+        assert final() < first  # announced: readers stop below it
         savepoint.rollback()  # a unit that failed in a group commit
-        assert free()
-        rows.send(conn, room_id)  # a later unit of the same transaction
-        assert not free()
-        rows.send(conn, room_id)
-    assert free()
+        assert final() >= first  # withdrawn: nothing of it will commit
+        second = rows.send(conn, room_id)  # a later unit of the same transaction
+        third = rows.send(conn, room_id)
+        assert second >> blocks.SHIFT == third >> blocks.SHIFT > first
+        assert final() < second >> blocks.SHIFT
+    assert final() >= third >> blocks.SHIFT
+    with pg.engine.connect() as other:
+        assert _after(pg.engine, s.messages, 0)[-2:] == [second, third]
+        in_room = sa.select(sa.func.count()).where(s.messages.c.room_id == room_id)
+        assert other.execute(in_room).scalar() == 2
+
+
+def test_a_writer_killed_with_a_block_in_flight_holds_readers_back_only_while_it_lives(
+    pg: Database,
+) -> None:
+    """A writer process that dies mid-transaction (its connection gone):
+    PostgreSQL rolls it back and drops its announcement, and readers go on."""
+    with rows.writing(pg.engine).begin() as conn:
+        room_id = rows.room(conn)
+    start = max(_after(pg.engine, s.messages, 0), default=0)
+    dying = pg.engine.connect()
+    transaction = dying.begin()
+    doomed = rows.send(dying, room_id)
+    with rows.writing(pg.engine).begin() as conn:
+        later = rows.send(conn, room_id)
+    assert _after(pg.engine, s.messages, start) == []  # held back by the open block
+    pid = dying.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    with pg.engine.connect() as admin:
+        assert admin.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar()
+        gone = f"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = {pid}"
+        deadline = time.monotonic() + 30
+        while not admin.exec_driver_sql(gone).scalar() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert _after(pg.engine, s.messages, start) == [later]
+    assert doomed < later
+    with contextlib.suppress(sa.exc.DBAPIError):
+        transaction.rollback()
+    with contextlib.suppress(sa.exc.DBAPIError):
+        dying.close()
 
 
 @pytest.mark.parametrize("group_commit", [False, True])
 async def test_a_write_aborted_by_a_deadlock_runs_again(pg: Database, group_commit: bool) -> None:
-    """Writer B (another process) holds the cursor lock; this node's write
-    locks a row, then waits for the cursor lock; B then waits for the row.
+    """Writer B (another process) holds the write lock; this node's write
+    locks a row, then waits for the write lock; B then waits for the row.
     PostgreSQL aborts one of them: when it is this node's, it runs again."""
     pid = await pg.write(rows.participant)
     room_id = await pg.write(rows.room)
@@ -241,6 +282,7 @@ async def test_a_write_aborted_by_a_deadlock_runs_again(pg: Database, group_comm
 
     def unit(conn: Connection) -> int:
         conn.execute(touch.values(description="node"))
+        hold_write_lock(conn)  # a check against a cap, after a row lock
         return rows.send(conn, room_id)
 
     async def write() -> None:
@@ -254,7 +296,7 @@ async def test_a_write_aborted_by_a_deadlock_runs_again(pg: Database, group_comm
                 with other.begin() as b:
                     # B's own deadlock check comes late: this node's is the one aborted
                     b.exec_driver_sql("SET LOCAL deadlock_timeout = '30s'")
-                    b.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SEQUENCE_LOCK})")
+                    b.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                     nursery.start_soon(write)
                     while not await pg.read(_waits_for_cursor_lock):
                         await trio.sleep(0.01)
@@ -278,13 +320,14 @@ def _waits_for_cursor_lock(conn: Connection) -> bool:
     return bool(conn.exec_driver_sql(query).scalar())
 
 
-async def test_two_processes_writing_to_the_stream_commit_in_order(
+async def test_two_processes_writing_to_the_stream_commit_out_of_order_and_read_in_order(
     cluster: stores.Cluster,
 ) -> None:
     """Two stores on one database, as two processes: A's unit records an
-    entry and holds its transaction open; B's unit, started meanwhile, waits
-    for A's commit (the sequence lock is taken first), so a reader of the
-    stream never sees B's row without A's before it."""
+    entry and holds its transaction open; B's unit, started meanwhile,
+    commits at once (no lock between them). B's row is in the table, but a
+    reader of what is final stops below A's block until A commits, then
+    reads A's row before B's."""
     url = cluster.url(f"stream_{new_id().lower()}")
     a, b = Database(url), Database(url)
     await a.open()
@@ -293,34 +336,37 @@ async def test_two_processes_writing_to_the_stream_commit_in_order(
     holding, release = threading.Event(), threading.Event()
 
     def slow(conn: Connection) -> None:
+        blocks_of_a.append(conn.exec_driver_sql("SELECT mesh_reserve()").scalar_one())
         outbox.change(conn, "invalidate", "test", "from a")
         holding.set()
-        release.wait(rows.WAITS)
+        release.wait(30)
 
     def quick(conn: Connection) -> None:
         outbox.change(conn, "invalidate", "test", "from b")
 
-    def waiting_for_a_lock(conn: Connection) -> int:
-        query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        return int(conn.exec_driver_sql(query).scalar_one())
-
+    blocks_of_a: list[int] = []
     try:
         start = await a.read(cluster_repo.head_position)
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(a.write, slow)
+                # quick units (sends): no write lock between them
+                nursery.start_soon(partial(a.write, slow, quick=True))
                 await trio.to_thread.run_sync(holding.wait)
-                nursery.start_soon(b.write, quick)
-                while not await a.read(waiting_for_a_lock):  # B waits for A now
-                    await trio.sleep(0.01)
-                assert await a.read(partial(cluster_repo.read_stream, after=start, limit=10)) == []
+                await b.write(quick, quick=True)  # commits while A is open
+                raw = await a.read(partial(cluster_repo.read_stream, after=start, limit=10))
+                assert [row.origin for row in raw] == ["b"]
+                found, read_to = await a.read(
+                    partial(cluster_repo.final_rows, after=start, limit=10)
+                )
+                assert found == []
+                assert read_to < blocks_of_a[0]
                 release.set()
-        found = await a.read(partial(cluster_repo.read_stream, after=start, limit=10))
+        found, read_to = await a.read(partial(cluster_repo.final_rows, after=start, limit=10))
         assert [(row.origin, row.entries) for row in found] == [
             ("a", [outbox.Change("invalidate", ("test", "from a"))]),
             ("b", [outbox.Change("invalidate", ("test", "from b"))]),
         ]
-        assert found[0].position < found[1].position
+        assert found[0].position == blocks_of_a[0] < found[1].position <= read_to
     finally:
         release.set()
         await a.close()
