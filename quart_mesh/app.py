@@ -195,8 +195,7 @@ def create_app(
     if node is not None:
         app._node = node
         app.extensions["quart_mesh.node"] = node
-    http_metrics = HttpMetrics()
-    http_metrics.registry.register(NodeCollector(lambda: app.node if app.has_node else None))
+    http_metrics = HttpMetrics(NodeCollector(lambda: app.node if app.has_node else None))
     app.extensions["quart_mesh.metrics"] = http_metrics
     #: ``/mcp``: the official MCP SDK's server in front of the app, its
     #: sessions run beside the node (below)
@@ -243,6 +242,18 @@ def create_app(
         # in the lifespan's nursery, beside the node: a failure ends the app
         mcp_scope.append(trio.CancelScope())
         await app.nursery.start(_run_mcp, mcp, mcp_scope[-1])
+
+    if (mirror := http_metrics.mirror) is not None:  # a worker of --workers (api/metrics.py)
+        mirror_scope = trio.CancelScope()
+
+        @app.before_serving
+        async def _mirror_metrics() -> None:
+            app.nursery.start_soon(_run_mirror, http_metrics, mirror_scope)
+
+        @app.after_serving
+        async def _stop_mirror() -> None:
+            mirror_scope.cancel()
+            mirror.sync()  # a last copy, before _stop_node stops the node
 
     if freeze_heap:
 
@@ -338,6 +349,11 @@ def create_app(
         return response
 
     return app
+
+
+async def _run_mirror(metrics: HttpMetrics, scope: trio.CancelScope) -> None:
+    with scope:
+        await metrics.keep_mirrored()
 
 
 def _client(app: MeshApp) -> str | None:

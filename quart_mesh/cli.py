@@ -45,6 +45,7 @@ from .config import Settings, parse_log_format, parse_port, parse_public_url, pa
 from .errors import ConfigError
 from .integrity import Report, check
 from .logs import configure_logging
+from .metrics_folder import use_worker_files
 from .server import serve
 from .signals import wait_for_signal
 from .workers import Worker, supervise
@@ -381,6 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(supervise, settings, argv)
         except KeyboardInterrupt:
             return 130
+    if worker is not None:
+        # before any metric is made: /metrics merges every worker's files
+        use_worker_files(worker.number)
     listening: list[str] = []
     try:
         trio.run(run_server, settings, listening, worker)

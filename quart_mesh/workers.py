@@ -26,6 +26,12 @@ exit 1 (cannot serve: the data folder, a secret file), or one slot fails to
 start :data:`MAX_START_FAILURES` times in a row, the parent stops the others
 and exits 1.
 
+With ``MESH_METRICS_TOKEN`` set, the parent also makes a folder of its own
+for the workers' metric files (:class:`~quart_mesh.metrics_folder.MetricsFolder`,
+passed in ``PROMETHEUS_MULTIPROC_DIR``), so that ``GET /metrics``, answered
+by any worker, shows the whole node; it drops a worker's live gauges when
+that worker exits, and removes the folder when it exits itself.
+
 Exit status of the parent: 0 when stopped by a signal and every worker
 stopped cleanly; 1 when it cannot serve (the port is taken, workers cannot
 start); 2 when the workers could not serve because of their settings or
@@ -49,6 +55,7 @@ import trio
 
 from .config import Settings
 from .descriptors import raise_open_file_limit
+from .metrics_folder import MetricsFolder
 from .retry import Backoff
 from .server import listening_url
 
@@ -171,8 +178,11 @@ class _Pool:
         settings: Settings,
         serve_args: Sequence[str],
         listeners: Sequence[trio.SocketListener],
+        metrics: MetricsFolder | None = None,
     ) -> None:
         self.settings = settings
+        #: the workers' metric files (``None``: metrics are off)
+        self.metrics = metrics
         self.serve_args = list(serve_args)
         self.listeners = listeners
         self.slots = [_Slot(n) for n in range(1, settings.workers + 1)]
@@ -245,6 +255,9 @@ class _Pool:
         while not self.stopping.is_set():
             status, served = await self._run_once(slot)
             pid = slot.process.pid if slot.process is not None else 0
+            if self.metrics is not None:
+                # its sessions and queues are gone; its counts stay
+                self.metrics.retire(slot.number)
             if self.stopping.is_set():
                 if status not in (0, -signal.SIGTERM):
                     self.unclean.append(f"worker {slot.number} {describe_exit(status)}")
@@ -291,6 +304,7 @@ class _Pool:
                 [sys.executable, "-m", "quart_mesh", *self.serve_args, "--worker", spec],
                 pass_fds=(child_end.fileno(), *fds),
                 process_group=0,  # a terminal's Ctrl+C goes to the parent only
+                env=None if self.metrics is None else {**os.environ, **self.metrics.env()},
             )
         except BaseException:
             parent_end.close()
@@ -357,4 +371,19 @@ async def supervise(settings: Settings, serve_args: Sequence[str]) -> int:
     except OSError as error:
         log.error("cannot serve: %s", error)
         return 1
-    return await _Pool(settings, serve_args, listeners).run(listening_url(listeners))
+    metrics: MetricsFolder | None = None
+    if settings.metrics_token:
+        try:
+            metrics = MetricsFolder.create()
+        except OSError as error:
+            log.error("cannot serve: no folder for the workers' metrics: %s", error)
+            for listener in listeners:
+                await listener.aclose()
+            return 1
+        log.info("the workers keep their metrics in %s", metrics.path)
+    try:
+        pool = _Pool(settings, serve_args, listeners, metrics)
+        return await pool.run(listening_url(listeners))
+    finally:
+        if metrics is not None:
+            metrics.remove()

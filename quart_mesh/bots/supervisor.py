@@ -56,6 +56,7 @@ from sqlalchemy.exc import IntegrityError
 from ..address import PublicAddress
 from ..config import Settings
 from ..descriptors import restore_open_file_limit
+from ..metrics_folder import ENV as METRICS_FOLDER_ENV
 from ..records import now_ms
 from ..retry import Backoff, retrying
 from ..security import Tokens
@@ -427,6 +428,8 @@ class Supervisor:
             # exit when this process does, even after kill -9 (runner.py)
             "MESH_EXIT_WITH_PARENT": "1",
         }
+        # a worker's metric files are the worker's own (metrics_folder.py)
+        env.pop(METRICS_FOLDER_ENV, None)
         if bot.api_key is not None:
             env["MESH_API_KEY"] = bot.api_key
         if bot.cursor is not None:

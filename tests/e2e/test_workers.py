@@ -13,20 +13,27 @@ the end of a worker that is not the test's child; both are polled in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import trio
 
 from tests import stores
+from tests.e2e.test_metrics import AUTH as METRICS_AUTH
+from tests.e2e.test_metrics import TOKEN as METRICS_TOKEN
+from tests.e2e.test_metrics import Samples, parse, value
+from tests.helpers import Mesh, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -83,12 +90,12 @@ class Parent:
 
 
 @asynccontextmanager
-async def open_parent(data_dir: Path, workers: int, url: str) -> AsyncIterator[Parent]:
+async def open_parent(data_dir: Path, workers: int, url: str, **env: str) -> AsyncIterator[Parent]:
     process = await trio.lowlevel.open_process(
         _serve(data_dir, "--workers", str(workers)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=_env(MESH_DATABASE_URL=url),
+        env=_env(MESH_DATABASE_URL=url, **env),
     )
     parent = Parent(process)
     async with trio.open_nursery() as nursery:
@@ -261,3 +268,167 @@ async def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
         # the port is free again: nothing serves it
         with pytest.raises(httpx.ConnectError):
             await all_succeed(listening.group(1), 1)
+
+
+# --- /metrics of the whole node ----------------------------------------------------
+
+
+def answering_pid(response: httpx.Response, pids: Iterable[int]) -> int:
+    """The worker that holds *response*'s connection (still open: kept alive).
+
+    The connection's server side is found in ``/proc/net/tcp`` by its ports,
+    then among the workers' open files by its inode."""
+    stream = response.extensions["network_stream"]
+    client_port = stream.get_extra_info("client_addr")[1]
+    server_port = stream.get_extra_info("server_addr")[1]
+    inodes = [
+        fields[9]
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+        if (fields := line.split())
+        and int(fields[1].rsplit(":", 1)[1], 16) == server_port
+        and int(fields[2].rsplit(":", 1)[1], 16) == client_port
+    ]
+    assert len(inodes) == 1, inodes
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(FileNotFoundError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inodes[0]}]":
+                    return pid
+    raise AssertionError(f"none of {list(pids)} holds the connection")
+
+
+class Via:
+    """A kept-alive connection to one worker; each answer is checked to come
+    from it."""
+
+    def __init__(self, http: httpx.AsyncClient, pid: int) -> None:
+        self.http = http
+        self.pid = pid
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        r = await self.http.request(method, path, **kwargs)
+        assert answering_pid(r, [self.pid]) == self.pid
+        return r
+
+    async def scrape(self) -> Samples:
+        r = await self.request("GET", "/metrics", headers=METRICS_AUTH)
+        assert r.status_code == 200, r.text
+        return parse(r.text)
+
+
+@asynccontextmanager
+async def connection_to(url: str, pid: int, pids: Iterable[int]) -> AsyncIterator[Via]:
+    """New connections until the kernel hands one to worker *pid*."""
+    for _ in range(200):
+        http = httpx.AsyncClient(base_url=url, timeout=20, limits=httpx.Limits(max_connections=1))
+        async with http:
+            r = await http.get("/api/health/live")
+            assert r.status_code == 200, r.text
+            if answering_pid(r, pids) == pid:
+                yield Via(http, pid)
+                return
+    raise AssertionError(f"no connection reached worker {pid}")
+
+
+def counts(samples: Samples) -> Samples:
+    """The samples that must never go down: counters, histograms."""
+    kinds = ("_total", "_count", "_sum", "_bucket")
+    return {key: v for key, v in samples.items() if key[0].endswith(kinds)}
+
+
+def assert_not_lower(before: Samples, after: Samples) -> None:
+    lower = {key: (v, after.get(key)) for key, v in counts(before).items() if after.get(key, 0) < v}
+    assert not lower, lower
+
+
+async def test_a_scrape_of_any_worker_shows_the_whole_node(tmp_path: Path) -> None:
+    if stores.cluster is None:
+        pytest.skip("several workers need PostgreSQL (--store postgresql)")
+    data_dir = tmp_path / "mesh-data"
+    database = stores.cluster.url_for(data_dir)
+    async with (
+        open_parent(data_dir, 2, database, MESH_METRICS_TOKEN=METRICS_TOKEN) as parent,
+        AsyncExitStack() as connections,
+    ):
+        with trio.fail_after(60):
+            (listening, _) = await parent.wait_for(_LISTENING.pattern)
+            url = listening.group(1)
+            pids = [int((await parent.wait_for(_WORKER.format(n=n)))[0].group(1)) for n in (1, 2)]
+            (kept, _) = await parent.wait_for(r"the workers keep their metrics in (\S+)")
+            folder = Path(kept.group(1))
+            one, two = [
+                await connections.enter_async_context(connection_to(url, pid, pids)) for pid in pids
+            ]
+        owner = await Mesh(one.http).setup("alice")
+        room_id = (await one.request("GET", "/api/setup/status")).json()["defaultRoomId"]
+        before = await one.scrape()  # worker 2 has committed nothing
+        post = {"method": "POST", "route": "/api/rooms/<room_id>/messages"}
+
+        async def send(via: Via, text: str) -> None:
+            path = f"/api/rooms/{room_id}/messages"
+            r = await via.request("POST", path, json={"content": text}, headers=owner.headers)
+            assert r.status_code == 201, r.text
+
+        for i in range(3):
+            await send(one, f"to one {i}")
+        for i in range(2):
+            await send(two, f"to two {i}")
+
+        last: Samples = before
+
+        async def both_show(sent: int) -> bool:
+            """Whichever worker answers, the scrape counts *sent* sends (the
+            node figures of the other worker are copied every second)."""
+            nonlocal last
+            for via in (one, two):
+                seen = await via.scrape()
+                assert_not_lower(last, seen)
+                last = seen
+                assert value(seen, "mesh_http_requests_total", **post, status="201") == sent
+                latency = value(seen, "mesh_http_request_duration_seconds_count", **post)
+                assert latency == sent
+                inf = {**post, "le": "+Inf"}
+                assert value(seen, "mesh_http_request_duration_seconds_bucket", **inf) == sent
+                committed = value(seen, "mesh_messages_committed_total")
+                if committed - value(before, "mesh_messages_committed_total") != sent:
+                    return False
+            return True
+
+        await wait_for(partial(both_show, 5), 10)
+        for via in (one, two):
+            seen = await via.scrape()
+            # per worker: their descriptors; every other gauge is the node's
+            for n in ("1", "2"):
+                assert value(seen, "mesh_fd_limit", worker=n) > 0
+                assert value(seen, "mesh_open_fds", worker=n) > 0
+            labelled = {name for (name, labels) in seen if any(k == "worker" for k, _ in labels)}
+            assert labelled == {"mesh_fd_limit", "mesh_open_fds"}
+            assert not [key for key in seen if any(k == "pid" for k, _ in key[1])]
+        files = sorted(os.listdir(folder))
+
+        # worker 1 is killed outright and started again: no count goes back
+        mark = len(parent.lines)
+        os.kill(pids[0], signal.SIGKILL)
+
+        async def restarted() -> bool:
+            nonlocal last
+            seen = await two.scrape()
+            assert_not_lower(last, seen)
+            last = seen
+            return any(re.search(_WORKER.format(n=1), line) for line in parent.lines[mark:])
+
+        await wait_for(restarted, 30)
+        (found, _) = await parent.wait_for(_WORKER.format(n=1), mark)
+        pids[0] = int(found.group(1))
+        with trio.fail_after(30):
+            one = await connections.enter_async_context(connection_to(url, pids[0], pids))
+        await send(one, "to the new one")
+        await wait_for(partial(both_show, 6), 10)
+        # the new worker 1 took its files over: none more
+        assert sorted(os.listdir(folder)) == files
+
+        parent.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(60):
+            await parent.exited.wait()
+        assert parent.process.returncode == 0, parent.log()
+        assert not folder.exists()
