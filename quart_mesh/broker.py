@@ -17,8 +17,8 @@ units of work record events and routing changes (``store/outbox.py``) and
 the store hands them over after the commit (:meth:`Broker.committed`), so
 events leave in commit order. With several processes on one database
 (:attr:`Broker.clustered`), events are delivered by the bus instead, which
-reads every process's commits from the cluster stream in commit order
-(``services/bus.py``) and calls :meth:`Broker.apply`. Events that are not
+applies every process's commits in the order of their blocks
+(``services/bus.py``, ``store/blocks.py``) and calls :meth:`Broker.apply`. Events that are not
 stored (typing, a participant coming online) go through
 :meth:`Broker.publish_live`.
 """

@@ -82,6 +82,8 @@ _HOLE_WAIT = 0.05
 _LISTEN = "listen"
 #: the horizon while not listening: only the table tells what is final
 _NOT_LISTENING = 1 << 62
+#: blocks heard of and kept in memory, waiting behind one not final, at most
+_MAX_PENDING = 4096
 
 
 class Bus:
@@ -144,6 +146,12 @@ class Bus:
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    @property
+    def listening(self) -> bool:
+        """Whether commits are heard of as they happen (the ``LISTEN``
+        connection is up); if not, the table is read every poll."""
+        return self._horizon != _NOT_LISTENING
 
     def head(self) -> int:
         """The block up to which the stream is applied here: a subscription
@@ -429,7 +437,18 @@ class Bus:
             return
         self.known = max(self.known, block)
         self._told_to = max(self._told_to, final)
-        if block > self.position:
+        if block > self.position and block not in self._pending:
+            if (
+                len(self._pending) + len(self._partial) >= _MAX_PENDING
+                and block not in self._partial
+            ):
+                # a block far behind holds the rest back (a writer stuck in a
+                # transaction): keep no more in memory; the table has them, and
+                # it alone may say what up to here is final (a bound would pass
+                # this one as never told)
+                self._horizon = max(self._horizon, block)
+                self.wake()
+                return
             if body == "*":
                 self._fetch.add(block)
             else:

@@ -100,6 +100,9 @@ _ROOMY_FOR = 0.25
 _TRUNCATE_WAIT = 0.2
 #: seconds a SQLite connection waits for the write lock another holds
 _BUSY_TIMEOUT = 30.0
+#: milliseconds PostgreSQL lets a transaction of the node sit idle before it
+#: ends it (a unit of work never waits between its statements)
+_IDLE_IN_TRANSACTION_MS = 60_000
 
 #: what failed, as the store's faults name their sources (``faults.Faults``):
 #: a fault a write started ends with a commit only, one reads started with a
@@ -371,6 +374,13 @@ class Database:
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             # connections move between worker threads; the limiters serialize use
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": _BUSY_TIMEOUT}
+        if self.backend == "postgresql":
+            # a transaction left open by a writer that stopped talking (its
+            # host gone, the process hung) holds every process's delivery
+            # back (decision 0080): PostgreSQL ends it after this long idle
+            kwargs["connect_args"] = {
+                "options": f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+            }
         engine = sa.create_engine(url, **kwargs)
         if self.backend == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
