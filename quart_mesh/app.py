@@ -47,7 +47,7 @@ from .logs import configure_logging, flush_logging, log_request, request_id_from
 from .mcp_server import McpEndpoint
 from .node import Node, open_node
 
-__all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
+__all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap", "largest_body"]
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,8 @@ _HTTP_CODES = {
 }
 
 
-def _request_class(settings: Settings) -> type[TrioRequest]:
-    """Requests whose body limit is ``max_body_bytes``, except on the paths
-    below: the model proxy takes chat histories up to
-    ``max_completion_body_bytes``, apps their source up to
-    ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
-    to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
+def _body_limits(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """The body limits above ``max_body_bytes``: by path, and by path prefix."""
     by_path = {
         UPLOAD_PATH: upload_body_limit(settings.limits),
         RELAY_PATH: MAX_RELAY_BYTES,
@@ -84,6 +80,24 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
         PROXY_PREFIX: settings.max_completion_body_bytes,
         APPS_PREFIX: settings.limits.max_app_body_bytes,
     }
+    return by_path, by_prefix
+
+
+def largest_body(settings: Settings) -> int:
+    """The largest request body the node accepts on any path (an upload's,
+    ``max_upload_bytes`` plus its multipart framing, unless set lower than
+    another limit)."""
+    by_path, by_prefix = _body_limits(settings)
+    return max(settings.limits.max_body_bytes, *by_path.values(), *by_prefix.values())
+
+
+def _request_class(settings: Settings) -> type[TrioRequest]:
+    """Requests whose body limit is ``max_body_bytes``, except on the paths
+    below: the model proxy takes chat histories up to
+    ``max_completion_body_bytes``, apps their source up to
+    ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
+    to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
+    by_path, by_prefix = _body_limits(settings)
     prefixes = tuple(by_prefix)
     # no path lies under a prefix: whichever is checked first, one limit applies
     assert not any(path.startswith(prefixes) for path in by_path)
