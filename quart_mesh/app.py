@@ -14,6 +14,7 @@ answered 500 without internals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import math
@@ -22,13 +23,17 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 from quart import Response, g, jsonify, request, websocket
+from quart.ctx import RequestContext
+from quart.globals import request_ctx
+from quart.typing import ResponseReturnValue
+from quart.wrappers import BaseRequestWebsocket
 from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing.exceptions import WebsocketMismatch
 
 from . import web
@@ -38,6 +43,7 @@ from .api._common import client_address
 from .api.apps import APPS_PREFIX
 from .api.metrics import HttpMetrics, NodeCollector
 from .api.models import PROXY_PREFIX
+from .api.path_methods import PathMethods
 from .api.uploads import UPLOAD_PATH, upload_body_limit
 from .asgi_guards import drain_request_bodies
 from .config import Settings
@@ -47,7 +53,7 @@ from .logs import configure_logging, flush_logging, log_request, request_id_from
 from .mcp_server import McpEndpoint
 from .node import Node, open_node
 
-__all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap"]
+__all__ = ["MeshApp", "configure_logging", "create_app", "freeze_startup_heap", "largest_body"]
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +76,8 @@ _HTTP_CODES = {
 }
 
 
-def _request_class(settings: Settings) -> type[TrioRequest]:
-    """Requests whose body limit is ``max_body_bytes``, except on the paths
-    below: the model proxy takes chat histories up to
-    ``max_completion_body_bytes``, apps their source up to
-    ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
-    to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
+def _body_limits(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """The body limits above ``max_body_bytes``: by path, and by path prefix."""
     by_path = {
         UPLOAD_PATH: upload_body_limit(settings.limits),
         RELAY_PATH: MAX_RELAY_BYTES,
@@ -84,6 +86,24 @@ def _request_class(settings: Settings) -> type[TrioRequest]:
         PROXY_PREFIX: settings.max_completion_body_bytes,
         APPS_PREFIX: settings.limits.max_app_body_bytes,
     }
+    return by_path, by_prefix
+
+
+def largest_body(settings: Settings) -> int:
+    """The largest request body the node accepts on any path (an upload's,
+    ``max_upload_bytes`` plus its multipart framing, unless set lower than
+    another limit)."""
+    by_path, by_prefix = _body_limits(settings)
+    return max(settings.limits.max_body_bytes, *by_path.values(), *by_prefix.values())
+
+
+def _request_class(settings: Settings) -> type[TrioRequest]:
+    """Requests whose body limit is ``max_body_bytes``, except on the paths
+    below: the model proxy takes chat histories up to
+    ``max_completion_body_bytes``, apps their source up to
+    ``max_app_body_bytes``, uploads stream files of up to ``max_upload_bytes``
+    to disk, and the federation relay takes batches up to ``MAX_RELAY_BYTES``."""
+    by_path, by_prefix = _body_limits(settings)
     prefixes = tuple(by_prefix)
     # no path lies under a prefix: whichever is checked first, one limit applies
     assert not any(path.startswith(prefixes) for path in by_path)
@@ -122,6 +142,37 @@ class MeshApp(QuartTrio):
     @property
     def has_node(self) -> bool:
         return self._node is not None
+
+    @functools.cached_property
+    def path_methods(self) -> PathMethods:
+        """Each path's methods: its most concrete template's
+        (:mod:`quart_mesh.api.path_methods`). Built at the first request,
+        when every route is registered."""
+        return PathMethods(self.url_map)
+
+    def raise_routing_exception(self, request: BaseRequestWebsocket) -> NoReturn:
+        error = request.routing_exception
+        if isinstance(error, MethodNotAllowed):
+            # werkzeug's list gathers the methods of every template the path matches
+            error.valid_methods = self.path_methods.allowed(request.path) or error.valid_methods
+        super().raise_routing_exception(request)
+
+    async def dispatch_request(
+        self, request_context: RequestContext | None = None
+    ) -> ResponseReturnValue:
+        request_ = (request_context or request_ctx).request
+        rule = request_.url_rule
+        if request_.routing_exception is None and rule is not None:
+            # the method of a less concrete template than the path's own
+            allowed = self.path_methods.elsewhere(rule, request_.path)
+            if allowed is not None:
+                raise MethodNotAllowed(valid_methods=allowed)
+        return await super().dispatch_request(request_context)
+
+    async def make_default_options_response(self) -> Response:
+        """The automatic ``OPTIONS``: ``Allow`` lists the path's own methods."""
+        allowed = self.path_methods.allowed(request.path) or []
+        return self.response_class("", headers={"Allow": ", ".join(allowed)})
 
     async def startup(self) -> None:
         self.stopping = False

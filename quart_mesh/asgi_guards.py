@@ -12,6 +12,15 @@ that reads on until ``http.disconnect`` (or the body's end), discarding it,
 so hypercorn always gets to close the stream. It also shields the app's
 sends so that closing is never cut off halfway.
 
+An HTTP/1 answer given before the request's body ended closes the
+connection (hypercorn does, with the body unread): the guard says so in the
+answer (``Connection: close``) and tells the server that serves the
+connection, through :data:`early_answer`, before the answer leaves. The
+node's server (:mod:`quart_mesh.server`) then reads and discards what the
+client still sends, within bounds, before it closes the socket: closing
+with data unread resets the connection, and a proxy still sending the body
+(nginx) reports that reset as 502 instead of passing the answer on.
+
 While the app runs, Quart reads every event eagerly, so nothing needs
 draining then; a request whose body the app saw to the end (every request
 without a body, most with one) costs no task.
@@ -25,6 +34,7 @@ later request on a kept-alive connection) is refused at once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import cast
 
 import trio
@@ -33,15 +43,23 @@ from hypercorn.typing import (
     ASGIReceiveEvent,
     ASGISendCallable,
     ASGISendEvent,
+    HTTPResponseStartEvent,
     HTTPScope,
     Scope,
 )
 
 from .realtime.quart_ws import end_in_band
 
-__all__ = ["drain_request_bodies"]
+__all__ = ["drain_request_bodies", "early_answer"]
 
 ASGIApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
+
+#: Set by a server around each HTTP/1 connection it serves (the node's own,
+#: :mod:`quart_mesh.server`; stock hypercorn sets none): called, before the
+#: answer is sent, when a request on the connection is answered before its
+#: body's end. The connection closes after that answer, and the server reads
+#: the rest of the body first.
+early_answer: ContextVar[Callable[[], None] | None] = ContextVar("early_answer", default=None)
 
 
 def drain_request_bodies(
@@ -65,7 +83,7 @@ def drain_request_bodies(
     async def wrapped(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         kind = scope["type"]
         if kind == "http":
-            request = _Request(receive, send)
+            request = _Request(receive, send, cast("HTTPScope", scope))
             # Quart decodes the query string as UTF-8, and fails (a 500) on
             # other bytes, which HTTP/2 lets through
             answer = app if _utf8(cast("HTTPScope", scope).get("query_string", b"")) else _bad_query
@@ -114,13 +132,16 @@ async def _bad_query(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendC
 
 class _Request:
     """One HTTP request's events as the app sees them: it notes whether the
-    app has received the last of them, and shields the app's sends."""
+    app has received the last of them, and shields the app's sends. An
+    HTTP/1 answer before a body's end says ``Connection: close`` and is
+    announced (:data:`early_answer`)."""
 
-    __slots__ = ("_receive", "_send", "ended")
+    __slots__ = ("_receive", "_scope", "_send", "ended")
 
-    def __init__(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    def __init__(self, receive: ASGIReceiveCallable, send: ASGISendCallable, scope: HTTPScope):
         self._receive = receive
         self._send = send
+        self._scope = scope
         #: the app received the body's last part, or ``http.disconnect``:
         #: at most the disconnect is left, and the server's queue has room for it
         self.ended = False
@@ -132,6 +153,13 @@ class _Request:
         return message
 
     async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "http.response.start" and not self.ended and self._has_body():
+            # answered before the body's end: hypercorn closes the
+            # connection after this answer; the server hears of it first
+            message = _closing(message)
+            announce = early_answer.get()
+            if announce is not None:
+                announce()
         # hypercorn finishes the stream inside the app's last send: it hands
         # the app an http.disconnect and then closes or recycles the
         # connection. Quart cancels its request task on that disconnect, so
@@ -140,6 +168,27 @@ class _Request:
         # socket write itself, so this adds no new way to block.)
         with trio.CancelScope(shield=True):
             await self._send(message)
+
+    def _has_body(self) -> bool:
+        """The request is HTTP/1 and has a body (HTTP/2 ends a stream, never
+        its connection, and forbids ``Connection``)."""
+        if not self._scope["http_version"].startswith("1"):
+            return False
+        for name, value in self._scope["headers"]:
+            if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+                return True
+        return False
+
+
+def _closing(start: HTTPResponseStartEvent) -> HTTPResponseStartEvent:
+    """*start* with ``Connection: close`` (the server closes the connection
+    after it: the request's body is not read to its end)."""
+    closing = start.copy()
+    closing["headers"] = [
+        *((name, value) for name, value in start["headers"] if name.lower() != b"connection"),
+        (b"connection", b"close"),
+    ]
+    return closing
 
 
 class _Pump:

@@ -10,6 +10,12 @@ WebSocket handshake never waits longer on the client than that deadline:
 - anything else is handed, bytes and all, to hypercorn's trio ``TCPServer``,
   which serves the Quart app (and any further requests on that connection,
   each awaited under its keep-alive timeout, which also bounds their heads).
+  A request answered before its body's end closes the connection, but only
+  once the client has sent the rest (or closed), read and discarded within
+  :data:`DRAIN_TIMEOUT` and the largest body the node accepts plus
+  :data:`DRAIN_MARGIN` (``asgi_guards.early_answer``): closed with data
+  unread, the connection would be reset under a proxy still sending the
+  body, and nginx answers that reset with 502.
 
 Each connection runs under its own exception guard, so no single client can
 take the server down (hypercorn #225). The node's components, the app's
@@ -58,7 +64,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-from .app import MeshApp
+from .app import MeshApp, largest_body
+from .asgi_guards import early_answer
 from .client_address import is_loopback
 from .descriptors import ACCEPT_CAPACITY_ERRNOS, ACCEPT_RETRY, Reserve, raise_open_file_limit
 from .node import Node
@@ -81,6 +88,16 @@ STOP_MARGIN = 10.0
 #: after a WebSocket connection's close frame, seconds to wait for the client
 #: to close its side before the socket is closed
 CLOSE_LINGER = 2.0
+#: after an answer given before the request's body ended, the client's
+#: connection is closed only once it has sent the rest (or closed), or when
+#: this long has passed, or :data:`DRAIN_MARGIN` more than the largest body
+#: the node accepts has been read and discarded: whichever comes first
+DRAIN_TIMEOUT = 5.0
+#: beyond the largest body the node accepts (an upload: 10 MiB + 64 KiB by
+#: default), the bytes read and discarded before such a close; a proxy's body
+#: limit is meant to be that largest body, rounded up (``client_max_body_size
+#: 11m``), and this covers the rounding
+DRAIN_MARGIN = 1024 * 1024
 #: a connection refused for want of descriptors: its head is awaited this
 #: long at most (to tell a health probe or an upgrade), and after the answer
 #: the client has this long to close its side
@@ -128,7 +145,13 @@ def listening_url(listeners: Sequence[trio.SocketListener]) -> str:
 
 
 class PrefixedStream(trio.abc.HalfCloseableStream):
-    """A socket stream with bytes already read put back in front."""
+    """A socket stream with bytes already read put back in front.
+
+    Once told to :meth:`linger` (an answer before the request's body
+    ended), closing it ends hypercorn's use of it, a read in progress
+    included (it raises ``ClosedResourceError``), but leaves the socket
+    open: its owner reads the rest of the body (bounded) and then closes it.
+    """
 
     def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
         self._stream = stream
@@ -137,15 +160,27 @@ class PrefixedStream(trio.abc.HalfCloseableStream):
         # every response is sent in several writes: call the socket's own
         # method, not a coroutine that awaits it
         self.send_all = stream.send_all  # type: ignore[method-assign]
+        #: closing leaves the socket open for its owner to drain
+        self.lingering = False
+        self._closed = False
+        #: the read in progress, cancelled when the stream is closed
+        self._reading: trio.CancelScope | None = None
+
+    def linger(self) -> None:
+        """From now on closing leaves the socket open (see the class)."""
+        self.lingering = True
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream was closed")
         if self._prefix:
             data, self._prefix = self._prefix, b""
-            # from now on reads go straight to the socket
-            self.receive_some = self._stream.receive_some  # type: ignore[method-assign]
             await trio.lowlevel.checkpoint()
             return data
-        return await self._stream.receive_some(max_bytes)
+        with trio.CancelScope() as self._reading:
+            return await self._stream.receive_some(max_bytes)
+        # as a socket stream closed by another task: the read ends with this
+        raise trio.ClosedResourceError("the stream was closed")
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self._stream.send_all(data)
@@ -157,7 +192,13 @@ class PrefixedStream(trio.abc.HalfCloseableStream):
         await self._stream.send_eof()
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        self._closed = True
+        if self._reading is not None:
+            self._reading.cancel()
+        if self.lingering:
+            await trio.lowlevel.checkpoint()  # the owner drains the socket, then closes it
+        else:
+            await self._stream.aclose()
 
 
 def _is_websocket_upgrade(head: bytes) -> bool:
@@ -212,17 +253,25 @@ def _closing_after_one(head: bytes) -> bytes:
     return line + sep + b"connection: close\r\n" + rest
 
 
-async def _close_gracefully(stream: trio.SocketStream, linger: float = CLOSE_LINGER) -> None:
-    """After a WebSocket connection's close frame (or a refusal): send EOF,
-    then discard what the client still sends until it closes too, for at
-    most *linger* seconds. Closing with unread data would reset the
-    connection, and a reset can destroy the close frame before the client
-    has read it. (A connection the transport has reset is closed already.)"""
+async def _close_gracefully(
+    stream: trio.SocketStream, linger: float = CLOSE_LINGER, limit: float = math.inf
+) -> None:
+    """After a WebSocket connection's close frame, a refusal, or an answer
+    before the request's body ended: send EOF, then discard what the client
+    still sends until it closes too, for at most *linger* seconds and *limit*
+    bytes. Closing with unread data resets the connection, and a reset can
+    destroy the answer before the client has read it (a proxy still sending
+    the body answers 502 instead). (A connection the transport has reset is
+    closed already.)"""
+    left = limit
     with trio.move_on_after(linger):
         try:
             await stream.send_eof()
-            while await stream.receive_some(MAX_HEAD_BYTES):
-                pass
+            while left > 0:
+                data = await stream.receive_some(int(min(left, 65536)))
+                if not data:
+                    return
+                left -= len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
             pass
 
@@ -284,6 +333,8 @@ class _Server:
         self.config = config
         self.head_timeout = head_timeout
         self.heads = _Heads(head_timeout)
+        #: bytes read and discarded at most before closing after an early answer
+        self.drain_limit = largest_body(app.settings) + DRAIN_MARGIN
         self.asgi: AppWrapper = wrap_app(app, config.wsgi_max_body_size, None)
         self.context = WorkerContext(None)
         self.state: LifespanState = {}
@@ -318,13 +369,18 @@ class _Server:
                 await stream.aclose()
 
     async def _serve_http(self, stream: trio.SocketStream, head: bytes) -> None:
+        prefixed = PrefixedStream(stream, head)
+        # the app's tasks (started from this one) see it
+        early_answer.set(prefixed.linger)
         await TCPServer(
             self.asgi,
             self.config,
             self.context,
             self.state.copy(),
-            PrefixedStream(stream, head),  # type: ignore[arg-type]
+            prefixed,  # type: ignore[arg-type]
         )
+        if prefixed.lingering:  # hypercorn is done with it: read on, within bounds
+            await _close_gracefully(stream, DRAIN_TIMEOUT, self.drain_limit)
 
     async def _refuse(self, stream: trio.SocketStream) -> None:
         """A connection past the descriptor share: its head is awaited for

@@ -1,7 +1,9 @@
 """The body guard around the app (``quart_mesh/asgi_guards.py``): a request
 whose events the app received to the end costs no task; one the app
 answered before its body's end is read on, and discarded, by a pump in the
-long-lived nursery, so the server's bounded queue never stays full.
+long-lived nursery, so the server's bounded queue never stays full. An
+HTTP/1 answer before a body's end says ``Connection: close`` and is
+announced to the server (``early_answer``) before it is sent.
 
 The server is stood in for by a memory channel of hypercorn's size (10)."""
 
@@ -14,11 +16,12 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from trio.testing import wait_all_tasks_blocked
 
-from quart_mesh.asgi_guards import drain_request_bodies
+from quart_mesh.asgi_guards import drain_request_bodies, early_answer
 
 pytestmark = [pytest.mark.timeout(10), pytest.mark.store_free]
 
-HTTP: Any = {"type": "http"}
+#: a request with a body, as hypercorn describes it
+HTTP: Any = {"type": "http", "http_version": "1.1", "headers": [(b"content-length", b"100")]}
 #: hypercorn's ``max_app_queue_size``
 QUEUE = 10
 
@@ -114,3 +117,52 @@ async def test_the_apps_sends_are_shielded(nursery: trio.Nursery) -> None:
     to_app.send_nowait(part(False))
     await drain_request_bodies(app, lambda: nursery)(HTTP, from_server.receive, send)
     assert finished.is_set()
+
+
+async def _served(scope: Any, body_read: bool) -> tuple[list[ASGISendEvent], list[int]]:
+    """What an app answering *scope* sends (with the body read to its end or
+    not), and how many answers had been sent when ``early_answer`` was called."""
+    to_app, from_server = trio.open_memory_channel[Any](QUEUE)
+    sent: list[ASGISendEvent] = []
+    announced: list[int] = []
+
+    async def send(message: ASGISendEvent) -> None:
+        sent.append(message)
+
+    async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"a", b"b")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    token = early_answer.set(lambda: announced.append(len(sent)))
+    try:
+        async with trio.open_nursery() as nursery:
+            to_app.send_nowait(part(not body_read))
+            await drain_request_bodies(app, lambda: nursery)(scope, from_server.receive, send)
+            to_app.send_nowait({"type": "http.disconnect"})
+    finally:
+        early_answer.reset(token)
+    return sent, announced
+
+
+async def test_an_early_answer_closes_the_connection_and_is_announced_first() -> None:
+    sent, announced = await _served(HTTP, False)
+    assert announced == [0]  # before the answer left
+    assert list(sent[0]["headers"]) == [(b"a", b"b"), (b"connection", b"close")]  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize(
+    ("scope", "body_read"),
+    [
+        pytest.param(HTTP, True, id="body-read"),
+        pytest.param({**HTTP, "http_version": "2"}, False, id="http2"),
+        pytest.param({**HTTP, "headers": []}, False, id="no-body"),
+        pytest.param({**HTTP, "headers": [(b"content-length", b"0")]}, False, id="empty-body"),
+    ],
+)
+async def test_other_answers_keep_the_connection(scope: Any, body_read: bool) -> None:
+    """The body read to its end; HTTP/2 (a stream ends, not its connection);
+    a request without a body, answered before its (empty) end was read."""
+    sent, announced = await _served(scope, body_read)
+    assert announced == []
+    assert list(sent[0]["headers"]) == [(b"a", b"b")]  # type: ignore[typeddict-item]

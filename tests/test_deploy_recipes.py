@@ -31,7 +31,7 @@ import pytest
 import trio
 
 from quart_mesh import cli
-from quart_mesh.api.uploads import upload_body_limit
+from quart_mesh.app import largest_body
 from quart_mesh.config import Settings
 from quart_mesh.workers import STOP_MARGIN
 
@@ -58,12 +58,7 @@ LONGEST_NODE_WAIT = max(
     DEFAULTS.max_poll_timeout,
 )
 #: the largest request body the node accepts, on any path
-LARGEST_BODY = max(
-    upload_body_limit(DEFAULTS.limits),
-    DEFAULTS.limits.max_app_body_bytes,
-    DEFAULTS.limits.max_body_bytes,
-    DEFAULTS.max_completion_body_bytes,
-)
+LARGEST_BODY = largest_body(DEFAULTS)
 
 
 # --- reading the files ---------------------------------------------------------

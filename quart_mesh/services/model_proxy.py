@@ -51,11 +51,15 @@ from .authz import Actor, authorize, authorize_above, permitted
 from .model_rules import Invalid, check_body
 from .ratelimit import RateLimiter
 
-__all__ = ["Budget", "Model", "ModelProxy", "OpenAIError", "Stream"]
+__all__ = ["RESERVED_NAMES", "Budget", "Model", "ModelProxy", "OpenAIError", "Stream"]
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
+#: not a model's name: the REST API's own paths beside /api/models/<name>
+#: (GET /api/models/usage, ...) own those paths, so a model of that name
+#: could be neither changed nor removed there
+RESERVED_NAMES = frozenset({"budget", "budgets", "usage"})
 #: most bytes of an upstream error body read
 _MAX_ERROR_BYTES = 64 * 1024
 #: most bytes of a non-streamed upstream answer
@@ -317,6 +321,11 @@ class ModelProxy:
         if not _NAME.fullmatch(name):
             raise BadRequest(
                 "name must be 1-100 characters: letters, digits and . _ : -", "invalid_name"
+            )
+        if name in RESERVED_NAMES:
+            raise BadRequest(
+                f"{name} is reserved (it names a path of the API): choose another name",
+                "invalid_name",
             )
         _check_base_url(base_url)
         if upstream_model is not None and not 1 <= len(upstream_model) <= 200:

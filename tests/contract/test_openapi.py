@@ -15,6 +15,7 @@ from openapi_spec_validator import validate
 
 from quart_mesh import Settings, create_app
 from quart_mesh.api.openapi import openapi_document
+from quart_mesh.services.model_proxy import RESERVED_NAMES
 from tests.helpers import Mesh, assert_error
 from tests.openapi_check import document
 
@@ -280,3 +281,64 @@ async def test_an_empty_authorization_header_is_no_token(mesh: Mesh) -> None:
         "/api/agents/bootstrap", content=b"[1]", headers={"Authorization": "Bearer nope"}
     )
     assert r.status_code == 401, r.text
+
+
+#: the methods a client may send, beside the implicit HEAD and OPTIONS
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _allow(r: httpx.Response) -> set[str]:
+    return {method.strip().lower() for method in r.headers.get("allow", "").split(",") if method}
+
+
+def _example(path: str) -> str:
+    """*path* with each parameter filled in (an id that names nothing)."""
+    return re.sub(r"\{[^}]+\}", "01ARZ3NDEKTSV4RRFFQ69G5FAV", path)
+
+
+async def test_options_and_405_list_exactly_the_documented_methods(
+    http: httpx.AsyncClient,
+) -> None:
+    """On every path of the document, the automatic ``OPTIONS`` lists its
+    documented methods (with ``OPTIONS``, and ``HEAD`` beside ``GET``), an
+    undocumented method is 405 with the same ``Allow``, and a documented
+    one is served (schemathesis' ST205 and its unsupported-method check).
+    A path belongs to its most concrete template: ``/api/agents/bootstrap``
+    (POST) is never ``/api/agents/{agentId}`` (PATCH, DELETE)."""
+    mismatches = []
+    for path, operations in document()["paths"].items():
+        documented = set(operations)
+        url = _example(path)
+        r = await http.options(url)
+        if not path.startswith("/api/"):
+            # the agents' protocols, served in front of Quart: an Allow, if
+            # any, lists the documented methods
+            if r.headers.get("allow") and _allow(r) - {"head", "options"} != documented:
+                mismatches.append(("OPTIONS", path, r.status_code, r.headers.get("allow")))
+            continue
+        expected = documented | {"options"} | ({"head"} if "get" in documented else set())
+        if r.status_code != 200 or _allow(r) != expected:
+            mismatches.append(("OPTIONS", path, r.status_code, r.headers.get("allow")))
+        for method in METHODS:
+            r = await http.request(method.upper(), url)
+            if method in documented:
+                if r.status_code == 405:
+                    mismatches.append((method, path, 405, r.headers.get("allow")))
+            elif r.status_code != 405 or _allow(r) != expected:
+                mismatches.append((method, path, r.status_code, r.headers.get("allow")))
+            else:
+                assert_error(r, 405, "method_not_allowed")
+    assert not mismatches
+
+
+def test_no_model_name_is_a_path_beside_the_models(tmp_path: Path) -> None:
+    """A model named like a path beside ``/api/models/{name}`` could not be
+    changed or removed there (the path's own template serves it): those
+    names are refused (``services.model_proxy.RESERVED_NAMES``)."""
+    app = create_app(Settings(data_dir=tmp_path))
+    beside = {
+        rule.rule.removeprefix("/api/models/")
+        for rule in app.url_map.iter_rules()
+        if re.fullmatch(r"/api/models/[^/<]+", rule.rule)
+    }
+    assert beside == RESERVED_NAMES

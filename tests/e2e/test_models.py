@@ -70,6 +70,7 @@ async def test_registry(base_url: str, mesh: Mesh, upstream: Upstream, tmp_path:
     assert_error(await add_model(mesh, owner, name="echo", baseUrl=url), 409, "model_exists")
     for body, code in [
         ({"name": "bad name", "baseUrl": url}, "invalid_name"),
+        ({"name": "usage", "baseUrl": url}, "invalid_name"),  # GET /api/models/usage's path
         ({"name": "x", "baseUrl": "ftp://x"}, "invalid_url"),
         ({"name": "x", "baseUrl": "http://h:99999"}, "invalid_url"),
         ({"name": "x"}, "missing_field"),

@@ -1,6 +1,7 @@
 """The sidebar in real browsers: unread counts and mention badges kept live
-(and the page title), DMs started, hidden and brought back, the room
-browser, and people with online dots, last seen and badges."""
+(and the page title), a message replayed after a resume counted once, DMs
+started, hidden and brought back, the room browser, and people with online
+dots, last seen and badges."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import WebSocketRoute, expect
 
 from tests.browser import Person, call, chromium, in_browser, shot, until
 from tests.helpers import User
@@ -121,6 +122,101 @@ async def test_what_was_seen_stays_read_when_the_person_moves_on_at_once(
             bob.page.reload()
             expect(bob.heading("#random")).to_be_visible()
             expect(bob.room_link("Town Square")).to_have_accessible_name("Town Square")
+            bob.assert_clean()
+
+    await in_browser(scenario)
+
+
+class _Link:
+    """The page's ``/ws`` through Playwright: the test cuts it (both ends),
+    keeps it down, and holds the node's ``message`` frames for a while (a
+    slow catch-up), handing them on in order when told."""
+
+    def __init__(self, person: Person) -> None:
+        self.down = False
+        self.holding = False
+        self.held: list[tuple[WebSocketRoute, str | bytes]] = []
+        self.open: list[tuple[WebSocketRoute, WebSocketRoute]] = []
+        person.context.route_web_socket(re.compile(r"/ws$"), self._route)
+
+    def _route(self, ws: WebSocketRoute) -> None:
+        if self.down:
+            ws.close(code=1011, reason="test: offline")
+            return
+        server = ws.connect_to_server()
+        pair = (ws, server)
+
+        def to_page(frame: str | bytes) -> None:
+            if pair not in self.open:
+                return  # cut: what the node still sent is lost with it
+            if self.holding and json.loads(frame).get("type") == "message":
+                self.held.append((ws, frame))
+            else:
+                ws.send(frame)
+
+        server.on_message(to_page)
+        self.open.append(pair)
+
+    def cut(self) -> None:
+        self.down = True
+        for ws, server in self.open:
+            ws.close(code=1011, reason="test: dropped")
+            server.close(code=1001, reason="test: dropped")
+        self.open.clear()
+
+    def release(self) -> None:
+        self.holding = False
+        for ws, frame in self.held:
+            ws.send(frame)
+        self.held.clear()
+
+
+async def test_a_message_replayed_after_the_status_counted_it_is_counted_once(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """On a resume the page reads ``GET /api/status`` (which counts what it
+    missed) while the node replays the missed messages on the socket. When
+    the status is applied first, the replayed messages are ones it counted
+    already: ``Store.countUnread`` (js/state.js) must not count them again.
+    The node's replay is held back until the status shows, then handed on."""
+    node: Served = await serve_node()
+    alice_user, bob_user, square = await two_people(node)
+    random = await node.mesh.create_room(alice_user, "random")
+    await node.mesh.join(bob_user, random["roomId"])
+
+    async def post(text: str, room_id: str = random["roomId"]) -> None:
+        await node.mesh.send(alice_user, room_id, text)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            bob = Person(browser, node.url)
+            link = _Link(bob)
+            bob.open()
+            bob.sign_in(bob_user.name)
+            expect(bob.heading("#Town Square")).to_be_visible()
+            # a message the page is given: it resumes after it (``since``)
+            call(post, "hello", square)
+            expect(bob.message("hello")).to_be_visible()
+            expect(bob.room_link("random")).to_have_accessible_name("random")
+            link.cut()
+            expect(bob.page.locator("#connection")).to_contain_text("Connection lost")
+            for text in ("missed one", "@bob missed two", "missed three"):
+                call(post, text)
+            link.down = False
+            link.holding = True
+            bob.button("Reconnect now").click()
+            # the status, read on the resume, counts the three
+            expect(bob.room_link("random")).to_have_accessible_name(
+                "random, 3 unread messages, 1 mention"
+            )
+            until(bob, lambda: len(link.held) == 3)  # the node's replay of them
+            link.release()
+            # a live message after the replay: the count is exact
+            call(post, "@bob live")
+            expect(bob.room_link("random")).to_have_accessible_name(
+                "random, 4 unread messages, 2 mentions"
+            )
+            expect(bob.page).to_have_title("(4) #Town Square · Test Mesh")
             bob.assert_clean()
 
     await in_browser(scenario)
