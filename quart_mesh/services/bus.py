@@ -275,11 +275,19 @@ class Bus:
         a gap), and apply every block that may be applied."""
         if self._fetch:
             wanted = sorted(self._fetch)
-            for row in await self._db.read(partial(repo.read_rows, positions=wanted)):
+            rows = await self._db.read(partial(repo.read_rows, positions=wanted))
+            for row in rows:
                 self._heard(row)
             self._fetch.difference_update(wanted)
+            if len(rows) < len(wanted) and min(wanted) > self.position:
+                # told of, and gone from the table (pruned: this process is far
+                # behind): what it carried is unknown, start over
+                log.error("stream rows told of are not in the table: starting over")
+                self._must_resync = True
         if self._must_read:
             self._must_read = False
+            # the next read for a block still unknown comes _HOLE_WAIT later
+            self._hole_since = trio.current_time()
             while True:
                 after = max(self._read_to, self.position)
                 rows, read_to = await self._db.read(
@@ -313,6 +321,13 @@ class Bus:
         of once every block before it is applied or final."""
         moved = False
         while True:
+            # notifications of a block already applied (read from the table
+            # meanwhile) are of no use any more
+            for block in [
+                b for b in itertools.chain(self._partial, self._fetch) if b <= self.position
+            ]:
+                self._partial.pop(block, None)
+                self._fetch.discard(block)
             waiting = min(self._pending, default=None)
             blocked = min(itertools.chain(self._partial, self._fetch), default=None)
             if waiting is not None and waiting <= self.position:
@@ -333,9 +348,9 @@ class Bus:
             # blocks not heard of up to the next one heard of (or one whose
             # notifications are incomplete, or to be read) pass once final
             bound = self._passable_to()
-            for block in (waiting, blocked):
-                if block is not None:
-                    bound = min(bound, block - 1)
+            for heard in (waiting, blocked):
+                if heard is not None:
+                    bound = min(bound, heard - 1)
             if bound > self.position:
                 self.position = bound
                 moved = True
