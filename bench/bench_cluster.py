@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,6 +376,76 @@ def fmt(value: float, spec: str) -> str:
     return "-" if value != value else format(value, spec)
 
 
+def targets(results: dict[str, list[dict[str, dict[str, Any]]]]) -> None:
+    """Issue 34's targets, each a ratio of two figures of the same run (the
+    median over runs of each run's ratio), and the per-operation costs the
+    projection in ``docs/benchmarks.md`` is made from."""
+    pg = sorted(
+        (int(name.rsplit("x", 1)[1]), name) for name in results if name.startswith("postgres")
+    )
+    if not pg or pg[0][0] != 1:
+        return
+    one = pg[0][1]
+    runs = min(len(r) for r in results.values())
+
+    def per_run(a: str, b: str, f: Callable[[dict[str, Any]], float]) -> float:
+        found = []
+        for i in range(runs):
+            below = f(results[b][i])
+            if below:
+                found.append(f(results[a][i]) / below)
+        return median(found) if found else float("nan")
+
+    def cpu(run: dict[str, Any]) -> float:
+        return float(run["send"]["node_us"] + run["send"]["pg_us"])
+
+    def sends(run: dict[str, Any]) -> float:
+        return float(run["send"]["rate"])
+
+    def per_core(run: dict[str, Any]) -> float:
+        cores = run["fanout"]["cores"]
+        return float(run["fanout"]["rate"] / cores) if cores else 0.0
+
+    print("\n(d) issue 34's targets (each the median over runs of a ratio within a run)")
+    rows: list[tuple[str, float, str, bool]] = []
+    for n, name in pg[1:]:
+        limit = 1.25 if n == 2 else 1.5
+        value = per_run(name, one, cpu)
+        rows.append((f"node+PG CPU per send, x{n} / x1", value, f"<= {limit}", value <= limit))
+    if "sqlite x1" in results:
+        value = per_run(one, "sqlite x1", sends)
+        rows.append(("sends/s, PostgreSQL x1 / SQLite x1", value, ">= 0.5", value >= 0.5))
+    for n, name in pg[1:]:
+        value = per_run(name, one, sends)
+        rows.append((f"sends/s, x{n} / x1", value, ">= 1.0", value >= 1.0))
+    for n, name in pg[1:]:
+        value = per_run(name, one, per_core)
+        rows.append((f"deliveries/s per busy core, x{n} / x1", value, ">= 0.8", value >= 0.8))
+    for _, name in pg:
+        p50 = median([r["latency"]["p50"] for r in results[name]])
+        p99 = median([r["latency"]["p99"] for r in results[name]])
+        rows.append((f"{name}: A->B p50 ms", p50, "<= 5", p50 <= 5))
+        rows.append((f"{name}: A->B p99 ms", p99, "<= 30", p99 <= 30))
+    for what, value, target, met in rows:
+        print(f"  {what:<42}{value:>8.2f}  target {target:<8}{'met' if met else 'NOT met'}")
+    # node CPU per send against the number of processes: a straight line
+    # w + n*f (w: the writing process's share, f: each process following it)
+    xs = [float(n) for n, _ in pg]
+    ys = [median([r["send"]["node_us"] for r in results[name]]) for _, name in pg]
+    if len(xs) > 1:
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        f = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+            (x - mx) ** 2 for x in xs
+        )
+        w = my - f * mx
+        pg_cpu = median([r["send"]["pg_us"] for r in results[one]])
+        deliver = median([r["fanout"]["node_us"] for r in results[one]])
+        print(
+            f"  model inputs: node CPU per send = {w:.0f} + {f:.0f} x processes µs; "
+            f"PostgreSQL {pg_cpu:.0f} µs per send (x1); node {deliver:.0f} µs per delivery (x1)"
+        )
+
+
 def report(results: dict[str, list[dict[str, dict[str, Any]]]], args: argparse.Namespace) -> None:
     def med(config: str, test: str, key: str) -> float:
         return median([run[test][key] for run in results[config] if test in run])
@@ -436,6 +507,7 @@ def report(results: dict[str, list[dict[str, dict[str, Any]]]], args: argparse.N
         " or delivery; cores busy: both together per second; client cores: the load"
         " generators' CPU per second"
     )
+    targets(results)
     errors = {
         (c, test): e
         for c in configs

@@ -114,6 +114,10 @@ class Bus:
         self._partial: dict[int, list[str]] = {}
         #: blocks too large for notifications, to read from the table
         self._fetch: set[int] = set()
+        #: what this process's own transactions recorded, by block: their
+        #: notifications need not be decoded (written from the writer's
+        #: thread; a block whose transaction rolled back is dropped once passed)
+        self._own: dict[int, list[outbox.Entry]] = {}
         #: every block at or below it was read from the table or is empty
         self._read_to = 0
         #: the highest bound a notification carried: a block at or below it
@@ -213,6 +217,7 @@ class Bus:
         self._broker.live_sink = self._queue_live
         self._running = True
         self._db.delivered = self.caught_up
+        self._db.recorded = self._recorded
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._listen)
@@ -225,6 +230,7 @@ class Bus:
             self._running = False
             self._advanced()
             self._db.delivered = None
+            self._db.recorded = None
             self._broker.on_local_commit = None
             self._broker.live_sink = None
             self._broker.clustered = False
@@ -328,6 +334,10 @@ class Bus:
             ]:
                 self._partial.pop(block, None)
                 self._fetch.discard(block)
+            if self._own:
+                # (a copy of the keys first: the writer's thread adds to it)
+                for block in [b for b in list(self._own) if b <= self.position]:
+                    self._own.pop(block, None)
             waiting = min(self._pending, default=None)
             blocked = min(itertools.chain(self._partial, self._fetch), default=None)
             if waiting is not None and waiting <= self.position:
@@ -439,6 +449,11 @@ class Bus:
                 )
                 await trio.sleep(delay)
 
+    def _recorded(self, block: int, entries: list[outbox.Entry]) -> None:
+        """The writer (in its thread): this process's transaction about to
+        commit at *block* recorded *entries*."""
+        self._own[block] = entries
+
     def _told(self, payload: str) -> None:
         """A commit's notification: ``<block> <final> <n> <count>`` and a line
         with a run of its entries (``*``: read the row from the table)."""
@@ -464,7 +479,12 @@ class Bus:
                 self._horizon = max(self._horizon, block)
                 self.wake()
                 return
-            if body == "*":
+            own = self._own.pop(block, None)
+            if own is not None:
+                # this process's own commit: what it recorded, not decoded again
+                self._partial.pop(block, None)
+                self._pending[block] = repo.StreamRow(block, self.process_id, own)
+            elif body == "*":
                 self._fetch.add(block)
             else:
                 chunks = self._partial.setdefault(block, [])

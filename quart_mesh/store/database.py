@@ -135,8 +135,11 @@ _RECORD = (
     " SELECT block, %(origin)s, %(body)s, %(at)s FROM b)"
     f" SELECT b.block, pg_notify('{STREAM_CHANNEL}', b.block || ' ' || f.upto || ' ' || t.n"
     " || ' ' || %(count)s || chr(10) || t.p)"
-    " FROM b, f, unnest(%(chunks)s::text[]) WITH ORDINALITY AS t(p, n)"
+    " FROM b, f, unnest(string_to_array(%(chunks)s, chr(30))) WITH ORDINALITY AS t(p, n)"
 )
+#: between the chunks of one commit in the statement's one text parameter
+#: (JSON escapes every control character, so none is in a chunk)
+_CHUNK_SEPARATOR = "\x1e"
 
 
 class StoreFault(Unavailable, KnownFault):
@@ -336,6 +339,9 @@ class Database:
         )
         #: waits until the bus has applied a stream position (while it runs)
         self.delivered: Callable[[int], Awaitable[None]] | None = None
+        #: told, in the writer's thread, the block and entries a transaction
+        #: is about to commit (the bus then need not decode its notifications)
+        self.recorded: Callable[[int, list[outbox.Entry]], None] | None = None
         #: SQLite: the event loop thread's own write connection (_run_inline),
         #: for a database in a file (an in-memory one is per connection)
         self._inline_engine: Engine | None = None
@@ -744,12 +750,14 @@ class Database:
                 "body": body,
                 "at": now_ms(),
                 "count": len(chunks),
-                "chunks": chunks,
+                "chunks": _CHUNK_SEPARATOR.join(chunks),
             },
         ).first()
         if written is None:  # a row per notification, and there is one at least
             raise RuntimeError("the stream row was not written")
         position = int(written[0])
+        if self.recorded is not None:
+            self.recorded(position, found)
         for job in batch:
             if job.error is None and job.entries:
                 job.position = int(position)
