@@ -61,6 +61,7 @@ from ..records import now_ms
 from ..retry import Backoff, describe, retrying
 from ..store import Database, outbox
 from ..store import cluster as repo
+from ..store.blocks import note_final
 from ..store.database import READ, STREAM_CHANNEL, WRITE
 from ..store.listen import MAX_PAYLOAD, Listener, Notifier
 
@@ -83,7 +84,9 @@ _LISTEN = "listen"
 #: the horizon while not listening: only the table tells what is final
 _NOT_LISTENING = 1 << 62
 #: blocks heard of and kept in memory, waiting behind one not final, at most
+#: (and their notifications' bytes): the rest is read from the table later
 _MAX_PENDING = 4096
+_MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 
 class Bus:
@@ -112,6 +115,10 @@ class Bus:
         self._pending: dict[int, repo.StreamRow] = {}
         #: notifications of a block still to come (block -> chunks so far)
         self._partial: dict[int, list[str]] = {}
+        #: the size of what notifications brought to :attr:`_pending`, by
+        #: block, and in all (bounded: :data:`_MAX_PENDING_BYTES`)
+        self._sizes: dict[int, int] = {}
+        self._held_bytes = 0
         #: blocks too large for notifications, to read from the table
         self._fetch: set[int] = set()
         #: what this process's own transactions recorded, by block: their
@@ -201,6 +208,8 @@ class Bus:
         self._pending.clear()
         self._partial.clear()
         self._fetch.clear()
+        self._sizes.clear()
+        self._held_bytes = 0
         self._must_read = True
         self._prepared = True
         self._caught_up_at = trio.current_time()
@@ -314,6 +323,11 @@ class Bus:
             self._pending.setdefault(row.position, row)
             self.known = max(self.known, row.position)
 
+    def _take(self, block: int) -> repo.StreamRow:
+        """The row of *block*, no longer kept."""
+        self._held_bytes -= self._sizes.pop(block, 0)
+        return self._pending.pop(block)
+
     def _passable_to(self) -> int:
         """How far blocks not heard of may be passed: those read from the
         table, and above the horizon those a notification's bound covers."""
@@ -341,10 +355,10 @@ class Bus:
             waiting = min(self._pending, default=None)
             blocked = min(itertools.chain(self._partial, self._fetch), default=None)
             if waiting is not None and waiting <= self.position:
-                del self._pending[waiting]  # heard twice (the table and a notification)
+                self._take(waiting)  # heard twice (the table and a notification)
                 continue
             if waiting is not None and waiting == self.position + 1:
-                row = self._pending.pop(waiting)
+                row = self._take(waiting)
                 if row.unreadable:
                     # written by another version of the node, or damaged: what
                     # it carried is unknown, so everything is read again after it
@@ -368,6 +382,7 @@ class Bus:
             break
         now = trio.current_time()
         if moved:
+            note_final(self._db.engine, self.position)
             self._advanced()
             self._caught_up_at = now  # behind, perhaps, but moving
         if self.position >= self.known:
@@ -470,8 +485,8 @@ class Bus:
         if block > self.position and block not in self._pending:
             if (
                 len(self._pending) + len(self._partial) >= _MAX_PENDING
-                and block not in self._partial
-            ):
+                or self._held_bytes >= _MAX_PENDING_BYTES
+            ) and block not in self._partial:
                 # a block far behind holds the rest back (a writer stuck in a
                 # transaction): keep no more in memory; the table has them, and
                 # it alone may say what up to here is final (a bound would pass
@@ -486,12 +501,27 @@ class Bus:
                 self._pending[block] = repo.StreamRow(block, self.process_id, own)
             elif body == "*":
                 self._fetch.add(block)
+            elif block in self._fetch:
+                pass  # a chunk of it was missed: it is read from the table
             else:
-                chunks = self._partial.setdefault(block, [])
-                chunks.append(body)
-                if n >= count or len(chunks) >= count:
+                chunks = self._partial.get(block)
+                if chunks is None:
+                    if n != 1:  # its first chunk was not heard: read the table
+                        self._fetch.add(block)
+                        self.wake()
+                        return
+                    chunks = self._partial[block] = []
+                if n != len(chunks) + 1:  # not the next chunk: read the table
                     del self._partial[block]
-                    self._pending.setdefault(block, _row(block, chunks))
+                    self._fetch.add(block)
+                elif n == count:
+                    del self._partial[block]
+                    chunks.append(body)
+                    self._pending[block] = _row(block, chunks)
+                    self._sizes[block] = sum(len(chunk) for chunk in chunks)
+                    self._held_bytes += self._sizes[block]
+                else:
+                    chunks.append(body)
         self.wake()
 
     def _queue_live(self, event: Event) -> None:

@@ -120,7 +120,9 @@ class Feed:
                 )
             truncated = len(found) > limit
             found = found[:limit]
-            cursor = found[-1].seq if truncated else head
+            # never back: a cursor handed out before (by this process or
+            # another, whose bound was higher a moment ago) covers what it covers
+            cursor = found[-1].seq if truncated else max(head, after or 0)
             waiting = (
                 agents_repo.pending_commands(conn, participant_id, _COMMANDS) if commands else []
             )
@@ -235,8 +237,11 @@ class Delivery:
         Raises:
             Unavailable: the store could not be read.
         """
-        head = await self._db.read(messages_repo.head_seq)
-        return head if since is None else min(since, head)
+        if since is None:
+            return await self._db.read(messages_repo.head_seq)
+        # past the newest message written (not the newest final one: a
+        # cursor handed out a moment ago may be past that, and is good)
+        return min(since, await self._db.read(messages_repo.newest_seq))
 
     async def refresh(self, participant_id: str | None = None) -> None:
         """Decide again which rooms *participant_id* (``None``: everyone

@@ -41,9 +41,12 @@ whose announcement it lost.
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Connection
+import threading
+import weakref
 
-__all__ = ["SHIFT", "block_of", "final_block", "final_seq", "last_seq_of"]
+from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["SHIFT", "block_of", "final_block", "final_seq", "last_seq_of", "note_final"]
 
 #: bits of a position below its block (a transaction may take 2**SHIFT positions)
 SHIFT = 20
@@ -59,14 +62,40 @@ def last_seq_of(block: int) -> int:
     return ((block + 1) << SHIFT) - 1
 
 
+#: per database (its engine): the highest block known final so far. What is
+#: final stays final, but ``mesh_final_block()`` may answer lower than it did
+#: a moment ago (a transaction that read the sequence and had not yet
+#: announced itself then, has now): so that two bounds read one after the
+#: other in a process never go back — a subscription starting after the
+#: bus's position and the backlog read up to a later bound — each answer is
+#: raised to the highest before it
+_floors: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+_floors_lock = threading.Lock()
+
+
+def note_final(engine: Engine, block: int) -> None:
+    """*block*, and every one below it, is known final (the bus applied it)."""
+    with _floors_lock:
+        if block > _floors.get(engine, 0):
+            _floors[engine] = block
+
+
 def final_block(conn: Connection, *, exclude_self: bool = False) -> int:
     """The newest block at or below which every block is final, on
-    PostgreSQL. *exclude_self*: leave out this connection's own
-    announcement (a writer telling what is final besides itself)."""
-    found = conn.exec_driver_sql(
-        "SELECT mesh_final_block(%(exclude)s)", {"exclude": exclude_self}
-    ).scalar_one()
-    return int(found)
+    PostgreSQL; never lower than one this process knew final before.
+    *exclude_self*: leave out this connection's own announcement (a writer
+    telling what is final besides itself: then not kept as known final)."""
+    found = int(
+        conn.exec_driver_sql(
+            "SELECT mesh_final_block(%(exclude)s)", {"exclude": exclude_self}
+        ).scalar_one()
+    )
+    engine = conn.engine
+    with _floors_lock:
+        floor = _floors.get(engine, 0)
+        if found > floor and not exclude_self:
+            _floors[engine] = found
+    return max(found, floor)
 
 
 def final_seq(conn: Connection) -> int | None:

@@ -384,9 +384,11 @@ class Database:
             # a transaction left open by a writer that stopped talking (its
             # host gone, the process hung) holds every process's delivery
             # back (decision 0080): PostgreSQL ends it after this long idle
-            kwargs["connect_args"] = {
-                "options": f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
-            }
+            # (added to the URL's own ``options``, if it has any)
+            own = url.query.get("options")
+            given = " ".join(own) if isinstance(own, tuple) else (own or "")
+            idle = f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+            url = url.update_query_dict({"options": f"{idle} {given}".strip()})
         engine = sa.create_engine(url, **kwargs)
         if self.backend == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)

@@ -33,6 +33,7 @@ __all__ = [
     "messages_after",
     "messages_around",
     "messages_by_seq",
+    "newest_seq",
     "post_message",
     "remove_reaction",
     "room_head_seq",
@@ -188,11 +189,16 @@ _post_message = _by_dialect(
     _VECTOR,
 )
 # on PostgreSQL the same statement says whether the room is shared with
-# other nodes (relay.is_shared, without a round trip of its own)
+# other nodes (relay.is_shared, without a round trip of its own), and keeps
+# the sender's membership from being removed until it commits (sends commit
+# concurrently with other writes there: decision 0080; a removal committed
+# first leaves no row to insert from)
 _post_message = (
     _post_message[0],
     Statement(
-        _post_message[1].sql
+        _post_message[1].sql.replace(
+            " ON CONFLICT DO NOTHING", " FOR KEY SHARE OF room_members ON CONFLICT DO NOTHING"
+        )
         + ", EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = :room_id)"
     ),
 )
@@ -314,6 +320,13 @@ def list_messages(
         query = query.where(messages.c.seq > since).order_by(messages.c.seq).limit(limit)
         rows = list(conn.execute(query))
     else:
+        if before is None:
+            # the newest page ends at a cursor a client takes as its own
+            # (to mark read, to resume from): not past a message a slower
+            # transaction may still add below it
+            final = final_seq(conn)
+            if final is not None:
+                query = query.where(messages.c.seq <= final)
         query = query.order_by(messages.c.seq.desc()).limit(limit)
         rows = list(conn.execute(query))[::-1]
     return _messages(conn, rows)
@@ -381,6 +394,16 @@ def head_seq(conn: Connection) -> int:
     newest message below which none can still commit (``blocks.py``).
     Messages read after this call up to it are all there are."""
     return _head(conn, sa.true())
+
+
+def newest_seq(conn: Connection) -> int:
+    """The newest message's cursor written so far (0 when there are none),
+    whether or not a message below it may still commit: not a cursor to hand
+    out (:func:`head_seq` is), a limit for one a client brings."""
+    newest: int = conn.execute(
+        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
+    ).scalar_one()
+    return newest
 
 
 def room_head_seq(conn: Connection, room_id: str) -> int:

@@ -265,10 +265,16 @@ def kind_and_membership(
 ) -> tuple[str, bool] | None:
     """(room kind, whether *participant_id* is a member), or None for no such room:
     the check every message send makes, in one query."""
-    row = conn.execute(
-        _kind_and_membership, {"room_id": room_id, "participant_id": participant_id}
-    ).first()
-    return None if row is None else (row.kind, row.participant_id is not None)
+    params = {"room_id": room_id, "participant_id": participant_id}
+    row = conn.execute(_kind_and_membership, params).first()
+    if row is None:
+        return None
+    member = row.participant_id is not None
+    if member and conn.dialect.name == "postgresql":
+        # kept until the send commits: sends commit concurrently with a
+        # removal there (decision 0080); one committed meanwhile wins
+        member = conn.execute(_hold_membership, params).first() is not None
+    return row.kind, member
 
 
 # on every send: written once as SQL (see messages.insert_message)
@@ -276,6 +282,10 @@ _kind_and_membership = sa.text(
     "SELECT rooms.kind, room_members.participant_id FROM rooms"
     " LEFT OUTER JOIN room_members ON room_members.room_id = rooms.room_id"
     " AND room_members.participant_id = :participant_id WHERE rooms.room_id = :room_id"
+)
+_hold_membership = sa.text(
+    "SELECT 1 FROM room_members WHERE room_id = :room_id AND participant_id = :participant_id"
+    " FOR KEY SHARE"
 )
 
 

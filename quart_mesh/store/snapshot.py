@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..records import Room
+from .blocks import final_seq
 from .dialect import Statement
 from .rooms import memberships, room_from_row
 
@@ -65,8 +66,10 @@ def fingerprint(conn: Connection) -> tuple[tuple[Any, ...], int]:
     changes; and
     the node's newest message cursor (0 without messages), read with it."""
     query = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
+    final = final_seq(conn)  # a cursor handed out: not past one still to commit
     row = tuple(query.run(conn, {}).fetchone())
-    return row[:-1], int(row[-1])
+    cursor = int(row[-1]) if final is None else min(int(row[-1]), final)
+    return row[:-1], cursor
 
 
 def participant_rows(conn: Connection) -> list[ParticipantRow]:

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from .blocks import final_seq
 from .dialect import Statement, insert
 from .messages import mentions
 from .schema import messages, positions, room_members, room_reads
@@ -92,12 +93,13 @@ def _advance_read(conn: Connection, participant_id: str, room_id: str, seq: int)
 def read_heads(conn: Connection, participant_id: str) -> dict[str, tuple[int, int]]:
     """Per room and DM of the participant: (the room's newest message cursor,
     the participant's read position), each 0 when there is none."""
-    head = (
-        sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
-        .where(messages.c.room_id == room_members.c.room_id)
-        .correlate(room_members)
-        .scalar_subquery()
+    newest = sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(
+        messages.c.room_id == room_members.c.room_id
     )
+    final = final_seq(conn)  # first: a head not past a message still to commit below it
+    if final is not None:
+        newest = newest.where(messages.c.seq <= final)
+    head = newest.correlate(room_members).scalar_subquery()
     query = (
         sa.select(
             room_members.c.room_id,
