@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
-from tests.cluster.nodes import database_url, open_nodes
+from tests.cluster.nodes import database_url, two_nodes
 from tests.helpers import Mesh, Socket, User, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -44,12 +43,7 @@ async def _messages(ws: Socket, count: int) -> list[dict[str, Any]]:
 async def test_sends_through_two_processes_at_once_reach_every_session_in_one_order(
     tmp_path: Path,
 ) -> None:
-    async with (
-        open_nodes(tmp_path, 2) as nodes,
-        httpx.AsyncClient(base_url=nodes[0].url) as one,
-        httpx.AsyncClient(base_url=nodes[1].url) as other,
-    ):
-        a, b = Mesh(one), Mesh(other)
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
@@ -115,12 +109,7 @@ async def test_a_writer_that_dies_with_a_block_in_flight_holds_delivery_back_onl
     with ``kill -9``: while it lives, no process delivers a commit of a later
     block (it might still commit a position below); once it is dead,
     PostgreSQL rolls it back, and everything acknowledged arrives, once."""
-    async with (
-        open_nodes(tmp_path, 2) as nodes,
-        httpx.AsyncClient(base_url=nodes[0].url) as one,
-        httpx.AsyncClient(base_url=nodes[1].url) as other,
-    ):
-        a, b = Mesh(one), Mesh(other)
+    async with two_nodes(tmp_path) as (a, b, nodes):
         owner = await _setup(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         async with connect(nodes[1].url, owner) as watch:
