@@ -121,8 +121,13 @@ class Feed:
             truncated = len(found) > limit
             found = found[:limit]
             # never back: a cursor handed out before (by this process or
-            # another, whose bound was higher a moment ago) covers what it covers
-            cursor = found[-1].seq if truncated else max(head, after or 0)
+            # another, whose bound was higher a moment ago) covers what it
+            # covers; but not past the newest message written (a cursor
+            # kept from before a restore of an older backup comes down)
+            mine = after or 0
+            if mine > head:
+                mine = min(mine, messages_repo.newest_seq(conn))
+            cursor = found[-1].seq if truncated else max(head, mine)
             waiting = (
                 agents_repo.pending_commands(conn, participant_id, _COMMANDS) if commands else []
             )

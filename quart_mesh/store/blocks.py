@@ -45,6 +45,7 @@ import threading
 import weakref
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import Pool
 
 __all__ = ["SHIFT", "block_of", "final_block", "final_seq", "last_seq_of", "note_final"]
 
@@ -62,22 +63,23 @@ def last_seq_of(block: int) -> int:
     return ((block + 1) << SHIFT) - 1
 
 
-#: per database (its engine): the highest block known final so far. What is
+#: per database (its connection pool, which the engine shares with the
+#: engines derived from it for writes): the highest block known final so far. What is
 #: final stays final, but ``mesh_final_block()`` may answer lower than it did
 #: a moment ago (a transaction that read the sequence and had not yet
 #: announced itself then, has now): so that two bounds read one after the
 #: other in a process never go back — a subscription starting after the
 #: bus's position and the backlog read up to a later bound — each answer is
 #: raised to the highest before it
-_floors: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+_floors: weakref.WeakKeyDictionary[Pool, int] = weakref.WeakKeyDictionary()
 _floors_lock = threading.Lock()
 
 
 def note_final(engine: Engine, block: int) -> None:
     """*block*, and every one below it, is known final (the bus applied it)."""
     with _floors_lock:
-        if block > _floors.get(engine, 0):
-            _floors[engine] = block
+        if block > _floors.get(engine.pool, 0):
+            _floors[engine.pool] = block
 
 
 def final_block(conn: Connection, *, exclude_self: bool = False) -> int:
@@ -90,11 +92,11 @@ def final_block(conn: Connection, *, exclude_self: bool = False) -> int:
             "SELECT mesh_final_block(%(exclude)s)", {"exclude": exclude_self}
         ).scalar_one()
     )
-    engine = conn.engine
+    pool = conn.engine.pool
     with _floors_lock:
-        floor = _floors.get(engine, 0)
+        floor = _floors.get(pool, 0)
         if found > floor and not exclude_self:
-            _floors[engine] = found
+            _floors[pool] = found
     return max(found, floor)
 
 

@@ -381,9 +381,11 @@ def messages_around(
     older = list(
         conn.execute(query.where(messages.c.seq < seq).order_by(messages.c.seq.desc()).limit(limit))
     )
-    newer = list(
-        conn.execute(query.where(messages.c.seq >= seq).order_by(messages.c.seq).limit(limit))
-    )
+    newer_query = query.where(messages.c.seq >= seq)
+    final = final_seq(conn)  # its newest is a cursor a client goes on from
+    if final is not None:
+        newer_query = newer_query.where(messages.c.seq <= final)
+    newer = list(conn.execute(newer_query.order_by(messages.c.seq).limit(limit)))
     before = min(len(older), max((limit - 1) // 2, limit - len(newer)))
     rows = older[:before][::-1] + newer[: limit - before]
     return _messages(conn, rows)

@@ -257,6 +257,10 @@ def set_muted(conn: Connection, room_id: str, participant_id: str, muted: bool) 
 def delete_room(conn: Connection, room_id: str) -> bool:
     """Delete a room; its messages (and all that refers to them) go with it."""
     search.unindex_room(conn, room_id)
+    # its members first, then the room: the order a send takes them in (its
+    # membership, then the room its message refers to), so that a send in
+    # flight and the deletion wait for each other instead of deadlocking
+    conn.execute(room_members.delete().where(room_members.c.room_id == room_id))
     return conn.execute(rooms.delete().where(rooms.c.room_id == room_id)).rowcount > 0
 
 

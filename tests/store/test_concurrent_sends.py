@@ -145,3 +145,36 @@ async def test_a_removal_waits_for_a_send_that_checked_membership(lobby: _Room) 
     assert waited, "the removal did not wait for the send that checked bob's membership"
     assert removed
     assert not lobby.member()
+
+
+async def test_a_room_deleted_while_a_send_is_in_flight_waits_for_it_without_a_deadlock(
+    lobby: _Room,
+) -> None:
+    """The send holds its membership, then its message's reference to the
+    room; the deletion removes the members, then the room: the same order,
+    so the deletion waits for the send (a deadlock before: the deletion
+    locked the room first and the send's message then waited for it)."""
+    deleted: list[bool] = []
+
+    def delete() -> None:
+        with lobby.engine.begin() as conn:
+            deleted.append(rooms.delete_room(conn, lobby.room))
+
+    def waiting() -> bool:
+        with lobby.engine.connect() as conn:
+            return bool(conn.exec_driver_sql(_WAITING).scalar_one())
+
+    with lobby.engine.connect() as conn:
+        transaction = conn.begin()
+        assert lobby.check(conn) == ("room", True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, delete)
+            with trio.fail_after(20):
+                while not waiting():
+                    await trio.sleep(0.01)
+            assert deleted == []  # the deletion waits for the send
+            message = replace(rows.message(lobby.room, "hi"), sender_id=lobby.bob)
+            messages_repo.insert_message(conn, message)  # refers to the room
+            transaction.commit()
+    assert deleted == [True]
+    assert lobby.messages() == 0  # gone with the room
