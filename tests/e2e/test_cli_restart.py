@@ -18,7 +18,7 @@ import trio
 from trio_websocket import ConnectionClosed
 
 from tests import stores
-from tests.helpers import PASSWORD, Mesh, open_client
+from tests.helpers import PASSWORD, Mesh, cli, open_client
 from tests.stores import node_env
 
 _LISTENING = re.compile(rb"listening on (http://\S+)")
@@ -160,14 +160,10 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
     assert b"Traceback" not in second.output
 
 
+@pytest.mark.store_free  # refused while the arguments are read, before any store
 async def test_cli_rejects_bad_options(tmp_path: Path) -> None:
     for args in (["--port", "99999"], ["--public-url", "ftp://x"], ["--port", "abc"]):
-        result = await trio.run_process(
-            [sys.executable, "-m", "quart_mesh", "serve", "--data-dir", str(tmp_path), *args],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        result = await cli("serve", "--data-dir", str(tmp_path), *args)
         assert result.returncode == 2
         assert b"Traceback" not in result.stderr
 
