@@ -267,9 +267,7 @@ async def cli(
 
     Forked from a process that imported quart_mesh already
     (:mod:`tests.launcher`), or with *fresh* a new interpreter."""
-    if fresh:
-        return await launcher.fresh(*args, stdin=stdin, env=env)
-    return await launcher.run(*args, stdin=stdin, env=env)
+    return await launcher.run(*args, stdin=stdin, env=env, fresh=fresh)
 
 
 async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:

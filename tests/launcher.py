@@ -1,25 +1,27 @@
 """``python -m quart_mesh ARGS`` as a real process, without paying for
 Python's start and quart_mesh's imports each time (~2 s, most of a short
-command's run).
+command's run and of a node's start).
 
 A launcher process (this module, run as ``python -m tests.launcher``)
 imports :mod:`quart_mesh.cli` once, then forks one child per command: the
 child takes the test's pipes as its standard input, output and error, the
 environment and working folder the test gives, and runs ``quart_mesh`` as
 ``-m`` does (:func:`runpy.run_module` as ``__main__``), so its exit status,
-its output and what it leaves behind (a traceback included) are those of the
-command. What it does not repeat is the interpreter's start and the
-imports: a command that would fail on import fails in the launcher, and
-every command started as a process of its own (:func:`fresh`) still
-covers them. ``MESH_TEST_FRESH_CLI=1`` makes :func:`run` start every
-command that way.
+its output, its signals and what it leaves behind (a traceback included)
+are those of the command. What it does not repeat is the interpreter's start
+and the imports: a command that would fail on import fails in the launcher,
+and the commands the tests still start as processes of their own (``fresh``)
+cover them. ``MESH_TEST_FRESH_CLI=1`` makes every command start that way.
 
 The launcher is started on first use, once per test session (the pytest
 process), and ends with it. It forks only while it has a single thread, so a
 child is a copy of a process that never ran a thread nor a trio loop;
 nothing of quart_mesh reads the environment on import (a child's own
-environment replaces the launcher's before the command runs). Linux only
-(``os.pidfd_open``); elsewhere :func:`run` is :func:`fresh`.
+environment replaces the launcher's before the command runs; one whose
+``PYTHON*`` settings differ from the launcher's, which the interpreter reads
+as it starts, gets a new interpreter, but for ``PYTHONUNBUFFERED``, which the
+child applies to its standard streams). Linux only (``os.pidfd_open``);
+elsewhere every command starts a new interpreter.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import array
 import atexit
 import contextlib
 import gc
+import io
 import json
 import os
 import selectors
@@ -40,44 +43,156 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fresh", "run"]
+__all__ = ["Process", "open_process", "run"]
 
-FRESH = os.environ.get("MESH_TEST_FRESH_CLI") == "1"
+FRESH = os.environ.get("MESH_TEST_FRESH_CLI") == "1" or not hasattr(os, "pidfd_open")
+#: the interpreter settings a fork can honour (see :func:`_stdio`) or that
+#: need not match (``PYTHONPATH`` does: sys.path is set as it starts)
+_APPLIED = {"PYTHONUNBUFFERED"}
 
 
-def _clean_env(env: dict[str, str] | None) -> dict[str, str]:
+def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without its ``MESH_*`` settings, plus *env*."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
     return {**environment, **(env or {})}
 
 
-async def fresh(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """``python -m quart_mesh ARGS`` started from scratch (a new interpreter)."""
-    import trio
-
-    return await trio.run_process(
-        [sys.executable, "-m", "quart_mesh", *args],
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=_clean_env(env),
-    )
+def _command(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "quart_mesh", *args]
 
 
 async def run(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, fresh: bool = False
 ) -> subprocess.CompletedProcess[bytes]:
-    """``python -m quart_mesh ARGS`` as a process forked by the launcher
-    (:func:`fresh` without one). Cancelled, the command is killed."""
-    if FRESH or not hasattr(os, "pidfd_open"):
-        return await fresh(*args, stdin=stdin, env=env)
+    """``python -m quart_mesh ARGS`` to its end, its output captured, with
+    this process's environment but its ``MESH_*`` settings, plus *env*:
+    forked by the launcher, or with *fresh* a new interpreter. Cancelled,
+    the command is killed."""
     import trio
 
-    launcher = await trio.to_thread.run_sync(_Launcher.get)
-    return await launcher.run(list(args), stdin, _clean_env(env))
+    environment = clean_env(env)
+    launcher = None if fresh else await _Launcher.for_env(environment)
+    if launcher is None:
+        return await trio.run_process(
+            _command(list(args)),
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=environment,
+        )
+    process = await launcher.spawn(list(args), environment, stderr=subprocess.PIPE)
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    stdout = bytearray()
+    stderr = bytearray()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_feed, process.stdin, stdin)
+            nursery.start_soon(_drain, process.stdout, stdout)
+            nursery.start_soon(_drain, process.stderr, stderr)
+            status = await process.wait()
+    except BaseException:
+        process.kill()  # cancelled, or the test failed: the command goes too
+        raise
+    finally:
+        await process.aclose()
+    return subprocess.CompletedProcess(process.args, status, bytes(stdout), bytes(stderr))
+
+
+async def open_process(args: list[str], *, env: dict[str, str], stderr: int | None = None) -> Any:
+    """``python -m quart_mesh ARGS`` started with exactly *env*, its standard
+    output a pipe (*stderr*: ``subprocess.STDOUT`` into it, ``PIPE`` one of
+    its own, ``None`` this process's), its standard input this process's: a
+    :class:`Process` forked by the launcher, or (``MESH_TEST_FRESH_CLI=1``,
+    or *env* asks for an interpreter of its own) a :class:`trio.Process`.
+    Either way the caller waits for it (or kills it)."""
+    import trio
+
+    launcher = await _Launcher.for_env(env)
+    if launcher is None:
+        return await trio.lowlevel.open_process(
+            _command(args), stdout=subprocess.PIPE, stderr=stderr, env=env
+        )
+    return await launcher.spawn(args, env, stdin=False, stderr=stderr)
+
+
+class Process:
+    """A command forked by the launcher, as much of :class:`trio.Process` as
+    the tests use: its pipes (trio streams), ``returncode``, ``wait()``,
+    signals. It is the launcher's child, not this process's: the launcher
+    reaps it and sends its status here."""
+
+    def __init__(
+        self,
+        args: list[str],
+        pid: int,
+        answers: socket.socket,
+        pipes: tuple[Any, Any, Any],
+    ) -> None:
+        self.args = args
+        self.pid = pid
+        self.stdin, self.stdout, self.stderr = pipes
+        self._answers = answers
+        self._buffer = b""
+        self._status: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<launched {self.args!r}: pid {self.pid}, status {self._status}>"
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (negative: the signal that ended it), or ``None``
+        while it runs."""
+        return self.poll()
+
+    def poll(self) -> int | None:
+        while self._status is None:
+            try:
+                chunk = self._answers.recv(4096)
+            except BlockingIOError:
+                break
+            self._take(chunk)
+        return self._status
+
+    async def wait(self) -> int:
+        import trio
+
+        while self.poll() is None:
+            await trio.lowlevel.wait_readable(self._answers)
+        assert self._status is not None
+        return self._status
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
+            raise RuntimeError(f"the launcher hung up before {self.args} ended")
+        self._buffer += chunk
+        if self._buffer.endswith(b"\n"):
+            self._status = int(json.loads(self._buffer)["status"])
+            self._answers.close()
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        """Close the pipes (not the process: wait for it, or kill it first)."""
+        import trio
+
+        if self._status is None:
+            self._answers.close()  # its status is not waited for any longer
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(trio.ClosedResourceError, OSError):
+                    await stream.aclose()
 
 
 class _Launcher:
@@ -90,13 +205,14 @@ class _Launcher:
         self.folder = Path(tempfile.mkdtemp(prefix="mesh-launcher-"))
         self.address = str(self.folder / "socket")
         self.log = self.folder / "launcher.log"
+        self.env = clean_env()
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.launcher", self.address],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=_clean_env(None),
+                env=self.env,
             )
         assert self.process.stdout is not None
         ready = self.process.stdout.readline()
@@ -107,8 +223,20 @@ class _Launcher:
         atexit.register(self.stop)
 
     @classmethod
-    def get(cls) -> _Launcher:
-        """The running launcher, started on first use (blocks for its start)."""
+    async def for_env(cls, env: dict[str, str]) -> _Launcher | None:
+        """The running launcher (started on first use), or ``None`` when a
+        command with *env* needs an interpreter of its own."""
+        if FRESH:
+            return None
+        import trio
+
+        launcher = await trio.to_thread.run_sync(cls._get)
+        if _interpreter(env) != _interpreter(launcher.env):
+            return None
+        return launcher
+
+    @classmethod
+    def _get(cls) -> _Launcher:
         with cls._lock:
             if cls._running is None or cls._running.process.poll() is not None:
                 cls._running = cls()
@@ -127,74 +255,76 @@ class _Launcher:
             os.unlink(self.log)
             os.rmdir(self.folder)
 
-    async def run(
-        self, args: list[str], stdin: bytes, env: dict[str, str]
-    ) -> subprocess.CompletedProcess[bytes]:
+    async def spawn(
+        self, args: list[str], env: dict[str, str], *, stdin: bool = True, stderr: int | None
+    ) -> Process:
+        """Fork ``quart_mesh ARGS`` with *env*: its standard input a pipe
+        (or with no *stdin*, this process's), its output a pipe, its error
+        as :func:`open_process` says."""
         import trio
 
         request = json.dumps({"args": args, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
-        pipes = [os.pipe() for _ in range(3)]  # the child's stdin, stdout, stderr
-        ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
-        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours: list[int] = []  # closed here on failure
+        theirs: list[int] = []  # the child's 0, 1, 2: closed here once sent
         try:
-            with sock:
-                await sock.connect(self.address)
-                fds = array.array("i", theirs)
-                sent = await sock.sendmsg(
-                    [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())]
-                )
-                while sent < len(request):
-                    sent += await sock.send(request[sent:])
-                for fd in theirs:
-                    os.close(fd)
-                theirs = []
-                lines = _Lines(sock)
-                pid = int((await lines.next())["pid"])
-                stdout = bytearray()
-                stderr = bytearray()
-                writer = trio.lowlevel.FdStream(ours[0])
-                readers = [trio.lowlevel.FdStream(fd) for fd in ours[1:]]
-                ours = []
-                try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(_feed, writer, stdin)
-                        nursery.start_soon(_drain, readers[0], stdout)
-                        nursery.start_soon(_drain, readers[1], stderr)
-                        status = int((await lines.next())["status"])
-                except BaseException:
-                    # cancelled (or failed): the command does not outlive the test
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    raise
-                finally:
-                    for stream in (writer, *readers):
-                        with contextlib.suppress(trio.ClosedResourceError, OSError):
-                            await stream.aclose()
-        finally:
+            if stdin:
+                reader, writer = os.pipe()
+                theirs.append(reader)
+                ours.append(writer)
+            else:
+                theirs.append(os.dup(0))
+            reader, writer = os.pipe()
+            theirs.append(writer)
+            ours.append(reader)
+            if stderr == subprocess.PIPE:
+                reader, writer = os.pipe()
+                theirs.append(writer)
+                ours.append(reader)
+            elif stderr == subprocess.STDOUT:
+                theirs.append(os.dup(theirs[1]))
+            else:
+                assert stderr is None, stderr
+                theirs.append(os.dup(2))
+            answers = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                with trio.fail_after(30):  # the launcher answers at once, or is stuck
+                    wrapped = trio.socket.from_stdlib_socket(answers)
+                    await wrapped.connect(self.address)
+                    fds = array.array("i", theirs).tobytes()
+                    sent = await wrapped.sendmsg(
+                        [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                    )
+                    while sent < len(request):
+                        sent += await wrapped.send(request[sent:])
+                    for fd in theirs:
+                        os.close(fd)
+                    theirs = []
+                    line = b""
+                    while not line.endswith(b"\n"):
+                        chunk = await wrapped.recv(1)  # the status follows: leave it
+                        if not chunk:
+                            raise RuntimeError(f"the launcher failed: {self.log.read_text()}")
+                        line += chunk
+            except BaseException:
+                answers.close()
+                raise
+        except BaseException:
             for fd in (*ours, *theirs):
                 os.close(fd)
-        return subprocess.CompletedProcess(
-            [sys.executable, "-m", "quart_mesh", *args], status, bytes(stdout), bytes(stderr)
+            raise
+        pid = int(json.loads(line)["pid"])
+        streams = [trio.lowlevel.FdStream(fd) for fd in ours]
+        pipes = (
+            streams.pop(0) if stdin else None,
+            streams.pop(0),
+            streams.pop(0) if stderr == subprocess.PIPE else None,
         )
+        return Process(_command(args), pid, answers, pipes)
 
 
-class _Lines:
-    """JSON lines from the launcher's side of a connection."""
-
-    def __init__(self, sock: Any) -> None:
-        self.sock = sock
-        self.buffer = b""
-
-    async def next(self) -> dict[str, Any]:
-        while b"\n" not in self.buffer:
-            chunk = await self.sock.recv(4096)
-            if not chunk:
-                raise RuntimeError("the launcher hung up")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+def _interpreter(env: dict[str, str]) -> dict[str, str]:
+    """What in *env* an interpreter reads as it starts (and a fork cannot change)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in _APPLIED}
 
 
 async def _feed(stream: Any, data: bytes) -> None:
@@ -295,11 +425,34 @@ def _receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     return request, fds
 
 
+def _stdio(env: dict[str, str]) -> None:
+    """Standard output and error as a new interpreter would make them on
+    the child's descriptors under *env* (buffered unless
+    ``PYTHONUNBUFFERED``; line by line on a terminal, and for the error
+    stream); the input stays (buffered, and empty: never read here)."""
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "wb", closefd=False)
+        buffer: Any = raw if unbuffered else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(
+            buffer,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=not unbuffered and (os.isatty(fd) or fd == 2),
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def _become(request: dict[str, Any]) -> None:
     """In the child: take the command's environment, folder and arguments."""
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    _stdio(request["env"])
     sys.argv = ["quart_mesh", *request["args"]]
 
 
