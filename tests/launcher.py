@@ -34,6 +34,7 @@ import io
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -207,9 +208,11 @@ class _Launcher:
         self.log = self.folder / "launcher.log"
         self.env = clean_env()
         with self.log.open("wb") as log:
+            # its standard input is a pipe this process never writes to: when
+            # this process ends, however it ends, the launcher reads its end
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.launcher", self.address],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=self.env,
@@ -243,6 +246,8 @@ class _Launcher:
             return cls._running
 
     def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -346,7 +351,8 @@ async def _drain(stream: Any, into: bytearray) -> None:
 
 
 def _serve(address: str) -> dict[str, Any] | None:
-    """Accept requests until terminated; in a forked child, return its request.
+    """Accept requests until the test session ends (its end of the standard
+    input closes) or terminated; in a forked child, return its request.
 
     One connection per command: the request (a JSON line, with the child's
     three descriptors), then the launcher answers ``{"pid"}`` at once and
@@ -357,16 +363,25 @@ def _serve(address: str) -> dict[str, Any] | None:
     listener.listen(64)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
+    selector.register(0, selectors.EVENT_READ)  # the session's end
     #: pidfd -> (pid, the connection to answer)
     children: dict[int, tuple[int, socket.socket]] = {}
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while True:
         for key, _ in selector.select():
+            if key.fileobj == 0:
+                # the session ended (even killed): so does the launcher, and its
+                # folder goes; the children go on (a test waits for each, or kills it)
+                shutil.rmtree(os.path.dirname(address), ignore_errors=True)
+                sys.exit(0)
             if key.fileobj is listener:
                 conn, _ = listener.accept()
-                conn.setblocking(True)
-                request, fds = _receive(conn)
+                conn.settimeout(10)  # a request comes whole at once
+                try:
+                    request, fds = _receive(conn)
+                except OSError:  # timed out, or the test went away
+                    request, fds = None, []
                 if request is None:
                     conn.close()
                     continue
@@ -379,6 +394,7 @@ def _serve(address: str) -> dict[str, Any] | None:
                 gc.freeze()
                 pid = os.fork()
                 if pid == 0:
+                    conn.settimeout(None)
                     selector.close()
                     listener.close()
                     for _, other in children.values():
@@ -392,6 +408,7 @@ def _serve(address: str) -> dict[str, Any] | None:
                     return request
                 for fd in fds:
                     os.close(fd)
+                conn.settimeout(None)
                 conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
                 pidfd = os.pidfd_open(pid)
                 children[pidfd] = (pid, conn)
@@ -408,21 +425,20 @@ def _serve(address: str) -> dict[str, Any] | None:
 
 
 def _receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """A request line and the three descriptors sent with it."""
+    """A request line and the three descriptors sent with it (``None`` and
+    none if it did not come whole)."""
     data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            for fd in fds:
-                os.close(fd)
-            return None, []
-        data += chunk
-    if len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    request: dict[str, Any] = json.loads(data)
-    return request, fds
+    try:
+        while data and not data.endswith(b"\n"):
+            data += conn.recv(65536)
+        if len(fds) == 3 and data.endswith(b"\n"):
+            request: dict[str, Any] = json.loads(data)
+            return request, fds
+    except OSError:
+        pass
+    for fd in fds:
+        os.close(fd)
+    return None, []
 
 
 def _stdio(env: dict[str, str]) -> None:
