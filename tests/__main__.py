@@ -10,9 +10,9 @@ first non-zero one of the two (0 if both passed).
 
 The tests that touch no store (``store_free``) run once, in the
 PostgreSQL run (``--store-free-on=postgresql``), and the web client's
-(``client_only``) once, two thirds of its files in the SQLite run and a third
-in the PostgreSQL one (``--clients-on=split``): the two runs take about as
-long.
+(``client_only``) once, in the SQLite run, but for the share of its files
+``tests/conftest.py`` gives the PostgreSQL one (``--clients-on=split``,
+``CLIENT_EIGHTHS_ON_POSTGRESQL``): the two runs take about as long.
 
 Arguments go to both runs (``python -m tests -k search``). Give ``--store``
 to run one store only, in the foreground, as ``python -m pytest`` would.

@@ -17,9 +17,14 @@ the tests take (``docs/web.md`` shows them).
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
+import contextlib
 import os
+import queue
 import re
 import shutil
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -81,21 +86,140 @@ def require_browser() -> None:
 
 
 async def in_browser(scenario: Callable[..., T], *args: Any, timeout: float = 120) -> T:
-    """Run *scenario* (blocking, Playwright's sync API) in a worker thread."""
+    """Run *scenario* (blocking, Playwright's sync API) in the browser's
+    thread (:class:`_BrowserThread`); like a worker thread's, its run is
+    waited for even when cancelled."""
     with trio.fail_after(timeout):
-        return await trio.to_thread.run_sync(scenario, *args)
+        return await _BrowserThread.get().run(scenario, args)
 
 
 def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """From a scenario's thread: run an async helper in the test's trio loop."""
-    return trio.from_thread.run(fn, *args)
+    return trio.from_thread.run(fn, *args, trio_token=_BrowserThread.token())
+
+
+def call_sync(fn: Callable[..., T], *args: Any) -> T:
+    """From a scenario's thread: run a plain function in the test's trio loop."""
+    return trio.from_thread.run_sync(fn, *args, trio_token=_BrowserThread.token())
+
+
+class _BrowserThread:
+    """The thread every scenario runs in, one for the test session.
+
+    Playwright's sync API keeps to the thread that started it, so the one
+    chromium a session starts (:func:`chromium`: ~1 s a test otherwise) is
+    driven from this thread alone. Each scenario still has a browser of its
+    own in all that a page can tell: every context it opened (a
+    :class:`Person`'s storage, cookies and cache) is closed when its
+    ``with chromium()`` ends, and a browser that failed to close one, or
+    went away, is replaced by a new one."""
+
+    _lock = threading.Lock()
+    _running: _BrowserThread | None = None
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.playwright: Any = None
+        self.browser: Browser | None = None
+        self.thread = threading.Thread(target=self._work, name="mesh-browser", daemon=True)
+        self.thread.start()
+        atexit.register(self.stop)
+
+    @classmethod
+    def get(cls) -> _BrowserThread:
+        with cls._lock:
+            if cls._running is None:
+                cls._running = cls()
+            return cls._running
+
+    @classmethod
+    def current(cls) -> _BrowserThread | None:
+        """The browser's thread, when called from it."""
+        running = cls._running
+        if running is not None and threading.current_thread() is running.thread:
+            return running
+        return None
+
+    @classmethod
+    def token(cls) -> trio.lowlevel.TrioToken | None:
+        """The trio loop of the test whose scenario runs (``None`` in a
+        worker thread of trio's own, which knows it)."""
+        token: trio.lowlevel.TrioToken | None = getattr(cls._local, "token", None)
+        return token
+
+    async def run(self, scenario: Callable[..., T], args: tuple[Any, ...]) -> T:
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        token = trio.lowlevel.current_trio_token()
+
+        def job() -> None:
+            self._local.token = token
+            try:
+                done.set_result(scenario(*args))
+            except BaseException as error:
+                done.set_exception(error)
+            finally:
+                self._local.token = None
+
+        self.jobs.put(job)
+        return await trio.to_thread.run_sync(done.result)
+
+    def _work(self) -> None:
+        try:
+            while (job := self.jobs.get()) is not None:
+                job()
+        finally:
+            self._close_browser()
+            if self.playwright is not None:
+                with contextlib.suppress(Exception):
+                    self.playwright.stop()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout=30)
+
+    def open_browser(self) -> Browser:
+        """The session's chromium, started (again) if need be."""
+        if self.browser is None or not self.browser.is_connected():
+            self._close_browser()
+            if self.playwright is None:
+                from playwright.sync_api import sync_playwright
+
+                self.playwright = sync_playwright().start()
+            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        return self.browser
+
+    def close_contexts(self) -> None:
+        """Close what a scenario opened; a browser that fails to is replaced."""
+        if self.browser is None:
+            return
+        try:
+            for context in self.browser.contexts:
+                context.close()
+        except Exception:
+            self._close_browser()
+
+    def _close_browser(self) -> None:
+        if self.browser is not None:
+            with contextlib.suppress(Exception):
+                self.browser.close()
+            self.browser = None
 
 
 @contextmanager
 def chromium() -> Iterator[Browser]:
+    """A chromium for one scenario: the session's, in the browser's thread
+    (every context opened in it closed at the end), else one of its own."""
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=15_000)
+    shared = _BrowserThread.current()
+    if shared is not None:
+        try:
+            yield shared.open_browser()
+        finally:
+            shared.close_contexts()
+        return
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:

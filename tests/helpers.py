@@ -12,9 +12,7 @@ announces the state, polling it with :func:`wait_for`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ import httpx
 import trio
 
 from quart_mesh import Settings, create_app, serve
+from tests import launcher
 
 PASSWORD = "correct horse battery"
 
@@ -261,19 +260,14 @@ async def open_client(base_url: str, **options: Any) -> AsyncIterator[Any]:
 
 
 async def cli(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, fresh: bool = False
 ) -> subprocess.CompletedProcess[bytes]:
     """``python -m quart_mesh ARGS`` as a real process, without this
-    process's ``MESH_*`` settings (plus *env*); never raises on its status."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
-    return await trio.run_process(
-        [sys.executable, "-m", "quart_mesh", *args],
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env={**environment, **(env or {})},
-    )
+    process's ``MESH_*`` settings (plus *env*); never raises on its status.
+
+    Forked from a process that imported quart_mesh already
+    (:mod:`tests.launcher`), or with *fresh* a new interpreter."""
+    return await launcher.run(*args, stdin=stdin, env=env, fresh=fresh)
 
 
 async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:

@@ -38,6 +38,8 @@ async def test_node_without_http(example: ModuleType, tmp_path: Path) -> None:
         assert node.accounts.setup_status()["initialized"] is True
 
 
+# its processes are given no MESH_* settings: SQLite in either run, so one run is enough
+@pytest.mark.store_free
 async def test_example_runs_again_in_place_and_leaves_a_clone_clean(tmp_path: Path) -> None:
     """``python docs/examples/embed.py`` from the root of a clone, twice: the
     second run finds its meshes set up and logs in; ``git status`` stays clean

@@ -78,7 +78,8 @@ async def test_a_backup_under_send_load_restores_everything_acknowledged_before_
                 sending.start_soon(load)
                 await enough.wait()
                 before = len(acked)  # acknowledged before the backup began
-                done = await cli("backup", str(archive), "--data-dir", str(data))
+                # a new interpreter (tests/launcher.py forks the other commands)
+                done = await cli("backup", str(archive), "--data-dir", str(data), fresh=True)
                 after = len(acked)
                 stop.set()  # the last send in flight is still awaited
         nursery.cancel_scope.cancel()
@@ -87,7 +88,7 @@ async def test_a_backup_under_send_load_restores_everything_acknowledged_before_
     assert after > before  # the node went on committing while it was backed up
     assert archive.stat().st_mode & 0o777 == 0o600
 
-    done = await cli("restore", str(archive), "--data-dir", str(restored))
+    done = await cli("restore", str(archive), "--data-dir", str(restored), fresh=True)
     assert done.returncode == 0, done.stderr.decode()
     async with trio.open_nursery() as nursery:
         url = await serve_on(restored, nursery)

@@ -62,6 +62,7 @@ async def test_users_created_on_a_stopped_node_log_in_once_it_serves(tmp_path: P
         assert not (data / CONTROL_SOCKET).exists()  # removed when the node stopped
 
         where = ("--data-dir", str(data))
+        # a new interpreter once (tests/launcher.py forks the other commands)
         out = ok(
             await cli(
                 "user",
@@ -70,6 +71,7 @@ async def test_users_created_on_a_stopped_node_log_in_once_it_serves(tmp_path: P
                 "--password-stdin",
                 *where,
                 stdin=b"%s\n" % PASSWORD.encode(),
+                fresh=True,
             )
         )
         assert "created member alice" in out

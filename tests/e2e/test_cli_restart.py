@@ -17,16 +17,26 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from tests import stores
-from tests.helpers import PASSWORD, Mesh, open_client
+from tests import launcher, stores
+from tests.helpers import PASSWORD, Mesh, cli, open_client
 from tests.stores import node_env
 
 _LISTENING = re.compile(rb"listening on (http://\S+)")
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    """``python -m quart_mesh serve`` on *data_dir*: forked by the launcher
+    (tests/launcher.py), or with *fresh* (or other ``args``) a new process."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        fresh: bool = False,
+    ) -> None:
         self.env = env or {}
+        self.fresh = fresh
         self.data_dir = data_dir
         self.args = [
             sys.executable,
@@ -43,9 +53,15 @@ class ServerProcess:
 
     async def start(self, nursery: trio.Nursery) -> str:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **node_env(self.data_dir), **self.env}
-        self.process = await trio.lowlevel.open_process(
-            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-        )
+        command = self.args[:3] == [sys.executable, "-m", "quart_mesh"]
+        if command and not self.fresh:
+            self.process = await launcher.open_process(
+                self.args[3:], env=env, stderr=subprocess.STDOUT
+            )
+        else:
+            self.process = await trio.lowlevel.open_process(
+                self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            )
         assert self.process.stdout is not None
         self._stdout = self.process.stdout
         with trio.fail_after(20):
@@ -80,7 +96,7 @@ class ServerProcess:
 
 async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -> None:
     data_dir = tmp_path / "mesh-data"
-    first = ServerProcess(data_dir)
+    first = ServerProcess(data_dir, fresh=True)  # a new interpreter (the next, forked)
     url = await first.start(nursery)
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         mesh = Mesh(http)
@@ -160,21 +176,17 @@ async def test_restart_keeps_everything(tmp_path: Path, nursery: trio.Nursery) -
     assert b"Traceback" not in second.output
 
 
+@pytest.mark.store_free  # refused while the arguments are read, before any store
 async def test_cli_rejects_bad_options(tmp_path: Path) -> None:
     for args in (["--port", "99999"], ["--public-url", "ftp://x"], ["--port", "abc"]):
-        result = await trio.run_process(
-            [sys.executable, "-m", "quart_mesh", "serve", "--data-dir", str(tmp_path), *args],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        result = await cli("serve", "--data-dir", str(tmp_path), *args)
         assert result.returncode == 2
         assert b"Traceback" not in result.stderr
 
 
 async def test_environment_configures_the_node(tmp_path: Path, nursery: trio.Nursery) -> None:
     data_dir = tmp_path / "env-data"
-    server = ServerProcess(data_dir)
+    server = ServerProcess(data_dir, fresh=True)
     server.args = [sys.executable, "-m", "quart_mesh", "serve"]
     os.environ["MESH_DATA_DIR"] = str(data_dir)
     os.environ["MESH_PORT"] = "0"

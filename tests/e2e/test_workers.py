@@ -146,6 +146,8 @@ async def all_succeed(url: str, count: int = 20) -> None:
             assert r.status_code == 200, r.text
 
 
+# given no MESH_* settings (SQLite in either run), refused before any store: one run
+@pytest.mark.store_free
 async def test_several_workers_on_sqlite_are_refused(tmp_path: Path) -> None:
     data_dir = tmp_path / "mesh-data"
     for args, env in (
@@ -170,6 +172,7 @@ async def test_several_workers_on_sqlite_are_refused(tmp_path: Path) -> None:
     assert not data_dir.exists()  # refused before anything was touched
 
 
+@pytest.mark.store_free  # refused while the settings are read, before any store
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [

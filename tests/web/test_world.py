@@ -23,7 +23,7 @@ from quart_mesh.services.authz import Actor
 from quart_mesh.store import accounts as accounts_repo
 from quart_mesh.store import rooms as rooms_repo
 from quart_mesh.store import state as state_repo
-from tests.browser import Person, call, chromium, in_browser, shot
+from tests.browser import Person, call, call_sync, chromium, in_browser, shot
 from tests.helpers import User, connect
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
@@ -319,7 +319,7 @@ async def test_500_participants_stay_smooth(
             the_map.focus()
             the_map.press("ArrowRight")  # placed
             expect(where(alice)).to_have_text("You are in Town Square at x 0.0, z 0.0.")
-            trio.from_thread.run_sync(moving.set)
+            call_sync(moving.set)
             sent.clear()
             # for 2 s, a key press each frame (so each frame is drawn anew)
             # while 60 others walk: frames per second, and the draw's cost
@@ -351,7 +351,7 @@ async def test_500_participants_stay_smooth(
                   };
                 }"""
             )
-            trio.from_thread.run_sync(stop.set)
+            call_sync(stop.set)
             expect(where(alice)).to_have_text(re.compile(r"^You are in Town Square at x"))
             shot(alice.page, "world-500")
             alice.assert_clean()
