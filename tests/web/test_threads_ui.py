@@ -135,8 +135,26 @@ async def test_ctrl_k_opens_the_room_switcher(browser_ready: None, serve_node: A
             expect(box).to_be_hidden()
             expect(alice.composer).to_be_focused()
             # (the search keeps / and Ctrl+Shift+F)
+            search = alice.page.get_by_role("searchbox", name="Search messages")
             alice.page.keyboard.press("Control+Shift+F")
-            expect(alice.page.get_by_role("searchbox", name="Search messages")).to_be_focused()
+            expect(search).to_be_focused()
+            # A busy browser handles input before the dialog's queued close
+            # event (CI saw it): a shortcut pressed right after Escape keeps the
+            # focus it took. Here the close and the shortcut's focus are done
+            # in one go, the close event coming after them.
+            alice.composer.focus()
+            alice.page.keyboard.press("Control+k")
+            expect(box).to_be_focused()
+            alice.page.evaluate(
+                """() => new Promise((resolve) => {
+                    const dialog = document.querySelector("dialog[open]");
+                    dialog.addEventListener("close", () => setTimeout(resolve, 0), { once: true });
+                    dialog.close();
+                    document.querySelector("input[type=search]").focus();
+                })"""
+            )
+            expect(box).to_be_hidden()
+            expect(search).to_be_focused()
             alice.assert_clean()
 
     await in_browser(scenario)

@@ -65,6 +65,15 @@ export function bdi(text, className) {
   return h("bdi", { class: className }, text);
 }
 
+/** A dialog closed: the focus goes back to *back*, unless it is elsewhere
+ * already (a busy browser handles input queued before the close event: a
+ * shortcut pressed right after Escape keeps the focus it took). */
+export function focusBack(dialog, back) {
+  const now = document.activeElement;
+  const unplaced = !now || now === document.body || dialog.contains(now);
+  if (back && back.isConnected && unplaced) back.focus();
+}
+
 /** Replace an element's children. */
 export function fill(el, ...children) {
   el.replaceChildren();

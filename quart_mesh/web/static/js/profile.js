@@ -3,7 +3,7 @@
 // A native modal <dialog>: Escape closes it and the focus goes back to the
 // name that opened it. Loaded when first used (room.js).
 
-import { ago, bdi, h, isBot } from "./dom.js";
+import { ago, bdi, focusBack, h, isBot } from "./dom.js";
 import { avatar } from "./room.js";
 
 let dialog = null;
@@ -75,7 +75,7 @@ export function showProfile(app, participantId, name, opener) {
   dialog.addEventListener(
     "close",
     () => {
-      if (back && back.isConnected) back.focus();
+      focusBack(dialog, back);
     },
     { once: true },
   );

@@ -2,7 +2,7 @@
 // one's rooms and conversations, filtered as one types, unread ones first.
 // Enter opens the active one, Escape closes. Fetched on first use.
 
-import { h } from "./dom.js";
+import { focusBack, h } from "./dom.js";
 
 const SHOWN = 50;
 
@@ -47,7 +47,7 @@ export class Switcher {
     this.dialog.addEventListener("close", () => {
       const back = this.returnTo;
       this.returnTo = null;
-      if (back && back.isConnected && !this.going) back.focus();
+      if (!this.going) focusBack(this.dialog, back);
       this.going = false;
     });
     document.body.append(this.dialog);

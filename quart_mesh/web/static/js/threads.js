@@ -3,7 +3,7 @@
 // reply count and when the newest reply came; one opens the thread. Fetched
 // when the room header's "Threads" is first used.
 
-import { bdi, h, icon, shortTime } from "./dom.js";
+import { bdi, focusBack, h, icon, shortTime } from "./dom.js";
 
 const PAGE = 20;
 
@@ -28,7 +28,7 @@ export class ThreadList {
     );
     close.addEventListener("click", () => this.dialog.close());
     this.dialog.addEventListener("close", () => {
-      if (!this.opening && this.returnTo && this.returnTo.isConnected) this.returnTo.focus();
+      if (!this.opening) focusBack(this.dialog, this.returnTo);
       this.opening = false;
     });
     document.body.append(this.dialog);
