@@ -50,6 +50,7 @@ FRESH = os.environ.get("MESH_TEST_FRESH_CLI") == "1" or not hasattr(os, "pidfd_o
 #: the interpreter settings a fork can honour (see :func:`_stdio`) or that
 #: need not match (``PYTHONPATH`` does: sys.path is set as it starts)
 _APPLIED = {"PYTHONUNBUFFERED"}
+_LOCALE = {"LANG", "LC_ALL", "LC_CTYPE"}
 
 
 def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -161,7 +162,9 @@ class Process:
         import trio
 
         while self.poll() is None:
-            await trio.lowlevel.wait_readable(self._answers)
+            # (closed: another task read the status)
+            with contextlib.suppress(trio.ClosedResourceError):
+                await trio.lowlevel.wait_readable(self._answers)
         assert self._status is not None
         return self._status
 
@@ -171,7 +174,15 @@ class Process:
         self._buffer += chunk
         if self._buffer.endswith(b"\n"):
             self._status = int(json.loads(self._buffer)["status"])
-            self._answers.close()
+            self._close_answers()
+
+    def _close_answers(self) -> None:
+        """Close the status socket, waking a task waiting on it."""
+        import trio
+
+        with contextlib.suppress(RuntimeError):  # (not in a Trio run)
+            trio.lowlevel.notify_closing(self._answers)
+        self._answers.close()
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
@@ -189,7 +200,7 @@ class Process:
         import trio
 
         if self._status is None:
-            self._answers.close()  # its status is not waited for any longer
+            self._close_answers()  # its status is not waited for any longer
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 with contextlib.suppress(trio.ClosedResourceError, OSError):
@@ -328,8 +339,14 @@ class _Launcher:
 
 
 def _interpreter(env: dict[str, str]) -> dict[str, str]:
-    """What in *env* an interpreter reads as it starts (and a fork cannot change)."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in _APPLIED}
+    """What in *env* an interpreter reads as it starts (and a fork cannot
+    change): its own variables, and the locale (the encoding of its standard
+    streams and file names is chosen then)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith("PYTHON") and k not in _APPLIED) or k in _LOCALE
+    }
 
 
 async def _feed(stream: Any, data: bytes) -> None:
