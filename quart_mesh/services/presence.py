@@ -33,7 +33,8 @@ import contextlib
 import logging
 import os
 import socket
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import trio
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 
 #: how long a stopping process tries to remove its rows (others reap them anyway)
 _LEAVE_TIMEOUT = 5.0
+#: participants claimed or released in one write at most
+_TOGETHER = 500
+#: seconds a release waits for others, so that a burst is written together
+_RELEASE_GATHER = 0.1
 
 
 class _Attached:
@@ -72,6 +77,70 @@ class _Attached:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._presence._detach(self._participant_id)
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    keys: list[str] = field(default_factory=list)
+    done: trio.Event = field(default_factory=trio.Event)
+    error: Exception | None = None
+
+
+class _Together:
+    """Keys joined while a write is under way go together in the next one:
+    the first caller writes batch after batch until none is left, the
+    others wait for the batch they joined (its failure is theirs).
+
+    Args:
+        write: writes one batch of keys (at most :data:`_TOGETHER`).
+        gather: seconds the writer waits before each write, for more keys.
+    """
+
+    def __init__(self, write: Callable[[list[str]], Awaitable[None]], gather: float = 0.0) -> None:
+        self._write = write
+        self._gather = gather
+        self._waiting: collections.deque[_Batch] = collections.deque()
+        self._writing = False
+
+    async def join(self, key: str) -> None:
+        """Return once a write with *key* committed.
+
+        Raises:
+            Unavailable: that write failed, or was cancelled with the task
+                writing it (joining again writes it).
+        """
+        if not self._waiting or len(self._waiting[-1].keys) >= _TOGETHER:
+            self._waiting.append(_Batch())
+        batch = self._waiting[-1]
+        batch.keys.append(key)
+        if not self._writing:
+            await self._write_all()
+        await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    async def _write_all(self) -> None:
+        self._writing = True
+        now: _Batch | None = None
+        try:
+            while self._waiting:
+                if self._gather:
+                    await trio.sleep(self._gather)
+                now = self._waiting.popleft()  # (keys joined meanwhile: the next)
+                try:
+                    await self._write(now.keys)
+                except Exception as exc:
+                    now.error = exc
+                now.done.set()
+        finally:
+            self._writing = False
+            # cancelled: those waiting are told, and try again (``retrying``)
+            left = [now] if now is not None and not now.done.is_set() else []
+            left += self._waiting
+            self._waiting.clear()
+            for unwritten in left:
+                unwritten.error = Unavailable("the write was cancelled", "storage_unavailable")
+                unwritten.done.set()
 
 
 class Presence:
@@ -123,6 +192,10 @@ class Presence:
         self._epoch = 0
         self._touched: dict[str, int] = {}
         self._started_at = now_ms()
+        self._claims = _Together(self._claim_all)
+        # (grace periods end one by one as the sessions closed: gathered for
+        # a moment, a burst is one write; offline is not in a hurry)
+        self._releases = _Together(self._release_all, gather=_RELEASE_GATHER)
         if self.process_id is not None:
             broker.observe(self._observed)
 
@@ -277,22 +350,27 @@ class Presence:
     async def _claim(self, participant_id: str) -> None:
         """Write this process's row for *participant_id* if it has sessions
         and no row (its first session here, or a claim that failed)."""
-        assert self.process_id is not None
-        process_id = self.process_id
         lock = self._lock(participant_id)
         async with lock:
             if not self._connected(participant_id) or participant_id in self._held:
                 return
-            count = self._counts[participant_id]
+            await self._claims.join(participant_id)
 
-            def claimed(_: bool) -> None:
+    async def _claim_all(self, participant_ids: list[str]) -> None:
+        """One write claiming the rows of *participant_ids* (each caller holds
+        its participant's lock): a burst of sessions opening is one unit."""
+        assert self.process_id is not None
+        process_id = self.process_id
+        sessions = {p: max(1, self._counts.get(p, 0)) for p in participant_ids}
+
+        def claimed(_: list[str]) -> None:
+            for participant_id in participant_ids:
                 self._held.add(participant_id)
                 self._seen(participant_id, True)  # some process holds it now
 
-            await self._db.write(
-                lambda conn: repo.claim(conn, process_id, participant_id, count, now_ms()),
-                then=claimed,
-            )
+        await self._db.write(
+            lambda conn: repo.claim(conn, process_id, sessions, now_ms()), then=claimed
+        )
 
     async def _claim_retrying(self, participant_id: str) -> None:
         await retrying(f"recording {participant_id} online", partial(self._claim, participant_id))
@@ -301,23 +379,31 @@ class Presence:
         """Delete this process's row for *participant_id* if it has no
         session here (also if it has no row on record: a claim that was
         cancelled may have committed)."""
-        assert self.process_id is not None
-        process_id = self.process_id
         lock = self._lock(participant_id)
         async with lock:
             if self._connected(participant_id):  # back meanwhile
                 return
-
-            def released(offline: bool) -> None:
-                self._held.discard(participant_id)
-                if offline:
-                    self._seen(participant_id, False)
-
-            await self._db.write(
-                lambda conn: repo.release(conn, process_id, participant_id, now_ms()),
-                then=released,
-            )
+            await self._releases.join(participant_id)
             self._forget_lock(participant_id, lock)
+
+    async def _release_all(self, participant_ids: list[str]) -> None:
+        """One write deleting the rows of *participant_ids* (each caller holds
+        its participant's lock): a burst of sessions ending (a proxy
+        restarted, a class left) is one unit, not one each, so the sends
+        queued behind it wait for one."""
+        assert self.process_id is not None
+        process_id = self.process_id
+
+        def released(offline: list[str]) -> None:
+            for participant_id in participant_ids:
+                self._held.discard(participant_id)
+            for participant_id in offline:
+                self._seen(participant_id, False)
+
+        await self._db.write(
+            lambda conn: repo.release(conn, process_id, participant_ids, now_ms()),
+            then=released,
+        )
 
     async def _beat(self) -> None:
         """One heartbeat: this process's row, its sessions' rows again if it

@@ -18,7 +18,7 @@ older than the timeout and announces offline whoever has none left.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -32,14 +32,16 @@ from .schema import cluster_processes, presence_sessions
 __all__ = ["beat", "claim", "leave", "online_participants", "reap", "release"]
 
 
-def _rows_for(conn: Connection, participant_id: str) -> int:
-    return int(
-        conn.execute(
-            sa.select(sa.func.count())
-            .select_from(presence_sessions)
-            .where(presence_sessions.c.participant_id == participant_id)
-        ).scalar_one()
-    )
+def _with_rows(conn: Connection, participant_ids: Collection[str]) -> set[str]:
+    """Those of *participant_ids* some process has a row for."""
+    return {
+        row.participant_id
+        for row in conn.execute(
+            sa.select(presence_sessions.c.participant_id)
+            .where(presence_sessions.c.participant_id.in_(sorted(participant_ids)))
+            .distinct()
+        )
+    }
 
 
 def _went_online(conn: Connection, participant_id: str, at: int) -> None:
@@ -54,42 +56,59 @@ def _went_offline(conn: Connection, participant_ids: Collection[str], at: int) -
         )
 
 
-def claim(conn: Connection, process_id: str, participant_id: str, sessions: int, at: int) -> bool:
-    """Record that *process_id* holds *sessions* sessions for *participant_id*;
-    True (and a ``presence`` online event recorded) if no process held any."""
+def claim(conn: Connection, process_id: str, sessions: Mapping[str, int], at: int) -> list[str]:
+    """Record that *process_id* holds ``sessions[p]`` sessions for each
+    participant *p*; returns those no process held any for (a ``presence``
+    online event recorded for each)."""
+    if not sessions:
+        return []
     hold_write_lock(conn)
-    before = _rows_for(conn, participant_id)
+    before = _with_rows(conn, sessions)
     query = insert(conn, presence_sessions).values(
-        process_id=process_id, participant_id=participant_id, sessions=sessions
+        [
+            {"process_id": process_id, "participant_id": p, "sessions": n}
+            for p, n in sorted(sessions.items())
+        ]
     )
     conn.execute(
         query.on_conflict_do_update(
-            index_elements=["process_id", "participant_id"], set_={"sessions": sessions}
+            index_elements=["process_id", "participant_id"],
+            set_={"sessions": query.excluded.sessions},
         )
     )
-    if before:
-        return False
-    _went_online(conn, participant_id, at)
-    return True
+    online = [p for p in sorted(sessions) if p not in before]
+    for participant_id in online:
+        _went_online(conn, participant_id, at)
+    return online
 
 
-def release(conn: Connection, process_id: str, participant_id: str, at: int) -> bool:
-    """*process_id* holds no session for *participant_id* any more; True (with
-    ``lastSeen`` written and a ``presence`` offline event recorded) if no
-    process holds one now. Nothing happens if it had no row."""
+def release(
+    conn: Connection, process_id: str, participant_ids: Collection[str], at: int
+) -> list[str]:
+    """*process_id* holds no session for *participant_ids* any more; returns
+    those no process holds one for now (``lastSeen`` written and a
+    ``presence`` offline event recorded for each). Participants it had no
+    row for are passed over."""
+    if not participant_ids:
+        return []
     hold_write_lock(conn)
-    deleted = conn.execute(
-        presence_sessions.delete()
-        .where(
-            presence_sessions.c.process_id == process_id,
-            presence_sessions.c.participant_id == participant_id,
+    deleted = {
+        row.participant_id
+        for row in conn.execute(
+            presence_sessions.delete()
+            .where(
+                presence_sessions.c.process_id == process_id,
+                presence_sessions.c.participant_id.in_(sorted(participant_ids)),
+            )
+            .returning(presence_sessions.c.participant_id)
         )
-        .returning(presence_sessions.c.participant_id)
-    ).first()
-    if deleted is None or _rows_for(conn, participant_id):
-        return False
-    _went_offline(conn, [participant_id], at)
-    return True
+    }
+    if not deleted:
+        return []
+    offline = sorted(deleted - _with_rows(conn, deleted))
+    if offline:
+        _went_offline(conn, offline, at)
+    return offline
 
 
 def beat(
@@ -118,7 +137,7 @@ def beat(
             .values(beat_at=at)
         )
         return []
-    return [p for p in sorted(held) if claim(conn, process_id, p, 1, at)]
+    return claim(conn, process_id, dict.fromkeys(held, 1), at)
 
 
 def _drop(conn: Connection, process_ids: Collection[str], at: int, orphans: bool) -> list[str]:
@@ -142,15 +161,7 @@ def _drop(conn: Connection, process_ids: Collection[str], at: int, orphans: bool
     conn.execute(cluster_processes.delete().where(cluster_processes.c.process_id.in_(process_ids)))
     if not gone:
         return []
-    still = {
-        row.participant_id
-        for row in conn.execute(
-            sa.select(presence_sessions.c.participant_id)
-            .where(presence_sessions.c.participant_id.in_(sorted(gone)))
-            .distinct()
-        )
-    }
-    offline = sorted(gone - still)
+    offline = sorted(gone - _with_rows(conn, gone))
     if offline:
         _went_offline(conn, offline, at)
     return offline

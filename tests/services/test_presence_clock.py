@@ -106,3 +106,69 @@ async def test_two_sessions_count_as_one(autojump_clock: MockClock) -> None:
         await trio.sleep(1.5)
         assert [online for _, online, _ in seen] == [True, False]
         nursery.cancel_scope.cancel()
+
+
+# -- claims and releases written together (services/presence.py, _Together) --
+
+
+async def test_keys_joined_during_a_write_go_together_in_the_next() -> None:
+    from quart_mesh.services.presence import _Together
+
+    writes: list[list[str]] = []
+    release = trio.Event()
+
+    async def write(keys: list[str]) -> None:
+        writes.append(list(keys))
+        if len(writes) == 1:
+            await release.wait()
+
+    together = _Together(write)
+    async with trio.open_nursery() as nursery:
+        for key in "abcd":
+            nursery.start_soon(together.join, key)
+            await trio.testing.wait_all_tasks_blocked()
+        release.set()
+    assert writes == [["a"], ["b", "c", "d"]]
+
+
+async def test_a_failed_write_fails_its_keys_and_a_cancelled_writer_leaves_none_waiting() -> None:
+    from quart_mesh.errors import Unavailable
+    from quart_mesh.services.presence import _Together
+
+    writes: list[list[str]] = []
+    gate = trio.Event()
+
+    async def write(keys: list[str]) -> None:
+        writes.append(list(keys))
+        if keys == ["fails"]:
+            raise Unavailable("the store is away", "storage_unavailable")
+        await gate.wait()
+
+    together = _Together(write)
+    with pytest.raises(Unavailable):
+        await together.join("fails")
+    failures: list[str] = []
+
+    async def follower() -> None:
+        try:
+            await together.join("b")
+        except Unavailable:
+            failures.append("b")
+
+    async with trio.open_nursery() as nursery:
+        writer = trio.CancelScope()
+
+        async def leader() -> None:
+            with writer:
+                await together.join("a")
+
+        nursery.start_soon(leader)
+        await trio.testing.wait_all_tasks_blocked()  # "a" is being written
+        nursery.start_soon(follower)
+        await trio.testing.wait_all_tasks_blocked()  # "b" waits for the next write
+        writer.cancel()
+    # nobody was left writing "b": it was told, and joining again writes it
+    assert failures == ["b"]
+    gate.set()
+    await together.join("b")
+    assert writes == [["fails"], ["a"], ["b"]]
