@@ -150,7 +150,7 @@ class Process:
         return self.poll()
 
     def poll(self) -> int | None:
-        while self._status is None:
+        while self._status is None and self._answers.fileno() != -1:
             try:
                 chunk = self._answers.recv(4096)
             except BlockingIOError:
@@ -162,7 +162,9 @@ class Process:
         import trio
 
         while self.poll() is None:
-            # (closed: another task read the status)
+            if self._answers.fileno() == -1:
+                raise RuntimeError(f"{self.args} was closed before its status came")
+            # (closed meanwhile: another task read the status, or closed it)
             with contextlib.suppress(trio.ClosedResourceError):
                 await trio.lowlevel.wait_readable(self._answers)
         assert self._status is not None

@@ -87,20 +87,23 @@ class _Batch:
 
 
 class _Together:
-    """Keys joined while a write is under way go together in the next one:
-    the first caller writes batch after batch until none is left, the
-    others wait for the batch they joined (its failure is theirs).
+    """Keys joined while a write is under way go together in the next one.
+
+    The first key of a batch makes its caller the batch's writer: it waits
+    for the write before (one at a time, in order), closes the batch to new
+    keys and writes it; the batch's other callers wait for it, and its
+    failure is theirs. A caller writes at most its own batch.
 
     Args:
         write: writes one batch of keys (at most :data:`_TOGETHER`).
-        gather: seconds the writer waits before each write, for more keys.
+        gather: seconds a writer waits, once its turn came, for more keys.
     """
 
     def __init__(self, write: Callable[[list[str]], Awaitable[None]], gather: float = 0.0) -> None:
         self._write = write
         self._gather = gather
-        self._waiting: collections.deque[_Batch] = collections.deque()
-        self._writing = False
+        self._open: _Batch | None = None  # the batch taking keys
+        self._turn = trio.Lock()  # (fair: batches are written in order)
 
     async def join(self, key: str) -> None:
         """Return once a write with *key* committed.
@@ -109,38 +112,40 @@ class _Together:
             Unavailable: that write failed, or was cancelled with the task
                 writing it (joining again writes it).
         """
-        if not self._waiting or len(self._waiting[-1].keys) >= _TOGETHER:
-            self._waiting.append(_Batch())
-        batch = self._waiting[-1]
-        batch.keys.append(key)
-        if not self._writing:
-            await self._write_all()
-        await batch.done.wait()
+        batch = self._open
+        if batch is None or len(batch.keys) >= _TOGETHER:
+            batch = self._open = _Batch()
+            batch.keys.append(key)
+            await self._write_batch(batch)
+        else:
+            batch.keys.append(key)
+            await batch.done.wait()
         if batch.error is not None:
-            raise batch.error
+            # (one error for every caller of the batch: each raises it afresh)
+            raise batch.error.with_traceback(None)
 
-    async def _write_all(self) -> None:
-        self._writing = True
-        now: _Batch | None = None
+    async def _write_batch(self, batch: _Batch) -> None:
+        written = False
         try:
-            while self._waiting:
+            async with self._turn:
                 if self._gather:
                     await trio.sleep(self._gather)
-                now = self._waiting.popleft()  # (keys joined meanwhile: the next)
+                if self._open is batch:
+                    self._open = None  # keys joining from now on: the next batch
                 try:
-                    await self._write(now.keys)
+                    await self._write(batch.keys)
                 except Exception as exc:
-                    now.error = exc
-                now.done.set()
+                    batch.error = exc
+                written = True
         finally:
-            self._writing = False
-            # cancelled: those waiting are told, and try again (``retrying``)
-            left = [now] if now is not None and not now.done.is_set() else []
-            left += self._waiting
-            self._waiting.clear()
-            for unwritten in left:
-                unwritten.error = Unavailable("the write was cancelled", "storage_unavailable")
-                unwritten.done.set()
+            if self._open is batch:
+                self._open = None
+            if not written and batch.error is None:
+                # cancelled with its writer's task: the others try again
+                # (``retrying``); a write that committed meanwhile is harmless
+                # to repeat
+                batch.error = Unavailable("the write was cancelled", "storage_unavailable")
+            batch.done.set()
 
 
 class Presence:
@@ -270,7 +275,9 @@ class Presence:
                             None, participant_id=participant_id, online=True, last_seen=now_ms()
                         )
                     )
-            elif participant_id not in self._held:
+            elif self._counts[participant_id] == 1 or participant_id not in self._held:
+                # (its first session here: a release of its row may be under
+                # way, and _claim waits for it)
                 try:
                     await self._claim(participant_id)
                 except Unavailable as exc:
@@ -393,6 +400,10 @@ class Presence:
         queued behind it wait for one."""
         assert self.process_id is not None
         process_id = self.process_id
+        # (back meanwhile: its claim waits for its caller's lock, and the row stays)
+        participant_ids = [p for p in participant_ids if not self._connected(p)]
+        if not participant_ids:
+            return
 
         def released(offline: list[str]) -> None:
             for participant_id in participant_ids:

@@ -177,12 +177,19 @@ def list_participants(conn: Connection) -> Sequence[Participant]:
 
 
 def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:
+    """Write each participant's ``lastSeen``: a statement per distinct time
+    (many going offline together share one)."""
+    by_time: dict[int, list[str]] = {}
     for participant_id, at in seen.items():
-        conn.execute(
-            participants.update()
-            .where(participants.c.participant_id == participant_id)
-            .values(last_seen_at=at)
-        )
+        by_time.setdefault(at, []).append(participant_id)
+    for at, ids in sorted(by_time.items()):
+        ids.sort()  # (rows locked in one order by every writer)
+        for start in range(0, len(ids), 1000):  # (a statement's parameters are bounded)
+            conn.execute(
+                participants.update()
+                .where(participants.c.participant_id.in_(ids[start : start + 1000]))
+                .values(last_seen_at=at)
+            )
 
 
 def set_display_name(

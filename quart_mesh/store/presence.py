@@ -31,6 +31,9 @@ from .schema import cluster_processes, presence_sessions
 
 __all__ = ["beat", "claim", "leave", "online_participants", "reap", "release"]
 
+#: rows claimed in one statement at most
+_ROWS = 1000
+
 
 def _with_rows(conn: Connection, participant_ids: Collection[str]) -> set[str]:
     """Those of *participant_ids* some process has a row for."""
@@ -63,20 +66,22 @@ def claim(conn: Connection, process_id: str, sessions: Mapping[str, int], at: in
     if not sessions:
         return []
     hold_write_lock(conn)
-    before = _with_rows(conn, sessions)
-    query = insert(conn, presence_sessions).values(
-        [
-            {"process_id": process_id, "participant_id": p, "sessions": n}
-            for p, n in sorted(sessions.items())
-        ]
-    )
-    conn.execute(
-        query.on_conflict_do_update(
-            index_elements=["process_id", "participant_id"],
-            set_={"sessions": query.excluded.sessions},
+    rows = sorted(sessions.items())
+    before: set[str] = set()
+    # (a statement's parameters are bounded: a process may hold many)
+    for start in range(0, len(rows), _ROWS):
+        chunk = rows[start : start + _ROWS]
+        before |= _with_rows(conn, [p for p, _ in chunk])
+        query = insert(conn, presence_sessions).values(
+            [{"process_id": process_id, "participant_id": p, "sessions": n} for p, n in chunk]
         )
-    )
-    online = [p for p in sorted(sessions) if p not in before]
+        conn.execute(
+            query.on_conflict_do_update(
+                index_elements=["process_id", "participant_id"],
+                set_={"sessions": query.excluded.sessions},
+            )
+        )
+    online = [p for p, _ in rows if p not in before]
     for participant_id in online:
         _went_online(conn, participant_id, at)
     return online

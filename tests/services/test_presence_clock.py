@@ -115,20 +115,30 @@ async def test_keys_joined_during_a_write_go_together_in_the_next() -> None:
     from quart_mesh.services.presence import _Together
 
     writes: list[list[str]] = []
-    release = trio.Event()
+    gates = [trio.Event(), trio.Event()]
+    returned: list[str] = []
 
     async def write(keys: list[str]) -> None:
         writes.append(list(keys))
-        if len(writes) == 1:
-            await release.wait()
+        await gates[len(writes) - 1].wait()
 
     together = _Together(write)
+
+    async def join(key: str) -> None:
+        await together.join(key)
+        returned.append(key)
+
     async with trio.open_nursery() as nursery:
         for key in "abcd":
-            nursery.start_soon(together.join, key)
+            nursery.start_soon(join, key)
             await trio.testing.wait_all_tasks_blocked()
-        release.set()
+        gates[0].set()
+        await trio.testing.wait_all_tasks_blocked()
+        # the first caller wrote its own batch only: it is not kept writing the next
+        assert returned == ["a"]
+        gates[1].set()
     assert writes == [["a"], ["b", "c", "d"]]
+    assert sorted(returned) == ["a", "b", "c", "d"]
 
 
 async def test_a_failed_write_fails_its_keys_and_a_cancelled_writer_leaves_none_waiting() -> None:
@@ -151,24 +161,27 @@ async def test_a_failed_write_fails_its_keys_and_a_cancelled_writer_leaves_none_
 
     async def follower() -> None:
         try:
-            await together.join("b")
+            await together.join("c")
         except Unavailable:
-            failures.append("b")
+            failures.append("c")
 
     async with trio.open_nursery() as nursery:
-        writer = trio.CancelScope()
+        second = trio.CancelScope()
 
-        async def leader() -> None:
-            with writer:
-                await together.join("a")
+        async def second_writer() -> None:
+            with second:
+                await together.join("b")
 
-        nursery.start_soon(leader)
+        nursery.start_soon(together.join, "a")
         await trio.testing.wait_all_tasks_blocked()  # "a" is being written
+        nursery.start_soon(second_writer)
+        await trio.testing.wait_all_tasks_blocked()  # "b" waits for its turn
         nursery.start_soon(follower)
-        await trio.testing.wait_all_tasks_blocked()  # "b" waits for the next write
-        writer.cancel()
-    # nobody was left writing "b": it was told, and joining again writes it
-    assert failures == ["b"]
-    gate.set()
-    await together.join("b")
-    assert writes == [["fails"], ["a"], ["b"]]
+        await trio.testing.wait_all_tasks_blocked()  # "c" goes with "b"
+        second.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        # nobody is left to write "c": it is told (and tries again)
+        assert failures == ["c"]
+        gate.set()
+    await together.join("c")
+    assert writes == [["fails"], ["a"], ["c"]]
