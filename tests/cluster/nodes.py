@@ -28,7 +28,7 @@ import pytest
 import trio
 
 from tests import stores
-from tests.helpers import Mesh
+from tests.helpers import Mesh, User
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -151,3 +151,13 @@ async def two_nodes(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Mesh, list[Node
         httpx.AsyncClient(base_url=nodes[1].url) as other,
     ):
         yield Mesh(one), Mesh(other), nodes
+
+
+async def set_up_through(a: Mesh, b: Mesh) -> User:
+    """Set the mesh up through *a*; the owner, once *b* knows it is set up
+    (within 10 s)."""
+    owner = await a.setup()
+    with trio.fail_after(10):
+        while not (await b.http.get("/api/setup/status")).json()["initialized"]:
+            await trio.sleep(0.05)
+    return owner

@@ -14,21 +14,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.cluster.nodes import two_nodes
+from tests.cluster.nodes import set_up_through, two_nodes
 from tests.helpers import Mesh, User, assert_error, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-
-async def _setup(a: Mesh, b: Mesh) -> User:
-    """Set the mesh up through *a*; once *b* knows (within a bound), the owner."""
-    owner = await a.setup()
-
-    async def known() -> bool:
-        return bool((await b.http.get("/api/setup/status")).json()["initialized"])
-
-    await _eventually(known, "the setup on B")
-    return owner
 
 
 async def _eventually(check: object, what: str, timeout: float = 10) -> None:
@@ -43,7 +32,7 @@ async def test_events_committed_through_one_process_reach_the_other_live_in_orde
     tmp_path: Path,
 ) -> None:
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         async with connect(nodes[1].url, bob) as ws_b, connect(nodes[0].url, owner) as ws_a:
@@ -87,7 +76,7 @@ async def test_events_committed_through_one_process_reach_the_other_live_in_orde
 
 async def test_a_session_resuming_on_the_other_process_misses_nothing(tmp_path: Path) -> None:
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         async with connect(nodes[0].url, owner) as ws:
             await a.send(owner, room_id, "one")
@@ -107,7 +96,7 @@ async def _status(mesh: Mesh, user: User, path: str) -> int:
 
 async def test_a_demotion_through_one_process_holds_on_the_other(tmp_path: Path) -> None:
     async with two_nodes(tmp_path) as (a, b, _):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         bob = await a.register("bob")
         r = await a.http.put(
             f"/api/participants/{bob.participant_id}/role",
@@ -137,7 +126,7 @@ async def test_closing_registration_through_one_process_closes_it_on_the_other(
     tmp_path: Path,
 ) -> None:
     async with two_nodes(tmp_path) as (a, b, _):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         await b.register("early")  # B has read the mesh's settings
         r = await a.http.put(
             "/api/admin/mesh/settings", json={"registrationMode": "closed"}, headers=owner.headers
@@ -157,7 +146,7 @@ async def test_a_deleted_participant_and_a_signed_out_token_are_refused_on_the_o
     tmp_path: Path,
 ) -> None:
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         r = await a.http.post("/api/agents/bootstrap", json={"name": "bot", "type": "nanoclaw"})
         assert r.status_code == 201, r.text
@@ -186,7 +175,7 @@ async def test_a_long_poll_on_one_process_wakes_for_a_message_sent_through_the_o
     tmp_path: Path,
 ) -> None:
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         await b.join(bob, room_id)

@@ -19,21 +19,13 @@ from typing import Any
 import pytest
 import trio
 
-from tests.cluster.nodes import database_url, two_nodes
-from tests.helpers import Mesh, Socket, User, connect
+from tests.cluster.nodes import database_url, set_up_through, two_nodes
+from tests.helpers import Socket, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 #: messages each sender pipelines through its own process
 _EACH = 40
-
-
-async def _setup(a: Mesh, b: Mesh) -> User:
-    owner = await a.setup()
-    with trio.fail_after(10):
-        while not (await b.http.get("/api/setup/status")).json()["initialized"]:
-            await trio.sleep(0.05)
-    return owner
 
 
 async def _messages(ws: Socket, count: int) -> list[dict[str, Any]]:
@@ -44,7 +36,7 @@ async def test_sends_through_two_processes_at_once_reach_every_session_in_one_or
     tmp_path: Path,
 ) -> None:
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         bob = await b.register("bob")
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         await b.join(bob, room_id)
@@ -110,7 +102,7 @@ async def test_a_writer_that_dies_with_a_block_in_flight_holds_delivery_back_onl
     block (it might still commit a position below); once it is dead,
     PostgreSQL rolls it back, and everything acknowledged arrives, once."""
     async with two_nodes(tmp_path) as (a, b, nodes):
-        owner = await _setup(a, b)
+        owner = await set_up_through(a, b)
         room_id = (await a.create_room(owner, "lobby"))["roomId"]
         async with connect(nodes[1].url, owner) as watch:
             await a.send(owner, room_id, "before")
