@@ -251,10 +251,11 @@ class Bus:
                 timeout = max(0.0, self._hole_since + _HOLE_WAIT - trio.current_time())
             with trio.move_on_after(timeout) as waited:
                 await self._wakeup.wait()
-            # notifications already readable are taken first, so commits that
-            # land together are applied together; no longer than that (a 1 ms
-            # wait here was a fifth of a delivery's median latency, and saved
-            # no CPU under load: busy, the loop finds several commits anyway)
+            # a checkpoint: the listener may take notifications already
+            # readable first (Trio does not promise the order), so commits
+            # that land together tend to be applied together; no wait for
+            # more (1 ms here was a fifth of a delivery's median latency:
+            # docs/benchmarks.md)
             await trio.lowlevel.checkpoint()
             self._wakeup = trio.Event()
             if waited.cancelled_caught:

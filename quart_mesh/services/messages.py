@@ -6,10 +6,12 @@ WebSocket, polling bots, managed bots and federation all call it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from ..broker import Broker
 from ..config import Limits
@@ -322,6 +324,31 @@ class Messages:
             outbox.emit(conn, MessagePosted(room_id, message=stored))
             return stored, True
 
+        def sent_before(conn: Connection) -> Message | None:
+            """This message, stored already: a relayed one by its id (relays
+            are idempotent), a send by its clientId (a retry: answered as the
+            first time)."""
+            if relayed and (existing := repo.get_message(conn, message.message_id)) is not None:
+                if existing.room_id != room_id:
+                    raise Conflict("that message id is taken", "message_id_taken")
+                return existing
+            if message.client_id is None:
+                return None
+            existing = repo.get_message_by_client_id(conn, actor.participant_id, message.client_id)
+            if existing is not None and existing.room_id != room_id:
+                raise Conflict(
+                    "you sent a message with this clientId in another room", "client_id_taken"
+                )
+            return existing
+
+        def insert(conn: Connection, draft: Message) -> Message:
+            if not refs:
+                return repo.insert_message(conn, draft)
+            attached = resolve_attachments(conn, refs)
+            stored = repo.insert_message(conn, replace(draft, attachments=attached))
+            repo.add_attachments(conn, stored.message_id, [a.upload_id for a in attached])
+            return stored
+
         def write(conn: Connection) -> tuple[Message, bool]:
             if plain and (posted := repo.post_message(conn, message)) is not None:
                 return published(conn, *posted)
@@ -332,23 +359,8 @@ class Messages:
             kind, member = found
             if not member:
                 raise Forbidden("you are not a member of this room", "not_member")
-            if source is not None:
-                existing = repo.get_message(conn, message.message_id)
-                if existing is not None:
-                    if existing.room_id != room_id:
-                        raise Conflict("that message id is taken", "message_id_taken")
-                    return existing, False
-            if message.client_id is not None:
-                existing = repo.get_message_by_client_id(
-                    conn, actor.participant_id, message.client_id
-                )
-                if existing is not None:  # a retried send: answer as the first time
-                    if existing.room_id != room_id:
-                        raise Conflict(
-                            "you sent a message with this clientId in another room",
-                            "client_id_taken",
-                        )
-                    return existing, False
+            if (existing := sent_before(conn)) is not None:
+                return existing, False
             target, thread = to, thread_id
             if target is not None and accounts_repo.get_participant(conn, target) is None:
                 if not relayed:
@@ -361,12 +373,17 @@ class Messages:
                         raise BadRequest("threadId names no message in this room", "unknown_thread")
                     thread = None
             draft = replace(message, to_id=target, thread_id=thread)
-            if refs:
-                attached = resolve_attachments(conn, refs)
-                stored = repo.insert_message(conn, replace(draft, attachments=attached))
-                repo.add_attachments(conn, stored.message_id, [a.upload_id for a in attached])
-            else:
-                stored = repo.insert_message(conn, draft)
+            # (in a savepoint if it may be stored already: the same send, or
+            # a copy of the same relayed message, through another process
+            # may commit first, on PostgreSQL)
+            again = relayed or message.client_id is not None
+            try:
+                with conn.begin_nested() if again else contextlib.nullcontext():
+                    stored = insert(conn, draft)
+            except IntegrityError:
+                if (existing := sent_before(conn)) is None:
+                    raise
+                return existing, False
             if kind == "dm":
                 rooms_repo.unhide_all(conn, room_id)
             return published(conn, stored)

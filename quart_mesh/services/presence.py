@@ -50,6 +50,7 @@ from ..retry import retrying
 from ..store import Database
 from ..store import accounts as accounts_repo
 from ..store import presence as repo
+from ..store.database import StoreFault
 
 __all__ = ["Presence"]
 
@@ -86,6 +87,16 @@ class _Batch:
     error: Exception | None = None
 
 
+def _afresh(error: Exception) -> Exception:
+    """*error* for one more caller of a batch, as an object of its own (one
+    raised in several tasks would have their tracebacks written over)."""
+    if isinstance(error, StoreFault):
+        return StoreFault(error.fault_kind)
+    if isinstance(error, Unavailable):
+        return Unavailable(error.message, error.code)
+    return Unavailable("writing presence failed", "storage_unavailable")
+
+
 class _Together:
     """Keys joined while a write is under way go together in the next one.
 
@@ -117,12 +128,24 @@ class _Together:
             batch = self._open = _Batch()
             batch.keys.append(key)
             await self._write_batch(batch)
-        else:
-            batch.keys.append(key)
+            if batch.error is not None:
+                raise batch.error
+            return
+        batch.keys.append(key)
+        try:
             await batch.done.wait()
+        except trio.Cancelled:
+            # the caller's lock goes with it: its key must not be written
+            # after it (a release could come first), so it leaves a batch not
+            # begun, and waits for one under way
+            if self._open is batch:
+                batch.keys.remove(key)
+            else:
+                with trio.CancelScope(shield=True):
+                    await batch.done.wait()
+            raise
         if batch.error is not None:
-            # (one error for every caller of the batch: each raises it afresh)
-            raise batch.error.with_traceback(None)
+            raise _afresh(batch.error) from batch.error
 
     async def _write_batch(self, batch: _Batch) -> None:
         written = False

@@ -183,7 +183,7 @@ def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:
     for participant_id, at in seen.items():
         by_time.setdefault(at, []).append(participant_id)
     for at, ids in sorted(by_time.items()):
-        ids.sort()  # (rows locked in one order by every writer)
+        ids.sort()
         for start in range(0, len(ids), 1000):  # (a statement's parameters are bounded)
             conn.execute(
                 participants.update()

@@ -37,14 +37,17 @@ _ROWS = 1000
 
 def _with_rows(conn: Connection, participant_ids: Collection[str]) -> set[str]:
     """Those of *participant_ids* some process has a row for."""
-    return {
-        row.participant_id
-        for row in conn.execute(
-            sa.select(presence_sessions.c.participant_id)
-            .where(presence_sessions.c.participant_id.in_(sorted(participant_ids)))
-            .distinct()
+    ids = sorted(participant_ids)
+    found: set[str] = set()
+    for start in range(0, len(ids), _ROWS):  # (a statement's parameters are bounded)
+        found.update(
+            conn.execute(
+                sa.select(presence_sessions.c.participant_id)
+                .where(presence_sessions.c.participant_id.in_(ids[start : start + _ROWS]))
+                .distinct()
+            ).scalars()
         )
-    }
+    return found
 
 
 def _went_online(conn: Connection, participant_id: str, at: int) -> None:

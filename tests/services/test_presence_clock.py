@@ -185,3 +185,35 @@ async def test_a_failed_write_fails_its_keys_and_a_cancelled_writer_leaves_none_
         gate.set()
     await together.join("c")
     assert writes == [["fails"], ["a"], ["c"]]
+
+
+async def test_a_caller_cancelled_before_its_batch_began_is_left_out_of_it() -> None:
+    """Its participant's lock goes with it: written later, its claim could
+    come after a release made meanwhile."""
+    from quart_mesh.services.presence import _Together
+
+    writes: list[list[str]] = []
+    gate = trio.Event()
+
+    async def write(keys: list[str]) -> None:
+        writes.append(list(keys))
+        await gate.wait()
+
+    together = _Together(write)
+    leaving = trio.CancelScope()
+
+    async def leaves() -> None:
+        with leaving:
+            await together.join("c")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(together.join, "a")  # being written
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(together.join, "b")  # the next batch, waiting for its turn
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(leaves)  # joins "b"'s batch
+        await trio.testing.wait_all_tasks_blocked()
+        leaving.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert writes == [["a"], ["b"]]
