@@ -27,7 +27,7 @@ import trio
 from sqlalchemy.engine import Connection, Engine
 
 from quart_mesh.records import now_ms
-from quart_mesh.store import Database, rooms
+from quart_mesh.store import Database, outbox, rooms
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import schema as s
 from tests import stores
@@ -178,3 +178,46 @@ async def test_a_room_deleted_while_a_send_is_in_flight_waits_for_it_without_a_d
             transaction.commit()
     assert deleted == [True]
     assert lobby.messages() == 0  # gone with the room
+
+
+async def test_two_replies_with_one_client_id_at_once_both_get_the_first_ones_message(
+    lobby: _Room, opened: Database
+) -> None:
+    """The same send through two processes (a client retrying on a new
+    connection) on the full path (here a reply): the second waits for the
+    first's commit on the clientId's unique index, then answers with its
+    message, as a retry after it would; not 409."""
+    from quart_mesh.broker import Broker
+    from quart_mesh.config import Limits
+    from quart_mesh.services.authz import Actor
+    from quart_mesh.services.messages import Messages
+
+    with opened.engine.begin() as conn:
+        root = messages_repo.insert_message(conn, rows.message(lobby.room, "root"))
+    bob = Actor(lobby.bob, "bob", "human", "human", "member")
+    messages = Messages(opened, Limits(), Broker())
+
+    def reply() -> Any:
+        draft = replace(
+            rows.message(lobby.room, "a reply"),
+            sender_id=lobby.bob,
+            sender_name="bob",
+            client_id="retry-1",
+        )
+        unit = messages._storer(bob, draft, None, root.message_id, (), source=None)
+
+        def run(conn: Connection) -> Any:
+            outbox.begin(conn)  # (as the store's writer runs a unit)
+            try:
+                return unit(conn)
+            finally:
+                outbox.take(conn)
+
+        return run
+
+    first, second, waited = await _second_behind_first(rows.writing(lobby.engine), reply(), reply())
+    assert waited
+    assert first[1] is True
+    assert second[1] is False
+    assert second[0].message_id == first[0].message_id
+    assert lobby.messages() == 2  # the root and one reply
