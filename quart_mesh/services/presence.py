@@ -85,16 +85,19 @@ class _Batch:
     keys: list[str] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
     error: Exception | None = None
+    #: its writer's task was cancelled: the others join again
+    abandoned: bool = False
 
 
 def _afresh(error: Exception) -> Exception:
-    """*error* for one more caller of a batch, as an object of its own (one
-    raised in several tasks would have their tracebacks written over)."""
+    """*error* for one caller of a batch, as an object of its own (one
+    raised in several tasks would have their tracebacks written over); not
+    an :class:`Unavailable` if it was none (a bug is not tried again)."""
     if isinstance(error, StoreFault):
         return StoreFault(error.fault_kind)
     if isinstance(error, Unavailable):
         return Unavailable(error.message, error.code)
-    return Unavailable("writing presence failed", "storage_unavailable")
+    return RuntimeError("writing a batch of presence rows failed")
 
 
 class _Together:
@@ -103,7 +106,9 @@ class _Together:
     The first key of a batch makes its caller the batch's writer: it waits
     for the write before (one at a time, in order), closes the batch to new
     keys and writes it; the batch's other callers wait for it, and its
-    failure is theirs. A caller writes at most its own batch.
+    failure is theirs. A caller writes at most its own batch. If the
+    writer's task is cancelled, the others join again (the first of them
+    writes); a write repeated after it committed changes nothing.
 
     Args:
         write: writes one batch of keys (at most :data:`_TOGETHER`).
@@ -120,30 +125,30 @@ class _Together:
         """Return once a write with *key* committed.
 
         Raises:
-            Unavailable: that write failed, or was cancelled with the task
-                writing it (joining again writes it).
+            Unavailable: that write failed (each caller gets its own error).
         """
-        batch = self._open
-        if batch is None or len(batch.keys) >= _TOGETHER:
-            batch = self._open = _Batch()
+        while True:
+            batch = self._open
+            if batch is None or len(batch.keys) >= _TOGETHER:
+                batch = self._open = _Batch()
+                batch.keys.append(key)
+                await self._write_batch(batch)
+                break
             batch.keys.append(key)
-            await self._write_batch(batch)
-            if batch.error is not None:
-                raise batch.error
-            return
-        batch.keys.append(key)
-        try:
-            await batch.done.wait()
-        except trio.Cancelled:
-            # the caller's lock goes with it: its key must not be written
-            # after it (a release could come first), so it leaves a batch not
-            # begun, and waits for one under way
-            if self._open is batch:
-                batch.keys.remove(key)
-            else:
-                with trio.CancelScope(shield=True):
-                    await batch.done.wait()
-            raise
+            try:
+                await batch.done.wait()
+            except trio.Cancelled:
+                # the caller's lock goes with it: its key must not be written
+                # after it (a release could come first), so it leaves a batch
+                # not begun, and waits for one under way
+                if self._open is batch:
+                    batch.keys.remove(key)
+                else:
+                    with trio.CancelScope(shield=True):
+                        await batch.done.wait()
+                raise
+            if not batch.abandoned:
+                break
         if batch.error is not None:
             raise _afresh(batch.error) from batch.error
 
@@ -163,11 +168,7 @@ class _Together:
         finally:
             if self._open is batch:
                 self._open = None
-            if not written and batch.error is None:
-                # cancelled with its writer's task: the others try again
-                # (``retrying``); a write that committed meanwhile is harmless
-                # to repeat
-                batch.error = Unavailable("the write was cancelled", "storage_unavailable")
+            batch.abandoned = not written  # (cancelled)
             batch.done.set()
 
 

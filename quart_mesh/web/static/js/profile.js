@@ -1,7 +1,8 @@
 // The profile card of a person or bot, opened from a message's author (name
 // or avatar): names, kind, role, presence, and "Message" to open the DM.
-// A native modal <dialog>: Escape closes it and the focus goes back to the
-// name that opened it. Loaded when first used (room.js).
+// A native modal <dialog>: Escape closes it and the focus goes back where it
+// was (the name that opened it, where a click focuses it), unless it moved on
+// already (dom.js focusBack). Loaded when first used (room.js).
 
 import { ago, bdi, focusBack, h, isBot } from "./dom.js";
 import { avatar } from "./room.js";
