@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import chromium, in_browser, until
+from tests.browser import Person, chromium, in_browser, until
 from tests.web.conftest import Served
 from tests.web.test_chat import signed_in, two_people
 
@@ -190,5 +190,38 @@ async def test_on_a_phone_a_grouped_messages_time_does_not_cover_its_text(
             )
             assert ends <= starts - 2, (ends, starts)
             bob.assert_clean()
+
+    await in_browser(scenario)
+
+
+async def test_the_rooms_list_opened_before_the_first_room_opens_stays_open(
+    browser_ready: None, serve_node: Any
+) -> None:
+    """On a narrow screen one may open the rooms list as soon as one is
+    signed in; the first room, which the client opens by itself once the
+    read positions are in (``/api/status``), does not close it again (CI saw
+    the list shut under the hand reaching for "New direct message")."""
+    node: Served = await serve_node()
+    alice_user, _bob_user, _room_id = await two_people(node)
+
+    def scenario() -> None:
+        with chromium() as browser:
+            alice = Person(browser, node.url, width=390, height=844)
+            alice.open()
+            held: list[Any] = []
+            alice.page.route("**/api/status", lambda route: held.append(route))  # answered below
+            alice.sign_in(alice_user.name)
+            alice.button("Show rooms and people").click()
+            new_dm = alice.button("New direct message")
+            expect(new_dm).to_be_visible()
+            until(alice, lambda: bool(held))  # the client asked for its status
+            for route in list(held):
+                route.continue_()
+            alice.page.unroute("**/api/status")  # (and lets any later one through)
+            expect(alice.heading("#Town Square")).to_be_attached()
+            expect(new_dm).to_be_visible()
+            new_dm.click()
+            expect(alice.page.get_by_role("dialog", name="New direct message")).to_be_visible()
+            alice.assert_clean()
 
     await in_browser(scenario)

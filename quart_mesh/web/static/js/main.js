@@ -1006,7 +1006,10 @@ class App {
     $("room-view").hidden = false;
     this.renderRoomHeader(room);
     if (changed) {
-      this.toggleNav(false);
+      // (not the room a sign-in opens by itself: the rooms list may have
+      // been opened meanwhile, and stays as one left it)
+      if (this.roomShown) this.toggleNav(false);
+      this.roomShown = true;
       this.composer.setTarget(room);
       this.timeline.show(room);
       // unread messages: shown from the first (unread.js); else where one was
