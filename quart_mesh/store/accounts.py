@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from ..names import name_skeletons, normalize
 from ..records import MeshConfig, Participant
-from .dialect import insert
+from .dialect import in_statements, insert
 from .schema import mesh_config, participants, revoked_tokens
 
 __all__ = [
@@ -183,11 +183,10 @@ def set_last_seen(conn: Connection, seen: dict[str, int]) -> None:
     for participant_id, at in seen.items():
         by_time.setdefault(at, []).append(participant_id)
     for at, ids in sorted(by_time.items()):
-        ids.sort()
-        for start in range(0, len(ids), 1000):  # (a statement's parameters are bounded)
+        for run in in_statements(sorted(ids)):
             conn.execute(
                 participants.update()
-                .where(participants.c.participant_id.in_(ids[start : start + 1000]))
+                .where(participants.c.participant_id.in_(run))
                 .values(last_seen_at=at)
             )
 

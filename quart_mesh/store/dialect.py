@@ -23,7 +23,8 @@ things make that safe here:
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
@@ -38,6 +39,7 @@ __all__ = [
     "Statement",
     "hold_write_lock",
     "holds_write_lock",
+    "in_statements",
     "insert",
     "insert_new",
     "is_retryable",
@@ -50,6 +52,18 @@ WRITE_LOCK = 0x6D65_7368_0000_0002
 
 # conn.info key: the root transaction that holds WRITE_LOCK outside any savepoint
 _HELD = "mesh_write_lock"
+
+#: items (ids, rows) one statement takes at most: a statement's parameters
+#: are bounded (psycopg 65,535; SQLite 32,766), and a row may take several
+STATEMENT_ITEMS = 1000
+
+_T = TypeVar("_T")
+
+
+def in_statements(items: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    """*items* in runs of at most :data:`STATEMENT_ITEMS`, a statement each."""
+    for start in range(0, len(items), STATEMENT_ITEMS):
+        yield items[start : start + STATEMENT_ITEMS]
 
 
 def insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:

@@ -26,24 +26,20 @@ from sqlalchemy.engine import Connection
 from ..events import Presence as PresenceEvent
 from . import outbox
 from .accounts import set_last_seen
-from .dialect import hold_write_lock, insert, insert_new
+from .dialect import hold_write_lock, in_statements, insert, insert_new
 from .schema import cluster_processes, presence_sessions
 
 __all__ = ["beat", "claim", "leave", "online_participants", "reap", "release"]
 
-#: rows claimed in one statement at most
-_ROWS = 1000
-
 
 def _with_rows(conn: Connection, participant_ids: Collection[str]) -> set[str]:
     """Those of *participant_ids* some process has a row for."""
-    ids = sorted(participant_ids)
     found: set[str] = set()
-    for start in range(0, len(ids), _ROWS):  # (a statement's parameters are bounded)
+    for run in in_statements(sorted(participant_ids)):
         found.update(
             conn.execute(
                 sa.select(presence_sessions.c.participant_id)
-                .where(presence_sessions.c.participant_id.in_(ids[start : start + _ROWS]))
+                .where(presence_sessions.c.participant_id.in_(run))
                 .distinct()
             ).scalars()
         )
@@ -71,9 +67,7 @@ def claim(conn: Connection, process_id: str, sessions: Mapping[str, int], at: in
     hold_write_lock(conn)
     rows = sorted(sessions.items())
     before: set[str] = set()
-    # (a statement's parameters are bounded: a process may hold many)
-    for start in range(0, len(rows), _ROWS):
-        chunk = rows[start : start + _ROWS]
+    for chunk in in_statements(rows):  # (a process may hold many)
         before |= _with_rows(conn, [p for p, _ in chunk])
         query = insert(conn, presence_sessions).values(
             [{"process_id": process_id, "participant_id": p, "sessions": n} for p, n in chunk]
