@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 import trio
+from argon2 import PasswordHasher
 
 from quart_mesh import MeshApp, Settings, create_app, serve
+from quart_mesh import node as node_module
+from quart_mesh.security import Passwords
 from tests import stores
 from tests.browser import require_browser
 from tests.helpers import Mesh
@@ -104,6 +107,24 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"store: {config.getoption('--store')}"
 
 
+class _QuickPasswords(Passwords):
+    """The node's argon2id, at argon2's lowest cost (8 MiB, one pass, one
+    lane) instead of RFC 9106's (64 MiB, three passes, four lanes: ~0.25 s
+    of CPU a hash on two cores), for in-process nodes: the suite hashes
+    and checks thousands of passwords. The code is the product's; only the
+    parameters differ (a hash carries its own, so the release fixtures'
+    hashes, made at full cost, still verify: ``tests/test_release.py``);
+    ``tests/test_tokens.py`` checks the parameters new hashes get."""
+
+    def __init__(self, threads: int = 2) -> None:
+        super().__init__(threads, PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1))
+
+
+@pytest.fixture(autouse=True)
+def _quick_passwords(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_module, "Passwords", _QuickPasswords)
+
+
 @pytest.fixture(scope="session")
 def _store(request: pytest.FixtureRequest) -> Iterator[stores.Cluster | None]:
     """The session's PostgreSQL cluster with ``--store postgresql``."""
@@ -118,11 +139,14 @@ def _store(request: pytest.FixtureRequest) -> Iterator[stores.Cluster | None]:
 def _node_store(
     request: pytest.FixtureRequest, _store: stores.Cluster | None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """On PostgreSQL, a node with no database URL of its own gets the
+    """On SQLite, a node's new store is a copy of a migrated one
+    (:func:`tests.stores.seeded`). On PostgreSQL, a node with no database URL of its own gets the
     database of its data folder (in-process here; subprocesses through
     :func:`tests.stores.node_env`). The test's databases are dropped once
     it has ended (set up first, this fixture is torn down last)."""
     if request.config.getoption("--store") != "postgresql":
+        # a node's new SQLite store starts as a copy of a migrated one
+        monkeypatch.setattr(node_module, "Database", stores.seeded(node_module.Database))
         yield
         return
     if _store is None:

@@ -1,5 +1,6 @@
 """Tokens: a token verified once is not verified again, but its expiry is
-checked on every use, and other bytes are verified as ever."""
+checked on every use, and other bytes are verified as ever. Passwords: the
+parameters a new hash gets."""
 
 from __future__ import annotations
 
@@ -50,3 +51,21 @@ def test_the_verified_tokens_are_bounded() -> None:
         tokens.check(token)
     assert len(tokens._verified) == Tokens._VERIFIED
     assert tokens.check(issued[0]).participant_id == "P0"  # verified again
+
+
+async def test_new_passwords_get_rfc_9106_parameters_and_any_hash_verifies() -> None:
+    """The node's hasher (the suite's in-process nodes use a cheaper one:
+    ``tests/conftest.py``): argon2id at 64 MiB, three passes, four lanes;
+    a hash made with other parameters still verifies, by its own."""
+    from argon2 import PasswordHasher
+
+    from quart_mesh.security import Passwords
+
+    passwords = Passwords()
+    made = await passwords.hash("correct horse")
+    assert made.startswith("$argon2id$v=19$m=65536,t=3,p=4$"), made
+    assert await passwords.verify(made, "correct horse")
+    assert not await passwords.verify(made, "wrong horse")
+    cheap = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash("correct horse")
+    assert await passwords.verify(cheap, "correct horse")
+    assert not await passwords.verify(None, "correct horse")

@@ -17,17 +17,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import trio
 
-from tests import stores
+from tests import launcher, stores
 from tests.helpers import Mesh, User
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
@@ -45,7 +45,8 @@ def database_url(data_dir: Path) -> str:
 class NodeProcess:
     """One ``quart-mesh serve`` process; its output is kept in :attr:`output`."""
 
-    process: trio.Process
+    #: a :class:`trio.Process`, or the launcher's :class:`~tests.launcher.Process`
+    process: Any
     url: str = ""
     output: list[str] = field(default_factory=list)
     exited: trio.Event = field(default_factory=trio.Event)
@@ -126,11 +127,12 @@ async def start_node(
         "PYTHONUNBUFFERED": "1",
         **(env or {}),
     }
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "quart_mesh", "serve", "--port", "0", "--data-dir", str(data_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    # forked by the launcher (tests/launcher.py): a process of its own, its
+    # signals and exit status its own, without a new interpreter's imports
+    process = await launcher.open_process(
+        ["serve", "--port", "0", "--data-dir", str(data_dir)],
         env=environment,
+        stderr=subprocess.STDOUT,
     )
     node = NodeProcess(process)
     listening = trio.Event()
