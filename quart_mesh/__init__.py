@@ -31,31 +31,92 @@ names, ...) is internal: it may change in any release without notice.
 Versions follow semantic versioning over this public API.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .app import MeshApp, create_app
-from .config import Limits, Settings
-from .errors import (
-    AccessEnded,
-    BadRequest,
-    ConfigError,
-    Conflict,
-    Forbidden,
-    MeshError,
-    NotFound,
-    PayloadTooLarge,
-    RateLimited,
-    StoreFromNewerRelease,
-    StreamLagged,
-    Unauthorized,
-    Unavailable,
-)
-from .events import Event, MessagePosted
-from .node import Node, open_node
-from .records import Message, Participant, Reaction, Room, Task, TaskState, Upload
-from .server import serve
-from .services.authz import Actor
-from .services.stream import EventStream
-from .signals import wait_for_signal
+
+if TYPE_CHECKING:
+    from .app import MeshApp, create_app
+    from .config import Limits, Settings
+    from .errors import (
+        AccessEnded,
+        BadRequest,
+        ConfigError,
+        Conflict,
+        Forbidden,
+        MeshError,
+        NotFound,
+        PayloadTooLarge,
+        RateLimited,
+        StoreFromNewerRelease,
+        StreamLagged,
+        Unauthorized,
+        Unavailable,
+    )
+    from .events import Event, MessagePosted
+    from .node import Node, open_node
+    from .records import Message, Participant, Reaction, Room, Task, TaskState, Upload
+    from .server import serve
+    from .services.authz import Actor
+    from .services.stream import EventStream
+    from .signals import wait_for_signal
+
+#: where each public name lives: imported on first use, so that a process
+#: that needs only a part (a managed bot's runner, ``quart_mesh.events``)
+#: does not import the whole server (the app, its MCP and A2A SDKs)
+_WHERE = {
+    "MeshApp": ".app",
+    "create_app": ".app",
+    "Limits": ".config",
+    "Settings": ".config",
+    **dict.fromkeys(
+        (
+            "AccessEnded",
+            "BadRequest",
+            "ConfigError",
+            "Conflict",
+            "Forbidden",
+            "MeshError",
+            "NotFound",
+            "PayloadTooLarge",
+            "RateLimited",
+            "StoreFromNewerRelease",
+            "StreamLagged",
+            "Unauthorized",
+            "Unavailable",
+        ),
+        ".errors",
+    ),
+    "Event": ".events",
+    "MessagePosted": ".events",
+    "Node": ".node",
+    "open_node": ".node",
+    **dict.fromkeys(
+        ("Message", "Participant", "Reaction", "Room", "Task", "TaskState", "Upload"),
+        ".records",
+    ),
+    "serve": ".server",
+    "Actor": ".services.authz",
+    "EventStream": ".services.stream",
+    "wait_for_signal": ".signals",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where, __name__), name)
+    globals()[name] = value  # once: later reads do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "AccessEnded",
