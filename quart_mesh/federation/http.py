@@ -19,7 +19,7 @@ import trio
 
 from ..errors import BadGateway
 from ..identity import NodeIdentity
-from ..services.outbound import PublicOnlyTransport, RefusedAddress
+from ..services.outbound import PublicOnlyTransport, RefusedAddress, tls_context
 from .signing import sign_request
 
 __all__ = [
@@ -53,6 +53,7 @@ def peer_client(timeout: float, user_agent: str, *, allow_private: bool) -> http
         follow_redirects=False,
         trust_env=False,
         headers={"User-Agent": user_agent},
+        verify=tls_context(),
         transport=None if allow_private else PublicOnlyTransport(allowed_by=ALLOW_PRIVATE),
     )
 

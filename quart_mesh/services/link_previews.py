@@ -52,7 +52,7 @@ from ..config import Settings
 from ..errors import MeshError, NotFound, Transient
 from .authz import Actor
 from .messages import Messages
-from .outbound import PublicOnlyTransport
+from .outbound import PublicOnlyTransport, tls_context
 from .ratelimit import RateLimiter
 
 __all__ = [
@@ -462,6 +462,7 @@ class LinkPreviews:
             timeout=settings.link_preview_timeout,
             follow_redirects=False,
             trust_env=False,
+            verify=tls_context(),
             transport=transport,
             headers={
                 "User-Agent": "quart-mesh link preview",

@@ -49,6 +49,7 @@ from ..store import limits as limits_repo
 from ..store import model_registry as repo
 from .authz import Actor, authorize, authorize_above, permitted
 from .model_rules import Invalid, check_body
+from .outbound import tls_context
 from .ratelimit import RateLimiter
 
 __all__ = ["RESERVED_NAMES", "Budget", "Model", "ModelProxy", "OpenAIError", "Stream"]
@@ -241,6 +242,7 @@ class ModelProxy:
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 follow_redirects=False,
                 trust_env=False,
+                verify=tls_context(),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
             ) as client,
             trio.open_nursery() as nursery,

@@ -17,7 +17,9 @@ and only the socket is connected to the address that was checked.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import ssl
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -39,7 +41,18 @@ __all__ = [
     "is_private_address",
     "pin_public",
     "public_addresses",
+    "tls_context",
 ]
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of every call the node makes (httpx's defaults:
+    certifi's roots, certificates and names checked; none taken from the
+    environment). Made once per process and shared by every client, as an
+    SSL context may be: loading the roots costs ~50 ms of CPU, which each
+    client made with ``verify=True`` would spend again."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 class PrivateAddress(Transient):
@@ -249,7 +262,7 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
         allowed: tuple[Network, ...] = (),
         ports: frozenset[int] | None = None,
     ) -> None:
-        context = httpx.create_ssl_context(trust_env=False)
+        context = tls_context()
         super().__init__(verify=context, trust_env=False)
         # the pool httpx builds for a client by default (its limits: 100
         # connections, 20 kept alive for 5 s), with the backend that checks addresses

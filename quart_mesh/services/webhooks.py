@@ -58,7 +58,7 @@ from ..store import agents as repo
 from ..store import messages as messages_repo
 from .commands import Commands, command_event
 from .delivery import Delivery, Feed
-from .outbound import is_private_address, pin_public
+from .outbound import is_private_address, pin_public, tls_context
 
 if TYPE_CHECKING:
     from .accounts import Accounts
@@ -147,6 +147,7 @@ class Webhooks:
                 timeout=self._settings.webhook_timeout,
                 follow_redirects=False,
                 trust_env=False,
+                verify=tls_context(),
                 headers={"User-Agent": "quart-mesh-webhooks"},
             ) as client,
             trio.open_nursery() as nursery,
