@@ -14,10 +14,14 @@ answers a method of another template with 405, and both ``OPTIONS`` and 405
 say ``Allow:`` that template's methods.
 
 Which templates another one can take paths from is worked out once, so
-that a request for any other template costs nothing more.
+that a request for any other template costs nothing more; and once per
+process for a set of routes (:meth:`PathMethods.of`): every app of one
+release has the same, and a program (the suite) may make hundreds.
 """
 
 from __future__ import annotations
+
+import threading
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
@@ -71,6 +75,37 @@ class PathMethods:
         if template is None or template == rule.rule:
             return None
         return self._methods[template]
+
+    @classmethod
+    def of(cls, url_map: Map) -> PathMethods:
+        """The :class:`PathMethods` of *url_map*: one for every map with the
+        same routes, converters and slash rules, built the first time (it
+        keeps nothing that changes after)."""
+        key = (
+            tuple(
+                sorted(
+                    (rule.rule, tuple(sorted(rule.methods or ())))
+                    for rule in url_map.iter_rules()
+                    if not rule.websocket
+                )
+            ),
+            tuple(sorted(url_map.converters.items())),
+            url_map.strict_slashes,
+            url_map.merge_slashes,
+        )
+        with _LOCK:
+            found = _BUILT.get(key)
+            if found is None:
+                found = _BUILT[key] = cls(url_map)
+                while len(_BUILT) > _KEEP:  # (a program serving many route sets)
+                    del _BUILT[next(iter(_BUILT))]
+            return found
+
+
+#: :meth:`PathMethods.of`'s, by route set (at most :data:`_KEEP`)
+_BUILT: dict[tuple[object, ...], PathMethods] = {}
+_KEEP = 8
+_LOCK = threading.Lock()
 
 
 def _segments(template: str) -> list[str | None]:
