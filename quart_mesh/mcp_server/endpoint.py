@@ -63,7 +63,7 @@ from .._version import __version__
 from ..errors import MeshError, RateLimited, Unauthorized, Unavailable, error_body
 from ..logs import log_request, request_id_from
 from .rooms import RoomSubscriptions, behaviour, connection_of, register_rooms
-from .tools import CALLER, Caller, Dropped, register, tool_error
+from .tools import CALLER, Caller, Dropped, ToolBox, register, tool_error
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -170,6 +170,8 @@ class McpEndpoint:
         self.observe: Callable[[str, str, int, float], None] | None = None
         #: MCP sessions open per participant, and requests opening one
         self._seats: Counter[str] = Counter()
+        tools = ToolBox()
+        register(tools, node_of)
         with _logging_left_alone():
             self.mcp = _MeshMCP(
                 name="quart-mesh",
@@ -180,8 +182,8 @@ class McpEndpoint:
                 # every listener, whoever may read the room: ours follows each
                 # caller's feed instead (rooms.py)
                 subscriptions=False,
+                tools=tools.tools,
             )
-        register(self.mcp, node_of)
         register_rooms(self.mcp, node_of, settings, RoomSubscriptions(node_of, self._nursery_of))
         self.mcp.middleware.append(self._count_session)
         #: serve the handshake revisions without sessions (several workers)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import trio
 from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -177,8 +178,38 @@ async def participant_id_of(node: Node, actor: Actor, who: str) -> str:
     raise NotFound("no participant has that id or name", "participant_not_found")
 
 
-def register(mcp: MCPServer[Any], node_of: Callable[[], Node]) -> None:
-    """Add the tools, the room resource and the prompt to *mcp*.
+class ToolBox:
+    """The tools of one app's MCP server, gathered as ``MCPServer.tool()``
+    would add them (``MCPServer(tools=box.tools)``). What the SDK makes of a
+    function (its arguments' model, its schemas: most of the cost of an
+    app's making) depends only on the function's code and options, so it is
+    made once per process (:data:`_MADE`); each app's tool is a copy of it
+    holding the app's own function."""
+
+    def __init__(self) -> None:
+        self.tools: list[Tool] = []
+
+    def tool(
+        self, *, title: str, annotations: ToolAnnotations | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            options = None if annotations is None else annotations.model_dump_json()
+            key = (fn.__code__, title, options)
+            made = _MADE.get(key)
+            if made is None:
+                made = _MADE[key] = Tool.from_function(fn, title=title, annotations=annotations)
+            self.tools.append(made.model_copy(update={"fn": fn}))
+            return fn
+
+        return add
+
+
+#: :class:`ToolBox`'s tools as the SDK made them, by function code and options
+_MADE: dict[tuple[object, ...], Tool] = {}
+
+
+def register(mcp: ToolBox, node_of: Callable[[], Node]) -> None:
+    """Add the tools to *mcp*.
 
     Args:
         node_of: returns the serving node (it is opened after the app is built).
