@@ -154,12 +154,22 @@ class _BrowserThread:
 
         def job() -> None:
             self._local.token = token
+            self._local.people = people = []
             try:
                 done.set_result(scenario(*args))
             except BaseException as error:
+                # what the pages said meanwhile: why a page did not do what
+                # was waited for is often there (an uncaught error)
+                for person in people:
+                    if person.errors or person.console_errors:
+                        error.add_note(
+                            f"page of {person.base_url}: errors {person.errors}, "
+                            f"console errors {person.console_errors}"
+                        )
                 done.set_exception(error)
             finally:
                 self._local.token = None
+                self._local.people = None
 
         self.jobs.put(job)
         return await trio.to_thread.run_sync(done.result)
@@ -267,6 +277,10 @@ class Person:
         self.context.set_default_timeout(15_000)
         self.context.add_init_script(_CSP_WATCH)
         self.page = self.context.new_page()
+        # (the scenario's people: their errors join a failure's report)
+        people = getattr(_BrowserThread._local, "people", None)
+        if people is not None:
+            people.append(self)
         self.errors: list[str] = []
         self.console_errors: list[str] = []
         self.requests: list[str] = []
