@@ -132,7 +132,9 @@ class _Rule(QuartRule):
         compile_builder = super()._compile_builder
         compiled: list[Callable[..., tuple[str, str]]] = []
 
-        def build(rule: _Rule, **values: Any) -> tuple[str, str]:
+        # (the rule positional-only, as werkzeug's ".self": a URL value may be
+        # called "rule")
+        def build(rule: _Rule, /, **values: Any) -> tuple[str, str]:
             if not compiled:
                 compiled.append(compile_builder(append_unknown))
             return compiled[0](rule, **values)

@@ -175,3 +175,20 @@ settings_profile = hypothesis_settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@pytest.mark.store_free
+def test_urls_build_with_any_value_name(settings: Settings) -> None:
+    """The app's rules compile their URL builders when first used; a value
+    called ``rule`` (a route's variable, or a query argument) builds as
+    with werkzeug's own rules."""
+    app = create_app(settings)
+
+    @app.get("/api/things/<rule>")
+    async def thing(rule: str) -> str:
+        return rule
+
+    urls = app.url_map.bind("mesh.example")
+    assert urls.build("thing", {"rule": "r1"}) == "/api/things/r1"
+    assert urls.build("thing", {"rule": "r1", "page": 2}) == "/api/things/r1?page=2"
+    assert urls.build("static", {"filename": "a b.js", "rule": "q"}) == "/static/a%20b.js?rule=q"
