@@ -105,17 +105,20 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(where, __name__), name)
-    globals()[name] = value  # once: later reads do not come here
-    return value
+# (hidden from type checkers: a module __getattr__ they can see makes every
+# name, a misspelt one too, an Any; they see the imports above instead)
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        where = _WHERE.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(where, __name__), name)
+        globals()[name] = value  # once: later reads do not come here
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_WHERE})
 
 
 __all__ = [

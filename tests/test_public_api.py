@@ -252,6 +252,11 @@ async def test_the_program_type_checks(tmp_path: Path, monkeypatch: pytest.Monke
 
     program = tmp_path / "embedding_program.py"
     program.write_text(PROGRAM)
+    # a misspelt name is an error too (the package imports its names lazily:
+    # a module __getattr__ a type checker saw would make every name an Any,
+    # and this ignore unused, which --strict reports)
+    typo = tmp_path / "typo_program.py"
+    typo.write_text("from quart_mesh import Setings  # type: ignore[attr-defined]\n")
     args = [
         "--strict",
         "--config-file",
@@ -259,6 +264,7 @@ async def test_the_program_type_checks(tmp_path: Path, monkeypatch: pytest.Monke
         "--cache-dir",
         str(REPO / ".mypy_cache"),
         str(program),
+        str(typo),
     ]
     monkeypatch.setenv("MYPYPATH", str(REPO))  # quart_mesh from this tree, not an installed copy
     stdout, stderr, status = await trio.to_thread.run_sync(api.run, args)
