@@ -182,9 +182,9 @@ class ToolBox:
     """The tools of one app's MCP server, gathered as ``MCPServer.tool()``
     would add them (``MCPServer(tools=box.tools)``). What the SDK makes of a
     function (its arguments' model, its schemas: most of the cost of an
-    app's making) depends only on the function's code and options, so it is
-    made once per process (:data:`_MADE`); each app's tool is a copy of it
-    holding the app's own function."""
+    app's making) depends only on the function's code, defaults and
+    options, so it is made once per process (:data:`_MADE`); each app's
+    tool is a copy of it holding the app's own function."""
 
     def __init__(self) -> None:
         self.tools: list[Tool] = []
@@ -194,10 +194,14 @@ class ToolBox:
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def add(fn: Callable[..., Any]) -> Callable[..., Any]:
             options = None if annotations is None else annotations.model_dump_json()
-            key = (fn.__code__, title, options)
+            # (what the SDK reads of the function: its code, which holds its
+            # annotations, and its defaults)
+            key = (fn.__code__, repr(fn.__defaults__), repr(fn.__kwdefaults__), title, options)
             made = _MADE.get(key)
             if made is None:
-                made = _MADE[key] = Tool.from_function(fn, title=title, annotations=annotations)
+                made = Tool.from_function(fn, title=title, annotations=annotations)
+                # kept without the function, whose closure holds its app
+                _MADE[key] = made = made.model_copy(update={"fn": _unbound})
             self.tools.append(made.model_copy(update={"fn": fn}))
             return fn
 
@@ -206,6 +210,11 @@ class ToolBox:
 
 #: :class:`ToolBox`'s tools as the SDK made them, by function code and options
 _MADE: dict[tuple[object, ...], Tool] = {}
+
+
+def _unbound(*args: object, **kwargs: object) -> None:
+    """What a tool of :data:`_MADE` holds until copied for an app."""
+    raise RuntimeError("a tool made once per process was called without its app's function")
 
 
 def register(mcp: ToolBox, node_of: Callable[[], Node]) -> None:

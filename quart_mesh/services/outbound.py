@@ -51,7 +51,9 @@ def tls_context() -> ssl.SSLContext:
     certifi's roots, certificates and names checked; none taken from the
     environment). Made once per process and shared by every client, as an
     SSL context may be: loading the roots costs ~50 ms of CPU, which each
-    client made with ``verify=True`` would spend again."""
+    client made with ``verify=True`` would spend again. httpcore sets the
+    context's ALPN protocols at each connection: the clients sharing it must
+    all speak HTTP/1.1 (none asks for ``http2``) and run on one thread."""
     return httpx.create_ssl_context(trust_env=False)
 
 
