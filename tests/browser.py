@@ -154,7 +154,8 @@ class _BrowserThread:
 
         def job() -> None:
             self._local.token = token
-            self._local.people = people = []
+            people: list[Person] = []
+            self._local.people = people
             try:
                 done.set_result(scenario(*args))
             except BaseException as error:

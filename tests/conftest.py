@@ -17,6 +17,7 @@ from argon2 import PasswordHasher
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh import node as node_module
 from quart_mesh.security import Passwords
+from quart_mesh.store.database import Database
 from tests import stores
 from tests.browser import require_browser
 from tests.helpers import Mesh
@@ -121,15 +122,19 @@ class _QuickPasswords(Passwords):
 
 
 @pytest.fixture(autouse=True)
-def _quick_passwords(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "Passwords", _QuickPasswords)
+def _quick_passwords(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (not for a test whose race needs the hash to take its real time)
+    if request.node.get_closest_marker("full_cost_passwords") is None:
+        monkeypatch.setattr(node_module, "Passwords", _QuickPasswords)
 
 
 @pytest.fixture(scope="session")
 def _store(request: pytest.FixtureRequest) -> Iterator[stores.Cluster | None]:
-    """The session's PostgreSQL cluster with ``--store postgresql``."""
+    """The session's PostgreSQL cluster with ``--store postgresql``; on
+    SQLite, the migrated store a node's new one is a copy of."""
     if request.config.getoption("--store") != "postgresql":
-        yield None
+        with stores.sqlite_template():
+            yield None
         return
     with stores.postgres_cluster() as cluster:
         yield cluster
@@ -146,7 +151,7 @@ def _node_store(
     it has ended (set up first, this fixture is torn down last)."""
     if request.config.getoption("--store") != "postgresql":
         # a node's new SQLite store starts as a copy of a migrated one
-        monkeypatch.setattr(node_module, "Database", stores.seeded(node_module.Database))
+        monkeypatch.setattr(node_module, "Database", stores.seeded(Database))
         yield
         return
     if _store is None:

@@ -18,6 +18,11 @@ covered on PostgreSQL: by that template, and by the store's own tests
 thread keeps two copies ready, and drops the databases of a test that has
 ended, so the cluster stays small and its removal at the end is quick.
 
+On SQLite likewise, a node made in-process whose store does not exist yet
+gets a copy of one migrated at the start of the session
+(:func:`sqlite_template`, :func:`seeded`); the store's own tests and the
+nodes started as processes still migrate empty stores.
+
 Tests that are about SQLite itself (its file, its locks) are marked
 ``sqlite_only`` and skipped on PostgreSQL.
 
@@ -330,65 +335,63 @@ def node_env(data_dir: Path) -> dict[str, str]:
     return {"MESH_DATABASE_URL": cluster.url_for(data_dir)}
 
 
+#: the session's migrated SQLite store (:func:`sqlite_template`), while the
+#: suite runs on SQLite
 _sqlite_template: Path | None = None
 
 
-def sqlite_template() -> Path:
-    """A SQLite store the store's own code (``Database.open``: every
-    migration) brought to the newest revision, once per session: what a
-    node's new store is a copy of on the SQLite run, as on PostgreSQL."""
+@contextlib.contextmanager
+def sqlite_template() -> Iterator[Path]:
+    """For the SQLite run's session: a SQLite store the store's own code
+    (``Database.open``: every migration) brought to the newest revision,
+    what a node's new store is a copy of (:func:`seeded`), as on
+    PostgreSQL; removed at the end."""
     global _sqlite_template
-    if _sqlite_template is None:
-        import trio
+    import trio
 
-        from quart_mesh.store.database import Database
+    from quart_mesh.store.database import Database
 
-        folder = Path(tempfile.mkdtemp(prefix="mesh-sqlite-template-"))
-        path = folder / "mesh.db"
+    folder = Path(tempfile.mkdtemp(prefix="mesh-sqlite-template-"))
+    path = folder / "mesh.db"
 
-        async def migrate() -> None:
-            db = Database(f"sqlite:///{path}")
-            await db.open()
-            await db.close()
+    async def migrate() -> None:
+        db = Database(f"sqlite:///{path}")
+        await db.open()
+        await db.close()
 
-        # in a thread of its own: the first node asking is in a Trio run
-        failed: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                trio.run(migrate)
-            except BaseException as error:  # raised below, in the caller
-                failed.append(error)
-
-        worker = threading.Thread(target=run, name="sqlite-template")
-        worker.start()
-        worker.join()
-        if failed:
-            raise failed[0]
+    try:
+        trio.run(migrate)  # (a session fixture's setup: outside any test's run)
         # closed: the write-ahead log was written back and removed with the
         # last connection; the file alone is the store
         assert not path.with_name("mesh.db-wal").exists(), "the template's log was left"
         _sqlite_template = path
-    return _sqlite_template
+        yield path
+    finally:
+        _sqlite_template = None
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def seeded(database: type[Any]) -> type[Any]:
     """*database* (the node's ``Database`` class) opening a SQLite store
-    that does not exist yet as a copy of :func:`sqlite_template` (at the
+    that does not exist yet as a copy of the session's :func:`sqlite_template` (at the
     newest revision: opening it runs no migration), so that each of the
     hundreds of nodes the suite makes does not migrate an empty store again
     (~0.2 s of CPU each). The migrations from an empty store stay covered
     on SQLite: by the template, and by the store's own tests
     (``tests/store/``), which make their ``Database`` themselves."""
 
-    class Seeded(database):  # type: ignore[misc,valid-type]
+    class Seeded(database):  # type: ignore[misc]
         async def open(self) -> None:
             if self.backend == "sqlite":
                 import sqlalchemy as sa
 
                 name = sa.make_url(self.url).database
                 if name and name != ":memory:" and not Path(name).exists():
-                    shutil.copyfile(sqlite_template(), name)
+                    assert _sqlite_template is not None, "no template: not the SQLite run"
+                    # whole or not at all (a copy, then a rename)
+                    partial = f"{name}.seeding"
+                    shutil.copyfile(_sqlite_template, partial)
+                    os.replace(partial, name)
             await super().open()
 
     return Seeded

@@ -53,7 +53,7 @@ class NodeProcess:
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return int(self.process.pid)
 
     def kill(self) -> None:
         """``kill -9``: no clean-up of any kind."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.helpers import PASSWORD, Mesh, assert_error
 
@@ -61,6 +62,8 @@ async def test_setup_rejects_bad_values(http: httpx.AsyncClient) -> None:
     assert (await http.get("/api/setup/status")).json()["initialized"] is False
 
 
+# argon2 at its real cost: the five setups are all in flight while each hashes
+@pytest.mark.full_cost_passwords
 async def test_concurrent_setup_creates_one_owner(http: httpx.AsyncClient) -> None:
     import trio
 

@@ -39,7 +39,7 @@ def settings(tmp_path: Path, upstream: Upstream) -> Settings:
             messages=Rate(3, 6),
             reactions=Rate(2, 4),
             models=Rate(2, 4),
-            # logins hash passwords (argon2id, ~1 s each on a loaded 2-core
+            # logins hash passwords (argon2id: ~1 s each at its real cost on a loaded 2-core
             # machine): one refill a minute, so a slow burst still meets the limit
             login_name=Rate(2, 120),
             login_address=Rate(4, 240),
