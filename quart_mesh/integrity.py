@@ -35,7 +35,6 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from .config import Settings
@@ -46,6 +45,7 @@ from .identity import KEY_FILE
 from .records import now_ms
 from .security import SECRET_FILE
 from .store import outbox
+from .store.health import code_heads, code_revisions
 
 __all__ = [
     "BACKUPS_FILE",
@@ -67,7 +67,6 @@ KEEP_BACKUPS = 20
 #: problems SQLite's checks list at most
 _MAX_PROBLEMS = 20
 _CHUNK = 1024 * 1024
-_MIGRATIONS = Path(__file__).parent / "store" / "migrations"
 
 _BACKENDS = {"postgresql": "PostgreSQL"}
 
@@ -514,20 +513,19 @@ def _migrations_and_uploads(conn: Connection, settings: Settings) -> list[Findin
 
 
 def _migrations(conn: Connection) -> Finding:
-    script = ScriptDirectory(str(_MIGRATIONS))
-    head = script.get_current_head()
+    heads = code_heads()
+    head = ", ".join(sorted(heads))
     current = set(MigrationContext.configure(conn).get_current_heads())
-    known = {revision.revision for revision in script.walk_revisions()}
     if not current:
         return Finding("migrations", "fail", "none applied: not a node's store")
-    if unknown := sorted(current - known):
+    if unknown := sorted(current - code_revisions()):
         return Finding(
             "migrations",
             "fail",
             f"the store was migrated by a newer quart-mesh ({', '.join(unknown)});"
             f" this one knows up to {head} (docs/upgrading.md)",
         )
-    if current == {head}:
+    if current == heads:
         return Finding("migrations", "ok", f"at the code's head ({head})")
     at = ", ".join(sorted(current))
     return Finding(
