@@ -47,7 +47,6 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 import trio
 from alembic import command
-from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from prometheus_client import Histogram
 from sqlalchemy.engine import Connection, Engine
@@ -66,21 +65,12 @@ from .dialect import (
     is_retryable,
     translate,
 )
-from .health import code_heads, code_revisions
+from .health import alembic_config, code_heads, code_revisions
 
 __all__ = ["READ", "WRITE", "Database", "StoreFault", "classify"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_MIGRATIONS = Path(__file__).parent / "migrations"
-
-
-def _alembic_config() -> AlembicConfig:
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(_MIGRATIONS))
-    return cfg
-
 
 _BATCH = 64  # units of work committed together at most
 _ATTEMPTS = 3  # runs of a write that PostgreSQL aborted as a deadlock
@@ -417,7 +407,7 @@ class Database:
                 at = frozenset(MigrationContext.configure(conn).get_current_heads())
                 _refuse_a_newer_store(at)
                 if at != code_heads():  # else at head already: nothing to run
-                    cfg = _alembic_config()
+                    cfg = alembic_config()
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, "head")
         except BaseException:

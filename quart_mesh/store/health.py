@@ -14,7 +14,14 @@ from sqlalchemy import Connection
 
 from .schema import health_probe
 
-__all__ = ["PRUNE_AFTER_MS", "code_heads", "code_revisions", "migration_heads", "probe_write"]
+__all__ = [
+    "PRUNE_AFTER_MS",
+    "alembic_config",
+    "code_heads",
+    "code_revisions",
+    "migration_heads",
+    "probe_write",
+]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 #: a process's probe row untouched this long (ms) is a process gone: pruned
@@ -22,11 +29,17 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 PRUNE_AFTER_MS = 24 * 3600 * 1000
 
 
-@functools.cache
-def _scripts() -> ScriptDirectory:
+def alembic_config() -> AlembicConfig:
+    """alembic's configuration for this release's migrations (a new one
+    each call: a caller may attach its connection)."""
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
-    return ScriptDirectory.from_config(cfg)
+    return cfg
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
 
 
 @functools.cache

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.config import Config as AlembicConfig
 
 from quart_mesh.store import Database
-from quart_mesh.store.database import _MIGRATIONS
+from quart_mesh.store.health import alembic_config
 
 _PARTICIPANT = sa.text(
     "INSERT INTO participants (participant_id, name, name_key, kind, type, role,"
@@ -28,8 +27,7 @@ async def test_managed_bots_become_agents(store_url: str) -> None:
     engine = sa.create_engine(store_url)
     try:
         with engine.begin() as conn:
-            cfg = AlembicConfig()
-            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0028_tasks")
             for agent_id, (name, bot_type, managed) in BOTS.items():

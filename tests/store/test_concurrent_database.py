@@ -9,16 +9,14 @@ Skipped on SQLite: no blocks and no such settings there.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sqlalchemy as sa
 import trio
 from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection
 
 from quart_mesh.ids import new_id
-from quart_mesh.store import Database, blocks, database
+from quart_mesh.store import Database, blocks
+from quart_mesh.store.health import alembic_config
 from tests import stores
 
 _BEFORE, _BLOCKS = "0033_health_probe", "0034_stream_blocks"
@@ -28,8 +26,7 @@ _IDLE_MS = 60_000
 
 
 def _migrate(conn: Connection, to: str, *, down: bool = False) -> None:
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(Path(database.__file__).parent / "migrations"))
+    cfg = alembic_config()
     cfg.attributes["connection"] = conn
     (command.downgrade if down else command.upgrade)(cfg, to)
 

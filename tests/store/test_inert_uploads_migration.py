@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.config import Config as AlembicConfig
 
 from quart_mesh.store import Database
-from quart_mesh.store.database import _MIGRATIONS
+from quart_mesh.store.health import alembic_config
 
 _UPLOAD = sa.text(
     "INSERT INTO uploads (upload_id, stored_name, filename, content_type, size,"
@@ -30,8 +29,7 @@ async def test_uploads_recorded_as_script_are_recorded_inert(store_url: str) -> 
     engine = sa.create_engine(store_url)
     try:
         with engine.begin() as conn:
-            cfg = AlembicConfig()
-            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0021_names")
             for upload_id, (ext, ctype) in BEFORE.items():

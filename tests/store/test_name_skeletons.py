@@ -8,7 +8,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy.exc import IntegrityError
 
 from quart_mesh.names import name_skeleton
@@ -16,7 +15,7 @@ from quart_mesh.records import Participant, Room
 from quart_mesh.store import Database
 from quart_mesh.store import accounts as accounts_repo
 from quart_mesh.store import rooms as rooms_repo
-from quart_mesh.store.database import _MIGRATIONS
+from quart_mesh.store.health import alembic_config
 
 CYRILLIC_O = "\u043e"
 
@@ -35,8 +34,7 @@ def _at_0020(url: str) -> None:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            cfg = AlembicConfig()
-            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0020")
             people = [

@@ -11,22 +11,20 @@ import contextlib
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 import trio
 from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from quart_mesh.ids import new_id
 from quart_mesh.records import now_ms
-from quart_mesh.store import Database, blocks, database, messages, outbox, relay, rooms, state
+from quart_mesh.store import Database, blocks, messages, outbox, relay, rooms, state
 from quart_mesh.store import cluster as cluster_repo
 from quart_mesh.store import schema as s
 from quart_mesh.store.dialect import WRITE_LOCK, hold_write_lock
+from quart_mesh.store.health import alembic_config, code_heads
 from tests import stores
 from tests.store import rows
 
@@ -77,10 +75,7 @@ def test_an_existing_database_is_upgraded_to_64_bit_cursors(cluster: stores.Clus
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:  # the schema as 0015 left it, with a message
-            cfg = AlembicConfig()
-            cfg.set_main_option(
-                "script_location", str(Path(database.__file__).parent / "migrations")
-            )
+            cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0015")
             # a room as 0015 stores it (the store's insert writes today's columns)
@@ -131,13 +126,6 @@ def _type(conn: Connection, table: str, column: str) -> str:
     return str(conn.execute(query, {"table": table, "column": column}).scalar_one())
 
 
-def _head() -> str:
-    versions = Path(database.__file__).parent / "migrations"
-    head = ScriptDirectory(str(versions)).get_current_head()
-    assert head is not None
-    return head
-
-
 async def test_processes_starting_together_migrate_once(cluster: stores.Cluster) -> None:
     url = cluster.url(f"starts_{new_id().lower()}")
     opened = [Database(url) for _ in range(4)]
@@ -149,7 +137,8 @@ async def test_processes_starting_together_migrate_once(cluster: stores.Cluster)
         version = await opened[0].read(
             lambda conn: conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
         )
-        assert version == [(_head(),)]
+        (head,) = code_heads()  # (one: the migrations are a line)
+        assert version == [(head,)]
     finally:
         for db in opened:
             await db.close()

@@ -9,7 +9,6 @@ import logging
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from alembic.config import Config as AlembicConfig
 
 from quart_mesh.config import Limits
 from quart_mesh.errors import ConfigError
@@ -21,7 +20,7 @@ from quart_mesh.store import Database
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import rooms as rooms_repo
 from quart_mesh.store import search as repo
-from quart_mesh.store.database import _MIGRATIONS
+from quart_mesh.store.health import alembic_config
 from tests.store import rows
 
 COUNT = 2500
@@ -31,8 +30,7 @@ def _migrate(store_url: str, revision: str, *, down: bool = False) -> None:
     engine = sa.create_engine(store_url)
     try:
         with engine.begin() as conn:
-            cfg = AlembicConfig()
-            cfg.set_main_option("script_location", str(_MIGRATIONS))
+            cfg = alembic_config()
             cfg.attributes["connection"] = conn
             (command.downgrade if down else command.upgrade)(cfg, revision)
     finally:
