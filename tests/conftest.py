@@ -17,7 +17,6 @@ from argon2 import PasswordHasher
 from quart_mesh import MeshApp, Settings, create_app, serve
 from quart_mesh import node as node_module
 from quart_mesh.security import Passwords
-from quart_mesh.store.database import Database
 from tests import stores
 from tests.browser import require_browser
 from tests.helpers import Mesh
@@ -145,13 +144,14 @@ def _node_store(
     request: pytest.FixtureRequest, _store: stores.Cluster | None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """On SQLite, a node's new store is a copy of a migrated one
-    (:func:`tests.stores.seeded`). On PostgreSQL, a node with no database URL of its own gets the
-    database of its data folder (in-process here; subprocesses through
-    :func:`tests.stores.node_env`). The test's databases are dropped once
-    it has ended (set up first, this fixture is torn down last)."""
+    (:class:`tests.stores.SeededDatabase`). On PostgreSQL, a node with no
+    database URL of its own gets the database of its data folder
+    (in-process here; subprocesses through :func:`tests.stores.node_env`).
+    The test's databases are dropped once it has ended (set up first, this
+    fixture is torn down last)."""
     if request.config.getoption("--store") != "postgresql":
         # a node's new SQLite store starts as a copy of a migrated one
-        monkeypatch.setattr(node_module, "Database", stores.seeded(Database))
+        monkeypatch.setattr(node_module, "Database", stores.SeededDatabase)
         yield
         return
     if _store is None:

@@ -20,7 +20,7 @@ ended, so the cluster stays small and its removal at the end is quick.
 
 On SQLite likewise, a node made in-process whose store does not exist yet
 gets a copy of one migrated at the start of the session
-(:func:`sqlite_template`, :func:`seeded`); the store's own tests and the
+(:func:`sqlite_template`, :class:`SeededDatabase`); the store's own tests and the
 nodes started as processes still migrate empty stores.
 
 Tests that are about SQLite itself (its file, its locks) are marked
@@ -45,7 +45,11 @@ import time
 from collections.abc import Iterator
 from glob import glob
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from quart_mesh.store.database import Database
 
 if TYPE_CHECKING:
     import psycopg
@@ -121,8 +125,6 @@ class Cluster:
         """Bring :data:`TEMPLATE` to the newest revision with the node's own
         code, then close it to connections (a copy needs it unused)."""
         import trio
-
-        from quart_mesh.store import Database
 
         with self._connect() as conn:
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
@@ -344,12 +346,10 @@ _sqlite_template: Path | None = None
 def sqlite_template() -> Iterator[Path]:
     """For the SQLite run's session: a SQLite store the store's own code
     (``Database.open``: every migration) brought to the newest revision,
-    what a node's new store is a copy of (:func:`seeded`), as on
+    what a node's new store is a copy of (:class:`SeededDatabase`), as on
     PostgreSQL; removed at the end."""
     global _sqlite_template
     import trio
-
-    from quart_mesh.store.database import Database
 
     folder = Path(tempfile.mkdtemp(prefix="mesh-sqlite-template-"))
     path = folder / "mesh.db"
@@ -371,27 +371,22 @@ def sqlite_template() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def seeded(database: type[Any]) -> type[Any]:
-    """*database* (the node's ``Database`` class) opening a SQLite store
-    that does not exist yet as a copy of the session's :func:`sqlite_template` (at the
-    newest revision: opening it runs no migration), so that each of the
-    hundreds of nodes the suite makes does not migrate an empty store again
-    (~0.2 s of CPU each). The migrations from an empty store stay covered
-    on SQLite: by the template, and by the store's own tests
+class SeededDatabase(Database):
+    """The node's ``Database``, opening a SQLite store that does not exist
+    yet as a copy of the session's :func:`sqlite_template` (at the newest
+    revision: opening it runs no migration), so that each of the hundreds
+    of nodes the suite makes does not migrate an empty store again (~0.2 s
+    of CPU each). The migrations from an empty store stay covered on
+    SQLite: by the template, and by the store's own tests
     (``tests/store/``), which make their ``Database`` themselves."""
 
-    class Seeded(database):  # type: ignore[misc]
-        async def open(self) -> None:
-            if self.backend == "sqlite":
-                import sqlalchemy as sa
-
-                name = sa.make_url(self.url).database
-                if name and name != ":memory:" and not Path(name).exists():
-                    assert _sqlite_template is not None, "no template: not the SQLite run"
-                    # whole or not at all (a copy, then a rename)
-                    partial = f"{name}.seeding"
-                    shutil.copyfile(_sqlite_template, partial)
-                    os.replace(partial, name)
-            await super().open()
-
-    return Seeded
+    async def open(self) -> None:
+        if self.backend == "sqlite":
+            name = sa.make_url(self.url).database
+            if name and name != ":memory:" and not Path(name).exists():
+                assert _sqlite_template is not None, "no template: not the SQLite run"
+                # whole or not at all (a copy, then a rename)
+                partial = f"{name}.seeding"
+                shutil.copyfile(_sqlite_template, partial)
+                os.replace(partial, name)
+        await super().open()

@@ -94,7 +94,9 @@ async def test_metrics_follow_what_the_node_does(tmp_path: Path, nursery: trio.N
 
         async def counted() -> bool:
             # the bot's answers may commit in another order than asked, and a
-            # commit may be delivered before it is counted (CI: 5 of 6)
+            # commit may be delivered before it is counted (CI: 5 of 6); each
+            # message reached bob's session and the bot (and more: the
+            # sender's own)
             nonlocal after
             after = await scrape()
             committed = grown(after, "mesh_messages_committed_total")
@@ -117,7 +119,6 @@ async def test_metrics_follow_what_the_node_does(tmp_path: Path, nursery: trio.N
     assert value(after, "mesh_http_requests_total", method="POST", route="/mcp", status="401") == 1
     # three sends and the bot's three answers, no more
     assert grown(after, "mesh_messages_committed_total") == 6
-    # (each message reached bob's session and the bot, and more: the sender's own)
     batches = value(after, "mesh_store_batch_units_count")
     assert batches > value(before, "mesh_store_batch_units_count")
     assert value(after, "mesh_store_batch_units_sum") >= batches
