@@ -70,6 +70,18 @@ class Relayed:
     time_replaced: bool = False
 
 
+def _plain(
+    to: str | None,
+    thread_id: str | None,
+    refs: tuple[tuple[str, str | None], ...],
+    source: RelaySource | None,
+) -> bool:
+    """Whether a send is a plain local post (no ``to``, thread or
+    attachments, not relayed): stored in one statement, checks included
+    (``messages.post_message``), or a run of them in one (``post_messages``)."""
+    return source is None and to is None and thread_id is None and not refs
+
+
 async def _first(stored: Awaitable[tuple[Message, bool]]) -> Message:
     return (await stored)[0]
 
@@ -227,7 +239,10 @@ class Messages:
             actor, room_id, content, refs, new_id(), now_ms(), None, client_id
         )
         stored = self._db.submit(
-            self._storer(actor, message, to, thread_id, refs, source=None), quick=True
+            self._storer(actor, message, to, thread_id, refs, source=None),
+            quick=True,
+            # a run of plain posts is inserted in one statement (store/ahead.py)
+            ahead=(repo.post_messages, message) if _plain(to, thread_id, refs, None) else None,
         )
         return _first(stored)
 
@@ -299,8 +314,7 @@ class Messages:
         its room is shared): (the message, whether it is new)."""
         room_id = message.room_id
         relayed = source is not None
-        # a plain local post is stored in one statement, checks included
-        plain = source is None and to is None and thread_id is None and not refs
+        plain = _plain(to, thread_id, refs, source)
 
         def published(
             conn: Connection, stored: Message, shared: bool | None = None

@@ -56,7 +56,8 @@ from .._version import __version__
 from ..errors import Overloaded, StoreFromNewerRelease, Unavailable
 from ..faults import DISK_FULL, STORE_CORRUPT, STORE_UNAVAILABLE, Faults, KnownFault
 from ..records import now_ms
-from . import outbox
+from . import ahead, outbox
+from .ahead import Ahead
 from .dialect import (
     MIGRATION_LOCK,
     Statement,
@@ -249,18 +250,22 @@ class _Busy(Exception):
 
 
 class _Job(Generic[T]):
-    __slots__ = ("done", "entries", "error", "fn", "position", "quick", "result", "then")
+    __slots__ = ("ahead", "done", "entries", "error", "fn", "position", "quick", "result", "then")
 
     def __init__(
         self,
         fn: Callable[[Connection], T],
         then: Callable[[T], object] | None,
         quick: bool = False,
+        ahead: tuple[Ahead, object] | None = None,
     ) -> None:
         self.fn = fn
         self.then = then
         #: a few short statements (see Database.submit)
         self.quick = quick
+        #: its first statement, runnable ahead with those of the units next
+        #: to it (``store/ahead.py``): the function and this unit's item
+        self.ahead = ahead
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -469,6 +474,7 @@ class Database:
         *,
         then: Callable[[T], object] | None = None,
         quick: bool = False,
+        ahead: tuple[Ahead, object] | None = None,
     ) -> Awaitable[T]:
         """Queue a unit of work now and return an awaitable for its result.
 
@@ -480,6 +486,11 @@ class Database:
         (a message send, read positions): on SQLite a batch of only such
         units is committed on the event loop's own thread, without the
         hand-over to a worker thread and back (:meth:`_run_inline`).
+
+        *ahead* is ``(function, item)``: on PostgreSQL, a run of consecutive
+        units of a batch naming the same function have their first
+        statement run by ``function(conn, items)`` at once, before the first
+        of them runs (``store/ahead.py``); the unit must look its outcome up.
 
         Raises:
             Overloaded: ``max_queued`` units are already waiting (at once,
@@ -497,7 +508,7 @@ class Database:
             raise Overloaded(
                 "the node has too many writes waiting: try again shortly", retry_after=1
             )
-        job: _Job[T] = _Job(fn, then, quick)
+        job: _Job[T] = _Job(fn, then, quick, ahead if self.backend == "postgresql" else None)
         self._queue.append(job)
         self._wakeup.set()
         return self._wait(job)
@@ -823,14 +834,18 @@ class Database:
                     raise
                 _unit_failed(job, exc)
             return
+        runs = _runs_ahead(batch)
         try:
             with begin() as conn:
                 self._lock_first(conn, batch)
                 try:
-                    for job in batch:
+                    for i, job in enumerate(batch):
+                        if (run := runs.get(i)) is not None:
+                            run[0](conn, run[1])
                         job.run(conn)
                 finally:
                     sequenced = holds_write_lock(conn)
+                    ahead.clear(conn)
                 self._record(conn, batch)
         except _Busy:
             raise
@@ -1088,6 +1103,27 @@ def _chunks(parts: list[str]) -> list[str]:
         size += cost
     chunks.append("[" + ",".join(group) + "]")
     return chunks
+
+
+def _runs_ahead(batch: list[_Job[Any]]) -> dict[int, tuple[Ahead, list[Any]]]:
+    """Where in *batch* to run statements ahead (``store/ahead.py``): the
+    index of the first unit of each run of two or more consecutive units
+    naming the same function -> the function and the run's items in order.
+    (A unit alone runs its own statement: nothing is gained.)"""
+    runs: dict[int, tuple[Ahead, list[Any]]] = {}
+    start = 0
+    while start < len(batch):
+        first = batch[start].ahead
+        end = start + 1
+        if first is not None:
+            while end < len(batch) and (next_ := batch[end].ahead) is not None:
+                if next_[0] is not first[0]:
+                    break
+                end += 1
+            if end - start > 1:
+                runs[start] = (first[0], [job.ahead[1] for job in batch[start:end] if job.ahead])
+        start = end
+    return runs
 
 
 def _rerun_aborted(what: str, transaction: Callable[[], T]) -> T:

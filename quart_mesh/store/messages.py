@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from .. import search_text
 from ..records import Message, Reaction, Upload
-from . import search
+from . import ahead, search
 from .blocks import final_seq
 from .dialect import Statement, insert, insert_new
 from .schema import message_attachments, messages, reactions, room_members, room_reads, rooms
@@ -35,6 +35,7 @@ __all__ = [
     "messages_by_seq",
     "newest_seq",
     "post_message",
+    "post_messages",
     "remove_reaction",
     "room_head_seq",
     "seq_of",
@@ -204,6 +205,27 @@ _post_message = (
 )
 
 
+# the same for a run of plain posts at once (PostgreSQL: ``store/ahead.py``),
+# in their order (positions are taken as the rows are inserted, in the
+# order of the select); each row as the one-row statement's
+_post_messages = Statement(
+    f"INSERT INTO messages ({_COLUMNS}, search_vector) SELECT t.message_id,"
+    " room_members.room_id, room_members.participant_id, t.sender_name, t.content, NULL, NULL,"
+    f" t.created_at, NULL, t.client_id, to_tsvector({search.CONFIG}, t.body)"
+    " FROM unnest(CAST(:message_ids AS text[]), CAST(:room_ids AS text[]),"
+    " CAST(:sender_ids AS text[]), CAST(:sender_names AS text[]), CAST(:contents AS text[]),"
+    " CAST(:created_ats AS bigint[]), CAST(:client_ids AS text[]), CAST(:bodies AS text[]))"
+    " WITH ORDINALITY AS t(message_id, room_id, sender_id, sender_name, content, created_at,"
+    " client_id, body, n)"
+    " JOIN room_members ON room_members.room_id = t.room_id"
+    " AND room_members.participant_id = t.sender_id"
+    " JOIN rooms ON rooms.room_id = room_members.room_id"
+    " WHERE rooms.kind <> 'dm' ORDER BY t.n FOR KEY SHARE OF room_members"
+    " ON CONFLICT DO NOTHING RETURNING message_id, seq,"
+    " EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = messages.room_id)"
+)
+
+
 def _run(conn: Connection, statements: tuple[Statement, Statement], message: Message) -> Any:
     """Run an insert of *message* on the connection's dialect."""
     params = _params(message)
@@ -247,12 +269,40 @@ def post_message(conn: Connection, message: Message) -> tuple[Message, bool | No
     Returns the stored message, and whether its room is shared with other
     nodes (``relay.is_shared``) where the statement could tell (PostgreSQL;
     ``None``: not told)."""
-    row = _run(conn, _post_message, message).fetchone()
+    ran, row = ahead.take(conn, message.message_id)
+    if not ran:
+        row = _run(conn, _post_message, message).fetchone()
     if row is None:
         return None
     search.index(conn, row[0], message.content)
     shared = bool(row[1]) if len(row) > 1 else None
     return dataclasses.replace(message, seq=row[0]), shared
+
+
+def post_messages(conn: Connection, posts: list[Message]) -> None:
+    """:func:`post_message` for each of *posts* in one statement, ahead of
+    the units that will each ask for their own (PostgreSQL; a
+    ``store/ahead.py`` function): each post's outcome is kept for
+    :func:`post_message` to take, the stored row or ``None``, in the order
+    given. On SQLite nothing runs ahead (each post's statement is cheap)."""
+    if conn.dialect.name != "postgresql" or not posts:
+        return
+    rows = _post_messages.run(
+        conn,
+        {
+            "message_ids": [m.message_id for m in posts],
+            "room_ids": [m.room_id for m in posts],
+            "sender_ids": [m.sender_id for m in posts],
+            "sender_names": [m.sender_name for m in posts],
+            "contents": [m.content for m in posts],
+            "created_ats": [m.created_at for m in posts],
+            "client_ids": [m.client_id for m in posts],
+            "bodies": [search_text.fold(m.content) for m in posts],
+        },
+    ).fetchall()
+    stored = {row[0]: (row[1], row[2]) for row in rows}
+    for m in posts:
+        ahead.keep(conn, m.message_id, stored.get(m.message_id))
 
 
 def get_message(conn: Connection, message_id: str) -> Message | None:
