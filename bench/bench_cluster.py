@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import _common
+import httpx
 import trio
 from _common import (
     ROOT,
@@ -65,6 +66,8 @@ from _common import (
 sys.path.insert(0, str(ROOT))
 
 TICKS = os.sysconf("SC_CLK_TCK")
+#: the nodes' metrics token (the bench reads their write batches' sizes)
+METRICS_TOKEN = "bench-metrics-token-0123456789"
 
 # --------------------------------------------------------------------------
 # the client process: ``bench_cluster.py --client``, a job as JSON on stdin
@@ -224,6 +227,23 @@ class Mesh:
         pg = sum(proc_cpu(p) for p in postgres_pids(self.pg_data)) if self.pg_data else 0.0
         return node, pg
 
+    def batches(self) -> tuple[float, float]:
+        """Write batches committed so far and the units in them, over every
+        process (``mesh_store_batch_units`` of each one's ``/metrics``)."""
+        count = units = 0.0
+        for server in self.servers:
+            text = httpx.get(
+                f"{server.url}/metrics",
+                headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+                timeout=30,
+            ).text
+            for line in text.splitlines():
+                if line.startswith("mesh_store_batch_units_count"):
+                    count += float(line.split()[-1])
+                elif line.startswith("mesh_store_batch_units_sum"):
+                    units += float(line.split()[-1])
+        return count, units
+
     def stop(self) -> None:
         for server in self.servers:
             server.process.terminate()
@@ -243,6 +263,7 @@ def start_mesh(count: int, data_dir: Path, database_url: str | None, pg_data: Pa
         "MESH_SUBSCRIBER_BUFFER": "4096",
         "MESH_LOG_LEVEL": "INFO",  # the "listening on" line is logged at INFO
         "PYTHONUNBUFFERED": "1",
+        "MESH_METRICS_TOKEN": METRICS_TOKEN,  # units per commit, from /metrics
     }
     if database_url:
         env["MESH_DATABASE_URL"] = database_url
@@ -281,8 +302,10 @@ async def run_clients(
             proc.stdin.flush()
         await trio.sleep(warmup)
         (node0, pg0), t0 = mesh.cpu(), time.monotonic()
+        commits0, units0 = await trio.to_thread.run_sync(mesh.batches)
         await trio.sleep(seconds)
         (node1, pg1), elapsed = mesh.cpu(), time.monotonic() - t0
+        commits1, units1 = await trio.to_thread.run_sync(mesh.batches)
         results = []
         for proc in procs:
             assert proc.stdout is not None
@@ -303,6 +326,7 @@ async def run_clients(
         "node_us": (node1 - node0) / ops * 1e6 if ops else float("nan"),
         "pg_us": (pg1 - pg0) / ops * 1e6 if ops else float("nan"),
         "cores": (node1 - node0 + pg1 - pg0) / elapsed,
+        "units": (units1 - units0) / (commits1 - commits0) if commits1 > commits0 else 0.0,
         "client_cpu": sum(r["cpu"] for r in results) / seconds,
         "errors": errors,
     }
@@ -469,6 +493,7 @@ def report(results: dict[str, list[dict[str, dict[str, Any]]]], args: argparse.N
     head = (
         f"{'config':<14}{'sends/s':>9}{'ratio':>7}{'p50 ms':>8}{'ratio':>7}{'p99 ms':>8}"
         f"{'ratio':>7}{'node µs/op':>11}{'PG µs/op':>10}{'cores busy':>11}{'client cores':>13}"
+        f"{'units/commit':>13}"
     )
 
     def rows(test: str, unit_rate: str) -> None:
@@ -482,6 +507,7 @@ def report(results: dict[str, list[dict[str, dict[str, Any]]]], args: argparse.N
                 f"{fmt(med(c, test, 'pg_us'), '.0f'):>10}"
                 f"{fmt(med(c, test, 'cores'), '.2f'):>11}"
                 f"{fmt(med(c, test, 'client_cpu'), '.2f'):>13}"
+                f"{fmt(med(c, test, 'units'), '.1f'):>13}"
             )
 
     rows("send", "sends/s")
@@ -505,7 +531,8 @@ def report(results: dict[str, list[dict[str, dict[str, Any]]]], args: argparse.N
     print(
         "\nnode µs/op, PG µs/op: CPU of the node processes / of the PostgreSQL server per send"
         " or delivery; cores busy: both together per second; client cores: the load"
-        " generators' CPU per second"
+        " generators' CPU per second; units/commit: writes (sends and others) per"
+        " committed transaction, over all processes"
     )
     targets(results)
     errors = {
