@@ -1,0 +1,49 @@
+"""The stream's wire form of a message (``store/outbox.py``): written out
+field by field for speed, it must say what ``dataclasses.asdict`` says, and
+read back as the same message."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from quart_mesh.events import MessagePosted
+from quart_mesh.records import Message, Reaction, Upload
+from quart_mesh.store import outbox
+
+pytestmark = pytest.mark.store_free
+
+
+def _message() -> Message:
+    return Message(
+        seq=5_242_881,
+        message_id="01M8JYS2BDKHFWBDYK64DS5JXF",
+        room_id="01M8JYS289Q3GKCV2F0DVEKYVK",
+        sender_id="01M8JYS289Q3GKCV2F0DVEKYVA",
+        sender_name="alice",
+        content='héllo \u2028 "quoted" \\ back',
+        created_at=1_764_400_000_000,
+        to_id="01M8JYS289Q3GKCV2F0DVEKYVB",
+        thread_id="01M8JYS289Q3GKCV2F0DVEKYVC",
+        edited_at=1_764_400_000_500,
+        reactions=(Reaction("👍", ("a", "b")), Reaction("🎉", ("c",))),
+        attachments=(Upload("u1", "s1.png", "cat.png", "image/png", 1234, "a", 1_764_400_000_000),),
+        origin="did:web:example.org",
+        client_id="c-1",
+        time_replaced=True,
+        thread_replies=3,
+        last_reply_at=1_764_400_001_000,
+    )
+
+
+def test_a_message_is_written_as_asdict_would_and_read_back_the_same() -> None:
+    message = _message()
+    (text,) = outbox.encode_each([outbox.Publish(MessagePosted(message.room_id, message=message))])
+    written = json.loads(text)
+    assert written["e"]["message"] == json.loads(json.dumps(dataclasses.asdict(message)))
+    (entry,) = outbox.decode("[" + text + "]")
+    assert isinstance(entry, outbox.Publish)
+    assert isinstance(entry.event, MessagePosted)
+    assert entry.event.message == message
