@@ -16,40 +16,46 @@ takes them as one batch.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from quart_mesh import MessagePosted, Settings, open_node
-from quart_mesh.errors import Forbidden
+from quart_mesh import Actor, MessagePosted, Node, Settings, open_node
+from quart_mesh.errors import Conflict, Forbidden
+from quart_mesh.store import ahead
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import rooms as rooms_repo
 
 PASSWORD = "a long passphrase"
 
 
-async def test_sends_queued_together_are_stored_as_one_by_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> None:
-    postgresql = request.config.getoption("--store") == "postgresql"
-    runs: list[list[str]] = []
-    post_messages = messages_repo.post_messages
+@dataclass
+class _Mesh:
+    node: Node
+    owner: Actor
+    alice: Actor
+    bob: Actor
+    town: str
+    dm: str
 
-    def counted(conn: Any, posts: list[Any]) -> None:
-        runs.append([post.content for post in posts])
-        post_messages(conn, posts)
 
-    monkeypatch.setattr(messages_repo, "post_messages", counted)
+@asynccontextmanager
+async def _running(data_dir: Path) -> AsyncIterator[_Mesh]:
+    """A node with an owner, alice and bob in the default room, and a DM
+    between alice and bob."""
     async with (
-        open_node(Settings(data_dir=tmp_path / "data")) as node,
+        open_node(Settings(data_dir=data_dir)) as node,
         trio.open_nursery() as nursery,
     ):
         await nursery.start(node.run)
         accounts = node.accounts
-        owner_signed = await accounts.init_setup(name="owner", password=PASSWORD, mesh_name="M")
-        owner = accounts.actor_for(owner_signed.participant)
+        signed = await accounts.init_setup(name="owner", password=PASSWORD, mesh_name="M")
+        owner = accounts.actor_for(signed.participant)
         town = accounts.setup_status()["defaultRoomId"]
         assert isinstance(town, str)
         alice = accounts.actor_for((await accounts.register("alice", PASSWORD)).participant)
@@ -57,70 +63,135 @@ async def test_sends_queued_together_are_stored_as_one_by_one(
         for actor in (alice, bob):
             await node.rooms.join(actor, town)
         dm, _ = await node.dms.open(alice, bob.participant_id)
-        send = node.messages.submit_send
+        yield _Mesh(node, owner, alice, bob, town, dm.room.room_id)
+        nursery.cancel_scope.cancel()
 
-        async with node.events(owner) as stream:
-            with trio.fail_after(30):
-                # queued in one go (no checkpoint between): one batch
-                waits = [
+
+async def _outcomes(waits: list[Awaitable[Any]]) -> list[Any]:
+    """Each awaited in turn: its result, or the code of its refusal."""
+    results: list[Any] = []
+    with trio.fail_after(30):
+        for wait in waits:
+            try:
+                results.append(await wait)
+            except (Forbidden, Conflict) as refused:
+                results.append(refused.code)
+    return results
+
+
+async def test_sends_queued_together_are_stored_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    postgresql = request.config.getoption("--store") == "postgresql"
+    runs: list[list[str]] = []
+    kept: dict[str, Any] = {}
+    post_messages, keep = messages_repo.post_messages, ahead.keep
+
+    def counted(conn: Any, posts: list[Any]) -> None:
+        runs.append([post.content for post in posts])
+        post_messages(conn, posts)
+
+    def kept_too(conn: Any, key: Any, outcome: object) -> None:
+        kept[key] = outcome
+        keep(conn, key, outcome)
+
+    monkeypatch.setattr(messages_repo, "post_messages", counted)
+    monkeypatch.setattr(ahead, "keep", kept_too)
+    async with _running(tmp_path / "data") as mesh:
+        node, alice, bob, town = mesh.node, mesh.alice, mesh.bob, mesh.town
+        send = node.messages.submit_send
+        async with node.events(alice) as stream:
+            # queued in one go (no checkpoint between): one batch, in which
+            # no unit fails, so its first attempt commits
+            sent = await _outcomes(
+                [
                     send(alice, town, "one", client_id="c1"),
                     send(bob, town, "two"),
                     send(alice, town, "three"),
                     send(alice, town, "again", client_id="c1"),  # a retry of "one"
                     send(alice, town, "to bob", to=bob.participant_id),  # not plain
                     send(bob, town, "four"),
-                    node.db.submit(
-                        lambda conn: rooms_repo.remove_member(conn, town, bob.participant_id)
-                    ),
-                    send(bob, town, "five"),  # checked before bob left: refused in the store
-                    send(alice, dm.room.room_id, "in the dm"),  # plain, but a DM: the full path
+                    send(alice, mesh.dm, "in the dm"),  # plain, but a DM: the full path
+                    send(bob, town, "five"),
                     send(alice, town, "six"),
                 ]
-                results: list[Any] = []
-                for wait in waits:
-                    try:
-                        results.append(await wait)
-                    except Forbidden as refused:
-                        results.append(refused.code)
-
-            one, two, three, again, to_bob, four, removed, five, in_dm, six = results
-            assert removed is True
-            assert five == "not_member"
-            # the retry is answered with the first message
-            assert (again.message_id, again.content, again.seq) == (
-                one.message_id,
-                "one",
-                one.seq,
             )
-            assert in_dm.room_id == dm.room.room_id
-            stored = [one, two, three, to_bob, four, six]
-            # cursors in the order the sends were queued
+            one, two, three, again, to_bob, four, in_dm, five, six = sent
+            # the retry is answered with the first message
+            assert (again.message_id, again.content, again.seq) == (one.message_id, "one", one.seq)
+            assert in_dm.room_id == mesh.dm
+            # cursors in the order the sends were queued, the DM's included
+            stored = [one, two, three, to_bob, four, in_dm, five, six]
             seqs = [m.seq for m in stored]
             assert seqs == sorted(seqs)
             assert len(set(seqs)) == len(seqs)
-            assert in_dm.seq > four.seq
-            assert six.seq > in_dm.seq
 
             # the room's history and the live events agree with that order
-            history = await node.messages.list_messages(owner, town, limit=50)
-            wanted = ["one", "two", "three", "to bob", "four", "six"]
+            history = await node.messages.list_messages(mesh.owner, town, limit=50)
+            wanted = ["one", "two", "three", "to bob", "four", "five", "six"]
             assert [m.content for m in history if m.content in wanted] == wanted
-            live: list[str] = []
+            live: list[tuple[str, int]] = []
             with trio.fail_after(30):
                 async for event in stream:
-                    if isinstance(event, MessagePosted) and event.message.room_id == town:
-                        live.append(event.message.content)
+                    if isinstance(event, MessagePosted):
+                        live.append((event.message.content, event.message.seq))
                         if event.message.content == "six":
                             break
-            assert [c for c in live if c in wanted] == wanted
-        nursery.cancel_scope.cancel()
+            assert [c for c, _ in live] == [
+                *["one", "two", "three", "to bob", "four"],
+                *["in the dm", "five", "six"],
+            ]
+            assert [seq for _, seq in live] == sorted(seq for _, seq in live)
 
     if postgresql:
         # the plain posts ran ahead, a run at a time, split by the units of
-        # other kinds (a run of one post runs its own statement)
-        assert ["one", "two", "three", "again"] in runs, runs
+        # other kinds; the second run was cut at the DM's post: it and the
+        # posts after it ran their own statements
+        assert runs == [
+            ["one", "two", "three", "again"],
+            ["four", "in the dm", "five", "six"],
+        ]
+        # inserted ahead: "one" to "four" ("again" was kept as None: its
+        # clientId was taken by "one"); what was inserted ahead is what was
+        # stored, so the batch's first attempt committed (not a retry)
+        by_content = {m.content: m for m in stored}
+        inserted = {
+            content: kept[m.message_id][0]
+            for content, m in by_content.items()
+            if kept.get(m.message_id) is not None
+        }
+        assert inserted == {c: by_content[c].seq for c in ("one", "two", "three", "four")}
+        assert list(kept.values()).count(None) == 1
     else:
         assert runs == []
+        assert kept == {}
+
+
+async def test_a_post_refused_in_the_store_fails_alone_and_the_order_holds(
+    tmp_path: Path,
+) -> None:
+    """A sender removed by a unit queued just before its post (the post was
+    checked before the removal committed) is refused by the store; the
+    batch runs again unit by unit and the other posts keep their order."""
+    async with _running(tmp_path / "data") as mesh:
+        node, alice, bob, town = mesh.node, mesh.alice, mesh.bob, mesh.town
+        send = node.messages.submit_send
+        first, second, removed, refused, last = await _outcomes(
+            [
+                send(alice, town, "first"),
+                send(bob, town, "second"),
+                node.db.submit(
+                    lambda conn: rooms_repo.remove_member(conn, town, bob.participant_id)
+                ),
+                send(bob, town, "refused"),
+                send(alice, town, "last"),
+            ]
+        )
+        assert removed is True
+        assert refused == "not_member"
+        assert first.seq < second.seq < last.seq
+        history = await node.messages.list_messages(mesh.owner, town, limit=50)
+        assert [m.content for m in history][-3:] == ["first", "second", "last"]
 
 
 async def test_a_batch_run_again_unit_by_unit_stores_each_post_once(tmp_path: Path) -> None:

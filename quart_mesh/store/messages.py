@@ -206,23 +206,34 @@ _post_message = (
 
 
 # the same for a run of plain posts at once (PostgreSQL: ``store/ahead.py``),
-# in their order (positions are taken as the rows are inserted, in the
-# order of the select); each row as the one-row statement's
+# in their order: positions are taken as rows are inserted, in the order of
+# the select. The run is cut at its first post that would take the full
+# path and insert there (a DM's post, or one whose sender is no member,
+# which fails): from it on nothing is inserted ahead, so that no later post
+# takes a position before it. Each row as the one-row statement's, and the
+# cut (the ordinal of that post; the largest bigint if none)
 _post_messages = Statement(
-    f"INSERT INTO messages ({_COLUMNS}, search_vector) SELECT t.message_id,"
+    "WITH t AS MATERIALIZED (SELECT * FROM unnest(CAST(:message_ids AS text[]),"
+    " CAST(:room_ids AS text[]), CAST(:sender_ids AS text[]), CAST(:sender_names AS text[]),"
+    " CAST(:contents AS text[]), CAST(:created_ats AS bigint[]), CAST(:client_ids AS text[]),"
+    " CAST(:bodies AS text[])) WITH ORDINALITY AS t(message_id, room_id, sender_id,"
+    " sender_name, content, created_at, client_id, body, n)),"
+    " cut AS MATERIALIZED (SELECT coalesce(min(t.n), 9223372036854775807) AS n FROM t"
+    " LEFT JOIN room_members ON room_members.room_id = t.room_id"
+    " AND room_members.participant_id = t.sender_id"
+    " LEFT JOIN rooms ON rooms.room_id = room_members.room_id"
+    " WHERE rooms.room_id IS NULL OR rooms.kind = 'dm')"
+    f" INSERT INTO messages ({_COLUMNS}, search_vector) SELECT t.message_id,"
     " room_members.room_id, room_members.participant_id, t.sender_name, t.content, NULL, NULL,"
     f" t.created_at, NULL, t.client_id, to_tsvector({search.CONFIG}, t.body)"
-    " FROM unnest(CAST(:message_ids AS text[]), CAST(:room_ids AS text[]),"
-    " CAST(:sender_ids AS text[]), CAST(:sender_names AS text[]), CAST(:contents AS text[]),"
-    " CAST(:created_ats AS bigint[]), CAST(:client_ids AS text[]), CAST(:bodies AS text[]))"
-    " WITH ORDINALITY AS t(message_id, room_id, sender_id, sender_name, content, created_at,"
-    " client_id, body, n)"
-    " JOIN room_members ON room_members.room_id = t.room_id"
+    " FROM t JOIN room_members ON room_members.room_id = t.room_id"
     " AND room_members.participant_id = t.sender_id"
     " JOIN rooms ON rooms.room_id = room_members.room_id"
-    " WHERE rooms.kind <> 'dm' ORDER BY t.n FOR KEY SHARE OF room_members"
+    " WHERE rooms.kind <> 'dm' AND t.n < (SELECT n FROM cut)"
+    " ORDER BY t.n FOR KEY SHARE OF room_members"
     " ON CONFLICT DO NOTHING RETURNING message_id, seq,"
-    " EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = messages.room_id)"
+    " EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = messages.room_id),"
+    " (SELECT n FROM cut)"
 )
 
 
@@ -284,7 +295,10 @@ def post_messages(conn: Connection, posts: list[Message]) -> None:
     the units that will each ask for their own (PostgreSQL; a
     ``store/ahead.py`` function): each post's outcome is kept for
     :func:`post_message` to take, the stored row or ``None``, in the order
-    given. On SQLite nothing runs ahead (each post's statement is cheap)."""
+    given, up to the first post that would take the full path and insert
+    there (a DM's; one whose sender is no member): it and the posts after
+    it run their own statements. On SQLite nothing runs ahead (each post's
+    statement is cheap)."""
     if conn.dialect.name != "postgresql" or not posts:
         return
     rows = _post_messages.run(
@@ -300,8 +314,14 @@ def post_messages(conn: Connection, posts: list[Message]) -> None:
             "bodies": [search_text.fold(m.content) for m in posts],
         },
     ).fetchall()
+    if not rows:
+        return  # nothing inserted ahead: each unit runs its own statement
     stored = {row[0]: (row[1], row[2]) for row in rows}
-    for m in posts:
+    cut = int(rows[0][3])
+    # the posts before the cut: the row inserted, or None (a retried
+    # clientId: the unit finds the first message); from the cut on, nothing
+    # is kept: each unit runs its own statement, in order
+    for m in posts[: cut - 1]:
         ahead.keep(conn, m.message_id, stored.get(m.message_id))
 
 
