@@ -226,3 +226,36 @@ async def test_a_batch_run_again_unit_by_unit_stores_each_post_once(tmp_path: Pa
             (m.content, m.seq, m.message_id) for m in stored
         ]
         nursery.cancel_scope.cancel()
+
+
+async def test_any_text_goes_through_a_run_unchanged(tmp_path: Path) -> None:
+    """The run's posts travel as one JSON text: quotes, backslashes, line
+    and paragraph separators, emoji, JSON and SQL look-alikes, and a
+    clientId or none, are stored as sent (the one-row statement's values)."""
+    contents = [
+        'say "hi" \\ there',
+        "line\nbreak\ttab \u2028 \u2029",
+        "😀 ünïcödé 漢字 \U0001f3f3\ufe0f\u200d\U0001f308",
+        "{\"k\": [1, null]} NULL 'quoted' %s :name ->> 0",
+        "   padded   ",
+    ]
+    async with _running(tmp_path / "data") as mesh:
+        node, alice, town = mesh.node, mesh.alice, mesh.town
+        send = node.messages.submit_send
+        sent = await _outcomes(
+            [
+                send(alice, town, content, client_id=client_id)
+                for content, client_id in zip(
+                    contents, ["NULL", None, "c-1", None, "null"], strict=True
+                )
+            ]
+        )
+        assert [m.content for m in sent] == contents
+        assert [m.client_id for m in sent] == ["NULL", None, "c-1", None, "null"]
+        history = await node.messages.list_messages(mesh.owner, town, limit=50)
+        assert [(m.content, m.client_id) for m in history][-5:] == [
+            (m.content, m.client_id) for m in sent
+        ]
+        # the search text went with it (PostgreSQL: the insert's vector)
+        page = await node.search.search(mesh.owner, "ünïcödé")
+        assert [found.message.message_id for found in page.results] == [sent[2].message_id]
