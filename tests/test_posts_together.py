@@ -198,16 +198,8 @@ async def test_a_batch_run_again_unit_by_unit_stores_each_post_once(tmp_path: Pa
     """A unit that fails rolls its batch back, and the batch runs again with
     a savepoint per unit and nothing ahead: the posts are inserted again
     (what ran ahead in the first attempt is forgotten with it), each once."""
-    async with (
-        open_node(Settings(data_dir=tmp_path / "data")) as node,
-        trio.open_nursery() as nursery,
-    ):
-        await nursery.start(node.run)
-        accounts = node.accounts
-        signed = await accounts.init_setup(name="owner", password=PASSWORD, mesh_name="M")
-        owner = accounts.actor_for(signed.participant)
-        town = accounts.setup_status()["defaultRoomId"]
-        assert isinstance(town, str)
+    async with _running(tmp_path / "data") as mesh:
+        node, owner, town = mesh.node, mesh.owner, mesh.town
 
         def fails(conn: Any) -> None:
             raise ValueError("this unit fails")
@@ -225,7 +217,6 @@ async def test_a_batch_run_again_unit_by_unit_stores_each_post_once(tmp_path: Pa
         assert [f for f in found if f[0] in ("one", "two", "three", "four")] == [
             (m.content, m.seq, m.message_id) for m in stored
         ]
-        nursery.cancel_scope.cancel()
 
 
 async def test_any_text_goes_through_a_run_unchanged(tmp_path: Path) -> None:
