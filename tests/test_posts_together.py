@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 import trio
 
 from quart_mesh import Actor, MessagePosted, Node, Settings, open_node
@@ -79,24 +80,44 @@ async def _outcomes(waits: list[Awaitable[Any]]) -> list[Any]:
     return results
 
 
-async def test_sends_queued_together_are_stored_as_one_by_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> None:
-    postgresql = request.config.getoption("--store") == "postgresql"
-    runs: list[list[str]] = []
-    kept: dict[str, Any] = {}
+@dataclass
+class _Spy:
+    """What ran ahead: each run's contents, each outcome kept (by message
+    id), and any error the statement ahead raised (the batch then ran
+    again unit by unit, which would hide a mistake in it)."""
+
+    runs: list[list[str]] = field(default_factory=list)
+    kept: dict[str, Any] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
+    found = _Spy()
     post_messages, keep = messages_repo.post_messages, ahead.keep
 
     def counted(conn: Any, posts: list[Any]) -> None:
-        runs.append([post.content for post in posts])
-        post_messages(conn, posts)
+        found.runs.append([post.content for post in posts])
+        try:
+            post_messages(conn, posts)
+        except Exception as error:
+            found.errors.append(error)
+            raise
 
     def kept_too(conn: Any, key: Any, outcome: object) -> None:
-        kept[key] = outcome
+        found.kept[key] = outcome
         keep(conn, key, outcome)
 
     monkeypatch.setattr(messages_repo, "post_messages", counted)
     monkeypatch.setattr(ahead, "keep", kept_too)
+    return found
+
+
+async def test_sends_queued_together_are_stored_as_one_by_one(
+    tmp_path: Path, spy: _Spy, request: pytest.FixtureRequest
+) -> None:
+    postgresql = request.config.getoption("--store") == "postgresql"
+    runs, kept = spy.runs, spy.kept
     async with _running(tmp_path / "data") as mesh:
         node, alice, bob, town = mesh.node, mesh.alice, mesh.bob, mesh.town
         send = node.messages.submit_send
@@ -165,6 +186,93 @@ async def test_sends_queued_together_are_stored_as_one_by_one(
     else:
         assert runs == []
         assert kept == {}
+    assert spy.errors == []
+
+
+async def test_a_run_is_cut_at_its_first_dm_post(
+    tmp_path: Path, spy: _Spy, request: pytest.FixtureRequest
+) -> None:
+    """Two DM posts in a run: it is cut at the first; a run that starts with
+    one inserts nothing ahead. Positions as one by one either way."""
+    async with _running(tmp_path / "data") as mesh:
+        node, alice, town, dm = mesh.node, mesh.alice, mesh.town, mesh.dm
+        send = node.messages.submit_send
+        first = await _outcomes(
+            [
+                send(alice, town, "p1"),
+                send(alice, dm, "d1"),
+                send(alice, town, "p2"),
+                send(alice, dm, "d2"),
+                send(alice, town, "p3"),
+            ]
+        )
+        second = await _outcomes(
+            [send(alice, dm, "d0"), send(alice, town, "q1"), send(alice, town, "q2")]
+        )
+    for sent in (first, second):
+        seqs = [m.seq for m in sent]
+        assert seqs == sorted(seqs)
+    assert spy.errors == []
+    if request.config.getoption("--store") == "postgresql":
+        assert spy.runs == [["p1", "d1", "p2", "d2", "p3"], ["d0", "q1", "q2"]]
+        # only p1 came before the first cut; nothing before the second
+        assert list(spy.kept) == [first[0].message_id]
+
+
+async def test_a_sender_who_left_and_came_back_meanwhile_keeps_the_order(
+    tmp_path: Path, spy: _Spy, request: pytest.FixtureRequest
+) -> None:
+    """Bob's membership row is deleted by a transaction that is still open
+    when the run's statement reaches it; that transaction then adds him
+    back and commits. The statement waited for the row and found it gone:
+    bob's post is where the run is cut, and it takes its position after
+    alice's first post and before her second, as one by one."""
+    if request.config.getoption("--store") != "postgresql":
+        pytest.skip("a concurrent writer: PostgreSQL (on SQLite one writes at a time)")
+    async with _running(tmp_path / "data") as mesh:
+        node, alice, bob, town = mesh.node, mesh.alice, mesh.bob, mesh.town
+        engine = sqlalchemy.create_engine(node.db.url)
+        params = {"room": town, "who": bob.participant_id}
+        try:
+            with engine.connect() as side:
+                side.begin()
+                side.execute(
+                    sqlalchemy.text(
+                        "DELETE FROM room_members WHERE room_id = :room AND participant_id = :who"
+                    ),
+                    params,
+                )
+                send = node.messages.submit_send
+                waits = [send(alice, town, "a1"), send(bob, town, "b"), send(alice, town, "a2")]
+                with trio.fail_after(30):
+                    while not await trio.to_thread.run_sync(_someone_waits_for_a_lock, engine):
+                        await trio.sleep(0.01)
+                side.execute(
+                    sqlalchemy.text(
+                        "INSERT INTO room_members (room_id, participant_id, joined_at, hidden)"
+                        " VALUES (:room, :who, 1, false)"
+                    ),
+                    params,
+                )
+                side.commit()
+                a1, b, a2 = await _outcomes(waits)
+        finally:
+            engine.dispose()
+        assert a1.seq < b.seq < a2.seq
+        history = await node.messages.list_messages(mesh.owner, town, limit=50)
+        assert [m.content for m in history][-3:] == ["a1", "b", "a2"]
+    assert spy.runs == [["a1", "b", "a2"]]
+    assert list(spy.kept) == [a1.message_id]
+    assert spy.errors == []
+
+
+def _someone_waits_for_a_lock(engine: sqlalchemy.Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).scalar_one()
+    return bool(waiting)
 
 
 async def test_a_post_refused_in_the_store_fails_alone_and_the_order_holds(
@@ -219,7 +327,9 @@ async def test_a_batch_run_again_unit_by_unit_stores_each_post_once(tmp_path: Pa
         ]
 
 
-async def test_any_text_goes_through_a_run_unchanged(tmp_path: Path) -> None:
+async def test_any_text_goes_through_a_run_unchanged(
+    tmp_path: Path, spy: _Spy, request: pytest.FixtureRequest
+) -> None:
     """The run's posts travel as one JSON text: quotes, backslashes, line
     and paragraph separators, emoji, JSON and SQL look-alikes, and a
     clientId or none, are stored as sent (the one-row statement's values)."""
@@ -250,3 +360,8 @@ async def test_any_text_goes_through_a_run_unchanged(tmp_path: Path) -> None:
         # the search text went with it (PostgreSQL: the insert's vector)
         page = await node.search.search(mesh.owner, "ünïcödé")
         assert [found.message.message_id for found in page.results] == [sent[2].message_id]
+    if request.config.getoption("--store") == "postgresql":
+        # all five went ahead, in one run
+        assert spy.runs == [contents]
+        assert [spy.kept[m.message_id][0] for m in sent] == [m.seq for m in sent]
+    assert spy.errors == []

@@ -212,27 +212,29 @@ _post_message = (
 # are inserted, in the order of the select. The run is cut at its first
 # post that would take the full path and insert there (a DM's post, or one
 # whose sender is no member, which fails): from it on nothing is inserted
-# ahead, so that no later post takes a position before it. Each row as the
-# one-row statement's, and the cut (the ordinal of that post; the largest
-# bigint if none)
+# ahead, so that no later post takes a position before it. The cut is found
+# from the membership rows as locked (``locked``: a row deleted by a
+# transaction this one waited for is not there, even if that transaction
+# added it again), so a post before the cut without a row is only a retried
+# clientId. Each row as the one-row statement's, and the cut (the ordinal of
+# that post; the largest bigint if none)
 _post_messages = Statement(
     "WITH t AS MATERIALIZED (SELECT e.p->>0 AS message_id, e.p->>1 AS room_id,"
     " e.p->>2 AS sender_id, e.p->>3 AS sender_name, e.p->>4 AS content,"
     " CAST(e.p->>5 AS bigint) AS created_at, e.p->>6 AS client_id, e.p->>7 AS body, e.n"
     " FROM json_array_elements(CAST(:posts AS json)) WITH ORDINALITY AS e(p, n)),"
-    " cut AS MATERIALIZED (SELECT coalesce(min(t.n), 9223372036854775807) AS n FROM t"
-    " LEFT JOIN room_members ON room_members.room_id = t.room_id"
-    " AND room_members.participant_id = t.sender_id"
-    " LEFT JOIN rooms ON rooms.room_id = room_members.room_id"
-    " WHERE rooms.room_id IS NULL OR rooms.kind = 'dm')"
-    f" INSERT INTO messages ({_COLUMNS}, search_vector) SELECT t.message_id,"
-    " room_members.room_id, room_members.participant_id, t.sender_name, t.content, NULL, NULL,"
-    f" t.created_at, NULL, t.client_id, to_tsvector({search.CONFIG}, t.body)"
+    " locked AS MATERIALIZED (SELECT t.n, room_members.room_id, room_members.participant_id"
     " FROM t JOIN room_members ON room_members.room_id = t.room_id"
     " AND room_members.participant_id = t.sender_id"
     " JOIN rooms ON rooms.room_id = room_members.room_id"
-    " WHERE rooms.kind <> 'dm' AND t.n < (SELECT n FROM cut)"
-    " ORDER BY t.n FOR KEY SHARE OF room_members"
+    " WHERE rooms.kind <> 'dm' ORDER BY t.n FOR KEY SHARE OF room_members),"
+    " cut AS MATERIALIZED (SELECT coalesce(min(t.n), 9223372036854775807) AS n FROM t"
+    " WHERE NOT EXISTS (SELECT 1 FROM locked WHERE locked.n = t.n))"
+    f" INSERT INTO messages ({_COLUMNS}, search_vector) SELECT t.message_id,"
+    " locked.room_id, locked.participant_id, t.sender_name, t.content, NULL, NULL,"
+    f" t.created_at, NULL, t.client_id, to_tsvector({search.CONFIG}, t.body)"
+    " FROM t JOIN locked ON locked.n = t.n"
+    " WHERE t.n < (SELECT n FROM cut) ORDER BY t.n"
     " ON CONFLICT DO NOTHING RETURNING message_id, seq,"
     " EXISTS (SELECT 1 FROM shared_rooms WHERE shared_rooms.room_id = messages.room_id),"
     " (SELECT n FROM cut)"
