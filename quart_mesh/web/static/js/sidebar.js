@@ -1,7 +1,7 @@
 // The sidebar: joined rooms and DMs with unread and mention badges, and the
 // people of the mesh with online dots, last seen, and bot/federated badges.
 
-import { $, ago, bdi, fill, h, icon, isBot, shortDid } from "./dom.js";
+import { $, ago, bdi, fill, h, icon, isBot, refill, shortDid } from "./dom.js";
 
 const PEOPLE_SHOWN = 100;
 
@@ -63,7 +63,7 @@ export class Sidebar {
     const { store, currentRoomId } = this.app;
     const rooms = store.joinedRooms();
     $("no-rooms").hidden = rooms.length > 0;
-    fill(
+    refill(
       $("room-list"),
       rooms.map((room) =>
         h(
@@ -90,7 +90,7 @@ export class Sidebar {
   renderDms() {
     const { store, currentRoomId } = this.app;
     const dms = store.dms();
-    fill(
+    refill(
       $("dm-list"),
       dms.map((room) => {
         const other = store.participant(room.with);
