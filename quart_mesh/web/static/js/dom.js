@@ -80,21 +80,11 @@ export function fill(el, ...children) {
   append(el, children);
 }
 
-/** Make *el*'s children *items* (elements), keeping each child that is
- * already there, in the same place, and equal to its new version
- * (`isEqualNode`). A list drawn again (a count changed elsewhere) leaves
- * the links it did not change in place: a click whose press and release
- * straddle the redraw still lands on its link (a replaced link gets no
- * `click`, and the room would not open). */
+/** Keep equal children in place (a click across a redraw still lands). */
 export function refill(el, items) {
-  const current = [...el.children];
-  if (current.length !== items.length) {
-    el.replaceChildren(...items);
-    return;
-  }
-  current.forEach((child, i) => {
-    if (!child.isEqualNode(items[i])) child.replaceWith(items[i]);
-  });
+  const old = [...el.children];
+  if (old.length !== items.length) return el.replaceChildren(...items);
+  old.forEach((c, i) => c.isEqualNode(items[i]) || c.replaceWith(items[i]));
 }
 
 /** Participant types that are bots (anything but humans and guests). */
