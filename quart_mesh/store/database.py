@@ -1116,12 +1116,12 @@ def _runs_ahead(batch: list[_Job[Any]]) -> dict[int, tuple[Ahead, list[Any]]]:
         first = batch[start].ahead
         end = start + 1
         if first is not None:
-            while end < len(batch) and (next_ := batch[end].ahead) is not None:
-                if next_[0] is not first[0]:
-                    break
+            items = [first[1]]
+            while end < len(batch) and (other := batch[end].ahead) and other[0] is first[0]:
+                items.append(other[1])
                 end += 1
-            if end - start > 1:
-                runs[start] = (first[0], [job.ahead[1] for job in batch[start:end] if job.ahead])
+            if len(items) > 1:
+                runs[start] = (first[0], items)
         start = end
     return runs
 

@@ -301,10 +301,8 @@ def post_messages(conn: Connection, posts: list[Message]) -> None:
     :func:`post_message` to take, the stored row or ``None``, in the order
     given, up to the first post that would take the full path and insert
     there (a DM's; one whose sender is no member): it and the posts after
-    it run their own statements. On SQLite nothing runs ahead (each post's
-    statement is cheap)."""
-    if conn.dialect.name != "postgresql" or not posts:
-        return
+    it run their own statements. PostgreSQL only: on SQLite ``Database``
+    runs nothing ahead (each post's statement is cheap there)."""
     rows = _post_messages.run(
         conn,
         {
