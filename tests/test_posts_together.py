@@ -31,6 +31,7 @@ from quart_mesh.errors import Conflict, Forbidden
 from quart_mesh.store import ahead
 from quart_mesh.store import messages as messages_repo
 from quart_mesh.store import rooms as rooms_repo
+from tests.store import rows
 
 PASSWORD = "a long passphrase"
 
@@ -245,7 +246,7 @@ async def test_a_sender_who_left_and_came_back_meanwhile_keeps_the_order(
                 send = node.messages.submit_send
                 waits = [send(alice, town, "a1"), send(bob, town, "b"), send(alice, town, "a2")]
                 with trio.fail_after(30):
-                    while not await trio.to_thread.run_sync(_someone_waits_for_a_lock, engine):
+                    while not await trio.to_thread.run_sync(rows.lock_waiters, engine):
                         await trio.sleep(0.01)
                 side.execute(
                     sqlalchemy.text(
@@ -264,15 +265,6 @@ async def test_a_sender_who_left_and_came_back_meanwhile_keeps_the_order(
     assert spy.runs == [["a1", "b", "a2"]]
     assert list(spy.kept) == [a1.message_id]
     assert spy.errors == []
-
-
-def _someone_waits_for_a_lock(engine: sqlalchemy.Engine) -> bool:
-    with engine.connect() as conn:
-        waiting = conn.exec_driver_sql(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).scalar_one()
-    return bool(waiting)
 
 
 async def test_a_post_refused_in_the_store_fails_alone_and_the_order_holds(

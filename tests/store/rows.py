@@ -18,6 +18,17 @@ from quart_mesh.store import accounts, messages, rooms
 WAITS = 0.5
 
 
+def lock_waiters(engine: Engine) -> int:
+    """How many of the database's sessions wait for a lock now (PostgreSQL)."""
+    with engine.connect() as conn:
+        return int(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).scalar_one()
+        )
+
+
 def participant(conn: Connection, name: str | None = None) -> str:
     pid = new_id()
     who = Participant(pid, name or f"p{pid[-8:]}", "human", "human", "member", now_ms())

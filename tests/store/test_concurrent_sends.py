@@ -35,11 +35,6 @@ from tests.store import rows
 
 pytestmark = pytest.mark.timeout(60)
 
-_WAITING = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
 
 @dataclass
 class _Room:
@@ -85,8 +80,7 @@ async def _second_behind_first(
     then commit the first. Both results, and whether the second waited."""
 
     def waiting_or_done() -> bool:
-        with engine.connect() as conn:
-            return bool(conn.exec_driver_sql(_WAITING).scalar_one()) or bool(out)
+        return bool(rows.lock_waiters(engine)) or bool(out)
 
     def run_second() -> None:
         with engine.begin() as conn:
@@ -161,8 +155,7 @@ async def test_a_room_deleted_while_a_send_is_in_flight_waits_for_it_without_a_d
             deleted.append(rooms.delete_room(conn, lobby.room))
 
     def waiting() -> bool:
-        with lobby.engine.connect() as conn:
-            return bool(conn.exec_driver_sql(_WAITING).scalar_one())
+        return bool(rows.lock_waiters(lobby.engine))
 
     with lobby.engine.connect() as conn:
         transaction = conn.begin()

@@ -32,17 +32,12 @@ from quart_mesh.store import accounts as accounts_repo
 from quart_mesh.store import tokens as tokens_repo
 from quart_mesh.store.dialect import WRITE_LOCK
 from tests import stores
+from tests.store import rows
 
 pytestmark = pytest.mark.timeout(60)
 
 PASSWORD = "a long passphrase"
 NEW_PASSWORD = "another long passphrase"
-
-_WAITING = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
 
 #: a transaction waiting for the mesh's write lock (``dialect.hold_write_lock``)
 _ON_WRITE_LOCK = (
@@ -97,10 +92,10 @@ async def test_a_token_signed_in_on_the_old_password_is_signed_out_by_a_change_m
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(sign_in)
                         # checked the hash, and waits to record its token
-                        await _until(lambda: _count(engine, _WAITING) == 1)
+                        await _until(lambda: rows.lock_waiters(engine) == 1)
                         nursery.start_soon(change)
                         # the change runs as far as it can
-                        await _until(lambda: _count(engine, _WAITING) == 2 or bool(signed_out))
+                        await _until(lambda: rows.lock_waiters(engine) == 2 or bool(signed_out))
                         on_write_lock = _count(engine, _ON_WRITE_LOCK)
                         held.commit()
                 finally:
