@@ -55,12 +55,16 @@ export class Seen {
 /** The opt-out for the account settings: a "Share read receipts" checkbox. */
 export function readReceiptsToggle(app) {
   const box = h("input", { type: "checkbox", id: "read-receipts", checked: app.store.me.readReceipts });
+  // (disabled while saving: a second change waits for the first's answer)
   box.addEventListener("change", async () => {
+    box.disabled = true;
     try {
       app.store.me = await app.api.patch("/api/auth/me", { readReceipts: box.checked });
     } catch (error) {
       box.checked = !box.checked;
       toast(error.message);
+    } finally {
+      box.disabled = false;
     }
   });
   return h("label", { class: "check" }, box, "Share read receipts");
