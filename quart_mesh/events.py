@@ -95,6 +95,12 @@ class Event:
             self._frame.append(frame_of(self.to_json()))
         return self._frame[0]
 
+    def adopt_frame(self, frame: str) -> None:
+        """Take *frame*, this event's JSON text as another process of this
+        node serialized it, as :attr:`frame` instead of computing it again
+        (the cluster stream carries a message's frame: ``store/outbox.py``)."""
+        self._frame[:] = [frame]
+
 
 @dataclass(frozen=True, slots=True)
 class MessagePosted(Event):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -41,8 +40,13 @@ def iso(ms: int | None) -> str | None:
     """Render epoch milliseconds as ISO 8601 UTC (``2026-11-21T21:04:36.123Z``)."""
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # (time.gmtime, not datetime and strftime: twice as quick, and every
+    # message event's frame has one)
+    t = time.gmtime(ms // 1000)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -344,7 +344,7 @@ async def test_a_store_written_by_a_newer_release_is_refused_and_left_as_it_was(
     url = settings.resolved_database_url
     newer = "0099_from_a_newer_release"
     head = await trio.to_thread.run_sync(_set_revision, url, newer)
-    assert head == "0034_stream_blocks"  # the newest migration
+    assert head == "0035_stream_lz4"  # the newest migration
 
     # the operator: serve refuses it in one line (exit 2, as bad settings) before it listens
     env = stores.node_env(data_dir)

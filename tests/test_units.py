@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,19 @@ def test_iso_timestamps() -> None:
     assert iso(0) == "1970-01-01T00:00:00.000Z"
     assert iso(1_795_295_338_123) == "2026-11-21T21:08:58.123Z"
     assert iso(None) is None
+    # as datetime renders them, from before 1970 to far ahead
+    for ms in (
+        -1,
+        -86_400_001,
+        1,
+        999,
+        1_000,
+        951_782_400_000,
+        4_102_444_799_999,
+        253_402_300_799_999,
+    ):
+        expected = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        assert iso(ms) == expected + f"{ms % 1000:03d}Z", ms
 
 
 @pytest.mark.sqlite_only  # the default database URL (the suite swaps it on PostgreSQL)

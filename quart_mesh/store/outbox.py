@@ -159,6 +159,11 @@ def encode_each(found: list[Entry]) -> list[str]:
         item: dict[str, Any]
         if isinstance(entry, Publish):
             item = {"k": "publish", "e": _event_json(entry.event)}
+            if isinstance(entry.event, MessagePosted):
+                # its frame too, serialized once here: every process that
+                # follows the stream delivers it as is (``decode``), none
+                # serializes the message again
+                item["f"] = entry.event.frame
         elif isinstance(entry, SendTo):
             item = {"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)}
         else:
@@ -198,16 +203,21 @@ def _plain(value: Any) -> Any:
 
 def _message(data: dict[str, Any]) -> Message:
     # fields a newer version added are left out, so a row still reads
-    known = {k: v for k, v in data.items() if k in _MESSAGE_FIELDS}
+    known = data if data.keys() <= _MESSAGE_FIELDS else _known(data)
+    reactions, attachments = data["reactions"], data["attachments"]
     return Message(
         **{
             **known,
-            "reactions": tuple(
-                Reaction(r["emoji"], tuple(r["participant_ids"])) for r in data["reactions"]
-            ),
-            "attachments": tuple(Upload(**a) for a in data["attachments"]),
+            "reactions": tuple(Reaction(r["emoji"], tuple(r["participant_ids"])) for r in reactions)
+            if reactions
+            else (),
+            "attachments": tuple(Upload(**a) for a in attachments) if attachments else (),
         }
     )
+
+
+def _known(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in _MESSAGE_FIELDS}
 
 
 _TASK_FIELDS = frozenset(f.name for f in dataclasses.fields(Task))
@@ -235,6 +245,8 @@ def decode(body: str) -> list[Entry]:
         if data["type"] == "message":
             message = _message(data["message"])
             event = MessagePosted(message.room_id, message=message)
+            if (frame := item.get("f")) is not None:  # (not in a row of an older version)
+                event.adopt_frame(frame)
         elif data["type"] == "command":
             event = CommandIssued(
                 None,

@@ -1,8 +1,8 @@
 """What concurrent writers need of the PostgreSQL database itself
 (decision 0080): migration ``0034_stream_blocks`` up and down on a
-database with data in it, and the sessions' settings (a transaction left
-idle is ended by PostgreSQL, and the database URL's own ``options`` are
-kept beside it).
+database with data in it, ``0035_stream_lz4`` up and down, and the
+sessions' settings (a transaction left idle is ended by PostgreSQL, and the
+database URL's own ``options`` are kept beside it).
 
 Skipped on SQLite: no blocks and no such settings there.
 """
@@ -126,6 +126,54 @@ def test_blocks_migrate_up_and_down_with_positions_that_only_grow(
         with engine.begin() as conn:
             again = _positions(conn, room_id)
         assert _after(again, down)
+    finally:
+        engine.dispose()
+
+
+def _compression(conn: Connection) -> str:
+    return str(
+        conn.exec_driver_sql(
+            "SELECT attcompression FROM pg_attribute"
+            " WHERE attrelid = 'cluster_stream'::regclass AND attname = 'body'"
+        ).scalar_one()
+    )
+
+
+def test_the_streams_entries_are_compressed_with_lz4_and_back(cluster: stores.Cluster) -> None:
+    """0035: a stream row large enough to be compressed is compressed with
+    LZ4 (Debian's PostgreSQL has it); a downgrade gives the column back the
+    server's default, and rows written either way read the same."""
+    url = cluster.url(f"lz4_{new_id().lower()}")
+    engine = sa.create_engine(url)
+    body = '[{"k":"change","kind":"join","args":["%s"]}]'
+    try:
+        with engine.begin() as conn:
+            _migrate(conn, "0035_stream_lz4")
+            assert _compression(conn) == "l"
+            first = conn.exec_driver_sql(
+                "INSERT INTO cluster_stream (origin, body, created_at)"
+                " VALUES ('test', %(body)s, 0) RETURNING position",
+                {"body": body % ("x" * 20_000)},
+            ).scalar_one()
+            method = conn.exec_driver_sql(
+                "SELECT pg_column_compression(body) FROM cluster_stream WHERE position = %(p)s",
+                {"p": first},
+            ).scalar_one()
+            assert method == "lz4"
+        with engine.begin() as conn:
+            _migrate(conn, _BLOCKS, down=True)
+            assert _compression(conn) == ""
+            conn.exec_driver_sql(
+                "INSERT INTO cluster_stream (origin, body, created_at)"
+                " VALUES ('test', %(body)s, 0)",
+                {"body": body % ("y" * 20_000)},
+            )
+            bodies = (
+                conn.exec_driver_sql("SELECT body FROM cluster_stream ORDER BY position")
+                .scalars()
+                .all()
+            )
+            assert [len(b) for b in bodies] == [len(body) - 2 + 20_000] * 2
     finally:
         engine.dispose()
 
