@@ -157,7 +157,9 @@ class Node:
             db, self.broker, self.accounts, self.presence, max_rooms=limits.max_snapshot_rooms
         )
         #: catch up from a cursor, then follow live (WebSocket, polling, webhooks)
-        self.delivery = Delivery(db, self.broker, self.accounts)
+        self.delivery = Delivery(
+            db, self.broker, self.accounts, max_commands=settings.limits.max_pending_commands
+        )
         self.roles = Roles(db, self.broker, self.accounts, self.policy, self.delivery)
         self.commands = Commands(settings, db, self.broker)
         self.webhooks = Webhooks(

@@ -435,7 +435,7 @@ async def test_a_quiet_wait_is_cancellable_and_backpressure_never_blocks(
     # raises StreamLagged, with the cursor it started from
     broker = Broker()
     store, accounts = _EmptyStore(), _Known()
-    delivery = Delivery(store, broker, accounts)  # type: ignore[arg-type]
+    delivery = Delivery(store, broker, accounts, max_commands=100)  # type: ignore[arg-type]
     opened = open_event_stream(
         delivery,
         accounts,  # type: ignore[arg-type]

@@ -29,8 +29,8 @@ from ..errors import BadRequest, MeshError, Overloaded, RateLimited
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
 from ..logs import log_session
 from ..services.authz import Actor
-from ..services.delivery import Feed
-from ..services.validation import cursor_number, is_client_id
+from ..services.delivery import Feed, parse_since
+from ..services.validation import is_client_id
 from ..wire import Fields, parse_json_object
 from .transport import (
     CLOSE_TIMEOUT,
@@ -351,7 +351,7 @@ class ProtocolSession:
             if fields.data.get("type") != "authenticate":
                 raise BadRequest("the first frame must be authenticate", "auth_required")
             token = fields.req_str("token")
-            since = _cursor(fields.data.get("since"))
+            since = parse_since(fields.data.get("since"))
             auto_read = fields.opt_bool("autoRead") is not False
             actor = await self.services.accounts.authenticate(token)
             claims = self.services.tokens.check(token)
@@ -390,7 +390,7 @@ class ProtocolSession:
                 ),
             )
         replayed_to = backlog.messages[-1].seq if backlog.messages else since
-        await feed.go_live(replayed_to, backlog)
+        await feed.go_live(replayed_to)
 
     # writer ------------------------------------------------------------------
 
@@ -528,10 +528,14 @@ class ProtocolSession:
             self._nursery.start_soon(self._mark_delivered, commands)
 
     async def _mark_delivered(self, command_ids: list[str]) -> None:
-        try:
-            await self.services.commands.mark_delivered(command_ids)
-        except MeshError:  # the store is unavailable: they are delivered again next time
-            log.warning("could not mark commands %s delivered", command_ids)
+        # shielded (for a while): written to the socket, they are delivered
+        # even if the session ends now; unmarked, the next connection would
+        # get them again
+        with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_TIMEOUT):
+            try:
+                await self.services.commands.mark_delivered(command_ids)
+            except MeshError:  # the store is unavailable: they are delivered again next time
+                log.warning("could not mark commands %s delivered", command_ids)
 
     # reader ------------------------------------------------------------------
 
@@ -804,13 +808,3 @@ def _retry_after(error: MeshError) -> float | None:
     """Seconds until a refused frame would be accepted (``retryAfter``): rate
     limits, and a store with too many writes waiting (``overloaded``)."""
     return error.retry_after if isinstance(error, (RateLimited, Overloaded)) else None
-
-
-def _cursor(value: Any) -> int | None:
-    """``since`` of ``authenticate``: a cursor as a string or a whole number."""
-    if value is None:
-        return None
-    cursor = cursor_number(value)
-    if cursor is None:
-        raise BadRequest("since must be a cursor", "invalid_cursor")
-    return cursor

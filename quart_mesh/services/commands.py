@@ -111,8 +111,10 @@ class Commands:
         return row
 
     async def pending_commands(self, agent_id: str) -> list[repo.CommandRow]:
-        """Undelivered commands of *agent_id*, oldest first (not marked)."""
-        return await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, 100))
+        """Undelivered commands of *agent_id*, oldest first (not marked; at
+        most the configured maximum waiting, ``max_pending_commands``)."""
+        limit = self._settings.limits.max_pending_commands
+        return await self._db.read(lambda conn: repo.pending_commands(conn, agent_id, limit))
 
     async def mark_delivered(self, command_ids: list[str]) -> None:
         at = now_ms()

@@ -18,11 +18,12 @@ their cursor, so a duplicate wake-up costs one query and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Subscription
-from ..errors import Unauthorized
+from ..errors import BadRequest, Unauthorized
 from ..events import CommandIssued, Event, MessagePosted, RoomAccess
 from ..records import Message
 from ..store import Database
@@ -31,6 +32,7 @@ from ..store import messages as messages_repo
 from .accounts import Accounts
 from .authz import Actor, Readable, readable_rooms
 from .commands import command_event
+from .validation import cursor_number
 
 __all__ = ["ACCESS_ENDED", "Backlog", "Delivery", "Feed", "refuse_if_access_ended"]
 
@@ -38,9 +40,6 @@ __all__ = ["ACCESS_ENDED", "Backlog", "Delivery", "Feed", "refuse_if_access_ende
 #: ``failed``): the token signed out, a guest's access ended, the
 #: participant deleted (:func:`refuse_if_access_ended`)
 ACCESS_ENDED = frozenset({"signed_out", "revoked", "removed"})
-
-#: most waiting commands taken at once
-_COMMANDS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +53,45 @@ class Backlog:
     cursor: int
     #: more messages than the limit were waiting
     truncated: bool
-    #: commands sent to it and not delivered yet, oldest first
+    #: commands sent to it and not delivered yet, oldest first (at most the
+    #: configured maximum waiting, ``max_pending_commands``)
     commands: list[agents_repo.CommandRow] = field(default_factory=list)
+    #: more commands than that were waiting (the maximum was lowered while
+    #: they waited): the rest follow with :meth:`Feed.more_commands`
+    commands_truncated: bool = False
+
+
+def parse_since(value: object, field: str = "since") -> int | None:
+    """The cursor a catch-up starts after, as a client gives it (a decimal
+    string or a whole number; absent or empty: none): the one reading of it
+    for every transport (the WebSocket's ``since``, a poll's ``cursor``).
+
+    Raises:
+        BadRequest: not a cursor (``invalid_cursor``).
+    """
+    if value is None or value == "":
+        return None
+    cursor = cursor_number(value)
+    if cursor is None:
+        raise BadRequest(f"{field} must be a cursor returned by the node", "invalid_cursor")
+    return cursor
 
 
 class Feed:
     """A participant's subscription, opened before its backlog is read; a
     context manager that ends the subscription (see :meth:`Delivery.follow`)."""
 
-    __slots__ = ("_db", "participant_id", "sub")
+    __slots__ = ("_db", "_max_commands", "_sent", "participant_id", "sub")
 
-    def __init__(self, db: Database, participant_id: str, sub: Subscription) -> None:
+    def __init__(
+        self, db: Database, participant_id: str, sub: Subscription, max_commands: int
+    ) -> None:
         self._db = db
         self.participant_id = participant_id
         self.sub = sub
+        self._max_commands = max_commands
+        #: the commands :meth:`replay` queued: a live copy of one is dropped
+        self._sent: set[str] = set()
 
     def __enter__(self) -> Feed:
         return self
@@ -128,12 +152,31 @@ class Feed:
             if mine > head:
                 mine = min(mine, messages_repo.newest_seq(conn))
             cursor = found[-1].seq if truncated else max(head, mine)
-            waiting = (
-                agents_repo.pending_commands(conn, participant_id, _COMMANDS) if commands else []
-            )
-            return Backlog(found, cursor, truncated, waiting)
+            waiting, more = self._pending(conn, None) if commands else ([], False)
+            return Backlog(found, cursor, truncated, waiting, more)
 
         return await self._db.read(read)
+
+    async def more_commands(
+        self, after: agents_repo.CommandRow
+    ) -> tuple[list[agents_repo.CommandRow], bool]:
+        """The waiting commands after *after* (the last of a backlog whose
+        ``commands_truncated`` is set, or of the page before), at most the
+        configured maximum, and whether more wait after those. By their
+        order, not by whether they are marked delivered yet: a command
+        queued a moment ago is not read again.
+
+        Raises:
+            Unavailable: the store could not be read.
+        """
+        return await self._db.read(partial(self._pending, after=after.command_id))
+
+    def _pending(
+        self, conn: Connection, after: str | None
+    ) -> tuple[list[agents_repo.CommandRow], bool]:
+        limit = self._max_commands
+        found = agents_repo.pending_commands(conn, self.participant_id, limit + 1, after=after)
+        return found[:limit], len(found) > limit
 
     async def wait_for_more(self) -> bool:
         """Wait until a message or a command may be waiting (a wake-up: read
@@ -148,27 +191,38 @@ class Feed:
 
     async def replay(self, backlog: Backlog) -> bool:
         """Queue the backlog's messages and commands as live events would be
-        (waiting for room). False if the subscription ended meanwhile."""
+        (waiting for room), and every command waiting after those if they
+        were not all (``commands_truncated``). False if the subscription
+        ended meanwhile.
+
+        Raises:
+            Unavailable: the store could not be read (the rest of the commands).
+        """
         for message in backlog.messages:
             event: Event = MessagePosted(message.room_id, message=message)
             if not await self.sub.put(event, event.frame):
                 return False
-        for command in backlog.commands:
-            issued = command_event(command)
-            if not await self.sub.put(issued, issued.frame):
-                return False
-        return True
+        commands, more = backlog.commands, backlog.commands_truncated
+        while True:
+            for command in commands:
+                issued = command_event(command)
+                self._sent.add(command.command_id)
+                if not await self.sub.put(issued, issued.frame):
+                    return False
+            if not (more and commands):
+                return True
+            commands, more = await self.more_commands(commands[-1])
 
-    async def go_live(self, replayed_to: int | None, backlog: Backlog | None = None) -> None:
+    def replayed(self, commands: list[agents_repo.CommandRow]) -> None:
+        """*commands* were handed out by the caller's own catch-up (not
+        :meth:`replay`): a live copy of one is dropped too."""
+        self._sent.update(command.command_id for command in commands)
+
+    async def go_live(self, replayed_to: int | None) -> None:
         """Deliver live events again (after :meth:`Subscription.hold`),
-        dropping those held meanwhile that the replay already delivered: a
-        message at or before *replayed_to*, a command in *backlog*."""
-        sent = (
-            frozenset(c.command_id for c in backlog.commands)
-            if backlog is not None
-            else frozenset()
-        )
-        await self.sub.release(skip=_Replayed(replayed_to, sent))
+        dropping those held meanwhile that the catch-up already delivered:
+        a message at or before *replayed_to*, a command it handed out."""
+        await self.sub.release(skip=_Replayed(replayed_to, frozenset(self._sent)))
 
 
 class _Replayed:
@@ -195,10 +249,14 @@ class Delivery:
     giving the participant only the rooms the visibility decision lets it
     read (``authz.readable_rooms``), in its backlog as in live events."""
 
-    def __init__(self, db: Database, broker: Broker, accounts: Accounts) -> None:
+    def __init__(
+        self, db: Database, broker: Broker, accounts: Accounts, *, max_commands: int
+    ) -> None:
         self._db = db
         self._broker = broker
         self._accounts = accounts
+        #: most waiting commands read at once (the configured maximum waiting)
+        self._max_commands = max_commands
 
     async def follow(
         self,
@@ -230,7 +288,7 @@ class Delivery:
             readable=None if readable.unrestricted else readable,
         )
         sub.token_id = token_id
-        return Feed(self._db, actor.participant_id, sub)
+        return Feed(self._db, actor.participant_id, sub, self._max_commands)
 
     async def resume_point(self, since: int | None) -> int:
         """Where a resume from the message *since* starts: *since*, or the

@@ -23,10 +23,9 @@ from ..records import Message
 from ..store.agents import CommandRow
 from .authz import Actor, authorize
 from .commands import Commands, command_event
-from .delivery import Delivery, Feed, refuse_if_access_ended
+from .delivery import Delivery, Feed, parse_since, refuse_if_access_ended
 from .presence import Presence
 from .seats import Seats
-from .validation import cursor_number
 from .world import World
 
 __all__ = ["PollResult", "Polling"]
@@ -103,7 +102,7 @@ class Polling:
                 everywhere) or deleted while it waited; it takes nothing.
         """
         authorize(actor, "rooms.read")
-        after = _parse_cursor(cursor)
+        after = parse_since(cursor, "cursor")
         limits = self._settings.limits
         if limit is None:
             limit = limits.default_page_size
@@ -162,12 +161,3 @@ class Polling:
         if backlog.commands:
             await self._commands.mark_delivered([c.command_id for c in backlog.commands])
         return PollResult(backlog.messages, backlog.cursor, tuple(backlog.commands))
-
-
-def _parse_cursor(value: str | int | None) -> int | None:
-    if value is None or value == "":
-        return None
-    cursor = cursor_number(value)
-    if cursor is None:
-        raise BadRequest("cursor must be a cursor returned by the node", "invalid_cursor")
-    return cursor

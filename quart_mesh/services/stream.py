@@ -35,10 +35,11 @@ import trio
 
 from ..errors import AccessEnded, MeshError, StreamLagged
 from ..events import CommandIssued, Event, MessagePosted
+from ..store.agents import CommandRow
 from .accounts import Accounts
 from .authz import Actor
 from .commands import command_event
-from .delivery import ACCESS_ENDED, Backlog, Delivery, Feed
+from .delivery import ACCESS_ENDED, Delivery, Feed
 
 __all__ = ["EventStream", "open_event_stream"]
 
@@ -81,13 +82,15 @@ class EventStream:
     __slots__ = (
         "_catching_up",
         "_commands",
+        "_commands_after",
         "_cursor",
         "_feed",
-        "_first",
         "_mark_delivered",
+        "_messages_read",
         "_page",
         "_pending",
         "_read_to",
+        "_started",
     )
 
     def __init__(
@@ -110,8 +113,13 @@ class EventStream:
         self._page = page
         self._commands = commands
         self._catching_up = True
-        #: the first backlog page: its commands are dropped from live events
-        self._first: Backlog | None = None
+        #: the first backlog page was read (the only one with commands)
+        self._started = False
+        #: every page of messages was read
+        self._messages_read = False
+        #: the last command handed out, if more wait after it (the first
+        #: page's ``commands_truncated``): the next pages are read first
+        self._commands_after: CommandRow | None = None
         self._pending: collections.deque[Event] = collections.deque()
         feed.sub.hold()  # live events wait until the backlog is handed out
 
@@ -176,19 +184,31 @@ class EventStream:
         backlog delivered). Cancellation: safe; a page read is not lost
         (the cursor it read from is advanced only once it is in hand)."""
         feed = self._feed
-        first = self._first is None
-        backlog = await feed.backlog(self._read_to, self._page, commands=first and self._commands)
-        if first:
-            self._first = backlog
-            self._pending.extend(command_event(command) for command in backlog.commands)
-        self._pending.extend(
-            MessagePosted(message.room_id, message=message) for message in backlog.messages
-        )
-        if backlog.messages:
-            self._read_to = backlog.messages[-1].seq
-        if not backlog.truncated:
-            await feed.go_live(self._read_to, self._first)
+        if self._commands_after is not None:
+            self._hand_out(*await feed.more_commands(self._commands_after))
+        elif not self._messages_read:
+            first = not self._started
+            backlog = await feed.backlog(
+                self._read_to, self._page, commands=first and self._commands
+            )
+            if first:
+                self._started = True
+                self._hand_out(backlog.commands, backlog.commands_truncated)
+            self._pending.extend(
+                MessagePosted(message.room_id, message=message) for message in backlog.messages
+            )
+            if backlog.messages:
+                self._read_to = backlog.messages[-1].seq
+            self._messages_read = not backlog.truncated
+        if self._messages_read and self._commands_after is None:
+            await feed.go_live(self._read_to)
             self._catching_up = False
+
+    def _hand_out(self, commands: list[CommandRow], more: bool) -> None:
+        """Queue a page of waiting commands; the next is read after its last."""
+        self._pending.extend(command_event(command) for command in commands)
+        self._feed.replayed(commands)
+        self._commands_after = commands[-1] if more and commands else None
 
 
 @contextlib.asynccontextmanager

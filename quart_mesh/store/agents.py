@@ -332,14 +332,19 @@ def count_pending(conn: Connection, agent_id: str) -> int:
     return int(conn.execute(query).scalar_one())
 
 
-def pending_commands(conn: Connection, agent_id: str, limit: int) -> list[CommandRow]:
-    """Commands not delivered yet, oldest first."""
+def pending_commands(
+    conn: Connection, agent_id: str, limit: int, *, after: str | None = None
+) -> list[CommandRow]:
+    """Commands not delivered yet, oldest first; only those after the
+    command *after* if given (ids are ULIDs: in the order they were sent)."""
     query = (
         sa.select(agent_commands)
         .where(agent_commands.c.agent_id == agent_id, agent_commands.c.delivered_at.is_(None))
         .order_by(agent_commands.c.command_id)
         .limit(limit)
     )
+    if after is not None:
+        query = query.where(agent_commands.c.command_id > after)
     return [_command(row) for row in conn.execute(query)]
 
 

@@ -30,7 +30,7 @@ class Untouchable:
 
 
 async def test_nothing_asked_nothing_read() -> None:
-    delivery = Delivery(Untouchable(), Broker(), Known())  # type: ignore[arg-type]
+    delivery = Delivery(Untouchable(), Broker(), Known(), max_commands=100)  # type: ignore[arg-type]
     with await delivery.follow(actor("p1")) as feed:
         backlog = await feed.backlog(None, 100, messages=False, commands=False)
         assert (backlog.messages, backlog.cursor, backlog.truncated) == ([], 0, False)
@@ -43,7 +43,7 @@ async def test_nothing_asked_nothing_read() -> None:
 
 async def test_the_subscription_ends_with_the_block() -> None:
     broker = Broker()
-    delivery = Delivery(Untouchable(), broker, Known())  # type: ignore[arg-type]
+    delivery = Delivery(Untouchable(), broker, Known(), max_commands=100)  # type: ignore[arg-type]
     with await delivery.follow(actor("p1")) as feed:
         assert broker.statistics().subscribers == 1
     assert broker.statistics().subscribers == 0

@@ -217,7 +217,7 @@ async def test_a_resume_and_polls_across_a_bound_that_went_back_miss_nothing_and
                 alice, fast_block = race.alice, blocks.block_of(race.fast.seq)
                 broker.join(race.room, alice)
                 await _until(lambda: bus.position >= fast_block)
-                poller = Feed(reader, alice, broker.subscribe(alice, 100))
+                poller = Feed(reader, alice, broker.subscribe(alice, 100), 100)
                 poll1 = await poller.backlog(0, 100)
                 assert _contents(poll1.messages) == ["fast"]
                 assert poll1.cursor >= race.fast.seq
@@ -228,18 +228,18 @@ async def test_a_resume_and_polls_across_a_bound_that_went_back_miss_nothing_and
                 assert (poll2.messages, poll2.cursor >= poll1.cursor) == ([], True)
 
                 # a session resuming now (``Delivery.follow``, then its backlog)
-                session = Feed(reader, alice, broker.subscribe(alice, 100))
+                session = Feed(reader, alice, broker.subscribe(alice, 100), 100)
                 assert session.sub.after >= fast_block
                 backlog = await session.backlog(0, 100)
                 assert _contents(backlog.messages) == ["fast"]
                 assert backlog.cursor >= race.fast.seq
 
                 # the poll's cursor, brought to the other process
-                elsewhere = Feed(other, alice, Broker().subscribe(alice, 100))
+                elsewhere = Feed(other, alice, Broker().subscribe(alice, 100), 100)
                 there = await elsewhere.backlog(poll1.cursor, 100)
                 assert (there.messages, there.cursor >= poll1.cursor) == ([], True)
                 # (resume_point reads the store only)
-                delivery = Delivery(other, Broker(), None)  # type: ignore[arg-type]
+                delivery = Delivery(other, Broker(), None, max_commands=100)  # type: ignore[arg-type]
                 assert await delivery.resume_point(poll1.cursor) == poll1.cursor
 
                 await race.commit()
