@@ -531,11 +531,13 @@ class ProtocolSession:
         # shielded (for a while): written to the socket, they are delivered
         # even if the session ends now; unmarked, the next connection would
         # get them again
-        with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_TIMEOUT):
+        with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_TIMEOUT) as waited:
             try:
                 await self.services.commands.mark_delivered(command_ids)
             except MeshError:  # the store is unavailable: they are delivered again next time
                 log.warning("could not mark commands %s delivered", command_ids)
+        if waited.cancelled_caught:
+            log.warning("marking commands %s delivered took too long: sent again", command_ids)
 
     # reader ------------------------------------------------------------------
 

@@ -61,15 +61,16 @@ class Backlog:
     commands_truncated: bool = False
 
 
-def parse_since(value: object, field: str = "since") -> int | None:
+def parse_since(value: object, field: str = "since", *, empty: bool = False) -> int | None:
     """The cursor a catch-up starts after, as a client gives it (a decimal
-    string or a whole number; absent or empty: none): the one reading of it
-    for every transport (the WebSocket's ``since``, a poll's ``cursor``).
+    string or a whole number; absent: none, and with *empty* an empty
+    string too, as a poll's form allows): the one reading of it for every
+    transport (the WebSocket's ``since``, a poll's ``cursor``).
 
     Raises:
         BadRequest: not a cursor (``invalid_cursor``).
     """
-    if value is None or value == "":
+    if value is None or (empty and value == ""):
         return None
     cursor = cursor_number(value)
     if cursor is None:

@@ -102,7 +102,7 @@ class Polling:
                 everywhere) or deleted while it waited; it takes nothing.
         """
         authorize(actor, "rooms.read")
-        after = parse_since(cursor, "cursor")
+        after = parse_since(cursor, "cursor", empty=True)
         limits = self._settings.limits
         if limit is None:
             limit = limits.default_page_size

@@ -29,10 +29,12 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from .._version import __version__
 from ..events import CommandIssued, Event, MessagePosted, Relayed, TaskCreated, TaskUpdated
 from ..records import Message, Reaction, Task, TaskState, Upload
 
 __all__ = [
+    "FRAME_CARRIED",
     "MIRRORED",
     "Change",
     "Entry",
@@ -51,6 +53,10 @@ __all__ = [
 
 #: ``conn.info`` key of the running unit's entries
 _KEY = "mesh_outbox"
+
+#: the longest frame a message's stream entry carries (characters); a longer
+#: one is made again by each process that delivers it (decision 0085)
+FRAME_CARRIED = 2048
 
 #: the changes to the broker's routing (applied by every process, also the
 #: one that wrote them, at once after its commit)
@@ -160,10 +166,15 @@ def encode_each(found: list[Entry]) -> list[str]:
         if isinstance(entry, Publish):
             item = {"k": "publish", "e": _event_json(entry.event)}
             if isinstance(entry.event, MessagePosted):
-                # its frame too, serialized once here: every process that
-                # follows the stream delivers it as is (``decode``), none
-                # serializes the message again
-                item["f"] = entry.event.frame
+                # its frame too, serialized once here: every process of the
+                # same release that follows the stream delivers it as is
+                # (``decode``), none serializes the message again; not for
+                # a long message (its text twice, escaped twice, would pass a
+                # notification's size sooner: its commit read from the table)
+                frame = entry.event.frame
+                if len(frame) <= FRAME_CARRIED:
+                    item["f"] = frame
+                    item["v"] = __version__
         elif isinstance(entry, SendTo):
             item = {"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)}
         else:
@@ -245,7 +256,8 @@ def decode(body: str) -> list[Entry]:
         if data["type"] == "message":
             message = _message(data["message"])
             event = MessagePosted(message.room_id, message=message)
-            if (frame := item.get("f")) is not None:  # (not in a row of an older version)
+            # a frame made by this release only: another may shape it otherwise
+            if item.get("v") == __version__ and isinstance(frame := item.get("f"), str):
                 event.adopt_frame(frame)
         elif data["type"] == "command":
             event = CommandIssued(

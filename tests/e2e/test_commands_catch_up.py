@@ -114,3 +114,29 @@ async def test_more_commands_waiting_than_the_maximum_come_a_maximum_at_a_time(
                     path = f"/api/agents/{bot.participant_id}/commands/{command_id}"
                     r = await mesh.http.get(path, headers=owner.headers)
                     assert r.json()["status"] == "delivered", (bot.name, r.text)
+
+
+async def test_one_reading_of_a_catch_up_cursor_for_the_websocket_and_polls(
+    tmp_path: Path,
+) -> None:
+    """``parse_since``: the WebSocket's ``since`` and a poll's ``cursor`` are
+    read alike; an empty string is refused as ``since`` (documented so) and
+    means "none" as a poll's ``cursor``."""
+    async with served(tmp_path / "data", waiting=10) as (url, mesh, _):
+        owner = await mesh.setup()
+        bot = await bootstrap(mesh, owner, "reader")
+        for bad in ("", "-1", "abc", "9" * 19, 1.5, True, -1):
+            async with connect(url) as ws:
+                await ws.send(type="authenticate", token=bot.token, since=bad)
+                error = await ws.expect("error")
+                assert error["code"] == "invalid_cursor", (bad, error)
+                assert error["message"] == "since must be a cursor returned by the node"
+        for bad in ("-1", "abc", "9" * 19, -1):
+            r = await mesh.http.post("/api/poll", json={"cursor": bad}, headers=bot.headers)
+            assert r.status_code == 400, (bad, r.text)
+            assert r.json()["code"] == "invalid_cursor", (bad, r.text)
+        for good in ("", "0", 0, "12"):
+            r = await mesh.http.post("/api/poll", json={"cursor": good}, headers=bot.headers)
+            assert r.status_code == 200, (good, r.text)
+        async with connect(url, bot, since="0") as ws:
+            assert [f for f in await ws.settle() if f["type"] == "error"] == []

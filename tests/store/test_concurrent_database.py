@@ -9,6 +9,7 @@ Skipped on SQLite: no blocks and no such settings there.
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 import trio
 from alembic import command
@@ -149,6 +150,8 @@ def test_the_streams_entries_are_compressed_with_lz4_and_back(cluster: stores.Cl
     try:
         with engine.begin() as conn:
             _migrate(conn, "0035_stream_lz4")
+            if _compression(conn) == "":
+                pytest.skip("this PostgreSQL has no LZ4 (the migration kept pglz)")
             assert _compression(conn) == "l"
             first = conn.exec_driver_sql(
                 "INSERT INTO cluster_stream (origin, body, created_at)"

@@ -67,20 +67,41 @@ def test_a_messages_frame_travels_with_it_and_is_the_one_computed_here() -> None
 
 
 def test_a_row_of_an_older_or_newer_version_still_reads() -> None:
-    """Without the frame (a row written before it travelled), the frame is
-    computed here; a field this version does not know is left out."""
+    """Without the frame (a row written before it travelled), or with one
+    made by another release (which may shape frames otherwise), the frame
+    is computed here; a field this version does not know is left out."""
     message = _message()
     (text,) = outbox.encode_each([outbox.Publish(MessagePosted(message.room_id, message=message))])
+    fresh = MessagePosted(message.room_id, message=message).frame
+    for change in ("no frame", "another release"):
+        written = json.loads(text)
+        if change == "no frame":
+            del written["f"], written["v"]
+        else:
+            written["v"] = "0.0.1"
+            written["f"] = written["f"].replace('"alice"', '"shaped otherwise"')
+        written["e"]["message"]["added_later"] = 1
+        (entry,) = outbox.decode(json.dumps([written]))
+        assert isinstance(entry, outbox.Publish)
+        assert isinstance(entry.event, MessagePosted)
+        assert entry.event.message == message
+        assert entry.event.frame == fresh, change
+
+
+def test_a_long_messages_frame_is_made_where_it_is_delivered() -> None:
+    """A frame longer than FRAME_CARRIED does not travel: the entry, which
+    would hold the text twice (once escaped twice), stays small enough for
+    a notification."""
+    long = dataclasses.replace(_message(), content='"quoted"\n' * 400)
+    (text,) = outbox.encode_each([outbox.Publish(MessagePosted(long.room_id, message=long))])
     written = json.loads(text)
-    del written["f"]
-    written["e"]["message"]["added_later"] = 1
-    (entry,) = outbox.decode(json.dumps([written]))
-    assert isinstance(entry, outbox.Publish)
+    assert "f" not in written
+    (entry,) = outbox.decode("[" + text + "]")
     assert isinstance(entry.event, MessagePosted)
-    assert entry.event.message == message
-    assert entry.event.frame == MessagePosted(message.room_id, message=message).frame
+    assert entry.event.frame == MessagePosted(long.room_id, message=long).frame
+    assert len(MessagePosted(long.room_id, message=long).frame) > outbox.FRAME_CARRIED
     # a message with no reactions or attachments reads back with empty tuples
-    bare = dataclasses.replace(message, reactions=(), attachments=())
+    bare = dataclasses.replace(_message(), reactions=(), attachments=())
     (text,) = outbox.encode_each([outbox.Publish(MessagePosted(bare.room_id, message=bare))])
     (entry,) = outbox.decode("[" + text + "]")
     assert isinstance(entry.event, MessagePosted)
