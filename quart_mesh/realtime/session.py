@@ -537,7 +537,9 @@ class ProtocolSession:
             except MeshError:  # the store is unavailable: they are delivered again next time
                 log.warning("could not mark commands %s delivered", command_ids)
         if waited.cancelled_caught:
-            log.warning("marking commands %s delivered took too long: sent again", command_ids)
+            log.warning(
+                "marking commands %s delivered took too long: they may be sent again", command_ids
+            )
 
     # reader ------------------------------------------------------------------
 

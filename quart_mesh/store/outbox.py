@@ -54,8 +54,9 @@ __all__ = [
 #: ``conn.info`` key of the running unit's entries
 _KEY = "mesh_outbox"
 
-#: the longest frame a message's stream entry carries (characters); a longer
-#: one is made again by each process that delivers it (decision 0085)
+#: the longest frame a message's stream entry carries (UTF-8 bytes: the entry
+#: then fits one notification, 7,600 bytes, whatever the text); a longer one
+#: is made again by each process that delivers it (decision 0085)
 FRAME_CARRIED = 2048
 
 #: the changes to the broker's routing (applied by every process, also the
@@ -172,7 +173,7 @@ def encode_each(found: list[Entry]) -> list[str]:
                 # a long message (its text twice, escaped twice, would pass a
                 # notification's size sooner: its commit read from the table)
                 frame = entry.event.frame
-                if len(frame) <= FRAME_CARRIED:
+                if (len(frame) if frame.isascii() else len(frame.encode())) <= FRAME_CARRIED:
                     item["f"] = frame
                     item["v"] = __version__
         elif isinstance(entry, SendTo):

@@ -149,6 +149,8 @@ def test_the_streams_entries_are_compressed_with_lz4_and_back(cluster: stores.Cl
     body = '[{"k":"change","kind":"join","args":["%s"]}]'
     try:
         with engine.begin() as conn:
+            if int(conn.exec_driver_sql("SHOW server_version_num").scalar_one()) < 140_000:
+                pytest.skip("PostgreSQL before 14 has no per-column compression")
             _migrate(conn, "0035_stream_lz4")
             if _compression(conn) == "":
                 pytest.skip("this PostgreSQL has no LZ4 (the migration kept pglz)")

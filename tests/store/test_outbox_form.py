@@ -12,6 +12,7 @@ import pytest
 from quart_mesh.events import MessagePosted
 from quart_mesh.records import Message, Reaction, Upload
 from quart_mesh.store import outbox
+from quart_mesh.store.database import _CHUNK_BYTES
 
 pytestmark = pytest.mark.store_free
 
@@ -88,19 +89,27 @@ def test_a_row_of_an_older_or_newer_version_still_reads() -> None:
         assert entry.event.frame == fresh, change
 
 
-def test_a_long_messages_frame_is_made_where_it_is_delivered() -> None:
-    """A frame longer than FRAME_CARRIED does not travel: the entry, which
-    would hold the text twice (once escaped twice), stays small enough for
-    a notification."""
-    long = dataclasses.replace(_message(), content='"quoted"\n' * 400)
-    (text,) = outbox.encode_each([outbox.Publish(MessagePosted(long.room_id, message=long))])
-    written = json.loads(text)
-    assert "f" not in written
-    (entry,) = outbox.decode("[" + text + "]")
-    assert isinstance(entry.event, MessagePosted)
-    assert entry.event.frame == MessagePosted(long.room_id, message=long).frame
-    assert len(MessagePosted(long.room_id, message=long).frame) > outbox.FRAME_CARRIED
-    # a message with no reactions or attachments reads back with empty tuples
+@pytest.mark.parametrize("unit", ['"q"\\', "é", "漢", "😀"])
+def test_an_entry_fits_one_notification_with_or_without_its_frame(unit: str) -> None:
+    """A frame over FRAME_CARRIED UTF-8 bytes does not travel (made where it
+    is delivered); one up to it does, and its entry, which holds the text
+    twice (once escaped twice), still fits one notification. (A message
+    long enough that its entry alone passes a notification's size has its
+    commit read from the table, carried frame or not.)"""
+    for length in range(1, 2 * outbox.FRAME_CARRIED, 7):
+        message = dataclasses.replace(_message(), content=unit * length)
+        event = MessagePosted(message.room_id, message=message)
+        (text,) = outbox.encode_each([outbox.Publish(event)])
+        carried = json.loads(text).get("f")
+        assert (carried is not None) == (len(event.frame.encode()) <= outbox.FRAME_CARRIED)
+        if carried is not None:
+            assert len(text.encode()) <= _CHUNK_BYTES, (unit, length)
+        (entry,) = outbox.decode("[" + text + "]")
+        assert isinstance(entry.event, MessagePosted)
+        assert entry.event.frame == MessagePosted(message.room_id, message=message).frame
+
+
+def test_a_message_without_reactions_or_attachments_reads_back_with_empty_tuples() -> None:
     bare = dataclasses.replace(_message(), reactions=(), attachments=())
     (text,) = outbox.encode_each([outbox.Publish(MessagePosted(bare.room_id, message=bare))])
     (entry,) = outbox.decode("[" + text + "]")
