@@ -56,6 +56,7 @@ from ..store import Database, outbox
 from ..store import accounts as accounts_repo
 from ..store import rooms as rooms_repo
 from ..store import tasks as repo
+from ..store.dialect import one_snapshot
 from .authz import Actor, RoomRef, authorize
 from .dms import DirectMessages
 from .messages import Messages
@@ -357,6 +358,9 @@ class Tasks:
         """
 
         def read(conn: Connection) -> tuple[Task, bool]:
+            # one snapshot: a task completed by another process between two
+            # statements of _answer would hide its reply from a later task
+            one_snapshot(conn)
             task = _visible(conn, actor, task_id)
             return task, _due(conn, task)
 
@@ -416,6 +420,7 @@ class Tasks:
             check_id(room_id, "roomId")
 
         def read(conn: Connection) -> tuple[builtins.list[Task], builtins.list[Task]]:
+            one_snapshot(conn)  # as in get
             if room_id is not None:
                 require_member(conn, actor, room_id)
                 found = repo.list_tasks(
@@ -704,6 +709,7 @@ class TaskReconciler:
         """Reconcile *room_id*'s open unmanaged tasks; how many stay so."""
 
         def read(conn: Connection) -> tuple[int, builtins.list[Task]]:
+            one_snapshot(conn)  # as in get
             found = repo.open_unmanaged(conn, room_id)
             return len(found), [task for task in found if _due(conn, task)]
 

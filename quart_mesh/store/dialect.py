@@ -43,6 +43,7 @@ __all__ = [
     "insert",
     "insert_new",
     "is_retryable",
+    "one_snapshot",
     "translate",
 ]
 
@@ -144,6 +145,17 @@ def hold_write_lock(conn: Connection) -> None:
     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
     if conn.get_nested_transaction() is None:
         conn.info[_HELD] = root
+
+
+def one_snapshot(conn: Connection) -> None:
+    """Call first in a read of several statements whose answers must agree:
+    every statement after it sees the database as it was at the first. On
+    PostgreSQL each statement of a READ COMMITTED transaction sees what
+    committed before it began, so a write committed between two of them
+    shows in the second only (``REPEATABLE READ`` for this transaction); a
+    SQLite read transaction is one snapshot already."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def holds_write_lock(conn: Connection) -> bool:
