@@ -91,7 +91,8 @@ class Feed:
         self.participant_id = participant_id
         self.sub = sub
         self._max_commands = max_commands
-        #: the commands :meth:`replay` queued: a live copy of one is dropped
+        #: the commands the catch-up handed out (:meth:`replayed`): a live
+        #: copy of one is dropped
         self._sent: set[str] = set()
 
     def __enter__(self) -> Feed:
@@ -205,9 +206,9 @@ class Feed:
                 return False
         commands, more = backlog.commands, backlog.commands_truncated
         while True:
+            self.replayed(commands)
             for command in commands:
                 issued = command_event(command)
-                self._sent.add(command.command_id)
                 if not await self.sub.put(issued, issued.frame):
                     return False
             if not (more and commands):
@@ -215,8 +216,8 @@ class Feed:
             commands, more = await self.more_commands(commands[-1])
 
     def replayed(self, commands: list[agents_repo.CommandRow]) -> None:
-        """*commands* were handed out by the caller's own catch-up (not
-        :meth:`replay`): a live copy of one is dropped too."""
+        """*commands* are handed out by the catch-up (:meth:`replay`, or a
+        caller's own): a live copy of one is dropped by :meth:`go_live`."""
         self._sent.update(command.command_id for command in commands)
 
     async def go_live(self, replayed_to: int | None) -> None:

@@ -173,7 +173,7 @@ def encode_each(found: list[Entry]) -> list[str]:
                 # a long message (its text twice, escaped twice, would pass a
                 # notification's size sooner: its commit read from the table)
                 frame = entry.event.frame
-                if (len(frame) if frame.isascii() else len(frame.encode())) <= FRAME_CARRIED:
+                if len(frame.encode()) <= FRAME_CARRIED:
                     item["f"] = frame
                     item["v"] = __version__
         elif isinstance(entry, SendTo):
