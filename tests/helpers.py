@@ -23,6 +23,7 @@ import httpx
 import trio
 
 from quart_mesh import Settings, create_app, serve
+from quart_mesh.app import MeshApp
 from tests import launcher
 
 PASSWORD = "correct horse battery"
@@ -270,8 +271,24 @@ async def cli(
     return await launcher.run(*args, stdin=stdin, env=env, fresh=fresh)
 
 
-async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:
-    """A node on *data_dir* served by hypercorn on loopback in *nursery*; its URL."""
-    app = create_app(Settings(data_dir=data_dir))
+async def serve_on(data_dir: Path, nursery: trio.Nursery, settings: Settings | None = None) -> str:
+    """A node on *data_dir* (or on *settings*) served on loopback in
+    *nursery*, the node's own server in front of hypercorn; its URL."""
+    return await _serve_app(create_app(settings or Settings(data_dir=data_dir)), nursery)
+
+
+async def _serve_app(app: MeshApp, nursery: trio.Nursery) -> str:
     url: str = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
     return url
+
+
+@asynccontextmanager
+async def served(settings: Settings) -> AsyncIterator[tuple[str, MeshApp, httpx.AsyncClient]]:
+    """The node on *settings* served on loopback, for the block: its URL,
+    its app (``app.node`` while served) and a client of it."""
+    async with trio.open_nursery() as nursery:
+        app = create_app(settings)
+        url = await _serve_app(app, nursery)
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            yield url, app, http
+        nursery.cancel_scope.cancel()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from quart_mesh import AccessEnded, Event, EventStream, MessagePosted
+from quart_mesh import AccessEnded, EventStream, MessagePosted
 from quart_mesh.events import CommandIssued
 from tests.test_event_stream import CAP, running
 from tests.test_event_stream import messages as _messages
@@ -52,18 +52,24 @@ async def test_commands_a_stream_hands_out_are_not_handed_out_again(tmp_path: Pa
         bot = node.accounts.actor_for(boot.participant)
         row = await node.commands.send_command(mesh.owner, bot.participant_id, "ping")
 
-        async def first_command() -> list[Event]:
-            got: list[Event] = []
+        async def commands_until(marker: str) -> list[str]:
+            """The commands a new stream hands out before the message
+            *marker*, sent once it is open (the catch-up's commands come
+            before what is live)."""
+            got: list[str] = []
             async with node.events(bot, since=0) as stream:
-                with trio.move_on_after(1):
-                    async for event in stream:
-                        got.append(event)
-            return [e for e in got if isinstance(e, CommandIssued)]
+                await node.messages.send(mesh.owner, mesh.town, marker)
+                async for event in stream:
+                    if isinstance(event, CommandIssued):
+                        got.append(event.command_id)
+                    elif isinstance(event, MessagePosted) and event.message.content == marker:
+                        return got
+            raise AssertionError("the stream ended")
 
+        await node.rooms.join(bot, mesh.town)
         with trio.fail_after(CAP):
-            first = await first_command()
-            assert [c.command_id for c in first if isinstance(c, CommandIssued)] == [row.command_id]
-            again = await first_command()
+            assert await commands_until("first") == [row.command_id]
+            again = await commands_until("second")
         assert again == [], "the same command handed out by the next stream"
         waiting = await node.commands.pending_commands(bot.participant_id)
         assert waiting == []

@@ -37,11 +37,12 @@ import sqlalchemy as sa
 import trio
 
 import quart_mesh
-from quart_mesh import Settings, create_app, open_node, serve
+from quart_mesh import Settings, open_node
 from quart_mesh.backup import restore
 from quart_mesh.errors import StoreFromNewerRelease
 from tests import stores
 from tests.helpers import Mesh, assert_error, cli
+from tests.helpers import served as served_node
 
 pytestmark = pytest.mark.e2e
 
@@ -164,12 +165,8 @@ async def test_health_manifest_cards_openapi_and_cli_say_the_version(mesh: Mesh)
 @asynccontextmanager
 async def served(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The node on *settings* served on loopback; a client of it."""
-    async with trio.open_nursery() as nursery:
-        app = create_app(settings)
-        url = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
-        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            yield http
-        nursery.cancel_scope.cancel()
+    async with served_node(settings) as (_, _, http):
+        yield http
 
 
 def bearer(token: str) -> dict[str, str]:

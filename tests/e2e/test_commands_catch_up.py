@@ -14,27 +14,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import trio
 
-from quart_mesh import Settings, create_app, serve
+from quart_mesh import Settings
 from quart_mesh.app import MeshApp
 from quart_mesh.config import Limits
 from quart_mesh.events import CommandIssued
 from tests.e2e.test_commands import bootstrap, command
 from tests.helpers import Mesh, User, connect
+from tests.helpers import served as served_node
 
 
 @asynccontextmanager
 async def served(data_dir: Path, waiting: int) -> AsyncIterator[tuple[str, Mesh, MeshApp]]:
     """A node on *data_dir* letting *waiting* commands wait per agent."""
     settings = Settings(data_dir=data_dir, limits=Limits(max_pending_commands=waiting))
-    async with trio.open_nursery() as nursery:
-        app = create_app(settings)
-        url = await nursery.start(lambda task_status: serve(app, port=0, task_status=task_status))
-        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-            yield url, Mesh(http), app
-        nursery.cancel_scope.cancel()
+    async with served_node(settings) as (url, app, http):
+        yield url, Mesh(http), app
 
 
 async def send(mesh: Mesh, owner: User, agent: User, count: int) -> list[str]:
