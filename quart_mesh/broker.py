@@ -8,7 +8,8 @@ room that participant is in, including rooms joined after it subscribed.
 
 Backpressure: :meth:`Broker.publish` never blocks and never awaits. Each
 subscription has a bounded buffer; a subscription whose buffer is full when
-an event arrives is *failed* with reason ``"lagging"`` (its owner sends an
+an event arrives is *failed* as ``lagging`` (each reason a subscription
+ends for, and what its owners do then, is in ``ends.py``: a session sends an
 ``error`` frame and disconnects; the client resumes from its cursor, losing
 nothing, because messages are committed before they are published).
 
@@ -29,26 +30,52 @@ import collections
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 import trio
 
+from .ends import ENDINGS, Ending, EndReason
 from .events import DmRead, Event, Relayed
-from .store.outbox import MIRRORED, Change, Entry, Publish, SendTo
+from .store.outbox import (
+    Disconnect,
+    DisconnectToken,
+    DropParticipant,
+    DropRoom,
+    Entry,
+    Invalidate,
+    Join,
+    Leave,
+    Publish,
+    Routing,
+    SendTo,
+)
 
-__all__ = ["Broker", "Queued", "Subscription"]
+__all__ = ["Broker", "DirectWriter", "Left", "Queued", "StreamFollower", "Subscription"]
 
 log = logging.getLogger(__name__)
 
 #: subscriptions the flusher writes before it lets other tasks run
 _FLUSH_SLICE = 128
 
-#: what a subscriber receives: the event and its serialized frame (or, for
-#: the rest of a direct write the socket did not take, the frame's bytes)
-Queued = tuple[Event | None, str | bytes]
+#: what a subscriber receives: the event (None for a frame of the owner's
+#: own, such as ``auth_ok``) and its serialized frame
+Queued = tuple[Event | None, str]
+
+
+class Left(NamedTuple):
+    """What a direct write left to the owner (:data:`DirectWriter`)."""
+
+    #: the deliveries it did not write, oldest first (the owner writes them first)
+    items: list[Queued]
+    #: the socket owes the end of a frame it began: the owner must run to
+    #: finish it even if nothing else is left
+    owed: bool = False
+
+
 #: writes a subscriber's deliveries at once, without waking its owner
 #: (:meth:`Subscription.write_directly`): None if it wrote nothing, else
-#: what it could not write (to be written by the owner, first)
-DirectWriter = Callable[[list[Queued]], "list[Queued] | None"]
+#: what it left to the owner
+DirectWriter = Callable[[list[Queued]], Left | None]
 
 
 class Subscription:
@@ -101,8 +128,8 @@ class Subscription:
         self._wakeup = trio.Event()
         #: made only while the owner waits for room (:meth:`put`)
         self._space: trio.Event | None = None
-        #: why the subscription ended ("lagging", "closed", ...), or None while live
-        self.failed: str | None = None
+        #: why the subscription ended, or None while live
+        self.failed: EndReason | None = None
         #: see :meth:`write_directly`
         self._direct: DirectWriter | None = None
         #: the owner is waiting in :meth:`get_batch`, or has parked (:meth:`park`):
@@ -119,12 +146,17 @@ class Subscription:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def ending(self) -> Ending | None:
+        """What the subscription's end means to its owner (``ends.py``), or None while live."""
+        return None if self.failed is None else ENDINGS[self.failed]
+
     def push(self, event: Event | None, frame: str) -> bool:
         """Queue a delivery; False (and the subscription fails) if it is full."""
         if self.failed is not None:
             return False
         if len(self._items) >= self.capacity:
-            self.fail("lagging")
+            self.fail(EndReason.LAGGING)
             return False
         self._items.append((event, frame))
         if self._idle and self._direct is not None and self.broker.flushing:
@@ -188,9 +220,10 @@ class Subscription:
             log.exception("a direct write failed")
             left = None
         if left is None:  # nothing written: the owner writes it all
-            left = batch
-        if left:  # what the writer did not take goes first
-            self._items[:0] = left
+            left = Left(batch)
+        if left.items:  # what the writer did not take goes first
+            self._items[:0] = left.items
+        if left.items or left.owed:
             self._wake_owner()
         self._room()
 
@@ -225,7 +258,7 @@ class Subscription:
             if self.failed is not None:
                 return False
             if len(self._held) >= self.capacity:
-                self.fail("lagging")
+                self.fail(EndReason.LAGGING)
                 return False
             self._held.append(event)
             return True
@@ -249,10 +282,12 @@ class Subscription:
                 break
         self._held = None
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: EndReason) -> None:
+        """End the subscription for *reason* (the first reason stands) and
+        wake its owner, which says why (``ends.ENDINGS``)."""
         if self.failed is None:
             self.failed = reason
-            if reason == "lagging":
+            if reason is EndReason.LAGGING:
                 self.broker._drops += 1
             self._wake_owner()
             self._room()
@@ -276,8 +311,10 @@ class Subscription:
         """Take up to *max_items* deliveries queued now, oldest first, without
         waiting: empty if nothing is queued, or once the subscription has
         failed (lagging, removed, ...: the owner reports and disconnects;
-        what was queued before ``closed`` or ``unavailable`` is still given)."""
-        if self.failed is not None and self.failed not in ("closed", "unavailable"):
+        what was queued before ``closed`` or ``unavailable`` is still given:
+        ``Ending.keeps_queue``)."""
+        failed = self.failed
+        if failed is not None and not ENDINGS[failed].keeps_queue:
             return []  # lagging or removed: the owner reports and disconnects
         items = self._items
         if len(items) <= max_items:
@@ -290,7 +327,7 @@ class Subscription:
 
     def close(self) -> None:
         self.broker._unsubscribe(self)
-        self.fail("closed")
+        self.fail(EndReason.CLOSED)
 
     def __enter__(self) -> Subscription:
         return self
@@ -321,10 +358,44 @@ class BrokerStatistics:
         }
 
 
-class Broker:
-    """Publish/subscribe by room. All methods are synchronous and non-blocking."""
+class StreamFollower(Protocol):
+    """What the broker asks of the process's bus (``services/bus.py``) when
+    several processes share the store. Declared here, by what the broker
+    uses, so that the broker depends on no service."""
 
-    def __init__(self, default_capacity: int = 1024) -> None:
+    @property
+    def following(self) -> bool:
+        """Whether the bus follows the cluster's stream now: from when it
+        took its place in the stream until it stops, committed events reach
+        the broker through it (:meth:`Broker.apply`), in the stream's
+        order, not at their local commit (:meth:`Broker.committed`)."""
+
+    def head(self) -> int:
+        """The stream position up to which the bus applied the stream here:
+        a subscription made now receives the events after it only."""
+
+    def local_commit(self) -> None:
+        """This process committed something: read the stream at once (while
+        the bus runs). Must not block."""
+
+    def send_live(self, event: Event) -> None:
+        """Carry *event*, which is not stored, to the other processes (at
+        most once; while the bus runs). Must not block."""
+
+
+class Broker:
+    """Publish/subscribe by room. All methods are synchronous and non-blocking.
+
+    Args:
+        default_capacity: deliveries a subscription may hold (unless it
+            is given its own).
+        bus: with several processes on one database, the process's bus
+            (:class:`StreamFollower`): while it follows the stream, committed
+            events come from it, and live ones go to the other processes
+            through it. ``None``: one process, alone with its store.
+    """
+
+    def __init__(self, default_capacity: int = 1024, *, bus: StreamFollower | None = None) -> None:
         self.default_capacity = default_capacity
         self._rooms_of: dict[str, set[str]] = collections.defaultdict(set)
         self._members: dict[str, set[str]] = collections.defaultdict(set)
@@ -340,15 +411,7 @@ class Broker:
         self._delivered = 0
         self._messages_committed = 0
         self._observers: list[Callable[[Event], object]] = []
-        #: several processes share the store: committed events come from the bus
-        self.clustered = False
-        #: the bus, told of each local commit (it reads the stream at once)
-        self.on_local_commit: Callable[[], object] | None = None
-        #: the bus, given events that are not stored, for the other processes
-        self.live_sink: Callable[[Event], object] | None = None
-        #: the newest stream position known to be committed (the bus's):
-        #: a new subscription receives what comes after it only
-        self.stream_head: Callable[[], int] = lambda: 0
+        self._bus = bus
         #: the stream position of the events being delivered, while the bus
         #: applies a row (None otherwise)
         self.delivering: int | None = None
@@ -395,6 +458,22 @@ class Broker:
             for sub in flushing:  # not written: their owners write them
                 sub._marked = False
                 sub._wake_owner()
+
+    @property
+    def bus(self) -> StreamFollower | None:
+        """The process's bus it was built with (several processes), or None."""
+        return self._bus
+
+    @property
+    def clustered(self) -> bool:
+        """Whether committed events come from the bus now, which follows the
+        cluster's stream (:attr:`StreamFollower.following`)."""
+        return self._bus is not None and self._bus.following
+
+    def stream_head(self) -> int:
+        """The stream position a subscription made now begins after (the
+        bus's :meth:`~StreamFollower.head`; 0 without a bus)."""
+        return 0 if self._bus is None else self._bus.head()
 
     def _mark(self, sub: Subscription) -> None:
         (self._first if sub.sending else self._marked).append(sub)
@@ -472,13 +551,13 @@ class Broker:
     def drop_participant(self, participant_id: str) -> None:
         # unsubscribe first: it finds the rooms to clean through _rooms_of
         for sub in list(self._subs_of.get(participant_id, ())):
-            sub.fail("removed")
+            sub.fail(EndReason.REMOVED)
             self._unsubscribe(sub)
         for room_id in self._rooms_of.pop(participant_id, set()):
             self._members.get(room_id, set()).discard(participant_id)
         self._readable.pop(participant_id, None)
 
-    def disconnect(self, participant_id: str, reason: str) -> int:
+    def disconnect(self, participant_id: str, reason: EndReason) -> int:
         """End *participant_id*'s subscriptions as *reason* (their owners tell
         the client and close), keeping its memberships; how many ended."""
         subs = list(self._subs_of.get(participant_id, ()))
@@ -487,7 +566,7 @@ class Broker:
             self._unsubscribe(sub)
         return len(subs)
 
-    def disconnect_all(self, reason: str) -> int:
+    def disconnect_all(self, reason: EndReason) -> int:
         """End every subscription as *reason*; how many ended."""
         subs = list(self._all)
         for sub in subs:
@@ -495,7 +574,7 @@ class Broker:
             self._unsubscribe(sub)
         return len(subs)
 
-    def disconnect_token(self, participant_id: str, token_id: str, reason: str) -> int:
+    def disconnect_token(self, participant_id: str, token_id: str, reason: EndReason) -> int:
         """End the subscriptions of *participant_id* opened with the token
         *token_id* as *reason*; how many ended."""
         subs = [s for s in self._subs_of.get(participant_id, ()) if s.token_id == token_id]
@@ -567,14 +646,14 @@ class Broker:
         for entry in entries:
             if isinstance(entry, Publish) and entry.event.type == "message":
                 self._messages_committed += 1
-        if not self.clustered:
+        bus = self._bus
+        if bus is None or not bus.following:
             self.apply(entries)
             return
         for entry in entries:
-            if isinstance(entry, Change) and entry.kind == "join":
+            if isinstance(entry, Join):
                 self._change(entry)
-        if self.on_local_commit is not None:
-            self.on_local_commit()
+        bus.local_commit()
 
     def apply(self, entries: list[Entry]) -> None:
         """Deliver events and apply routing changes, in order (the bus, for
@@ -594,30 +673,29 @@ class Broker:
                 if room_id is not None and not self._sees(entry.participant_id, room_id):
                     continue
                 self.send_to(entry.participant_id, event)
-            elif entry.kind in MIRRORED:
+            elif not isinstance(entry, Invalidate):
                 self._change(entry)
 
-    def _change(self, entry: Change) -> None:
-        args = entry.args
-        match entry.kind:
-            case "join":
-                self.join(args[0], args[1])
-            case "leave":
-                self.leave(args[0], args[1])
-            case "drop_room":
-                self.drop_room(args[0])
-            case "drop_participant":
-                self.drop_participant(args[0])
-            case "disconnect":
-                self.disconnect(args[0], args[1])
-            case "disconnect_token":
-                self.disconnect_token(args[0], args[1], args[2])
+    def _change(self, change: Routing) -> None:
+        match change:
+            case Join(room_id, participant_id):
+                self.join(room_id, participant_id)
+            case Leave(room_id, participant_id):
+                self.leave(room_id, participant_id)
+            case DropRoom(room_id):
+                self.drop_room(room_id)
+            case DropParticipant(participant_id):
+                self.drop_participant(participant_id)
+            case Disconnect(participant_id, reason):
+                self.disconnect(participant_id, reason)
+            case DisconnectToken(participant_id, token_id, reason):
+                self.disconnect_token(participant_id, token_id, reason)
 
     def publish_live(self, event: Event) -> int:
         """Publish an event that is not stored (typing, presence coming
         online): here at once, and to the other processes through the bus."""
-        if self.live_sink is not None:
-            self.live_sink(event)
+        if self._bus is not None:
+            self._bus.send_live(event)
         return self.publish(event)
 
     # publishing -------------------------------------------------------------

@@ -31,6 +31,7 @@ from .config import Settings
 from .control import CONTROL_SOCKET, ControlSocket
 from .data_folder import lock_data_folder
 from .disk import DiskSpace
+from .ends import EndReason
 from .errors import Unavailable
 from .federation import Federation, Heartbeat, Registry
 from .federation.relay import Relay
@@ -93,9 +94,19 @@ class Node:
     """
 
     def __init__(
-        self, settings: Settings, db: Database, secret: bytes, identity: NodeIdentity
+        self,
+        settings: Settings,
+        db: Database,
+        secret: bytes,
+        identity: NodeIdentity,
+        *,
+        broker: Broker,
+        bus: Bus | None,
+        process_id: str,
     ) -> None:
-        """Wire the components (no I/O). Use :func:`open_node`."""
+        """Wire the components (no I/O). Use :func:`open_node`, which makes
+        the store, the broker and the bus, wired to each other
+        (:func:`_wire_core`)."""
         self.settings = settings
         self.db = db
         #: the faults it rides out, each logged once (``faults.py``)
@@ -115,17 +126,14 @@ class Node:
         #: the address clients use: configured, or the bound one once serving
         self.address = PublicAddress(settings.public_url)
         limits = settings.limits
-        self.broker = Broker(settings.subscriber_buffer)
-        #: what each commit published reaches the broker (``store/outbox.py``)
-        db.on_commit = self.broker.committed
+        #: routes events to subscribers; what each commit published reaches
+        #: it (``store/outbox.py``), alone or through the bus
+        self.broker = broker
         #: this process, among those serving the mesh
-        self.process_id = new_id()
+        self.process_id = process_id
         #: with several processes on one PostgreSQL database, every commit
         #: reaches every process through the bus (``services/bus.py``)
-        self.bus: Bus | None = None
-        if db.backend == "postgresql":
-            db.stream_origin = self.process_id
-            self.bus = Bus(db, self.broker, self.process_id)
+        self.bus = bus
         #: roles and room rules (a mirror of the store)
         self.policy = Policy()
         self.presence = Presence(db, self.broker)
@@ -373,7 +381,7 @@ class Node:
             # nothing is delivered any more: in-process streams (node.events)
             # and other waits end after what was queued (served, the sessions
             # were closed with 1001 before this)
-            self.broker.disconnect_all("closed")
+            self.broker.disconnect_all(EndReason.CLOSED)
 
     def served_by(self, stop: trio.Event, stopped: trio.Event) -> None:
         """For :func:`~quart_mesh.server.serve` (internal): until *stopped*
@@ -524,16 +532,13 @@ async def _open_node(settings: Settings) -> AsyncIterator[Node]:
     data_dir = settings.data_dir
     secret = await trio.to_thread.run_sync(load_or_create_secret, data_dir)
     identity = await trio.to_thread.run_sync(load_or_create_node_identity, data_dir)
-    db = Database(
-        settings.resolved_database_url,
-        reader_threads=settings.db_reader_threads,
-        max_queued=settings.max_queued_writes,
-    )
+    process_id = new_id()
+    db, broker, bus = _wire_core(settings, process_id)
     await trio.to_thread.run_sync(check_store_at_open, settings)  # StoreCorrupt (0078)
     await db.open()
     node: Node | None = None
     try:
-        node = Node(settings, db, secret, identity)
+        node = Node(settings, db, secret, identity, broker=broker, bus=bus, process_id=process_id)
         await node._load()
         log.debug("node open (data in %s, store %s)", data_dir, db.backend)
         yield node
@@ -544,3 +549,34 @@ async def _open_node(settings: Settings) -> AsyncIterator[Node]:
                     await node._save()
             finally:  # even if saving failed (the part that saves may be the bug)
                 await db.close()
+
+
+def _wire_core(settings: Settings, process_id: str) -> tuple[Database, Broker, Bus | None]:
+    """The store, the broker and, on PostgreSQL, the bus of process
+    *process_id*, wired to each other (no I/O).
+
+    They need each other: the store hands each commit's entries to the
+    broker, and asks the bus to wait until a commit is applied here; the
+    broker asks the bus whether it follows the stream; the bus reads the
+    store and delivers to the broker. The cycle is broken here, in one
+    place: the bus is made first, knowing only its process; the broker and
+    the store take it as a constructor argument (and the store the
+    broker's ``committed``); then the bus is given the two
+    (:meth:`Bus.attach`), before anything runs. Nothing sets hooks on
+    another afterwards, nor unsets them when the bus stops: whether it
+    follows the stream is the bus's own state, which the others read. On
+    SQLite there is no bus: the broker delivers each commit itself.
+    """
+    url = settings.resolved_database_url
+    bus = Bus(process_id) if Database.backend_of(url) == "postgresql" else None
+    broker = Broker(settings.subscriber_buffer, bus=bus)
+    db = Database(
+        url,
+        reader_threads=settings.db_reader_threads,
+        max_queued=settings.max_queued_writes,
+        bus=bus,
+        on_commit=broker.committed,
+    )
+    if bus is not None:
+        bus.attach(db, broker)
+    return db, broker, bus

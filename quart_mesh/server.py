@@ -68,8 +68,8 @@ from .app import MeshApp, largest_body
 from .asgi_guards import early_answer
 from .client_address import is_loopback
 from .descriptors import ACCEPT_CAPACITY_ERRNOS, ACCEPT_RETRY, Reserve, raise_open_file_limit
+from .ends import TRY_AGAIN_LATER
 from .node import Node
-from .realtime.session import TRY_AGAIN_LATER
 from .realtime.transport import WebSocket
 
 __all__ = ["STOP_MARGIN", "listening_url", "serve"]

@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from quart_mesh.broker import Broker, Subscription
+from quart_mesh.ends import EndReason
 from quart_mesh.events import Event, MessageDeleted, Presence, RoomDeleted, Typing
 
 pytestmark = pytest.mark.store_free
@@ -80,7 +81,7 @@ def test_drop_participant_fails_and_forgets() -> None:
     broker.load([("r1", "alice"), ("r1", "bob")])
     alice, bob = broker.subscribe("alice"), broker.subscribe("bob")
     broker.drop_participant("alice")
-    assert alice.failed == "removed"
+    assert alice.failed is EndReason.REMOVED
     assert broker.rooms_of("alice") == frozenset()
     assert broker.members("r1") == {"bob"}
     assert broker.publish(msg("r1")) == 1
@@ -104,7 +105,7 @@ async def test_full_subscription_fails_lagging_without_blocking() -> None:
     slow = broker.subscribe("alice", capacity=2)
     fast = broker.subscribe("bob", capacity=10)
     assert [broker.publish(msg("r1", n)) for n in range(3)] == [2, 2, 1]
-    assert (slow.failed, fast.failed) == ("lagging", None)
+    assert (slow.failed, fast.failed) == (EndReason.LAGGING, None)
     assert len(fast) == 3
     assert broker.publish(msg("r1", 3)) == 1  # a failed subscription gets no more
     stats = broker.statistics()
@@ -138,7 +139,7 @@ def test_held_overflow_fails_lagging() -> None:
     sub = broker.subscribe("alice", capacity=2)
     sub.hold()
     assert [broker.publish(msg("r1", n)) for n in range(3)] == [1, 1, 0]
-    assert sub.failed == "lagging"
+    assert sub.failed is EndReason.LAGGING
     assert broker.statistics().drops == 1
 
 
@@ -204,7 +205,7 @@ async def test_close_unsubscribes_and_drains_remaining() -> None:
         events = [msg("r1", n) for n in range(3)]
         for event in events:
             broker.publish(event)
-    assert sub.failed == "closed"
+    assert sub.failed is EndReason.CLOSED
     assert broker.statistics().subscribers == 0
     assert broker.publish(msg("r1")) == 0
     assert not sub.push(None, "late")

@@ -13,9 +13,10 @@ import pytest
 import trio
 import trio.testing
 
-from quart_mesh.broker import Broker, Queued, Subscription
+from quart_mesh.broker import Broker, Left, Queued, Subscription
 from quart_mesh.events import Event, MessageDeleted, MessagePosted
 from quart_mesh.realtime.session import ProtocolSession
+from quart_mesh.realtime.transport import Written
 from quart_mesh.records import Message
 
 pytestmark = pytest.mark.store_free
@@ -42,7 +43,7 @@ async def test_an_idle_subscriber_is_written_directly_once_per_wake_up() -> None
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         with broker.subscribe("p1") as sub:
-            sub.write_directly(lambda batch: writes.append(batch) or [])
+            sub.write_directly(lambda batch: writes.append(batch) or Left([]))
             nursery.start_soon(owner_takes, sub, owner)
             await trio.testing.wait_all_tasks_blocked()
             for n in range(3):  # published together: one write
@@ -61,9 +62,11 @@ async def test_what_the_writer_leaves_goes_to_the_owner_first() -> None:
     owner: list[list[Queued]] = []
     answers: list[Any] = [None, "some"]  # nothing written; then part of it
 
-    def writer(batch: list[Queued]) -> list[Queued] | None:
-        answer = answers.pop(0) if answers else []
-        return batch[1:] if answer == "some" else answer
+    def writer(batch: list[Queued]) -> Left | None:
+        answer = answers.pop(0) if answers else "all"
+        if answer is None:
+            return None
+        return Left(batch[1:] if answer == "some" else [])
 
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
@@ -87,10 +90,10 @@ async def test_a_flusher_that_stops_leaves_no_subscriber_stranded() -> None:
     flusher = trio.CancelScope()
     written: list[list[Queued]] = []
 
-    def writer(batch: list[Queued]) -> list[Queued]:
+    def writer(batch: list[Queued]) -> Left:
         flusher.cancel()  # stopped during its first slice
         written.append(batch)
-        return []
+        return Left([])
 
     owners: list[list[Queued]] = []
     subs = []
@@ -129,9 +132,12 @@ async def test_a_session_notes_only_what_was_written() -> None:
     class Socket:
         writes_now = True
 
-        def write_now(self, frames: list[bytes]) -> list[bytes] | None:
+        def encode(self, event: Event | None, frame: str) -> bytes:
+            return frame.encode()
+
+        def write_now(self, frames: list[bytes]) -> Written:
             written.extend(frames[:1])
-            return frames[1:]  # the kernel took the first frame only
+            return Written(taken=1, owed=False)  # the kernel took the first frame only
 
     session = ProtocolSession(services, Socket())  # type: ignore[arg-type]
     session.actor = SimpleNamespace(participant_id="p1")  # type: ignore[assignment]
@@ -144,8 +150,8 @@ async def test_a_session_notes_only_what_was_written() -> None:
     left = session._write_directly(batch)
     assert noted == [1]  # m2 and m3 are the writer's, noted once it writes them
     assert left is not None
-    assert [event for event, _ in left] == [batch[1][0], batch[2][0]]
-    assert all(isinstance(frame, bytes) for _, frame in left)
+    assert left == Left(batch[1:], owed=False)
+    assert written == [batch[0][1].encode()]
 
 
 async def test_subscribers_waiting_for_their_sends_are_written_first() -> None:
@@ -159,7 +165,7 @@ async def test_subscribers_waiting_for_their_sends_are_written_first() -> None:
         for name in ("p1", "p2", "p3", "p4"):
             broker.join("r1", name)
             sub = broker.subscribe(name)
-            sub.write_directly(lambda batch, name=name: order.append(name) or [])
+            sub.write_directly(lambda batch, name=name: order.append(name) or Left([]))
             nursery.start_soon(owner_takes, sub, [])
             subs.append(sub)
         subs[2].sending = True  # p3 has sends waiting for their commit
@@ -191,7 +197,7 @@ async def test_a_parked_subscription_wakes_its_owner_once_when_it_is_wanted() ->
         assert sub.take() == []
 
         left: list[Queued] = []
-        sub.write_directly(lambda batch: left + batch[1:] if batch[1:] else [])
+        sub.write_directly(lambda batch: Left(left + batch[1:] if batch[1:] else []))
         sub.park(lambda: wakes.append(len(sub)))
         broker.publish(msg(2))  # written directly: nobody woken
         await trio.testing.wait_all_tasks_blocked()
@@ -202,7 +208,16 @@ async def test_a_parked_subscription_wakes_its_owner_once_when_it_is_wanted() ->
         assert wakes == [1, 1]
         assert ids(sub.take()) == ["m4"]
 
+        # the writer takes all, but the socket owes the end of the last
+        # frame: the owner is woken with nothing queued, to finish it
+        sub.write_directly(lambda batch: Left([], owed=True))
+        sub.park(lambda: wakes.append(len(sub)))
+        broker.publish(msg(5))
+        await trio.testing.wait_all_tasks_blocked()
+        assert wakes == [1, 1, 0]
+        assert sub.take() == []
+
         sub.park(lambda: wakes.append(-1))
         sub.close()  # the end: the owner is woken to say why
-        assert wakes == [1, 1, -1]
+        assert wakes == [1, 1, 0, -1]
         nursery.cancel_scope.cancel()

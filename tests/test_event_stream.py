@@ -30,6 +30,7 @@ from quart_mesh import (
     open_node,
 )
 from quart_mesh.broker import Broker
+from quart_mesh.ends import EndReason
 from quart_mesh.events import RoomAccess, Typing
 from quart_mesh.services.delivery import Backlog, Delivery
 from quart_mesh.services.stream import open_event_stream
@@ -307,7 +308,7 @@ async def test_a_closed_stream_ends_after_what_was_queued(tmp_path: Path) -> Non
             two = await node.messages.send(mesh.owner, mesh.town, "two")
             with trio.fail_after(CAP):
                 await last.wait()
-            node.broker.disconnect_all("closed")
+            node.broker.disconnect_all(EndReason.CLOSED)
             with trio.fail_after(CAP):
                 rest = await drain(stream)
         assert [e.message.content for e in rest if isinstance(e, MessagePosted)] == ["one", "two"]
@@ -356,7 +357,7 @@ async def test_delivery_starting_over_is_a_lost_place_not_an_end(tmp_path: Path)
             two = await node.messages.send(mesh.owner, mesh.town, "two")
             with trio.fail_after(CAP):
                 await last.wait()
-            node.broker.disconnect_all("unavailable")
+            node.broker.disconnect_all(EndReason.UNAVAILABLE)
             with trio.fail_after(CAP), pytest.raises(StreamLagged) as lagged:
                 await drain(stream, got)
         assert [e.message.content for e in got if isinstance(e, MessagePosted)] == ["one", "two"]

@@ -77,7 +77,7 @@ from ..errors import (
 )
 from ..events import TaskUpdated
 from ..ids import is_ulid, new_id
-from ..services.delivery import ACCESS_ENDED, refuse_if_access_ended
+from ..services.delivery import refuse_if_access_ended
 from .mapping import (
     STATES,
     TERMINAL,
@@ -475,7 +475,7 @@ class MeshRequestHandler(RequestHandler):
             TaskNotFoundError: the caller may no longer read the task.
         """
         try:
-            refuse_if_access_ended(feed.sub.failed)
+            refuse_if_access_ended(feed.sub)
         except Unauthorized as refused:
             raise a2a_error(refused) from None
         actor = await self._actor_now(context)
@@ -514,9 +514,10 @@ class MeshRequestHandler(RequestHandler):
                 return None
             with trio.move_on_at(min(deadline, trio.current_time() + RECHECK_SECONDS)):
                 while True:
-                    if feed.sub.failed in ACCESS_ENDED:
+                    ending = feed.sub.ending
+                    if ending is not None and ending.access_ended:
                         break
-                    if feed.sub.failed is not None:
+                    if ending is not None:
                         await trio.sleep_forever()  # lagged: the re-reads go on
                     batch = await feed.sub.get_batch()
                     if changes is not None:

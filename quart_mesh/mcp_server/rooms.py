@@ -67,6 +67,7 @@ from mcp_types import (
     UnsubscribeRequestParams,
 )
 
+from ..ends import ENDINGS, EndReason
 from ..errors import MeshError, Unauthorized, Unavailable
 from ..events import MessageDeleted, MessageEdited, MessagePosted
 from ..ids import is_ulid
@@ -320,7 +321,7 @@ class RoomSubscriptions:
                         if isinstance(event, _CHANGES) and event.room_id in rooms
                     }
                 reason = sub.failed
-            if reason != "lagging":
+            if reason is not EndReason.LAGGING:
                 raise _ended(reason)
             log.info("an MCP subscription's feed lagged: following it again")
             lagged = True
@@ -342,20 +343,18 @@ async def _sent(send: Callable[[], Awaitable[None]]) -> bool:
     return True
 
 
-def _ended(reason: str | None) -> MeshError:
+def _ended(reason: EndReason | None) -> MeshError:
     """Why a feed ended (its subscription's ``failed``), as the mesh error a
-    listen stream's client is told (the WebSocket's codes)."""
-    match reason:
-        case "signed_out":
-            return Unauthorized("this token was signed out", "token_revoked")
-        case "revoked":  # a guest, and the mesh went private
-            return Unauthorized("guest access to this mesh has ended", "token_revoked")
-        case "removed":
-            return Unauthorized("this participant was removed", "removed")
-        case "unavailable":
-            return Unavailable("the node's event stream was interrupted: listen again")
-        case _:
-            return Unavailable(f"the subscription ended ({reason}): listen again")
+    listen stream's client is told (the WebSocket's codes and texts)."""
+    if reason is None:  # not reached: the loop ends only once it failed
+        return Unavailable("the subscription ended: listen again")
+    ending = ENDINGS[reason]
+    if ending.access_ended:
+        assert ending.code is not None
+        return Unauthorized(ending.text, ending.code)
+    if reason is EndReason.UNAVAILABLE:
+        return Unavailable(ending.text)
+    return Unavailable(f"the subscription ended ({reason}): listen again")
 
 
 def _room_of(uri: str) -> str:

@@ -5,9 +5,9 @@ the node's own transport is not in front: the server speaks the WebSocket
 protocol and hands the app whole messages, and ``/ws`` is a Quart websocket
 route. :class:`QuartWebSocket` gives a
 :class:`~quart_mesh.realtime.session.ProtocolSession` what it uses of
-:class:`~quart_mesh.realtime.transport.WebSocket` (receive text, send frames
-or text, close with a code), so the protocol code is the same. What ASGI
-does not allow differs (``docs/operations.md``):
+:class:`~quart_mesh.realtime.transport.WebSocket` (receive messages, encode
+and send frames or text, close with a code), so the protocol code is the
+same. What ASGI does not allow differs (``docs/operations.md``):
 
 - no pings and no idle timeout from the node: ASGI has neither pings nor
   pongs. The server pings if told to (hypercorn's
@@ -21,8 +21,10 @@ does not allow differs (``docs/operations.md``):
   stopped reading. Such a session holds no more than its bounded buffer
   (it fails as ``lagging`` when that fills) and ends when the write goes
   through or the connection breaks.
-- frames are sent one message at a time (the server frames them again), and
-  a message over the server's own limit (hypercorn's
+- frames are sent one message at a time: the server frames them, so a
+  "frame" here (:meth:`QuartWebSocket.encode`) is only its UTF-8 payload,
+  and nothing is written without waiting (``write_now`` writes nothing,
+  nothing is ever owed). A message over the server's own limit (hypercorn's
   ``websocket_max_message_size``, 16 MiB) closes the connection with 1009
   instead of being answered with ``frame_too_large``.
 - Quart cancels the route as soon as the server reports the client gone,
@@ -46,8 +48,9 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent
 from werkzeug.datastructures import Headers
 
+from ..events import Event
 from .session import SETTLE_TIMEOUT
-from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge
+from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge, Written
 
 __all__ = ["ASGI_WIND_DOWN", "END_OF_STREAM", "AsgiWebSocket", "QuartWebSocket", "end_in_band"]
 
@@ -107,13 +110,6 @@ class AsgiWebSocket(Protocol):
     async def close(self, code: int, reason: str = "") -> None: ...
 
 
-def _text_of(frame: bytes) -> memoryview:
-    """The payload of a frame made by ``encode_text_frame`` (final, unmasked, text)."""
-    length = frame[1] & 0x7F
-    start = 2 if length < 126 else 4 if length == 126 else 10
-    return memoryview(frame)[start:]
-
-
 class QuartWebSocket:
     """A :class:`~quart_mesh.realtime.session.SessionSocket` over an ASGI
     server's WebSocket connection.
@@ -141,8 +137,10 @@ class QuartWebSocket:
         send has failed, a client silent for *idle_timeout* seconds is gone."""
         self._idle_timeout = idle_timeout
 
-    async def receive(self) -> str:
-        """The next complete text message (binary ones are read as UTF-8).
+    async def receive(self) -> str | bytes:
+        """The next complete message: a text message as ``str``, a binary one
+        as its ``bytes`` (undecoded, as the node's own transport hands them
+        over). The size limit counts UTF-8 bytes of text and bytes of binary.
 
         A failed send does not end it: messages the client sent before are
         still returned, until the end of its stream (or, from then on, until
@@ -162,24 +160,34 @@ class QuartWebSocket:
         if data is END_OF_STREAM:
             self._closed = True  # nothing more can be sent either
             raise ConnectionClosed
-        if isinstance(data, str):
-            text = data
-        else:  # binary (Quart hands over None for an empty one)
-            try:
-                text = bytes(data or b"").decode("utf-8")
-            except UnicodeDecodeError:
-                return "\x00invalid"  # rejected as invalid JSON by the session
+        if not isinstance(data, str):  # binary (Quart hands over None for an empty one)
+            if data and len(data) > self._max:
+                raise FrameTooLarge
+            return data or b""
         # a character is at most 4 bytes: count bytes only when it may matter
-        if len(text) * 4 > self._max and len(text.encode("utf-8", "surrogatepass")) > self._max:
+        if len(data) * 4 > self._max and len(data.encode("utf-8", "surrogatepass")) > self._max:
             raise FrameTooLarge
-        return text
+        return data
 
     #: no writes without waiting here (hypercorn's own send path)
     writes_now = False
 
-    def write_now(self, frames: list[bytes]) -> list[bytes] | None:
+    def write_now(self, frames: list[bytes]) -> Written | None:
         """Nothing is written without waiting here: None."""
         return None
+
+    @property
+    def owes(self) -> bool:
+        """Never: each message is sent whole (the server frames it)."""
+        return False
+
+    def encode(self, event: Event | None, frame: str) -> bytes:
+        """What :meth:`send_frames` takes for *frame* (JSON text): its UTF-8
+        payload only, since the server frames it; made once per *event*
+        (cached on it; not cached when *event* is None)."""
+        if event is None:
+            return frame.encode("utf-8")
+        return event.cached("asgi", lambda: frame.encode("utf-8"))
 
     async def send_frames(
         self,
@@ -187,8 +195,8 @@ class QuartWebSocket:
         *,
         timeout: float = math.inf,  # noqa: ASYNC109
     ) -> None:
-        """Send encoded frames (``encode_text_frame``), one message each,
-        within *timeout* seconds.
+        """Send frames made by :meth:`encode`, each as one text message,
+        within *timeout* seconds (``send_frames([])`` sends nothing).
 
         Raises:
             ConnectionClosed: the connection is gone, or closing.
@@ -196,9 +204,10 @@ class QuartWebSocket:
         """
         with trio.fail_after(timeout):
             for frame in frames:
-                await self._send(str(_text_of(frame), "utf-8"))
+                await self._send(frame.decode("utf-8"))
 
     async def send_text(self, text: str) -> None:
+        """Send *text* as one text message."""
         await self._send(text)
 
     async def _send(self, text: str) -> None:

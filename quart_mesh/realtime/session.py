@@ -7,13 +7,19 @@ client frames into service calls, and a writer that drains the
 subscription in batches. When either ends, the other is cancelled, except
 that a writer that finds the connection closed leaves the reader to hand
 over the frames it had read; the sends they queued are awaited past the
-session's end (for at most ``SETTLE_TIMEOUT`` seconds).
+session's end (for at most ``SETTLE_TIMEOUT`` seconds: ``_sends.py``).
+
+The socket owns the bytes (:class:`SessionSocket`): the session hands it
+frames' text and reads whole messages. Why a session ends is its
+subscription's :class:`~quart_mesh.ends.EndReason`, and what the client is
+told then (an ``error`` frame, a close code) is ``ends.ENDINGS``'s, said by
+one farewell (:meth:`ProtocolSession._farewell`).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import enum
 import logging
 import math
 import secrets
@@ -24,20 +30,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..broker import Queued, Subscription
-from ..errors import BadRequest, MeshError, Overloaded, RateLimited
+from ..broker import Left, Queued, Subscription
+from ..ends import POLICY_VIOLATION, EndReason
+from ..errors import BadRequest, MeshError
 from ..events import CommandIssued, Event, MessagePosted, error_frame, frame_of
 from ..logs import log_session
 from ..services.authz import Actor
 from ..services.delivery import Feed, parse_since
 from ..services.validation import is_client_id
 from ..wire import Fields, parse_json_object
-from .transport import (
-    CLOSE_TIMEOUT,
-    ConnectionClosed,
-    FrameTooLarge,
-    encode_text_frame,
-)
+from ._sends import Sends
+from .replies import error_reply, retry_after
+from .transport import CLOSE_TIMEOUT, ConnectionClosed, FrameTooLarge, Written
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -57,45 +61,45 @@ __all__ = ["FRAME_TYPES", "SETTLE_TIMEOUT", "ProtocolSession", "SessionServices"
 
 log = logging.getLogger(__name__)
 
-#: close codes
-POLICY_VIOLATION = 1008
-#: sends of one session queued but not yet stored
-_MAX_IN_FLIGHT = 64
 #: seconds the sends still queued when a session ends may take to be stored
 #: (they are awaited past the session's cancellation); the rest are dropped
 SETTLE_TIMEOUT = 5.0
+#: the close code for a node going away (RFC 6455 §7.4.1)
 GOING_AWAY = 1001
-TRY_AGAIN_LATER = 1013
-
-
-def _wire(event: Event | None, frame: str | bytes) -> bytes:
-    """The encoded WebSocket frame, shared by every session that sends it."""
-    if isinstance(frame, bytes):  # encoded already: what a direct write left
-        return frame
-    if event is None:
-        return encode_text_frame(frame.encode("utf-8"))
-    return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
 
 
 class SessionSocket(Protocol):
     """What a session uses of its socket: the node's own
     :class:`~quart_mesh.realtime.transport.WebSocket`, or the adapter over an
     ASGI server's (:class:`~quart_mesh.realtime.quart_ws.QuartWebSocket`).
+    The socket owns the bytes: the session hands it frames' text (through
+    :meth:`encode`) and reads whole messages.
 
-    ``receive`` raises :class:`ConnectionClosed` once the client is gone and
+    ``receive`` returns a text message as ``str`` and a binary one as
+    ``bytes`` (parsed as UTF-8 JSON all the same), raises
+    :class:`ConnectionClosed` once the client is gone and
     :class:`FrameTooLarge` for a message over the limit; sends raise
-    :class:`ConnectionClosed`; ``send_frames`` takes frames encoded by
-    :func:`encode_text_frame`.
+    :class:`ConnectionClosed`.
     """
 
     #: whether :meth:`write_now` may write
     writes_now: bool
 
+    #: the end of a frame begun by :meth:`write_now` is still to be written
+    #: (:meth:`send_frames`, even with no frames, writes it first)
+    @property
+    def owes(self) -> bool: ...
+
     def keep_alive(self, ping_interval: float, idle_timeout: float) -> None: ...
 
-    def write_now(self, frames: list[bytes]) -> list[bytes] | None: ...
+    def encode(self, event: Event | None, frame: str) -> bytes:
+        """*frame*'s bytes as this socket sends them (for an event, made
+        once and shared by every session that sends it)."""
+        ...
 
-    async def receive(self) -> str: ...
+    def write_now(self, frames: list[bytes]) -> Written | None: ...
+
+    async def receive(self) -> str | bytes: ...
 
     # armed only when the write has to wait (transport.WebSocket.send_frames)
     async def send_frames(
@@ -141,17 +145,18 @@ class _Auth:
     auto_read: bool
 
 
-class _Sends:
-    """A session's sends queued in the store, oldest first, awaited in turn
-    by its settler; made on the session's first send."""
+class _State(enum.Enum):
+    """Where an authenticated session is in its life."""
 
-    __slots__ = ("more", "queued", "slots")
-
-    def __init__(self) -> None:
-        #: bounds the sends queued and not yet stored
-        self.slots = trio.Semaphore(_MAX_IN_FLIGHT)
-        self.queued: collections.deque[tuple[Awaitable[object], str | None]] = collections.deque()
-        self.more = trio.Event()
+    #: auth_ok, the snapshot and the catch-up go out; then frames are read
+    LIVE = enum.auto()
+    #: the session ends itself (the client went, a farewell is under way,
+    #: the store failed at the start): the token's expiry no longer applies
+    ENDING = enum.auto()
+    #: its nursery is closing (its tasks cancelled, queued sends still being
+    #: stored): no writer task starts any more; nothing more is written but
+    #: the farewell of a token that expired meanwhile
+    CLOSING = enum.auto()
 
 
 class ProtocolSession:
@@ -160,13 +165,9 @@ class ProtocolSession:
 
     __slots__ = (
         "_auto_read",
-        "_closing",
-        "_ending",
         "_nursery",
         "_sends",
-        "_settle_by",
-        "_settler_started",
-        "_settling",
+        "_state",
         "_sub",
         "_writer_done",
         "actor",
@@ -187,20 +188,11 @@ class ProtocolSession:
         self._nursery: trio.Nursery
         self._sub: Subscription
         #: made on the first send: most sessions never send
-        self._sends: _Sends | None = None
-        self._settler_started = False
-        #: the shielded wait of the send being awaited, and when such waits
-        #: must end (see _settle_sends)
-        self._settling: trio.CancelScope | None = None
-        self._settle_by = math.inf
+        self._sends: Sends | None = None
+        self._state = _State.LIVE
         #: set when a writer task has ended the session's writing (its
         #: farewell, if any, is out; or the client is gone)
         self._writer_done = trio.Event()
-        #: the session's nursery is closing: no writer task starts any more
-        self._closing = False
-        #: the session ends itself (the client went, a farewell is under way):
-        #: the token's expiry no longer applies
-        self._ending = False
 
     # lifecycle ---------------------------------------------------------------
 
@@ -251,8 +243,8 @@ class ProtocolSession:
         ``unavailable``), ``shutdown`` when it was cancelled from outside
         (the node shutting down), else ``closed``."""
         sub: Subscription | None = getattr(self, "_sub", None)
-        if sub is not None and sub.failed is not None and sub.failed != "closed":
-            return sub.failed
+        if sub is not None and sub.failed is not None and sub.failed is not EndReason.CLOSED:
+            return sub.failed.value
         if trio.current_effective_deadline() == -math.inf:
             return "shutdown"
         return "closed"
@@ -288,9 +280,9 @@ class ProtocolSession:
                     try:
                         await self._start(actor, since, feed)
                     except MeshError as error:  # e.g. the store is unavailable
-                        self._ending = True
+                        self._state = _State.ENDING
                         sub.push(None, error_frame(error.message, error.code))
-                        sub.fail("unavailable")
+                        sub.fail(EndReason.UNAVAILABLE)
                         # the writer says so (its farewell is bounded), or finds
                         # the client gone; either way the session ends then
                         await self._writer_done.wait()
@@ -301,8 +293,9 @@ class ProtocolSession:
                     try:
                         await self._reader(actor, sub)
                     finally:  # the client is gone, or the session is cancelled
-                        self._settle_sends()
-                    self._ending = True
+                        if self._sends is not None:  # what it read is still stored, for a while
+                            self._sends.settle_by(trio.current_time() + SETTLE_TIMEOUT)
+                    self._state = _State.ENDING
                     nursery.cancel_scope.cancel()  # the nursery still waits for the sends
                 finally:
                     await self._closed(sub, expiry)
@@ -311,27 +304,15 @@ class ProtocolSession:
         """The session's nursery is closing (its tasks are cancelled; queued
         sends are still being stored): nothing more is written to the client
         but, if its token expired meanwhile, why — now, not after the sends."""
-        self._closing = True  # no writer task starts any more
+        ended_itself = self._state is _State.ENDING
+        self._state = _State.CLOSING  # no writer task starts any more
         sub.write_directly(None)
         sub.unpark()  # deliveries from now on wait for nobody
-        if self._ending or sub.failed is not None or trio.current_time() < expiry:
+        if ended_itself or sub.failed is not None or trio.current_time() < expiry:
             return  # ended for another reason (which the writer said, if any)
-        sub.fail("expired")  # the nursery's deadline: the token expired
-        timeout = min(self.services.settings.ws_send_timeout, CLOSE_TIMEOUT)
-        with (
-            trio.CancelScope(shield=True),  # inside the cancelled nursery
-            trio.move_on_after(timeout),
-            contextlib.suppress(ConnectionClosed),
-        ):
-            await self._ended(sub)
-
-    def _settle_sends(self) -> None:
-        """The session is ending: the sends it queued are still awaited (what
-        was read off the socket is stored), for at most
-        :data:`SETTLE_TIMEOUT` seconds from now."""
-        self._settle_by = trio.current_time() + SETTLE_TIMEOUT
-        if self._settling is not None:
-            self._settling.deadline = self._settle_by
+        sub.fail(EndReason.EXPIRED)  # the nursery's deadline: the token expired
+        with trio.CancelScope(shield=True):  # inside the cancelled nursery
+            await self._farewell(sub)
 
     async def _authenticate(self) -> _Auth | None:
         timeout = self.services.settings.auth_timeout
@@ -396,8 +377,8 @@ class ProtocolSession:
 
     def _wake_writer(self) -> None:
         """The subscription's waker (:meth:`Subscription.park`): start the
-        writer task, unless the session is ending."""
-        if not self._closing:
+        writer task, unless the session is closing."""
+        if self._state is not _State.CLOSING:
             self._nursery.start_soon(self._writer, self._sub)
 
     async def _writer(self, sub: Subscription) -> None:
@@ -415,15 +396,9 @@ class ProtocolSession:
             if not farewell:
                 return
             # the session ends with this farewell, whatever the token's expiry
-            self._ending = True
+            self._state = _State.ENDING
             scope.deadline = math.inf
-            # the farewell (error, close frame) to a client that may have
-            # stopped reading: a short deadline, then a reset
-            with (
-                trio.move_on_after(min(timeout, CLOSE_TIMEOUT)),
-                contextlib.suppress(ConnectionClosed),
-            ):
-                await self._ended(sub)
+            await self._farewell(sub)
         except BaseException:
             scope.cancel()
             raise
@@ -440,20 +415,22 @@ class ProtocolSession:
         (``closed``: the session goes on until the reader has handed over
         what it read) or stopped reading for *send_timeout* seconds (*scope*
         is cancelled)."""
-        while batch := sub.take():
+        ws = self.ws
+        # a frame a direct write began is finished even if nothing follows it
+        while (batch := sub.take()) or ws.owes:
             try:
                 # within the send timeout if it has to wait for the client
-                await self.ws.send_frames(
-                    [_wire(event, frame) for event, frame in batch], timeout=send_timeout
+                await ws.send_frames(
+                    [ws.encode(event, frame) for event, frame in batch], timeout=send_timeout
                 )
             except ConnectionClosed:
                 # the client closed or hung up: the session goes on until the
                 # reader has handed over what it read before (its sends are
                 # stored); nothing drains ``sub`` now
-                sub.fail("closed")
+                sub.fail(EndReason.CLOSED)
                 return False
             except trio.TooSlowError:
-                self._ending = True
+                self._state = _State.ENDING
                 scope.cancel()  # the session ends, with no farewell
                 return False
             self._note_delivered(batch)
@@ -462,53 +439,38 @@ class ProtocolSession:
             del batch
         return True
 
-    def _write_directly(self, batch: list[Queued]) -> list[Queued] | None:
+    def _write_directly(self, batch: list[Queued]) -> Left | None:
         """The broker's direct write of *batch* (``Subscription.write_directly``):
         None if nothing could be written now (the writer task writes it),
-        else what is left for the writer task (encoded already, with their
-        events, noted as delivered only once the writer has written them)."""
+        else what is left for the writer task (noted as delivered only once
+        the writer has written it), and whether the socket owes the end of a
+        frame it began (the writer task finishes it)."""
+        ws = self.ws
         try:
-            left = self.ws.write_now([_wire(event, frame) for event, frame in batch])
+            written = ws.write_now([ws.encode(event, frame) for event, frame in batch])
         except ConnectionClosed:
             return None  # the writer task finds out, and ends the session
-        if left is None:
+        if written is None:
             return None
-        if left == [b""]:  # only the end of a frame is owed: sent first, whatever comes
-            rest: list[Queued] = [(None, b"")]
-            written = batch
-        else:
-            written = batch[: len(batch) - len(left)]
-            rest = [
-                (event, frame)
-                for (event, _), frame in zip(batch[len(written) :], left, strict=True)
-            ]
-        try:
-            self._note_delivered(written)
+        try:  # a frame begun is the client's: the socket sends its end first
+            self._note_delivered(batch[: written.taken])
         except Exception:  # written already: never to be written again
             log.exception("noting a direct write failed")
-        return rest
+        return Left(batch[written.taken :], written.owed)
 
-    async def _ended(self, sub: Subscription) -> None:
-        if sub.failed == "unavailable":
-            await self.ws.close(TRY_AGAIN_LATER, "unavailable")
-        elif sub.failed == "lagging":
-            text = "this connection fell too far behind; reconnect with since=<last cursor>"
-            await self.ws.send_text(error_frame(text, "lagging"))
-            await self.ws.close(TRY_AGAIN_LATER, "lagging")
-        elif sub.failed == "removed":
-            await self.ws.send_text(error_frame("this participant was removed", "removed"))
-            await self.ws.close(POLICY_VIOLATION, "removed")
-        elif sub.failed == "expired":
-            text = "the token has expired; authenticate again with a new one"
-            await self.ws.send_text(error_frame(text, "token_expired"))
-            await self.ws.close(POLICY_VIOLATION, "token_expired")
-        elif sub.failed == "revoked":  # a guest, and the mesh went private
-            text = "guest access to this mesh has ended"
-            await self.ws.send_text(error_frame(text, "token_revoked"))
-            await self.ws.close(POLICY_VIOLATION, "token_revoked")
-        elif sub.failed == "signed_out":  # POST /api/auth/logout with this token
-            await self.ws.send_text(error_frame("this token was signed out", "token_revoked"))
-            await self.ws.close(POLICY_VIOLATION, "token_revoked")
+    async def _farewell(self, sub: Subscription) -> None:
+        """Tell the client why its subscription ended (``ends.ENDINGS``: an
+        ``error`` frame, then the close code) — to a client that may have
+        stopped reading, so within a short deadline (then the socket resets
+        it); a client that is gone is not told."""
+        ending = sub.ending
+        if ending is None or not ending.farewell:
+            return
+        timeout = min(self.services.settings.ws_send_timeout, CLOSE_TIMEOUT)
+        with trio.move_on_after(timeout), contextlib.suppress(ConnectionClosed):
+            if ending.code is not None:
+                await self.ws.send_text(error_frame(ending.text, ending.code))
+            await self.ws.close(ending.close_code, ending.close_reason)
 
     def _note_delivered(self, batch: list[Queued]) -> None:
         """Delivered messages count as read (written in batches by the world),
@@ -557,7 +519,7 @@ class ProtocolSession:
                 continue
             await self._handle(actor, sub, text)
 
-    async def _handle(self, actor: Actor, sub: Subscription, text: str) -> None:
+    async def _handle(self, actor: Actor, sub: Subscription, text: str | bytes) -> None:
         kind: Any = None
         client_id: Any = None
         try:
@@ -575,11 +537,13 @@ class ProtocolSession:
             current = await self.services.accounts.actor_of(actor.participant_id)
             await handler(self, current or actor, fields)
         except MeshError as error:
-            sub.push(None, _error(error.message, error.code, kind, _retry_after(error), client_id))
+            sub.push(
+                None, error_reply(error.message, error.code, kind, retry_after(error), client_id)
+            )
         except Exception:
             log.exception("frame %r failed", kind)
-            text = "internal error handling this frame"
-            sub.push(None, _error(text, "internal_error", kind, None, client_id))
+            message = "internal error handling this frame"
+            sub.push(None, error_reply(message, "internal_error", kind, None, client_id))
 
     async def _join_room(self, actor: Actor, f: Fields) -> None:
         await self.services.rooms.join(actor, f.req_str("roomId"))
@@ -588,23 +552,12 @@ class ProtocolSession:
         await self.services.rooms.leave(actor, f.req_str("roomId"))
 
     async def _send_message(self, actor: Actor, f: Fields) -> None:
-        # queued now, awaited in the background: a client may pipeline sends
-        # (they are stored in the order sent); the semaphore bounds how many
+        # queued now, awaited in the background (``_sends.py``): a client may
+        # pipeline sends (they are stored in the order sent)
         client_id = f.opt_str("clientId")
-        # a slot first: a send queued here is always awaited by _settler,
-        # even if the session ends while this one waits for room. Taken
-        # without a pass through the scheduler while there is room, so the
-        # frames of one read are all queued before the store's writer runs
-        # (one batch for them, not one each); a full window waits
-        sends = self._sends
-        if sends is None:
-            sends = self._sends = _Sends()
-        try:
-            sends.slots.acquire_nowait()
-        except trio.WouldBlock:
-            await sends.slots.acquire()
-        try:
-            stored = self.services.messages.submit_send(
+
+        def submit() -> Awaitable[object]:  # once it has a slot
+            return self.services.messages.submit_send(
                 actor,
                 f.req_str("roomId"),
                 f.req_str("content"),
@@ -613,69 +566,11 @@ class ProtocolSession:
                 attachments=f.data.get("attachments"),
                 client_id=client_id,
             )
-        except BaseException:
-            sends.slots.release()
-            raise
-        if not self._settler_started:  # on the first send (no task for sessions that never send)
-            self._settler_started = True
-            self._nursery.start_soon(self._settler)
-        sends.queued.append((stored, client_id))
-        sends.more.set()
-        self._sub.sending = True
 
-    async def _settler(self) -> None:
-        """Await the queued sends in the order queued (the order the store
-        commits them) and report failures. One task for all of a session's
-        sends, not one each. Each wait is shielded: cancelling the session
-        would withdraw the unit from the store's queue, so what was queued is
-        awaited until stored, or until :meth:`_settle_sends`'s deadline. The
-        task ends (cancelled) once nothing is queued; what is queued after
-        that (the reader hands over frames it had read already, passing no
-        checkpoint) is awaited on the way out, or by a new one."""
         sends = self._sends
-        assert sends is not None  # started by the first send
-        queued = sends.queued
-        try:
-            while True:
-                while not queued:
-                    self._sub.sending = False
-                    await sends.more.wait()
-                    sends.more = trio.Event()
-                await self._settle_first()
-        finally:
-            while queued:  # shielded waits: they run though this task is cancelled
-                await self._settle_first()
-            self._settler_started = False
-
-    async def _settle_first(self) -> None:
-        sends = self._sends
-        assert sends is not None
-        queued = sends.queued
-        stored, client_id = queued[0]
-        with trio.CancelScope(shield=True, deadline=self._settle_by) as settling:
-            self._settling = settling
-            try:
-                await self._stored_or_error(stored, client_id)
-            finally:
-                self._settling = None
-                queued.popleft()
-                sends.slots.release()
-        if settling.cancelled_caught:
-            log.warning("a send queued by a session that ended was not stored in time")
-
-    async def _stored_or_error(self, stored: Awaitable[object], client_id: str | None) -> None:
-        try:
-            await stored
-        except MeshError as error:
-            retry_after = _retry_after(error)
-            self._sub.push(
-                None, _error(error.message, error.code, "send_message", retry_after, client_id)
-            )
-        except Exception:
-            log.exception("send_message failed")
-            self._sub.push(
-                None, _error("internal error", "internal_error", "send_message", None, client_id)
-            )
+        if sends is None:
+            sends = self._sends = Sends(self._nursery, self._sub)
+        await sends.queue(submit, client_id)
 
     async def _edit_message(self, actor: Actor, f: Fields) -> None:
         await self.services.messages.edit(actor, f.req_str("messageId"), f.req_str("content"))
@@ -788,27 +683,3 @@ _HANDLERS: dict[str, Callable[[ProtocolSession, Actor, Fields], Awaitable[None]]
 
 #: the frame types a client may send once authenticated
 FRAME_TYPES = frozenset(_HANDLERS)
-
-
-def _error(
-    message: str,
-    code: str,
-    frame_type: Any,
-    retry_after: float | None = None,
-    client_id: Any = None,
-) -> str:
-    payload: dict[str, Any] = {"type": "error", "message": message, "code": code}
-    if isinstance(frame_type, str):
-        payload["frame"] = frame_type[:40]
-    if retry_after is not None:
-        payload["retryAfter"] = retry_after
-    if isinstance(client_id, str) and is_client_id(client_id):
-        # which send failed, for a client that gave its sends ids
-        payload["clientId"] = client_id
-    return frame_of(payload)
-
-
-def _retry_after(error: MeshError) -> float | None:
-    """Seconds until a refused frame would be accepted (``retryAfter``): rate
-    limits, and a store with too many writes waiting (``overloaded``)."""
-    return error.retry_after if isinstance(error, (RateLimited, Overloaded)) else None

@@ -8,8 +8,10 @@ encoded once per event (server frames are unmasked, so the bytes are the same
 for every subscriber) and each wake-up of a session's writer sends all queued
 frames with one write.
 
-This module does no protocol logic: it turns bytes into text messages and
-text frames into bytes, answers pings, and keeps the connection alive —
+This module does no protocol logic and no parsing: it reads bytes and hands
+them to a :class:`~quart_mesh.realtime.reader.FrameReader` (which turns them
+into messages), encodes the session's frames (:meth:`WebSocket.encode`) and
+writes them, answers pings, and keeps the connection alive —
 once :meth:`WebSocket.keep_alive` is called, it pings a client that has gone
 quiet and closes one that shows no life (no pong, no frame, and none of our
 writes taken) for the idle timeout. :mod:`quart_mesh.realtime.session`
@@ -39,21 +41,23 @@ import os
 import socket
 import struct
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import Connection, ConnectionState
 from wsproto.events import (
     AcceptConnection,
-    BytesMessage,
     CloseConnection,
     Ping,
     RejectConnection,
     Request,
-    TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import ProtocolError, RemoteProtocolError
+
+from ..events import Event
+from .reader import FrameReader, FrameTooLarge
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -61,6 +65,7 @@ __all__ = [
     "ConnectionClosed",
     "FrameTooLarge",
     "WebSocket",
+    "Written",
     "encode_text_frame",
 ]
 
@@ -85,10 +90,6 @@ class ConnectionClosed(Exception):
     """The peer closed the connection, or it broke."""
 
 
-class FrameTooLarge(Exception):
-    """A client message exceeded the size limit; it was discarded whole."""
-
-
 def encode_text_frame(payload: bytes) -> bytes:
     """An unmasked, final text frame (RFC 6455 §5.2), as a server sends it."""
     n = len(payload)
@@ -101,48 +102,17 @@ def encode_text_frame(payload: bytes) -> bytes:
     return header + payload
 
 
-def _masked_head(length: int) -> int:
-    """Where a masked frame's payload starts when its *length* is encoded
-    in the fewest bytes, as RFC 6455 §5.2 requires (wsproto refuses others)."""
-    return 6 if length < 126 else 8 if length < 65536 else 14
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What :meth:`WebSocket.write_now` wrote of the frames it was given."""
 
-
-def _frame_head(buf: bytearray) -> tuple[int, int, int] | None:
-    """(first byte, where the payload starts, payload length) of the frame
-    at the start of *buf*, or None if its header is not all there."""
-    if len(buf) < 2:
-        return None
-    second = buf[1]
-    length = second & 0x7F
-    start = 2
-    if length == 126:
-        if len(buf) < 4:
-            return None
-        length = int.from_bytes(buf[2:4], "big")
-        start = 4
-    elif length == 127:
-        if len(buf) < 10:
-            return None
-        length = int.from_bytes(buf[2:10], "big")
-        start = 10
-    if second & 0x80:
-        start += 4
-    if len(buf) < start:
-        return None
-    return buf[0], start, length
-
-
-def _unmask_text(key: bytes, payload: bytes) -> str | None:
-    """A client frame's payload unmasked (RFC 6455 §5.3) and decoded, or
-    None if it is not valid UTF-8 (wsproto then reports it)."""
-    n = len(payload)
-    if n:
-        mask = int.from_bytes((key * (n // 4 + 1))[:n], "little")
-        payload = (int.from_bytes(payload, "little") ^ mask).to_bytes(n, "little")
-    try:
-        return payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    #: how many of the frames, from the first, are the socket's now: written
+    #: whole, or (the last of them) begun, with its end owed
+    taken: int
+    #: the end of the last taken frame is still to be written: the socket
+    #: sends it before anything else (:meth:`WebSocket.send_frames`, even
+    #: of no frames, or :meth:`WebSocket.close`)
+    owed: bool
 
 
 class WebSocket:
@@ -153,31 +123,26 @@ class WebSocket:
     calls in another, then :meth:`close`. The stream is owned by the caller,
     which closes it afterwards (unless :meth:`close` had to reset it: then it
     is closed already, and closing it again does nothing).
+
+    Parsing is the :class:`~quart_mesh.realtime.reader.FrameReader`'s (made
+    when the handshake is accepted); this reads, writes and keeps time.
     """
 
     __slots__ = (
         "_closed",
-        "_controls",
-        "_discarding",
         "_drained_at",
-        "_fragmented",
         "_idle_timeout",
-        "_inbuf",
         "_max",
-        "_parts",
-        "_pending",
         "_ping_interval",
         "_ping_wanted",
         "_pong_wanted",
+        "_reader",
         "_rest",
         "_send_failed",
         "_send_lock",
-        "_size",
         "_stream",
-        "_to_wsproto",
         "_torn",
         "_ws",
-        "_wsproto_only",
         "path",
         "request_headers",
     )
@@ -188,22 +153,11 @@ class WebSocket:
         self._ws: WSConnection | Connection = WSConnection(ConnectionType.SERVER)
         self._max = max_message_bytes
         self._send_lock = trio.Lock()
-        self._parts: list[str] = []
-        self._size = 0
-        self._discarding = False
-        self._pending: list[str | FrameTooLarge] = []
-        #: bytes from the client not parsed yet (see _feed)
-        self._inbuf = bytearray()
-        #: bytes of the frame being handed to wsproto still to come
-        self._to_wsproto = 0
-        #: a fragmented message is under way (its frames are wsproto's)
-        self._fragmented = False
-        #: after the client's close frame: everything is wsproto's
-        self._wsproto_only = False
-        #: control frames wsproto found, not answered yet
-        self._controls: list[Ping | CloseConnection] = []
+        #: the client's frames into messages, once the handshake is accepted
+        self._reader: FrameReader | None = None
         #: the stream ended (the client's close frame, EOF, a protocol error)
-        #: or we closed: receiving stops after ``_pending``, sending is over
+        #: or we closed: receiving stops after the messages the reader holds,
+        #: sending is over
         self._closed = False
         #: a write failed: nothing more is sent, but what the client sent is read
         self._send_failed = False
@@ -264,10 +218,11 @@ class WebSocket:
         # handshake's parser state (h11's) go, a few KiB per idle connection
         assert handshake.connection is not None
         self._ws = handshake.connection
+        self._reader = FrameReader(self._ws, max_message_bytes=self._max)
         await self._send_raw(accept)
         if rest:
             try:
-                self._feed(rest)
+                self._reader.feed(rest)
             except ProtocolError:
                 self._closed = True
             await self._flush_events()
@@ -305,8 +260,11 @@ class WebSocket:
         self._ping_interval = ping_interval
         self._idle_timeout = idle_timeout
 
-    async def receive(self) -> str:
-        """The next complete text message.
+    async def receive(self) -> str | bytes:
+        """The next complete message: a text message as ``str``, a binary one
+        as its ``bytes`` (undecoded: binary frames carry no protocol here,
+        and the session judges them). The size limit counts UTF-8 bytes of
+        text and bytes of binary.
 
         Cancelling it loses nothing: bytes already read stay buffered. A
         failed write does not end it: messages the client sent before are
@@ -319,9 +277,13 @@ class WebSocket:
                 something wsproto cannot parse (answered with a close frame),
                 stayed silent past the idle timeout (closed, see
                 :meth:`keep_alive`), or did not take a pong within it (closed,
-                or reset); or :meth:`close` was called.
+                or reset); or :meth:`close` was called, or the handshake was
+                not accepted.
         """
-        while not self._pending:
+        reader = self._reader
+        if reader is None:
+            raise ConnectionClosed
+        while (item := reader.next_message()) is None:
             if self._closed:
                 raise ConnectionClosed
             data = await self._receive_some()
@@ -329,12 +291,11 @@ class WebSocket:
                 self._closed = True
                 raise ConnectionClosed
             try:
-                self._feed(data)
+                reader.feed(data)
             except ProtocolError:  # the client's bytes, or a closed connection
                 self._closed = True
                 raise ConnectionClosed from None
             await self._flush_events()
-        item = self._pending.pop(0)
         if isinstance(item, FrameTooLarge):
             raise item
         return item
@@ -373,85 +334,11 @@ class WebSocket:
         with trio.move_on_at(deadline):
             await self._send_frames([_PING])
 
-    def _take_events(self) -> list[Ping | CloseConnection]:
-        """Sort wsproto's events: messages to ``_pending``, controls returned."""
-        controls: list[Ping | CloseConnection] = []
-        for event in self._ws.events():
-            if isinstance(event, TextMessage | BytesMessage):
-                self._add_part(event)
-            elif isinstance(event, Ping | CloseConnection):
-                controls.append(event)
-        return controls
-
-    def _feed(self, data: bytes | bytearray) -> None:
-        """Take bytes from the client: complete, unfragmented, masked text
-        frames of at most the size limit, in valid UTF-8, are parsed here
-        (the common case, several times cheaper than wsproto's parser);
-        every other frame — control frames, fragments, binary, oversized,
-        invalid, anything after the client's close frame — goes to wsproto
-        whole and in order, and what it makes of it is taken at once, so
-        messages stay in the order sent.
-
-        Raises:
-            RemoteProtocolError: wsproto's, for bytes that break the protocol.
-        """
-        buf = self._inbuf
-        buf += data
-        while buf:
-            if self._ws.state is ConnectionState.CLOSED:
-                buf.clear()  # both sides closed: nothing more is read
-                return
-            if self._to_wsproto:  # the rest of a frame wsproto is reading
-                n = min(self._to_wsproto, len(buf))
-                self._ws.receive_data(bytes(buf[:n]))
-                del buf[:n]
-                self._to_wsproto -= n
-                # at once, also in the middle of a frame: wsproto passes a
-                # long one on in parts (and drops what is over the limit)
-                found = self._take_events()
-                self._controls.extend(found)
-                if any(isinstance(event, CloseConnection) for event in found):
-                    # the client's close, or a protocol error: nothing after it is ours
-                    self._wsproto_only = True
-                continue
-            if self._wsproto_only:
-                self._ws.receive_data(bytes(buf))
-                buf.clear()
-                self._controls.extend(self._take_events())
-                return
-            head = _frame_head(buf)
-            if head is None:
-                return  # the header is not all here yet
-            first, start, length = head
-            end = start + length
-            if (
-                first == 0x81  # FIN, no RSV bits, text
-                and buf[1] & 0x80  # masked, as a client's frames must be
-                and not self._fragmented
-                and length <= self._max
-                and start == _masked_head(length)  # the length in the fewest bytes
-            ):
-                if len(buf) < end:
-                    return  # the rest of the frame is still coming
-                text = _unmask_text(bytes(buf[start - 4 : start]), bytes(buf[start:end]))
-                if text is not None:
-                    del buf[:end]
-                    self._pending.append(text)
-                    continue
-            # wsproto's: whole, in order
-            opcode = first & 0x0F
-            if opcode in (0x1, 0x2):
-                self._fragmented = not first & 0x80
-            elif opcode == 0x0 and first & 0x80:
-                self._fragmented = False
-            elif opcode == 0x8:  # close: nothing after it is ours to parse
-                self._wsproto_only = True
-            self._to_wsproto = end
-
     async def _flush_events(self) -> None:
-        self._controls.extend(self._take_events())
-        controls, self._controls = self._controls, []
-        for event in controls:
+        """Answer the control frames the reader found: pings (see :meth:`_pong`)
+        and the client's close frame (or wsproto's, for a protocol error)."""
+        assert self._reader is not None
+        for event in self._reader.take_controls():
             if isinstance(event, Ping):
                 await self._pong(event)
             elif not self._closed:  # CloseConnection: answer it, then we are done
@@ -486,31 +373,6 @@ class WebSocket:
             await self.close(IDLE_CLOSE_CODE, "idle_timeout")
             raise ConnectionClosed
 
-    def _add_part(self, event: TextMessage | BytesMessage) -> None:
-        if isinstance(event, BytesMessage):
-            # binary frames carry no protocol here; treated as text if UTF-8
-            try:
-                chunk = bytes(event.data).decode("utf-8")
-            except UnicodeDecodeError:
-                chunk = "\x00invalid"  # rejected as invalid JSON by the session
-        else:
-            chunk = event.data
-        if not self._discarding:
-            self._size += len(chunk.encode("utf-8", "surrogatepass"))
-            if self._size > self._max:
-                self._discarding = True
-                self._parts.clear()
-            else:
-                self._parts.append(chunk)
-        if event.message_finished:
-            if self._discarding:
-                self._pending.append(FrameTooLarge())
-            else:
-                self._pending.append("".join(self._parts))
-            self._parts.clear()
-            self._size = 0
-            self._discarding = False
-
     # a timeout, not the caller's cancel scope: it is armed only when the write
     # has to wait, and setting a scope's deadline for each write costs more
     # than the write itself
@@ -520,13 +382,15 @@ class WebSocket:
         *,
         timeout: float = math.inf,  # noqa: ASYNC109
     ) -> None:
-        """Send already-encoded frames with one write.
+        """Send frames made by :meth:`encode` with one write.
 
         When nothing else is being written and the kernel takes all of it
         at once (the common case: a client that reads), this is one system
-        call and no pass through the scheduler (:meth:`_write_now`);
+        call and no pass through the scheduler (:meth:`write_now`);
         otherwise the rest is written as the socket drains, within
-        *timeout* seconds.
+        *timeout* seconds. The end of a frame owed by an earlier write (see
+        :attr:`owes`) goes first; ``send_frames([])`` writes just that end,
+        if any.
 
         Cancelled partway (a send deadline), the frames after the one being
         written are dropped and the rest of that one is sent before anything
@@ -540,28 +404,46 @@ class WebSocket:
         if self._closed or self._send_failed:
             raise ConnectionClosed
         listed = list(frames)
-        left = self.write_now(listed)
-        if left is None:
-            left = listed
-        if left:
+        written = self.write_now(listed)
+        left = listed if written is None else listed[written.taken :]
+        if left or self._rest:
             with trio.fail_after(timeout):
                 await self._send_frames(left)
+
+    def encode(self, event: Event | None, frame: str) -> bytes:
+        """The text frame carrying *frame* (JSON text), as :meth:`send_frames`
+        and :meth:`write_now` take it: unmasked, so the same bytes for every
+        subscriber, and made once per *event* (cached on it; not cached when
+        *event* is None)."""
+        if event is None:
+            return encode_text_frame(frame.encode("utf-8"))
+        return event.cached("ws", lambda: encode_text_frame(frame.encode("utf-8")))
+
+    @property
+    def owes(self) -> bool:
+        """The end of a frame begun by a write (cut off, or taken in part by
+        :meth:`write_now`) is still to be written; it goes before anything
+        else, with the next :meth:`send_frames` (``send_frames([])`` writes
+        only that end) or before the close frame."""
+        return bool(self._rest)
 
     #: :meth:`write_now` can write (the session lets the broker use it)
     writes_now = True
 
-    def write_now(self, frames: list[bytes]) -> list[bytes] | None:
-        """Write *frames* at once, without waiting, if nothing else is being
-        (or is owed to be) written: one ``os.write`` on the socket's
-        descriptor (looked up for each write: a closed socket has none, and
-        the write fails cleanly).
+    def write_now(self, frames: list[bytes]) -> Written | None:
+        """Write *frames* (made by :meth:`encode`) at once, without waiting,
+        if nothing else is being (or is owed to be) written: one ``os.write``
+        on the socket's descriptor (looked up for each write: a closed socket
+        has none, and the write fails cleanly).
 
         Returns None if it wrote nothing (another write is under way, or
-        owed, or the socket is full), else what is left to write, by
-        :meth:`send_frames`, before anything else: nothing, or the frames
-        after the one the kernel took part of, whose end is kept and sent
-        first (then the list is never empty: ``[b""]`` if only that end is
-        left).
+        owed, or the socket is full, or the stream is not a socket): all of
+        *frames* are still the caller's. Otherwise what the socket took
+        (:class:`Written`): the first ``taken`` frames, the last of them
+        maybe only begun (``owed``: its end is kept, and sent before
+        anything else, see :attr:`owes`). The frames after those are the
+        caller's, to send with :meth:`send_frames`; if none are left but an
+        end is owed, ``send_frames([])`` finishes the frame.
 
         Raises:
             ConnectionClosed: the connection is gone, or closing, or a write failed.
@@ -578,6 +460,8 @@ class WebSocket:
             or not isinstance(stream, trio.SocketStream)
         ):
             return None
+        if not frames:
+            return Written(taken=0, owed=False)
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         try:
             sent = os.write(stream.socket.fileno(), data)
@@ -587,19 +471,22 @@ class WebSocket:
             self._send_failed = True
             raise ConnectionClosed from None
         if sent == len(data):
-            return []
+            return Written(taken=len(frames), owed=False)
         # the rest of the frame the kernel took part of is owed (sent first,
-        # whatever happens); the frames after it are left to write
+        # whatever happens); the frames after it are the caller's
         end = 0
         for i, frame in enumerate(frames):
             end += len(frame)
+            if end == sent:  # stopped right after this frame: nothing owed
+                return Written(taken=i + 1, owed=False)
             if end > sent:
                 self._rest = frame[len(frame) - (end - sent) :]
-                return frames[i + 1 :] or [b""]
+                return Written(taken=i + 1, owed=True)
         raise AssertionError("unreachable: sent < len(data)")
 
     async def send_text(self, text: str) -> None:
-        await self.send_frames([encode_text_frame(text.encode("utf-8"))])
+        """Send *text* as one text frame (not cached: see :meth:`encode`)."""
+        await self.send_frames([self.encode(None, text)])
 
     async def _send_raw(self, data: bytes) -> None:
         if data:

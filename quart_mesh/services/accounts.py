@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..broker import Broker
 from ..config import Settings
+from ..ends import EndReason
 from ..errors import (
     BadRequest,
     Conflict,
@@ -79,7 +80,7 @@ def _revoke(conn: Connection, participant_id: str, token_id: str, expires_at: in
     of *conn*, and tell every process to refuse it (its cache of revoked
     tokens) once the unit commits."""
     repo.revoke_token(conn, token_id, participant_id, expires_at)
-    outbox.change(conn, "invalidate", "revoked", f"{token_id} {expires_at}")
+    outbox.change(conn, outbox.Invalidate("revoked", f"{token_id} {expires_at}"))
 
 
 class Keep(enum.Enum):
@@ -291,8 +292,8 @@ class Accounts:
             rooms_repo.insert_room(conn, room)
             rooms_repo.add_member(conn, room.room_id, owner.participant_id, now)
             repo.insert_mesh_config(conn, mesh)
-            outbox.change(conn, "join", room.room_id, owner.participant_id)
-            outbox.change(conn, "invalidate", "mesh", "")
+            outbox.change(conn, outbox.Join(room.room_id, owner.participant_id))
+            outbox.change(conn, outbox.Invalidate("mesh", ""))
 
         await self._db.write(write)
         self._mesh = mesh
@@ -576,7 +577,7 @@ class Accounts:
             if read_receipts is not None:
                 receipts_repo.set_receipts(conn, participant_id, read_receipts)
             if new_name and name != found.display_name:
-                outbox.change(conn, "invalidate", "participant", participant_id)
+                outbox.change(conn, outbox.Invalidate("participant", participant_id))
                 updated = repo.set_display_name(conn, participant_id, name)
                 assert updated is not None
                 found = updated
@@ -661,9 +662,10 @@ class Accounts:
                 if other.issued_at >= claims.issued_at:
                     _revoke(conn, participant_id, other.token_id, other.expires_at)
                 outbox.change(
-                    conn, "disconnect_token", participant_id, other.token_id, "signed_out"
+                    conn,
+                    outbox.DisconnectToken(participant_id, other.token_id, EndReason.SIGNED_OUT),
                 )
-            outbox.change(conn, "invalidate", "participant", participant_id)
+            outbox.change(conn, outbox.Invalidate("participant", participant_id))
             return others
 
         def then(others: list[IssuedToken]) -> None:
@@ -720,7 +722,9 @@ class Accounts:
             repo.prune_revoked_tokens(conn, now)
             for token_id, expires_at in tokens:
                 _revoke(conn, participant_id, token_id, expires_at)
-                outbox.change(conn, "disconnect_token", participant_id, token_id, "signed_out")
+                outbox.change(
+                    conn, outbox.DisconnectToken(participant_id, token_id, EndReason.SIGNED_OUT)
+                )
 
         def then(_: None) -> None:
             self.revoked_all(tokens)
@@ -761,8 +765,8 @@ class Accounts:
             repo.set_tokens_not_before(conn, participant_id, now)
             for token in listed:
                 _revoke(conn, participant_id, token.token_id, token.expires_at)
-            outbox.change(conn, "invalidate", "participant", participant_id)
-            outbox.change(conn, "disconnect", participant_id, "signed_out")
+            outbox.change(conn, outbox.Invalidate("participant", participant_id))
+            outbox.change(conn, outbox.Disconnect(participant_id, EndReason.SIGNED_OUT))
             return valid, listed
 
         def then(result: tuple[list[IssuedToken], list[IssuedToken]]) -> None:
@@ -807,7 +811,7 @@ class Accounts:
         ``services/roles.py``); the new role applies to its next request."""
 
         def write(conn: Connection) -> Participant | None:
-            outbox.change(conn, "invalidate", "participant", participant_id)
+            outbox.change(conn, outbox.Invalidate("participant", participant_id))
             return repo.set_role(conn, participant_id, role)
 
         updated = await self._db.write(write)
@@ -842,8 +846,8 @@ class Accounts:
             if not repo.delete_participant(conn, participant_id):
                 return False
             # its sessions end everywhere; other processes forget it
-            outbox.change(conn, "invalidate", "participant", participant_id)
-            outbox.change(conn, "drop_participant", participant_id)
+            outbox.change(conn, outbox.Invalidate("participant", participant_id))
+            outbox.change(conn, outbox.DropParticipant(participant_id))
             return True
 
         if not await self._db.write(write):

@@ -31,6 +31,7 @@ from .._version import __version__
 from ..broker import Broker
 from ..config import RATE_RULES, Rate, RateLimits, Settings, check_role_multipliers, parse_rate
 from ..disk import DiskSpace
+from ..ends import EndReason
 from ..errors import BadRequest, ConfigError, Forbidden
 from ..faults import Faults
 from ..ids import is_ulid
@@ -325,13 +326,13 @@ class Admin:
                             "invalid_default_room",
                         )
                 repo.update_mesh_settings(conn, mesh, text)
-                outbox.change(conn, "invalidate", "mesh", "")
+                outbox.change(conn, outbox.Invalidate("mesh", ""))
                 if old.visibility == "public" and mesh.visibility != "public":
                     # every guest's sessions close (on every process); their
                     # tokens are refused from now on (``Accounts.authenticate``)
                     guests = repo.guest_ids(conn)
                     for guest in guests:
-                        outbox.change(conn, "disconnect", guest, "revoked")
+                        outbox.change(conn, outbox.Disconnect(guest, EndReason.REVOKED))
                     log.info("the mesh is private now: %d guest(s) signed out", len(guests))
 
             await self._db.write(write)

@@ -54,6 +54,7 @@ from functools import partial
 import trio
 
 from ..broker import Broker
+from ..ends import EndReason
 from ..errors import Overloaded, Unavailable
 from ..events import Event
 from ..faults import STORE_UNAVAILABLE, KnownFault
@@ -88,19 +89,37 @@ _MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 
 class Bus:
-    """One per process, running in the node's nursery on PostgreSQL."""
+    """One per process, running in the node's nursery on PostgreSQL.
+
+    The bus, the store and the broker need each other: the store asks the
+    bus to wait until a commit is applied here and tells it what each
+    transaction records (:class:`~quart_mesh.store.database.StreamApplier`);
+    the broker asks it whether it follows the stream, where its head is, and
+    hands it local commits and live events
+    (:class:`~quart_mesh.broker.StreamFollower`); and the bus reads the
+    store and delivers to the broker. The cycle is broken here, once: the
+    bus is made first, knowing only its process; the store and the broker
+    take it as a constructor argument; then it is given them with
+    :meth:`attach`, before :meth:`prepare` or :meth:`run` (``node.py``
+    wires the three in that order). So no component sets another's
+    attributes, and whether the bus follows the stream is its own state
+    (:attr:`following`), which the others read.
+
+    Args:
+        process_id: this process among those serving the mesh.
+        poll_interval: seconds between reads of the table when quiet.
+        keep_ms: how long the stream's rows are kept (ms).
+    """
 
     def __init__(
         self,
-        db: Database,
-        broker: Broker,
         process_id: str,
         *,
         poll_interval: float = 1.0,
         keep_ms: int = 10 * 60_000,
     ) -> None:
-        self._db = db
-        self._broker = broker
+        #: the store it reads and the broker it delivers to (:meth:`attach`)
+        self._attached: tuple[Database, Broker] | None = None
         self.process_id = process_id
         self.poll_interval = poll_interval
         self.keep_ms = keep_ms
@@ -148,6 +167,54 @@ class Bus:
         #: set (and replaced) each time the applied position moves
         self._progress = trio.Event()
         self._running = False
+
+    def attach(self, db: Database, broker: Broker) -> None:
+        """Give the bus the store it reads and the broker it delivers to,
+        each built with this bus (``bus=``): once, before :meth:`prepare`
+        or :meth:`run`.
+
+        Raises:
+            ValueError: *db* or *broker* was built without this bus.
+            RuntimeError: it was attached already.
+        """
+        if db.bus is not self or broker.bus is not self:
+            raise ValueError("the store and the broker must be built with this bus (bus=)")
+        if self._attached is not None:
+            raise RuntimeError("the bus is attached already")
+        self._attached = (db, broker)
+
+    @property
+    def _db(self) -> Database:
+        if self._attached is None:
+            raise RuntimeError("the bus has no store: Bus.attach first")
+        return self._attached[0]
+
+    @property
+    def _broker(self) -> Broker:
+        if self._attached is None:
+            raise RuntimeError("the bus has no broker: Bus.attach first")
+        return self._attached[1]
+
+    @property
+    def following(self) -> bool:
+        """Whether the bus follows the stream: from :meth:`prepare` (which
+        took its place in it) until :meth:`run` ends. Meanwhile committed
+        events reach this process's sessions through the bus only
+        (``Broker.committed`` leaves them to it)."""
+        return self._prepared
+
+    def local_commit(self) -> None:
+        """The broker, after this process committed something: while the bus
+        runs, read the stream at once."""
+        if self._running:
+            self._wakeup.set()
+
+    def send_live(self, event: Event) -> None:
+        """The broker: carry *event* (not stored) to the other processes,
+        while the bus runs (at most once: dropped otherwise)."""
+        if self._running:
+            self._live.append(event)
+            self._live_ready.set()
 
     def on_invalidate(self, cache: str, handler: Callable[[str], Awaitable[object]]) -> None:
         """Await ``handler(key)`` when a process (this one too) changes *cache*."""
@@ -212,19 +279,13 @@ class Bus:
         self._prepared = True
         self._caught_up_at = trio.current_time()
         self._advanced()
-        self._broker.clustered = True
-        self._broker.stream_head = self.head
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver the stream after the position :meth:`prepare` took (taking
         it now if it was not called), until cancelled."""
         if not self._prepared:
             await retrying("reading the cluster stream's head", self.prepare)
-        self._broker.on_local_commit = self.wake
-        self._broker.live_sink = self._queue_live
         self._running = True
-        self._db.delivered = self.caught_up
-        self._db.recorded = self._recorded
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._listen)
@@ -236,11 +297,6 @@ class Bus:
             # an embedding program may go on writing: deliver here again
             self._running = False
             self._advanced()
-            self._db.delivered = None
-            self._db.recorded = None
-            self._broker.on_local_commit = None
-            self._broker.live_sink = None
-            self._broker.clustered = False
             self._prepared = False
 
     async def _follow(self) -> None:
@@ -285,7 +341,7 @@ class Bus:
             await handler()
         # last: a session that reconnects now starts after the new head, on
         # reloaded caches
-        self._broker.disconnect_all("unavailable")
+        self._broker.disconnect_all(EndReason.UNAVAILABLE)
 
     async def _catch_up(self) -> None:
         """Read what the table must tell (rows too large for notifications,
@@ -403,12 +459,12 @@ class Bus:
     async def _apply(self, row: repo.StreamRow) -> None:
         batch: list[outbox.Entry] = []
         for entry in row.entries:
-            if isinstance(entry, outbox.Change) and entry.kind == "invalidate":
+            if isinstance(entry, outbox.Invalidate):
                 self._deliver(row.position, batch)
                 batch = []
                 # the committing process too: a reload it started before its
                 # own commit may have read the store as it was before
-                await self._invalidate(*entry.args)
+                await self._invalidate(entry.cache, entry.key)
             else:
                 batch.append(entry)
         self._deliver(row.position, batch)
@@ -466,10 +522,11 @@ class Bus:
                 )
                 await trio.sleep(delay)
 
-    def _recorded(self, block: int, entries: list[outbox.Entry]) -> None:
-        """The writer (in its thread): this process's transaction about to
-        commit at *block* recorded *entries*."""
-        self._own[block] = entries
+    def recorded(self, block: int, entries: list[outbox.Entry]) -> None:
+        """The store's writer (in its thread), while the bus runs: this
+        process's transaction about to commit at *block* recorded *entries*."""
+        if self._running:
+            self._own[block] = entries
 
     def _told(self, payload: str) -> None:
         """A commit's notification: ``<block> <final> <n> <count>`` and a line
@@ -525,10 +582,6 @@ class Bus:
                 else:
                     chunks.append(body)
         self.wake()
-
-    def _queue_live(self, event: Event) -> None:
-        self._live.append(event)
-        self._live_ready.set()
 
     async def _send_live(self) -> None:
         notifier = Notifier(self._db.url)

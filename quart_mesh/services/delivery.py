@@ -23,7 +23,7 @@ from functools import partial
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Subscription
-from ..errors import BadRequest, Unauthorized
+from ..errors import BadRequest
 from ..events import CommandIssued, Event, MessagePosted, RoomAccess
 from ..records import Message
 from ..store import Database
@@ -34,12 +34,7 @@ from .authz import Actor, Readable, readable_rooms
 from .commands import command_event
 from .validation import cursor_number
 
-__all__ = ["ACCESS_ENDED", "Backlog", "Delivery", "Feed", "refuse_if_access_ended"]
-
-#: why a feed ends when its caller's access did (its subscription's
-#: ``failed``): the token signed out, a guest's access ended, the
-#: participant deleted (:func:`refuse_if_access_ended`)
-ACCESS_ENDED = frozenset({"signed_out", "revoked", "removed"})
+__all__ = ["Backlog", "Delivery", "Feed", "refuse_if_access_ended"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,15 +327,16 @@ class Delivery:
                 self._broker.send_to(target, RoomAccess(room_id, readable=True))
 
 
-def refuse_if_access_ended(ended: str | None) -> None:
-    """A wait whose caller's access ended meanwhile (its feed's ``failed``):
-    its token signed out (or a guest's access ended), or its participant
-    deleted, takes nothing more.
+def refuse_if_access_ended(sub: Subscription) -> None:
+    """A wait whose caller's access ended meanwhile (its feed's
+    subscription ended so): its token signed out (or a guest's access
+    ended), or its participant deleted, takes nothing more
+    (``Ending.refusal``).
 
     Raises:
         Unauthorized: ``token_revoked`` or ``invalid_token``.
     """
-    if ended in ("signed_out", "revoked"):
-        raise Unauthorized("this token was signed out", "token_revoked")
-    if ended == "removed":
-        raise Unauthorized("the token's participant no longer exists", "invalid_token")
+    ending = sub.ending
+    refused = None if ending is None else ending.refused()
+    if refused is not None:
+        raise refused

@@ -164,7 +164,7 @@ class DirectMessages:
                 if me is not None:
                     # every member learns of the new DM room as a join of each
                     for participant in (me, *others):
-                        outbox.change(conn, "join", room.room_id, participant.participant_id)
+                        outbox.change(conn, outbox.Join(room.room_id, participant.participant_id))
                     for participant in (me, *others):
                         outbox.emit(
                             conn,

@@ -353,7 +353,7 @@ class ModelProxy:
             repo.delete_access(conn, name)  # a choice left by a removed model of that name
             if min_role is not None or guests is not None:
                 repo.put_access(conn, access, at=row.created_at)
-            outbox.change(conn, "invalidate", "models", name)
+            outbox.change(conn, outbox.Invalidate("models", name))
 
         await self._db.write(insert)
         model = Model(
@@ -392,7 +392,7 @@ class ModelProxy:
 
         def put(conn: Connection) -> None:
             repo.put_access(conn, access, at=now_ms())
-            outbox.change(conn, "invalidate", "models", name)
+            outbox.change(conn, outbox.Invalidate("models", name))
 
         await self._db.write(put)
         model = self._models[name] = _with_access(model, access)
@@ -419,7 +419,7 @@ class ModelProxy:
         def delete(conn: Connection) -> None:
             repo.delete_model(conn, name)
             repo.delete_access(conn, name)
-            outbox.change(conn, "invalidate", "models", name)
+            outbox.change(conn, outbox.Invalidate("models", name))
 
         await self._db.write(delete)
         self._models.pop(name, None)
@@ -1071,7 +1071,7 @@ class ModelProxy:
 
         def put(conn: Connection) -> None:
             repo.put_budget(conn, budget, at=now_ms())
-            outbox.change(conn, "invalidate", "models", f"budget {scope} {subject}")
+            outbox.change(conn, outbox.Invalidate("models", f"budget {scope} {subject}"))
 
         await self._db.write(put)
         budgets = dict(self._budgets)

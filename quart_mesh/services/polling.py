@@ -18,6 +18,7 @@ import trio
 
 from ..broker import Subscription
 from ..config import Settings
+from ..ends import EndReason
 from ..errors import BadRequest
 from ..records import Message
 from ..store.agents import CommandRow
@@ -73,7 +74,7 @@ class Polling:
         grace and then being cut without an answer."""
         self._closing = True
         for sub in list(self._waiting):
-            sub.fail("closed")
+            sub.fail(EndReason.CLOSED)
 
     async def poll(
         self,
@@ -143,7 +144,7 @@ class Polling:
                 self._waiting.discard(feed.sub)
             # signed out everywhere, or deleted, while it waited: the messages
             # and commands stay for whoever signs in next
-            refuse_if_access_ended(feed.sub.failed)
+            refuse_if_access_ended(feed.sub)
             return await self._take(actor, feed, after, limit, mentions_of)
 
     async def _take(

@@ -284,7 +284,7 @@ class Roles:
             if role.name != current.name:
                 moved = accounts_repo.move_role(conn, current.name, role.name)
                 for participant_id in moved:
-                    outbox.change(conn, "invalidate", "participant", participant_id)
+                    outbox.change(conn, outbox.Invalidate("participant", participant_id))
                 return moved
             return []
 
@@ -588,14 +588,14 @@ class Roles:
             def write(conn: Connection, participant: Participant = participant) -> None:
                 if rooms_repo.remove_member(conn, room_id, participant.participant_id):
                     outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
-                    outbox.change(conn, "leave", room_id, participant.participant_id)
+                    outbox.change(conn, outbox.Leave(room_id, participant.participant_id))
 
             await self._db.write(write)
 
 
 def _policy_changed(conn: Connection) -> None:
     """Record that roles or room rules changed: other processes reload theirs."""
-    outbox.change(conn, "invalidate", "policy", "")
+    outbox.change(conn, outbox.Invalidate("policy", ""))
 
 
 def _description(value: Any) -> str:

@@ -158,14 +158,14 @@ class Rooms:
 
     def _joined(self, conn: Connection, room_id: str, participant: Participant) -> None:
         """Record *participant* joining *room_id*: routed and announced on commit."""
-        outbox.change(conn, "join", room_id, participant.participant_id)
+        outbox.change(conn, outbox.Join(room_id, participant.participant_id))
         participant = self._presence.mark(participant)
         outbox.emit(conn, ParticipantJoined(room_id, participant=participant))
 
     def _left(self, conn: Connection, room_id: str, participant: Participant) -> None:
         participant = self._presence.mark(participant)
         outbox.emit(conn, ParticipantLeft(room_id, participant=participant))
-        outbox.change(conn, "leave", room_id, participant.participant_id)
+        outbox.change(conn, outbox.Leave(room_id, participant.participant_id))
 
     async def list_rooms(self, actor: Actor) -> list[tuple[Room, bool]]:
         """All ordinary rooms the actor may read (never DMs), each with
@@ -338,8 +338,8 @@ class Rooms:
                 )
             repo.delete_room(conn, room_id)
             outbox.emit(conn, RoomDeleted(room_id))
-            outbox.change(conn, "drop_room", room_id)
-            outbox.change(conn, "invalidate", "room_rules", room_id)
+            outbox.change(conn, outbox.DropRoom(room_id))
+            outbox.change(conn, outbox.Invalidate("room_rules", room_id))
 
         await self._db.write(write, then=lambda _: actor.policy.forget_room(room_id))
 

@@ -33,23 +33,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
+from ..ends import EndReason
 from ..errors import AccessEnded, MeshError, StreamLagged
 from ..events import CommandIssued, Event, MessagePosted
 from ..store.agents import CommandRow
 from .accounts import Accounts
 from .authz import Actor
 from .commands import command_event
-from .delivery import ACCESS_ENDED, Delivery, Feed
+from .delivery import Delivery, Feed
 
 __all__ = ["EventStream", "open_event_stream"]
 
 log = logging.getLogger(__name__)
-
-#: why a subscription ended that a stream reports as :class:`StreamLagged`:
-#: it could not keep up, or the node's delivery started over (the bus on
-#: PostgreSQL, ``services/bus.py``: the node goes on, so a stream that
-#: just ended would lose what comes next)
-_LOST_PLACE = frozenset({"lagging", "unavailable"})
 
 #: deliveries taken from the subscription at once (each handed out in turn)
 _BATCH = 64
@@ -171,11 +166,15 @@ class EventStream:
                 continue
             # ended, and nothing more to hand out (a lagging subscription's
             # queue is dropped: the cursor covers it)
-            failed = sub.failed
-            if failed in _LOST_PLACE:
+            # it could not keep up, or the node's delivery started over (the
+            # bus on PostgreSQL: the node goes on, so a stream that just
+            # ended would lose what comes next): StreamLagged
+            ending = sub.ending
+            if ending is not None and ending.lost_place:
                 raise StreamLagged(self._cursor)
-            if failed is not None and failed in ACCESS_ENDED:
-                raise AccessEnded(failed, self._cursor)
+            if ending is not None and ending.access_ended:
+                assert sub.failed is not None
+                raise AccessEnded(sub.failed.value, self._cursor)
             raise StopAsyncIteration
 
     async def _catch_up(self) -> None:
@@ -245,11 +244,11 @@ async def open_event_stream(
     with await delivery.follow(actor, capacity=capacity, chat=chat) as feed:
         current = await accounts.actor_of(actor.participant_id)
         if current is None:
-            raise AccessEnded("removed", since)
+            raise AccessEnded(EndReason.REMOVED.value, since)
         if current.kind == "guest" and not accounts.guests_allowed:
             # the mesh went private: a guest's access ended (its tokens are
             # refused, its sessions were closed as ``revoked``)
-            raise AccessEnded("revoked", since)
+            raise AccessEnded(EndReason.REVOKED.value, since)
         # commands wait only for agents, and every agent is a bot
         stream = EventStream(
             feed,

@@ -48,6 +48,7 @@ import trio
 from sqlalchemy.engine import Connection
 
 from ..config import Settings
+from ..ends import EndReason
 from ..errors import MeshError, Transient
 from ..events import MessagePosted
 from ..faults import RECEIVER_FAILING
@@ -221,7 +222,7 @@ class Webhooks:
                     state.status = "idle"
                     if not await feed.wait_for_more():
                         break
-            if feed.sub.failed == "removed":
+            if feed.sub.failed is EndReason.REMOVED:
                 return
             # fell behind (lagging): the store has it all; follow again
 

@@ -15,6 +15,26 @@ assigned under another until commit, and a constraint violation that a
 concurrent writer caused reaches the client as a 404 or 409
 (``dialect.py``). A batch PostgreSQL aborts to break a deadlock runs again.
 
+A unit of work may run more than once, every run but the last rolled
+back (as Synapse's ``runInteraction`` says of its functions). Units
+waiting together run first in one transaction without savepoints; if one
+raises, that transaction is rolled back and the batch runs again with a
+savepoint per unit, so that only the failing units fail. And PostgreSQL
+may abort a transaction to break a deadlock or a serialization conflict
+with another writer: it runs again, up to ``_ATTEMPTS`` runs. So one
+unit's function may run up to twice ``_ATTEMPTS`` times (six). A unit must
+therefore be a function of its connection only, with no effect outside
+the transaction: no I/O, no change to in-memory state others see, no
+counters. What must happen once it has committed is recorded with
+``store/outbox.py`` (events, routing changes, cache invalidations) or
+done in the write's ``then``, each of which happens once, after the
+commit.
+
+With several processes the store is wired to the process's bus
+(``services/bus.py``) at construction, through :class:`StreamApplier`:
+what each transaction publishes also goes to the cluster's stream, and a
+write returns once the bus has applied it here.
+
 Cancellation: a unit of work that has started in its thread always runs to
 completion (commit or rollback); the awaiting task sees ``Cancelled`` only
 after that. So a cancelled request never leaves half a transaction.
@@ -42,7 +62,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 import trio
@@ -68,7 +88,7 @@ from .dialect import (
 )
 from .health import alembic_config, code_heads, code_revisions
 
-__all__ = ["READ", "WRITE", "Database", "StoreFault", "classify"]
+__all__ = ["READ", "WRITE", "CommitListener", "Database", "StoreFault", "StreamApplier", "classify"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -137,6 +157,30 @@ _RECORD = (
 #: between the chunks of one commit in the statement's one text parameter
 #: (JSON escapes every control character, so none is in a chunk)
 _CHUNK_SEPARATOR = "\x1e"
+
+#: told, on the event loop, what each unit published, right after its
+#: commit and before its ``then`` (the node's: ``Broker.committed``)
+CommitListener = Callable[[list[outbox.Entry]], object]
+
+
+class StreamApplier(Protocol):
+    """What the store asks of the process's bus (``services/bus.py``) when
+    several processes share the database. Declared here, by what the store
+    uses, so that the store depends on no service."""
+
+    @property
+    def process_id(self) -> str:
+        """This process among those serving the mesh: the origin of what its
+        transactions write to the cluster's stream."""
+
+    async def caught_up(self, position: int) -> None:
+        """Return once the stream has been applied here up to *position* (at
+        once while the bus is not running)."""
+
+    def recorded(self, block: int, entries: list[outbox.Entry]) -> None:
+        """A transaction of this process, about to commit at *block*,
+        recorded *entries* (the bus then need not decode its notifications).
+        Called in the writer's thread; must not block."""
 
 
 class StoreFault(Unavailable, KnownFault):
@@ -246,7 +290,8 @@ def _refuses(state: str) -> bool:
 
 class _Busy(Exception):
     """The event loop's connection could not begin: SQLite's write lock is
-    held elsewhere. Nothing ran."""
+    held elsewhere. Nothing committed (a batch's first, optimistic run may
+    have run and been rolled back: the worker thread runs it again)."""
 
 
 class _Job(Generic[T]):
@@ -294,7 +339,21 @@ class _Job(Generic[T]):
 
 class Database:
     """Owns the engine and the thread limiters. Open with :meth:`open`; for
-    group commit, also run :meth:`run` in a nursery."""
+    group commit, also run :meth:`run` in a nursery.
+
+    Args:
+        url: the store's SQLAlchemy URL (``sqlite:///...``,
+            ``postgresql+psycopg://...``).
+        reader_threads: reads that may run at once.
+        max_queued: units that may wait for the writer (:meth:`submit`).
+        faults: where its failures are reported (a new ``Faults`` if none).
+        bus: with several processes on one PostgreSQL database, the
+            process's bus (:class:`StreamApplier`): every commit's entries
+            also go to the cluster's stream, as this process's, and a write
+            returns once the bus has applied it here. ``None``: one process.
+        on_commit: told what each unit published, after its commit
+            (:data:`CommitListener`; the node's broker). ``None``: nobody.
+    """
 
     def __init__(
         self,
@@ -303,25 +362,23 @@ class Database:
         reader_threads: int = 4,
         max_queued: int = 2000,
         faults: Faults | None = None,
+        bus: StreamApplier | None = None,
+        on_commit: CommitListener | None = None,
     ) -> None:
         self.url = url
         #: where its failures are reported (the node's, ``faults.py``)
         self.faults = faults if faults is not None else Faults()
         #: most units waiting for the writer (:meth:`submit` refuses more)
         self.max_queued = max_queued
-        self.backend = sa.make_url(url).get_backend_name()
+        self.backend = self.backend_of(url)
+        self._bus = bus
+        self._on_commit = on_commit
         self._engine: Engine | None = None
         self._write_engine: Engine | None = None
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(reader_threads)
         self._queue: collections.deque[_Job[Any]] | None = None
         self._wakeup = trio.Event()
-        #: called on the event loop with what each unit published, right after
-        #: its commit and before its ``then`` (the broker: ``Broker.committed``)
-        self.on_commit: Callable[[list[outbox.Entry]], object] | None = None
-        #: set when several processes may share the database: this process's
-        #: id, and every commit's entries also go to the cluster stream
-        self.stream_origin: str | None = None
         #: the newest stream position this process wrote and committed
         self.stream_head = 0
         #: units per committed batch, and each batch's time to commit (``/metrics``;
@@ -338,11 +395,6 @@ class Database:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=None,
         )
-        #: waits until the bus has applied a stream position (while it runs)
-        self.delivered: Callable[[int], Awaitable[None]] | None = None
-        #: told, in the writer's thread, the block and entries a transaction
-        #: is about to commit (the bus then need not decode its notifications)
-        self.recorded: Callable[[int, list[outbox.Entry]], None] | None = None
         #: SQLite: the event loop thread's own write connection (_run_inline),
         #: for a database in a file (an in-memory one is per connection)
         self._inline_engine: Engine | None = None
@@ -362,6 +414,23 @@ class Database:
         #: batches run, and how many of them the last checkpoint followed
         self._commits = 0
         self._checkpointed = 0
+
+    @staticmethod
+    def backend_of(url: str) -> str:
+        """The backend *url* names: ``"sqlite"`` or ``"postgresql"``."""
+        return sa.make_url(url).get_backend_name()
+
+    @property
+    def bus(self) -> StreamApplier | None:
+        """The process's bus it was built with (several processes), or None."""
+        return self._bus
+
+    @property
+    def stream_origin(self) -> str | None:
+        """This process's id, the origin of what its commits write to the
+        cluster's stream, when several processes may share the database
+        (it was built with a bus); else None."""
+        return None if self._bus is None else self._bus.process_id
 
     @property
     def engine(self) -> Engine:
@@ -449,15 +518,31 @@ class Database:
         """Run ``fn(conn)`` as one unit of work, serialized with other writes.
 
         While :meth:`run` is running, units that are waiting together are
-        committed together (group commit): each runs in its own savepoint, so
-        one that raises is rolled back alone, and the transaction commits
-        once for all. Without :meth:`run`, each unit is its own transaction.
+        committed together in one transaction (group commit), and one that
+        raises fails alone: the others commit. Without :meth:`run`, each
+        unit is its own transaction. With several processes (a bus), it
+        returns once the bus has applied the commit here.
+
+        *fn* may run more than once, every run but the last rolled back.
+        A batch runs first without savepoints; if any of its units raises,
+        the transaction is rolled back and the batch runs again with a
+        savepoint per unit. And PostgreSQL may abort a transaction to break
+        a deadlock or a serialization conflict with another writer: it runs
+        again, up to ``_ATTEMPTS`` runs. So *fn* may run up to
+        twice ``_ATTEMPTS`` times (six). It must be a function of its
+        connection only: no I/O, no change to in-memory state others see,
+        no counters. What must happen once it has committed is recorded
+        with ``store/outbox.py`` or done in *then*; each happens once.
 
         Args:
-            fn: the unit of work; runs in a worker thread.
-            then: called with the result on the event loop after the commit,
-                before the next write may start, so that what it publishes
-                leaves in commit order. It must not block or raise.
+            fn: the unit of work, perhaps run several times (above); runs in
+                a worker thread (a *quick* one on SQLite: on the event
+                loop's thread, :meth:`submit`). What it raises on its last
+                run is raised here.
+            then: called once with the result on the event loop after the
+                commit, before the next write may start, so that what it
+                publishes leaves in commit order. It must not block or raise.
+            quick: the unit runs a few short statements (:meth:`submit`).
 
         Cancellation: a unit that has been handed to the worker thread runs
         to completion (commit or rollback) before the caller sees
@@ -480,7 +565,11 @@ class Database:
 
         Units commit in the order they were submitted, so a caller can queue
         several (a client's pipelined sends) and await them afterwards.
-        Semantics otherwise as :meth:`write`.
+        Semantics otherwise as :meth:`write`: in particular *fn* may run
+        more than once (up to twice ``_ATTEMPTS`` times, every run but the
+        last rolled back), so it must have no effect outside its
+        transaction; what must happen after the commit is recorded with
+        ``store/outbox.py`` or done in *then*.
 
         *quick* says the unit runs a few short statements whatever the data
         (a message send, read positions): on SQLite a batch of only such
@@ -539,11 +628,11 @@ class Database:
         its stream position, so an acknowledged write has been delivered
         here as it is on one process."""
         result = job.outcome()
-        if job.position and self.delivered is not None:
+        if job.position and self._bus is not None:
             # committed already: if the bus is stuck (the store away), say so
             # rather than hold the caller for ever
             with trio.move_on_after(_DELIVERY_WAIT) as waited:
-                await self.delivered(job.position)
+                await self._bus.caught_up(job.position)
             if waited.cancelled_caught:
                 log.warning("a write committed but not delivered here within %ss", _DELIVERY_WAIT)
         return result
@@ -680,7 +769,7 @@ class Database:
             return False
         try:
             self._run_batch_on(self._inline_connection(), batch)
-        except _Busy:  # nothing ran: the thread's way waits for the lock
+        except _Busy:  # nothing committed: the thread's way waits for the lock
             # (rare: another process writes) a failed BEGIN leaves SQLAlchemy's
             # connection half begun: the next batch starts on a new one
             self._drop_inline_connection()
@@ -724,8 +813,8 @@ class Database:
         # known committed only now: a subscription made from here on starts after it
         self.stream_head = max(self.stream_head, job.position)
         try:
-            if job.entries and self.on_commit is not None:
-                self.on_commit(job.entries)
+            if job.entries and self._on_commit is not None:
+                self._on_commit(job.entries)
             if job.then is not None:
                 job.then(job.result)
         except Exception:  # a bug in a publisher must not stop writes
@@ -738,7 +827,7 @@ class Database:
         first, not where a unit would (``dialect.hold_write_lock``): taken
         after row locks, it would deadlock with a writer that took it first
         and waits for one of those rows."""
-        if self.stream_origin is not None and not all(job.quick for job in batch):
+        if self._bus is not None and not all(job.quick for job in batch):
             hold_write_lock(conn)
 
     def _record(self, conn: Connection, batch: list[_Job[Any]]) -> None:
@@ -746,7 +835,7 @@ class Database:
         published to the stream at the transaction's block, in this
         transaction, and send it to the other processes as notifications
         (delivered by PostgreSQL at commit, in commit order)."""
-        if self.stream_origin is None:
+        if self._bus is None:
             return
         found = [entry for job in batch if job.error is None for entry in job.entries]
         if not found:
@@ -758,7 +847,7 @@ class Database:
         written = conn.exec_driver_sql(
             _RECORD,
             {
-                "origin": self.stream_origin,
+                "origin": self._bus.process_id,
                 "body": body,
                 "at": now_ms(),
                 "count": len(chunks),
@@ -768,8 +857,7 @@ class Database:
         if written is None:  # a row per notification, and there is one at least
             raise RuntimeError("the stream row was not written")
         position = int(written[0])
-        if self.recorded is not None:
-            self.recorded(position, found)
+        self._bus.recorded(position, found)
         for job in batch:
             if job.error is None and job.entries:
                 job.position = int(position)
@@ -810,9 +898,10 @@ class Database:
         Optimistic first: all units without savepoints (two statements fewer
         each). If any unit raises, that transaction is rolled back and the
         batch runs again with a savepoint per unit, so only the failing units
-        fail. Units are plain functions of the connection, safe to run again.
-        A batch of one unit never takes a savepoint: if it raises, its
-        transaction is rolled back and the unit fails, as it would alone.
+        fail. Units are plain functions of the connection, safe to run again
+        (:meth:`write` requires it of them). A batch of one unit never takes
+        a savepoint: if it raises, its transaction is rolled back and the
+        unit fails, as it would alone.
 
         Raises:
             DBAPIError: the database failed (``_is_store_failure``); no unit

@@ -7,7 +7,8 @@ its connection, and they take effect only if, and once, the unit commits:
 - :func:`emit`: an event for a room's members (or everyone);
 - :func:`emit_to`: an event for one participant's sessions (a command);
 - :func:`change`: a change to what every process keeps in memory — the
-  broker's routing (``join``, ``leave``, ...) or a cache (``invalidate``).
+  broker's routing (:class:`Join`, :class:`Leave`, ...) or a cache
+  (:class:`Invalidate`).
 
 On one process (SQLite) the store hands the entries of each committed unit
 to the broker right after the commit, in commit order. With several
@@ -24,21 +25,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy.engine import Connection
 
 from .._version import __version__
+from ..ends import EndReason
 from ..events import CommandIssued, Event, MessagePosted, Relayed, TaskCreated, TaskUpdated
 from ..records import Message, Reaction, Task, TaskState, Upload
 
 __all__ = [
     "FRAME_CARRIED",
-    "MIRRORED",
     "Change",
+    "Disconnect",
+    "DisconnectToken",
+    "DropParticipant",
+    "DropRoom",
     "Entry",
+    "Invalidate",
+    "Join",
+    "Leave",
     "Publish",
+    "Routing",
     "SendTo",
     "begin",
     "change",
@@ -51,6 +62,8 @@ __all__ = [
     "take",
 ]
 
+log = logging.getLogger(__name__)
+
 #: ``conn.info`` key of the running unit's entries
 _KEY = "mesh_outbox"
 
@@ -58,12 +71,6 @@ _KEY = "mesh_outbox"
 #: then fits one notification, 7,600 bytes, whatever the text); a longer one
 #: is made again by each process that delivers it (decision 0085)
 FRAME_CARRIED = 2048
-
-#: the changes to the broker's routing (applied by every process, also the
-#: one that wrote them, at once after its commit)
-MIRRORED = frozenset(
-    {"join", "leave", "drop_room", "drop_participant", "disconnect", "disconnect_token"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +84,117 @@ class SendTo:
     event: Event
 
 
+# changes to what every process keeps in memory: the broker's routing (applied
+# by every process, also the one that wrote them, at once after its commit)
+# and caches (``Invalidate``). Their wire form is ``{"k": "change", "kind":
+# KIND, "args": [...]}``, the fields in order.
+
+
 @dataclass(frozen=True, slots=True)
-class Change:
-    kind: str
-    args: tuple[str, ...]
+class Join:
+    """A participant joined a room."""
+
+    kind: ClassVar[str] = "join"
+    room_id: str
+    participant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """A participant left a room (or may no longer be in it)."""
+
+    kind: ClassVar[str] = "leave"
+    room_id: str
+    participant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropRoom:
+    """A room was deleted."""
+
+    kind: ClassVar[str] = "drop_room"
+    room_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropParticipant:
+    """A participant was deleted: its subscriptions end as ``removed``."""
+
+    kind: ClassVar[str] = "drop_participant"
+    participant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """A participant's subscriptions end (its memberships stay)."""
+
+    kind: ClassVar[str] = "disconnect"
+    participant_id: str
+    reason: EndReason
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectToken:
+    """The subscriptions a participant opened with one token end."""
+
+    kind: ClassVar[str] = "disconnect_token"
+    participant_id: str
+    token_id: str
+    reason: EndReason
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidate:
+    """A cache of every process is stale for *key* (``Bus.on_invalidate``)."""
+
+    kind: ClassVar[str] = "invalidate"
+    cache: str
+    key: str
+
+
+#: a change to the broker's routing
+Routing = Join | Leave | DropRoom | DropParticipant | Disconnect | DisconnectToken
+Change = Routing | Invalidate
+
+#: each change's class by its wire ``kind``
+_CHANGES: dict[str, type[Change]] = {
+    cls.kind: cls
+    for cls in (Join, Leave, DropRoom, DropParticipant, Disconnect, DisconnectToken, Invalidate)
+}
+
+
+def _change_args(change: Change) -> list[str]:
+    """A change's fields, in order: its wire ``args``."""
+    return [str(getattr(change, f.name)) for f in dataclasses.fields(change)]
+
+
+def _decode_change(kind: str, args: list[str]) -> Change | None:
+    """The change of a wire item, or None for one this release cannot read
+    (a newer process's kind or shape: ignored, as older releases did)."""
+    cls = _CHANGES.get(kind)
+    try:
+        if cls is Disconnect:
+            participant_id, reason = args
+            return Disconnect(participant_id, _reason(reason))
+        if cls is DisconnectToken:
+            participant_id, token_id, reason = args
+            return DisconnectToken(participant_id, token_id, _reason(reason))
+        if cls is None:
+            return None
+        made: Callable[..., Change] = cls  # the others' fields are all str
+        return made(*args)
+    except (TypeError, ValueError):
+        log.warning("a %s change of an unknown shape was ignored: %r", kind, args)
+        return None
+
+
+def _reason(value: str) -> EndReason:
+    """A disconnect's reason; one this release does not know (a newer
+    process's) still disconnects, as ``closed``: the client connects again."""
+    try:
+        return EndReason(value)
+    except ValueError:
+        return EndReason.CLOSED
 
 
 Entry = Publish | SendTo | Change
@@ -117,10 +231,10 @@ def emit_to(conn: Connection, participant_id: str, event: Event) -> None:
     entries(conn).append(SendTo(participant_id, event))
 
 
-def change(conn: Connection, kind: str, *args: str) -> None:
-    """Record a change to in-memory state every process keeps: a routing
-    change (:data:`MIRRORED`) or ``invalidate`` of a cache and a key."""
-    entries(conn).append(Change(kind, tuple(args)))
+def change(conn: Connection, change: Change) -> None:
+    """Record a change to in-memory state every process keeps: the broker's
+    routing (:data:`Routing`) or a cache (:class:`Invalidate`)."""
+    entries(conn).append(change)
 
 
 # the stream's wire form --------------------------------------------------------
@@ -179,7 +293,7 @@ def encode_each(found: list[Entry]) -> list[str]:
         elif isinstance(entry, SendTo):
             item = {"k": "send", "to": entry.participant_id, "e": _event_json(entry.event)}
         else:
-            item = {"k": "change", "kind": entry.kind, "args": list(entry.args)}
+            item = {"k": "change", "kind": entry.kind, "args": _change_args(entry)}
         out.append(_dumps(item))
     return out
 
@@ -249,7 +363,9 @@ def decode(body: str) -> list[Entry]:
     out: list[Entry] = []
     for item in json.loads(body):
         if item["k"] == "change":
-            out.append(Change(item["kind"], tuple(item["args"])))
+            change = _decode_change(item["kind"], item["args"])
+            if change is not None:
+                out.append(change)
             continue
         data = item["e"]
         to = item.get("to")

@@ -25,11 +25,12 @@ async def test_behind_for_counts_from_when_the_bus_fell_behind(tmp_path: Path) -
     if stores.cluster is None:
         pytest.skip("the bus runs on PostgreSQL only (--store postgresql)")
     url = stores.cluster.url_for(tmp_path / "mesh-data")
-    here, there = Database(url), Database(url)
+    bus = Bus("here", poll_interval=0.2)
+    # this process, and another one (its bus not running) writing to the stream
+    here, there = Database(url, bus=bus), Database(url, bus=Bus("there"))
+    bus.attach(here, Broker(64, bus=bus))
     await here.open()
     await there.open()
-    here.stream_origin, there.stream_origin = "here", "there"
-    bus = Bus(here, Broker(64), "here", poll_interval=0.2)
     reloading = trio.Event()
     reloaded = trio.Event()
 
@@ -44,7 +45,7 @@ async def test_behind_for_counts_from_when_the_bus_fell_behind(tmp_path: Path) -
             assert bus.behind_for() == 0.0
 
             def change(conn: Connection) -> None:
-                outbox.change(conn, "invalidate", "slow", "key")
+                outbox.change(conn, outbox.Invalidate("slow", "key"))
 
             await there.write(change)  # another process's commit
             with trio.fail_after(10):

@@ -9,8 +9,9 @@ import pytest
 import trio
 import trio.testing
 
+from quart_mesh.events import RoomDeleted
 from quart_mesh.realtime.quart_ws import END_OF_STREAM, QuartWebSocket
-from quart_mesh.realtime.transport import ConnectionClosed, encode_text_frame
+from quart_mesh.realtime.transport import ConnectionClosed, FrameTooLarge
 
 pytestmark = pytest.mark.store_free
 
@@ -55,10 +56,10 @@ async def test_what_the_client_sent_is_read_after_a_send_fails(
         fake.incoming.send_nowait(f"m{n}")
     fake.incoming.send_nowait(END_OF_STREAM)
     received = [await ws.receive(), await ws.receive()]
-    await ws.send_frames([encode_text_frame(b"echo m0")])
+    await ws.send_frames([ws.encode(None, "echo m0")])
     fake.failing = True
     with pytest.raises(ConnectionClosed):
-        await ws.send_frames([encode_text_frame(b"echo m1")])
+        await ws.send_frames([ws.encode(None, "echo m1")])
     with trio.fail_after(1):
         received += [await ws.receive() for _ in range(3)]
         with pytest.raises(ConnectionClosed):
@@ -114,3 +115,44 @@ async def test_without_a_failed_send_silence_is_the_servers_business(
         await ws.receive()
     assert waited.cancelled_caught
     assert fake.sent == []
+
+
+async def test_a_binary_message_is_received_as_its_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Undecoded, UTF-8 or not (Quart hands over None for an empty one); its
+    limit counted in bytes, a text message's in UTF-8 bytes."""
+    fake = FakeWebSocket()
+    ws = QuartWebSocket(fake, max_message_bytes=8)
+    for data in (b"\xff\x00", b"{}", None, b"y" * 9, b"z" * 8, "é" * 5, "é" * 4):
+        fake.incoming.send_nowait(data)  # type: ignore[arg-type]  # None, as Quart does
+    assert await ws.receive() == b"\xff\x00"
+    assert await ws.receive() == b"{}"
+    assert await ws.receive() == b""
+    with pytest.raises(FrameTooLarge):
+        await ws.receive()
+    assert await ws.receive() == b"z" * 8
+    with pytest.raises(FrameTooLarge):
+        await ws.receive()
+    assert await ws.receive() == "é" * 4
+
+
+async def test_frames_are_encoded_as_their_payload_and_sent_as_text(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The server frames each message: a frame here is its UTF-8 payload
+    (once per event), sent as text; nothing is written without waiting, and
+    nothing is ever owed."""
+    fake = FakeWebSocket()
+    ws = QuartWebSocket(fake, max_message_bytes=1024)
+    event = RoomDeleted(room_id="r1")
+    frame = ws.encode(event, event.frame)
+    assert frame == event.frame.encode("utf-8")
+    assert ws.encode(event, event.frame) is frame  # cached on the event
+    assert ws.encode(None, "é") == "é".encode()
+    assert ws.write_now([frame]) is None
+    assert not ws.owes
+    await ws.send_frames([frame, ws.encode(None, "é")])
+    await ws.send_frames([])
+    await ws.send_text("text")
+    assert fake.sent == [event.frame, "é", "text"]

@@ -21,6 +21,7 @@ import trio.testing
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
+    BytesMessage,
     CloseConnection,
     Event,
     Ping,
@@ -29,11 +30,14 @@ from wsproto.events import (
     TextMessage,
 )
 
+from quart_mesh.events import RoomDeleted
 from quart_mesh.realtime.transport import (
     CLOSE_TIMEOUT,
     IDLE_CLOSE_CODE,
     ConnectionClosed,
+    FrameTooLarge,
     WebSocket,
+    Written,
     encode_text_frame,
 )
 
@@ -236,6 +240,113 @@ async def test_a_write_that_times_out_before_it_goes_on_still_owes_its_frame(
         assert 0 < len(numbers) < 200
         assert client.closed is not None
         assert (client.closed.code, client.closed.reason) == (1013, "lagging")
+
+
+async def test_a_write_now_the_kernel_takes_in_part_owes_the_end_of_its_last_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The client is not reading: ``write_now`` writes what the kernel takes
+    and says how many frames are the socket's, the last of them begun. With
+    nothing left to send, ``send_frames([])`` finishes that frame; the
+    client reads whole frames, then the close frame."""
+    async with tcp_pair() as (server, client_end):
+        _small_buffers(server, client_end)
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        owes = [ws.owes]
+        written = ws.write_now(frames(40))  # 2.4 MB: more than the buffers hold
+        assert written is not None
+        assert written.owed
+        assert 0 < written.taken < 40
+        owes.append(ws.owes)
+        assert ws.write_now(frames(1)) is None  # the end owed goes first
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)  # now it reads
+            await ws.send_frames([], timeout=30)
+            owes.append(ws.owes)
+            await ws.close()
+        assert owes == [False, True, False]
+        numbers = [json.loads(m)["n"] for m in client.messages]
+        assert numbers == list(range(written.taken))
+        assert client.closed is not None
+        assert client.closed.code == 1000
+
+
+async def test_the_frames_write_now_did_not_take_follow_the_end_it_owes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As the session does it: what ``write_now`` did not take is sent with
+    ``send_frames``, after the end of the frame it began."""
+    async with tcp_pair() as (server, client_end):
+        _small_buffers(server, client_end)
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        data = frames(40)
+        written = ws.write_now(data)
+        assert written is not None
+        assert written.taken < 40
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)
+            await ws.send_frames(data[written.taken :], timeout=30)
+            await ws.close()
+        assert [json.loads(m)["n"] for m in client.messages] == list(range(40))
+
+
+async def test_a_write_now_the_kernel_takes_whole_owes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with tcp_pair() as (server, client_end):
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        sent = [ws.encode(None, json.dumps({"n": n})) for n in range(3)]
+        assert ws.write_now(sent) == Written(taken=3, owed=False)
+        assert ws.write_now([]) == Written(taken=0, owed=False)
+        assert not ws.owes
+        await ws.send_frames([])  # nothing owed: nothing written
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)
+            await ws.close()
+        assert [json.loads(m)["n"] for m in client.messages] == [0, 1, 2]
+
+
+async def test_a_stream_other_than_a_socket_writes_nothing_now(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with accepted(pong=False) as (ws, client, _):
+        assert ws.write_now([ws.encode(None, "{}")]) is None
+        await ws.send_frames([ws.encode(None, "{}")])
+        await ws.close()
+    assert client.messages == ["{}"]
+
+
+def test_encode_makes_a_text_frame_once_per_event() -> None:
+    server_end, _ = trio.testing.memory_stream_pair()
+    ws = WebSocket(server_end, max_message_bytes=1024)
+    event = RoomDeleted(room_id="r1")
+    frame = ws.encode(event, event.frame)
+    assert frame == encode_text_frame(event.frame.encode("utf-8"))
+    assert ws.encode(event, event.frame) is frame  # cached on the event
+    assert ws.encode(None, "é") == encode_text_frame("é".encode())
+    assert ws.encode(None, "é") is not ws.encode(None, "é")
+
+
+async def test_a_binary_message_is_received_as_its_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Undecoded, UTF-8 or not; its limit counted in bytes."""
+    async with accepted(pong=False) as (ws, client, _):
+        for data in (b'{"type":"x"}', b"\xff\x00", b"", b"y" * 1025, b"z" * 1024):
+            await client.stream.send_all(client.ws.send(BytesMessage(data)))
+        assert await ws.receive() == b'{"type":"x"}'
+        assert await ws.receive() == b"\xff\x00"
+        assert await ws.receive() == b""
+        with pytest.raises(FrameTooLarge):
+            await ws.receive()
+        assert await ws.receive() == b"z" * 1024
+        await ws.close()
 
 
 async def test_a_client_that_does_not_read_the_close_frame_is_reset(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from quart_mesh.broker import Broker
+from quart_mesh.ends import EndReason
 from quart_mesh.services.authz import Actor
 from quart_mesh.services.delivery import Delivery
 
@@ -47,4 +48,4 @@ async def test_the_subscription_ends_with_the_block() -> None:
     with await delivery.follow(actor("p1")) as feed:
         assert broker.statistics().subscribers == 1
     assert broker.statistics().subscribers == 0
-    assert feed.sub.failed == "closed"
+    assert feed.sub.failed is EndReason.CLOSED

@@ -5,7 +5,7 @@ open, passes a block whose transaction rolled back, and reads a commit too
 large for notifications from the table.
 
 What the bus applies is watched through cache invalidations
-(``outbox.change(conn, "invalidate", cache, key)``), which it awaits in
+(``outbox.change(conn, outbox.Invalidate(cache, key))``), which it awaits in
 order: the keys' order is its order.
 """
 
@@ -36,16 +36,18 @@ async def _mesh(
     """Two writing stores (two processes' writers) and a reader's bus,
     running, with the keys it applied so far."""
     url = cluster.url(f"bus_{uuid.uuid4().hex[:12]}")
-    a, b, reader = Database(url), Database(url), Database(url)
+    # processes a and b write to the cluster's stream (their buses not running)
+    a, b = Database(url, bus=Bus("a")), Database(url, bus=Bus("b"))
+    bus = Bus("reader")
+    reader = Database(url, bus=bus)
+    bus.attach(reader, Broker(bus=bus))
     for db in (a, b, reader):
         await db.open()
-    a.stream_origin, b.stream_origin = "a", "b"
     applied: list[str] = []
 
     async def record(key: str) -> None:
         applied.append(key)
 
-    bus = Bus(reader, Broker(), "reader")
     bus.on_invalidate("test", record)
     try:
         async with trio.open_nursery() as nursery:
@@ -60,7 +62,7 @@ async def _mesh(
 
 def _publish(key: str) -> Callable[[Connection], None]:
     def unit(conn: Connection) -> None:
-        outbox.change(conn, "invalidate", "test", key)
+        outbox.change(conn, outbox.Invalidate("test", key))
 
     return unit
 
@@ -80,7 +82,7 @@ async def test_blocks_apply_in_order_and_none_past_one_still_open(
 
         def slow(conn: Connection) -> None:
             block_of_a.append(conn.exec_driver_sql("SELECT mesh_reserve()").scalar_one())
-            outbox.change(conn, "invalidate", "test", "a")
+            outbox.change(conn, outbox.Invalidate("test", "a"))
             holding.set()
             release.wait(30)
 
@@ -122,8 +124,8 @@ async def test_a_commit_too_large_for_notifications_is_read_from_the_table(
     big = "x" * 9000  # one entry larger than a notification can carry
 
     def unit(conn: Connection) -> None:
-        outbox.change(conn, "invalidate", "test", big)
-        outbox.change(conn, "invalidate", "test", "small")
+        outbox.change(conn, outbox.Invalidate("test", big))
+        outbox.change(conn, outbox.Invalidate("test", "small"))
 
     async with _mesh(cluster) as (a, b, _bus, applied):
         await a.write(_publish("first"), quick=True)

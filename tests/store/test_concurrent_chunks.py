@@ -42,7 +42,7 @@ _LARGE = [f"{n}-" + "x" * 5000 for n in ("first", "second", "third")]
 def _publish(*keys: str) -> Callable[[Connection], None]:
     def unit(conn: Connection) -> None:
         for key in keys:
-            outbox.change(conn, "invalidate", "test", key)
+            outbox.change(conn, outbox.Invalidate("test", key))
 
     return unit
 
@@ -70,16 +70,18 @@ async def _mesh(cluster: stores.Cluster) -> AsyncIterator[_Mesh]:
     """A writing store, and the bus of a reader of the same database,
     prepared (at the head of the stream) and not running."""
     url = cluster.url(f"chunks_{new_id().lower()}")
-    writer, reader = Database(url), Database(url)
+    # the writer's process writes to the cluster's stream (its bus not running)
+    writer = Database(url, bus=Bus("writer"))
+    bus = Bus("reader")
+    reader = Database(url, bus=bus)
+    bus.attach(reader, Broker(bus=bus))
     for db in (writer, reader):
         await db.open()
-    writer.stream_origin = "writer"
     applied: list[str] = []
 
     async def record(key: str) -> None:
         applied.append(key)
 
-    bus = Bus(reader, Broker(), "reader")
     bus.on_invalidate("test", record)
     try:
         await bus.prepare()

@@ -119,10 +119,10 @@ class _Race:
 async def _race(url: str) -> AsyncIterator[_Race]:
     """The race (:class:`_Race`) on the database at *url*, in a room alice
     is in, written by two stores (two processes' writers)."""
-    a, b = Database(url), Database(url)
+    # processes a and b, writing to the cluster's stream (their buses not running)
+    a, b = Database(url, bus=Bus("a")), Database(url, bus=Bus("b"))
     for db in (a, b):
         await db.open()
-    a.stream_origin, b.stream_origin = "a", "b"
     with a.engine.begin() as conn:
         conn.exec_driver_sql(_PAUSED_RESERVE)
         alice = rows.participant(conn, "alice")
@@ -204,11 +204,12 @@ async def test_a_resume_and_polls_across_a_bound_that_went_back_miss_nothing_and
     one it was given, and ``Delivery.resume_point`` clamps a cursor at the
     newest message written, not at that process's lower bound."""
     url = cluster.url(f"reads_{new_id().lower()}")
-    reader, other = Database(url), Database(url)  # other: a process with no bus
+    bus = Bus("reader")
+    broker = Broker(bus=bus)
+    reader, other = Database(url, bus=bus), Database(url)  # other: a process with no bus
+    bus.attach(reader, broker)
     for db in (reader, other):
         await db.open()
-    broker = Broker()
-    bus = Bus(reader, broker, "reader")
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(bus.run)

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from quart_mesh.ids import new_id
 from quart_mesh.records import now_ms
+from quart_mesh.services.bus import Bus
 from quart_mesh.store import Database, blocks, messages, outbox, relay, rooms, state
 from quart_mesh.store import cluster as cluster_repo
 from quart_mesh.store import schema as s
@@ -318,20 +319,20 @@ async def test_two_processes_writing_to_the_stream_commit_out_of_order_and_read_
     reader of what is final stops below A's block until A commits, then
     reads A's row before B's."""
     url = cluster.url(f"stream_{new_id().lower()}")
-    a, b = Database(url), Database(url)
+    # processes a and b, writing to the cluster's stream (their buses not running)
+    a, b = Database(url, bus=Bus("a")), Database(url, bus=Bus("b"))
     await a.open()
     await b.open()
-    a.stream_origin, b.stream_origin = "a", "b"
     holding, release = threading.Event(), threading.Event()
 
     def slow(conn: Connection) -> None:
         blocks_of_a.append(conn.exec_driver_sql("SELECT mesh_reserve()").scalar_one())
-        outbox.change(conn, "invalidate", "test", "from a")
+        outbox.change(conn, outbox.Invalidate("test", "from a"))
         holding.set()
         release.wait(30)
 
     def quick(conn: Connection) -> None:
-        outbox.change(conn, "invalidate", "test", "from b")
+        outbox.change(conn, outbox.Invalidate("test", "from b"))
 
     blocks_of_a: list[int] = []
     try:
@@ -352,8 +353,8 @@ async def test_two_processes_writing_to_the_stream_commit_out_of_order_and_read_
                 release.set()
         found, read_to = await a.read(partial(cluster_repo.final_rows, after=start, limit=10))
         assert [(row.origin, row.entries) for row in found] == [
-            ("a", [outbox.Change("invalidate", ("test", "from a"))]),
-            ("b", [outbox.Change("invalidate", ("test", "from b"))]),
+            ("a", [outbox.Invalidate("test", "from a")]),
+            ("b", [outbox.Invalidate("test", "from b")]),
         ]
         assert found[0].position == blocks_of_a[0] < found[1].position <= read_to
     finally:
