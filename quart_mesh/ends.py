@@ -55,8 +55,9 @@ class Ending:
     close_code: int
     #: the close frame's reason
     close_reason: str
-    #: the error code of the ``error`` frame sent before closing (and the
-    #: code an MCP listen stream ends with), or None: no error frame
+    #: the error code of the ``error`` frame sent before closing, or None: no
+    #: error frame (where the access ended, an MCP listen stream ends with
+    #: this code and :attr:`text` too)
     code: str | None
     #: that frame's text
     text: str

@@ -271,10 +271,10 @@ async def cli(
     return await launcher.run(*args, stdin=stdin, env=env, fresh=fresh)
 
 
-async def serve_on(data_dir: Path, nursery: trio.Nursery, settings: Settings | None = None) -> str:
-    """A node on *data_dir* (or on *settings*) served on loopback in
-    *nursery*, the node's own server in front of hypercorn; its URL."""
-    return await _serve_app(create_app(settings or Settings(data_dir=data_dir)), nursery)
+async def serve_on(data_dir: Path, nursery: trio.Nursery) -> str:
+    """A node on *data_dir* served on loopback in *nursery*, the node's own
+    server in front of hypercorn; its URL."""
+    return await _serve_app(create_app(Settings(data_dir=data_dir)), nursery)
 
 
 async def _serve_app(app: MeshApp, nursery: trio.Nursery) -> str:

@@ -60,10 +60,6 @@ class Sends:
         self._settling: trio.CancelScope | None = None
         self._settle_by = math.inf
 
-    def __len__(self) -> int:
-        """Sends queued and not yet settled."""
-        return len(self._queued)
-
     async def queue(self, submit: Callable[[], Awaitable[object]], client_id: str | None) -> None:
         """Queue a send: *submit* queues it in the store (and raises at once
         for a send refused before it is queued); the settler awaits what it

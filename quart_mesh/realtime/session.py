@@ -280,7 +280,7 @@ class ProtocolSession:
                     try:
                         await self._start(actor, since, feed)
                     except MeshError as error:  # e.g. the store is unavailable
-                        self._state = _State.ENDING
+                        self._end_itself()
                         sub.push(None, error_frame(error.message, error.code))
                         sub.fail(EndReason.UNAVAILABLE)
                         # the writer says so (its farewell is bounded), or finds
@@ -295,10 +295,17 @@ class ProtocolSession:
                     finally:  # the client is gone, or the session is cancelled
                         if self._sends is not None:  # what it read is still stored, for a while
                             self._sends.settle_by(trio.current_time() + SETTLE_TIMEOUT)
-                    self._state = _State.ENDING
+                    self._end_itself()
                     nursery.cancel_scope.cancel()  # the nursery still waits for the sends
                 finally:
                     await self._closed(sub, expiry)
+
+    def _end_itself(self) -> None:
+        """The session ends itself: its token's expiry no longer applies.
+        The state only moves on (a writer that runs while the nursery is
+        closing leaves it closing)."""
+        if self._state is _State.LIVE:
+            self._state = _State.ENDING
 
     async def _closed(self, sub: Subscription, expiry: float) -> None:
         """The session's nursery is closing (its tasks are cancelled; queued
@@ -396,7 +403,7 @@ class ProtocolSession:
             if not farewell:
                 return
             # the session ends with this farewell, whatever the token's expiry
-            self._state = _State.ENDING
+            self._end_itself()
             scope.deadline = math.inf
             await self._farewell(sub)
         except BaseException:
@@ -430,7 +437,7 @@ class ProtocolSession:
                 sub.fail(EndReason.CLOSED)
                 return False
             except trio.TooSlowError:
-                self._state = _State.ENDING
+                self._end_itself()
                 scope.cancel()  # the session ends, with no farewell
                 return False
             self._note_delivered(batch)

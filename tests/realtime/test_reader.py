@@ -13,6 +13,7 @@ from wsproto.frame_protocol import CloseReason
 
 from quart_mesh.realtime.reader import FrameReader
 from quart_mesh.realtime.transport import FrameTooLarge
+from quart_mesh.wire import parse_json_object
 
 pytestmark = pytest.mark.store_free
 
@@ -116,6 +117,21 @@ def test_a_binary_message_comes_out_as_its_bytes() -> None:
     got = messages(reader)
     assert got == [b'{"type":"x"}', b"\xff\xfe", b"abcd", b""]
     assert all(type(item) is bytes for item in got)
+
+
+def test_a_character_split_between_binary_fragments_is_whole_in_the_message() -> None:
+    """The parts of a binary message are joined before anything decodes
+    them: a character cut between two fragments (or two reads) parses."""
+    client = Connection(ConnectionType.CLIENT)
+    reader = FrameReader(Connection(ConnectionType.SERVER), max_message_bytes=LIMIT)
+    whole = '{"a":"é"}'.encode()
+    cut = whole.index(b"\xa9")  # between the two bytes of é
+    reader.feed(client.send(BytesMessage(whole[:cut], message_finished=False)))
+    reader.feed(client.send(BytesMessage(whole[cut:])))
+    (message,) = messages(reader)
+    assert message == whole
+    assert isinstance(message, bytes)
+    assert parse_json_object(message) == {"a": "é"}
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from trio.testing import MockClock
 
 from quart_mesh.broker import Broker
@@ -31,6 +32,7 @@ from quart_mesh.config import Settings
 from quart_mesh.ends import EndReason
 from quart_mesh.errors import RateLimited
 from quart_mesh.events import Event
+from quart_mesh.realtime._sends import Sends
 from quart_mesh.realtime.session import SETTLE_TIMEOUT, ProtocolSession, SessionServices
 from quart_mesh.realtime.transport import ConnectionClosed, Written
 from quart_mesh.security import Tokens
@@ -347,3 +349,41 @@ async def test_each_end_is_told_to_the_client_as_the_table_says(
     assert ws.errors() == ([] if error is None else [error])
     assert (ws.closed and ws.closed[1:]) == close
     assert trio.current_time() == pytest.approx(1)  # at once
+
+
+async def test_the_send_window_waits_for_a_slot_and_a_refused_send_gives_its_slot_back(
+    autojump_clock: MockClock,
+) -> None:
+    # the pipeline of one session, alone: at most max_in_flight sends wait
+    # for the store; the next waits for a slot, and a send refused before
+    # it is queued gives its slot back at once
+    broker = Broker()
+    stored: list[trio.Event] = []
+
+    def submit() -> Awaitable[object]:
+        done = trio.Event()
+        stored.append(done)
+        return done.wait()
+
+    def refused() -> Awaitable[object]:
+        raise RateLimited("slow down", 1.0)
+
+    with broker.subscribe("alice") as sub:
+        async with trio.open_nursery() as nursery:
+            sends = Sends(nursery, sub, max_in_flight=2)
+            with pytest.raises(RateLimited):
+                await sends.queue(refused, None)
+            await sends.queue(submit, "a")
+            await sends.queue(submit, "b")  # the window is full now
+            assert sub.sending
+            with trio.move_on_after(60) as waited:
+                await sends.queue(submit, "c")
+            assert waited.cancelled_caught  # no slot for a minute
+            stored[0].set()  # "a" is stored: its slot is free
+            with trio.fail_after(1):
+                await sends.queue(submit, "c")
+            for done in stored[1:]:
+                done.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not sub.sending  # nothing waits for the store
+            nursery.cancel_scope.cancel()
