@@ -186,6 +186,8 @@ class Accounts:
         self._revoked: dict[str, int] = {}
         #: when this process last pruned expired issued tokens (unix seconds)
         self._pruned_at = 0
+        #: the token whose unit last pruned (its reruns prune too)
+        self._pruned_for: str | None = None
         #: when this process last wrote each token's last use (token id -> unix
         #: seconds), the most recent last (see _note_used)
         self._token_used: dict[str, int] = {}
@@ -1000,6 +1002,9 @@ class Accounts:
         per process) prune the expired ones."""
         tokens_repo.record_token(conn, issued)
         self._note_used(issued.token_id, issued.issued_at)
-        if issued.issued_at - self._pruned_at >= 60:
+        # the unit may run again (``Database.write``) and only its last run
+        # commits: a rerun for the same token prunes again
+        if issued.issued_at - self._pruned_at >= 60 or issued.token_id == self._pruned_for:
             self._pruned_at = issued.issued_at
+            self._pruned_for = issued.token_id
             tokens_repo.prune_tokens(conn, issued.issued_at)

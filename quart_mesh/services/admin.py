@@ -316,7 +316,9 @@ class Admin:
             effective = overrides.apply(self._settings.rate_limits)
             text = overrides.to_text()
 
-            def write(conn: Connection) -> None:
+            def write(conn: Connection) -> int | None:
+                """The unit (it may run more than once: ``Database.write``);
+                how many guests were signed out, if the mesh went private."""
                 new_default = mesh.default_room_id
                 if new_default is not None and new_default != old.default_room_id:
                     room = rooms_repo.get_room(conn, new_default) if is_ulid(new_default) else None
@@ -333,9 +335,12 @@ class Admin:
                     guests = repo.guest_ids(conn)
                     for guest in guests:
                         outbox.change(conn, outbox.Disconnect(guest, EndReason.REVOKED))
-                    log.info("the mesh is private now: %d guest(s) signed out", len(guests))
+                    return len(guests)
+                return None
 
-            await self._db.write(write)
+            signed_out = await self._db.write(write)
+            if signed_out is not None:  # once, after the commit
+                log.info("the mesh is private now: %d guest(s) signed out", signed_out)
             self._accounts.mesh_changed(mesh)
             self._overrides = overrides
             self._rate.configure(effective)
