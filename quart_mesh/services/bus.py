@@ -207,7 +207,7 @@ class Bus:
         """The broker, after this process committed something: while the bus
         runs, read the stream at once."""
         if self._running:
-            self._wakeup.set()
+            self.wake()
 
     def send_live(self, event: Event) -> None:
         """The broker: carry *event* (not stored) to the other processes,

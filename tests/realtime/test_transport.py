@@ -192,6 +192,21 @@ async def tcp_pair() -> AsyncIterator[tuple[trio.SocketStream, trio.SocketStream
         yield server, client
 
 
+@asynccontextmanager
+async def accepted_over_tcp(
+    *, small_buffers: bool = False
+) -> AsyncIterator[tuple[WebSocket, Client]]:
+    """A WebSocket accepted over loopback TCP, and its client, which reads
+    nothing until a test runs it (``client.run``)."""
+    async with tcp_pair() as (server, client_end):
+        if small_buffers:
+            _small_buffers(server, client_end)
+        ws = WebSocket(server, max_message_bytes=1024)
+        client = Client(client_end, pong=False)
+        assert await ws.accept(client.request())
+        yield ws, client
+
+
 def frames(count: int) -> list[bytes]:
     return [
         encode_text_frame(json.dumps({"n": n, "pad": "x" * 60_000}).encode()) for n in range(count)
@@ -201,10 +216,7 @@ def frames(count: int) -> list[bytes]:
 async def test_a_write_cut_off_is_finished_before_the_close_frame(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with tcp_pair() as (server, client_end):
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp() as (ws, client):
         # the client does not read: the write stops partway, at the deadline
         with trio.move_on_after(30) as cut:
             await ws.send_frames(frames(200))  # 12 MB: more than the socket buffers hold
@@ -226,10 +238,7 @@ async def test_a_write_that_times_out_before_it_goes_on_still_owes_its_frame(
     """The kernel takes part of a write at once, then nothing before the
     timeout: the frame it took part of is still finished before the close
     frame, and nothing after it is sent."""
-    async with tcp_pair() as (server, client_end):
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp() as (ws, client):
         with pytest.raises(trio.TooSlowError):
             await ws.send_frames(frames(200), timeout=0)
         async with trio.open_nursery() as nursery:
@@ -249,11 +258,7 @@ async def test_a_write_now_the_kernel_takes_in_part_owes_the_end_of_its_last_fra
     and says how many frames are the socket's, the last of them begun. With
     nothing left to send, ``send_frames([])`` finishes that frame; the
     client reads whole frames, then the close frame."""
-    async with tcp_pair() as (server, client_end):
-        _small_buffers(server, client_end)
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp(small_buffers=True) as (ws, client):
         owes = [ws.owes]
         written = ws.write_now(frames(40))  # 2.4 MB: more than the buffers hold
         assert written is not None
@@ -278,11 +283,7 @@ async def test_the_frames_write_now_did_not_take_follow_the_end_it_owes(
 ) -> None:
     """As the session does it: what ``write_now`` did not take is sent with
     ``send_frames``, after the end of the frame it began."""
-    async with tcp_pair() as (server, client_end):
-        _small_buffers(server, client_end)
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp(small_buffers=True) as (ws, client):
         data = frames(40)
         written = ws.write_now(data)
         assert written is not None
@@ -297,10 +298,7 @@ async def test_the_frames_write_now_did_not_take_follow_the_end_it_owes(
 async def test_a_write_now_the_kernel_takes_whole_owes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with tcp_pair() as (server, client_end):
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp() as (ws, client):
         sent = [ws.encode(None, json.dumps({"n": n})) for n in range(3)]
         assert ws.write_now(sent) == Written(taken=3, owed=False)
         assert ws.write_now([]) == Written(taken=0, owed=False)
@@ -493,10 +491,7 @@ async def test_writes_the_kernel_takes_at_once_are_not_life(
 ) -> None:
     """A client that reads nothing, written a small frame every 7 s (and
     pinged) that the kernel's buffers take at once, is closed as idle."""
-    async with tcp_pair() as (server, client_end):
-        ws = WebSocket(server, max_message_bytes=1024)
-        client = Client(client_end, pong=False)
-        assert await ws.accept(client.request())
+    async with accepted_over_tcp() as (ws, _):
         ws.keep_alive(20, 60)
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
