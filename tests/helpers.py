@@ -88,6 +88,26 @@ class Mesh:
         return list(r.json())
 
 
+class Changes:
+    """State a test records and waits on: the recorder calls :meth:`note`
+    after each change, and :meth:`until` checks its predicate at each (what
+    :func:`wait_for` does by polling, for state nothing here announces)."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def note(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def until(self, done: Callable[[], bool], seconds: float = 30) -> None:
+        """Wait until ``done()`` holds, checked now and at each change; fail
+        after *seconds*."""
+        with trio.fail_after(seconds):
+            while not done():
+                await self._event.wait()
+
+
 async def wait_for(
     predicate: Callable[[], Awaitable[bool]], seconds: float = 20, interval: float = 0.05
 ) -> None:

@@ -22,7 +22,7 @@ from trio_websocket import ConnectionClosed
 from tests import stores
 from tests.cluster.nodes import NodeProcess, open_nodes
 from tests.cluster.test_singletons import bot_processes, holder
-from tests.helpers import Mesh, Socket, User, assert_error, connect, wait_for
+from tests.helpers import Changes, Mesh, Socket, User, assert_error, connect, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,7 +59,7 @@ class Client:
         self.acked: list[str] = []
         self.errors: list[dict[str, Any]] = []
         self.closed = False
-        self._changed = trio.Event()
+        self._changes = Changes()
 
     async def read(self) -> None:
         """Record frames until the connection ends."""
@@ -72,20 +72,14 @@ class Client:
                         self.acked.append(frame["clientId"])
                 elif frame["type"] == "error":
                     self.errors.append(frame)
-                self._wake()
+                self._changes.note()
         except ConnectionClosed:
             self.closed = True
-            self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+            self._changes.note()
 
     async def until(self, done: Any, seconds: float = 30) -> None:
         """Wait (bounded) until ``done(self)`` holds, checked at each frame."""
-        with trio.fail_after(seconds):
-            while not done(self):
-                await self._changed.wait()
+        await self._changes.until(lambda: bool(done(self)), seconds)
 
     async def send(self, client_id: str) -> None:
         await self.socket.send(

@@ -25,7 +25,7 @@ import trio
 from quart_mesh.store import Database
 from quart_mesh.store.leases import Role, run_elected
 from tests.cluster.nodes import NodeProcess, database_url, open_nodes
-from tests.helpers import Mesh, User, connect, wait_for
+from tests.helpers import Changes, Mesh, User, connect, wait_for
 from tests.receiver import Receiver, Request
 
 pytestmark = pytest.mark.timeout(180)
@@ -241,7 +241,7 @@ class Seat:
         self.starts: list[str] = []
         self.stops: list[str] = []
         self.overlaps: list[tuple[str, ...]] = []  # who ran already at a start
-        self._changed = trio.Event()
+        self.changes = Changes()
 
     def component(self, name: str) -> Callable[..., Awaitable[None]]:
         async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -249,24 +249,16 @@ class Seat:
                 self.overlaps.append(tuple(sorted(self.running)))
             self.running.add(name)
             self.starts.append(name)
-            self._change()
+            self.changes.note()
             try:
                 task_status.started()
                 await trio.sleep_forever()
             finally:
                 self.running.discard(name)
                 self.stops.append(name)
-                self._change()
+                self.changes.note()
 
         return run
-
-    def _change(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def wait_until(self, done: Callable[[], bool]) -> None:
-        while not done():
-            await self._changed.wait()
 
 
 async def test_one_holder_and_a_new_election_when_its_connection_is_lost(
@@ -303,14 +295,14 @@ async def test_one_holder_and_a_new_election_when_its_connection_is_lost(
                 assert seat.running == {"a"}
                 # the holder's connection is cut (as by a network fault or an admin)
                 await trio.to_thread.run_sync(_terminate_holder, url, role.key)
-                await seat.wait_until(lambda: seat.stops == ["a"] and len(seat.running) == 1)
+                await seat.changes.until(lambda: seat.stops == ["a"] and len(seat.running) == 1)
                 (again,) = seat.running
                 assert seat.starts == ["a", again]
                 # the holder stops (as its process ending does): the other takes over
                 other = "b" if again == "a" else "a"
                 seat.overlaps.clear()
                 scopes[again].cancel()
-                await seat.wait_until(lambda: seat.running == {other})
+                await seat.changes.until(lambda: seat.running == {other})
                 assert seat.starts == ["a", again, other]
                 assert seat.overlaps == []  # the lock went with the component, not before
                 nursery.cancel_scope.cancel()

@@ -33,7 +33,7 @@ from wsproto.events import (
 )
 
 from quart_mesh import MeshApp, Settings, create_app, serve
-from tests.helpers import Mesh, Socket, User, open_client
+from tests.helpers import Changes, Mesh, Socket, User, open_client
 
 #: the node's timing in these tests (seconds)
 PING = 0.2
@@ -86,7 +86,7 @@ class RawClient:
         self.reading = trio.Event()
         self.reading.set()
         self._part = ""
-        self._changed = trio.Event()
+        self._changes = Changes()
 
     async def run(self) -> None:
         while self.ended is None:
@@ -107,8 +107,7 @@ class RawClient:
     def _note(self, ended: str | None = None) -> None:
         if ended is not None:
             self.ended = ended
-        self._changed.set()
-        self._changed = trio.Event()
+        self._changes.note()
 
     async def _on(self, event: object) -> None:
         if isinstance(event, AcceptConnection):
@@ -126,9 +125,7 @@ class RawClient:
             self.close = event
 
     async def until(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
-        with trio.fail_after(timeout):
-            while not predicate():
-                await self._changed.wait()
+        await self._changes.until(predicate, timeout)
 
     async def send(self, **frame: Any) -> None:
         await self.stream.send_all(self.ws.send(TextMessage(json.dumps(frame))))

@@ -19,7 +19,7 @@ import trio
 
 from quart_mesh import Settings, create_app, serve
 from quart_mesh.logs import JsonFormatter
-from tests.helpers import PASSWORD, Mesh, assert_error, connect
+from tests.helpers import PASSWORD, Changes, Mesh, assert_error, connect
 
 # the same whatever the store: run once, on SQLite
 pytestmark = [pytest.mark.e2e, pytest.mark.store_free]
@@ -31,24 +31,19 @@ class Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
-        self._changed = trio.Event()
+        self._changes = Changes()
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
         with contextlib.suppress(RuntimeError):  # logged from a worker thread: seen later
-            self._changed.set()
-            self._changed = trio.Event()
+            self._changes.note()
 
     def access(self) -> list[logging.LogRecord]:
         return [r for r in self.records if r.name == "quart_mesh.access"]
 
     async def wait_for(self, match: Callable[[logging.LogRecord], bool]) -> logging.LogRecord:
-        with trio.fail_after(10):
-            while True:
-                for record in self.records:
-                    if match(record):
-                        return record
-                await self._changed.wait()
+        await self._changes.until(lambda: any(match(r) for r in self.records), 10)
+        return next(r for r in self.records if match(r))
 
 
 @pytest.fixture
