@@ -350,9 +350,28 @@ async def run_server(
         log.info("stopped")
 
 
+def _token_id_left_over(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """``tokens revoke NAME [TOKEN_ID]``: argparse leaves TOKEN_ID over when an
+    option comes between it and NAME (``alice --data-dir d ID``: it gives the
+    optional positional nothing as soon as NAME is read), or when the id
+    begins with ``-`` (ids issued by earlier releases may: it reads one as an
+    unknown option). One such word left over (after ``--`` or not) is the
+    id; what is still left over is an error."""
+    rest = extra[1:] if extra[0] == "--" else extra
+    if args.token_id is None and len(rest) == 1:
+        args.token_id = rest[0]
+        return []
+    return extra
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command, getattr(args, "chore", None)) == ("tokens", "revoke"):
+        extra = _token_id_left_over(args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command in ("backup", "restore"):
         return _backup_command(args)
     if args.command == "check":

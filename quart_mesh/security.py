@@ -26,7 +26,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from .data_folder import create_once
 from .errors import Unauthorized
 
-__all__ = ["Passwords", "TokenClaims", "Tokens", "load_or_create_secret"]
+__all__ = ["Passwords", "TokenClaims", "Tokens", "load_or_create_secret", "new_token_id"]
 
 SECRET_FILE = "secret.key"
 _SECRET_FILE = SECRET_FILE
@@ -39,6 +39,15 @@ def load_or_create_secret(data_dir: Path) -> bytes:
     if len(secret) < 32:
         raise ValueError(f"{path} holds a secret shorter than 32 bytes")
     return secret
+
+
+def new_token_id() -> str:
+    """A token's id (its ``jti``): 16 URL-safe characters (96 random bits),
+    never beginning with ``-``, which a command line (``quart-mesh tokens
+    revoke NAME ID``) would read as an option."""
+    while (token_id := secrets.token_urlsafe(12)).startswith("-"):
+        pass
+    return token_id
 
 
 class Passwords:
@@ -105,7 +114,7 @@ class Tokens:
     def mint(self, participant_id: str, kind: str, ttl_seconds: int) -> tuple[str, TokenClaims]:
         """A new token and its claims (to record it: ``store/tokens.py``)."""
         now = int(time.time())
-        token_id = secrets.token_urlsafe(12)
+        token_id = new_token_id()
         claims = {
             "sub": participant_id,
             "kind": kind,

@@ -141,7 +141,8 @@ async def test_chores_on_a_running_node_take_effect_at_once(tmp_path: Path) -> N
                 # revoke one: that one is refused, the other still works
                 first_id = _token_id(first)
                 assert {t["tokenId"] for t in listed} == {first_id, _token_id(second)}
-                ok(await cli("tokens", "revoke", "carol", first_id, *where))
+                # the id after the options (argparse leaves it over: found all the same)
+                ok(await cli("tokens", "revoke", "carol", *where, first_id))
                 r = await me(http, first)
                 assert r.status_code == 401, r.text
                 assert r.json()["code"] == "token_revoked", r.text
@@ -265,6 +266,19 @@ async def test_refusals_are_clear_and_never_a_traceback(tmp_path: Path) -> None:
             refused(
                 await cli("tokens", "revoke", "olivia", "nope", *where), "no valid token 'nope'"
             )
+            # an id that begins with "-" (earlier releases issued such): as it
+            # is, or after "--", it reaches the chore; a second id is refused
+            refused(
+                await cli("tokens", "revoke", "olivia", "-nope", *where), "no valid token '-nope'"
+            )
+            refused(
+                await cli("tokens", "revoke", "olivia", *where, "--", "-nope"),
+                "no valid token '-nope'",
+            )
+            done = await cli("tokens", "revoke", "olivia", "nope", "again", *where)
+            assert done.returncode == 2, done.stderr
+            assert b"unrecognized arguments: again" in done.stderr, done.stderr
+            assert b"Traceback" not in done.stderr
             refused(
                 await cli(
                     "user",
