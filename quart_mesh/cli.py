@@ -30,6 +30,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -350,15 +351,21 @@ async def run_server(
         log.info("stopped")
 
 
+#: a token's id (``security.new_token_id``; earlier releases' may begin with "-")
+_TOKEN_ID = re.compile(r"[A-Za-z0-9_-]{16}")
+
+
 def _token_id_left_over(args: argparse.Namespace, extra: list[str]) -> list[str]:
     """``tokens revoke NAME [TOKEN_ID]``: argparse leaves TOKEN_ID over when an
     option comes between it and NAME (``alice --data-dir d ID``: it gives the
     optional positional nothing as soon as NAME is read), or when the id
     begins with ``-`` (ids issued by earlier releases may: it reads one as an
-    unknown option). One such word left over (after ``--`` or not) is the
-    id; what is still left over is an error."""
-    rest = extra[1:] if extra[0] == "--" else extra
-    if args.token_id is None and len(rest) == 1:
+    unknown option). One such word left over, after ``--`` or shaped as an
+    id (so that a misspelt option is still an error), is the id; what is
+    still left over is an error."""
+    after_dashes = extra[0] == "--"
+    rest = extra[1:] if after_dashes else extra
+    if args.token_id is None and len(rest) == 1 and (after_dashes or _TOKEN_ID.fullmatch(rest[0])):
         args.token_id = rest[0]
         return []
     return extra

@@ -32,16 +32,23 @@ class Records(logging.Handler):
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
         self._changes = Changes()
+        #: the run a test waits in (:meth:`wait_for`), told of records
+        #: logged from other threads
+        self._run: trio.lowlevel.TrioToken | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
-        with contextlib.suppress(RuntimeError):  # logged from a worker thread: seen later
+        if trio.lowlevel.in_trio_run():
             self._changes.note()
+        elif self._run is not None:  # a worker thread: noted in the run, soon
+            with contextlib.suppress(trio.RunFinishedError):
+                self._run.run_sync_soon(self._changes.note)
 
     def access(self) -> list[logging.LogRecord]:
         return [r for r in self.records if r.name == "quart_mesh.access"]
 
     async def wait_for(self, match: Callable[[logging.LogRecord], bool]) -> logging.LogRecord:
+        self._run = trio.lowlevel.current_trio_token()
         await self._changes.until(lambda: any(match(r) for r in self.records), 10)
         return next(r for r in self.records if match(r))
 
